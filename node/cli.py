@@ -1,0 +1,126 @@
+"""The ``swarm-node`` command line: a thin launcher over the node.
+
+Heavy libraries (torch, transformers) are imported only after arguments parse, so ``--help``
+and config errors answer at once. Every config field is a flag (``--section.key value``, TOML
+syntax); a TOML file passed with ``--config`` supplies the rest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+from pathlib import Path
+
+from node.config import flag_fields, load_config, parse_flag_value
+from node.errors import ConfigError
+from protocol.errors import SwarmError
+
+log = logging.getLogger("swarm_node")
+
+EXAMPLES = """\
+examples:
+  swarm-node train                                   # embedded default model and tasks, solo node
+  swarm-node train --config configs/solo.toml --train.steps 500
+  swarm-node train --run.dir runs/a --run.resume true   # continue after Ctrl-C or a crash
+  swarm-node train --learner.baseline median --generation.num_generations 4
+  swarm-node build-model                             # build/cache the embedded default model
+  swarm-node plot runs/solo                          # (re)draw reward_curve.png
+
+Every [section] key of the config file is also a flag --section.key (values in TOML syntax).
+"""
+
+
+def _add_config_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", type=Path, help="TOML config file (flags override it)")
+    groups: dict[str, argparse._ArgumentGroup] = {}
+    for section, name, default, help_ in flag_fields():
+        g = groups.get(section) or groups.setdefault(section, p.add_argument_group(f"[{section}]"))
+        shown = json.dumps(default) if not isinstance(default, str) else default
+        g.add_argument(f"--{section}.{name}", dest=f"{section}.{name}", metavar="V",
+                       default=argparse.SUPPRESS, help=f"{help_} (default: {shown})")
+
+
+def _overrides(ns: argparse.Namespace) -> dict:
+    return {k: parse_flag_value(v) for k, v in vars(ns).items() if "." in k}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="swarm-node",
+        description="A peer-to-peer node for reinforcement learning of language models: it "
+                    "generates rollouts on verifiable tasks, scores them locally and trains its "
+                    "policy with off-policy-corrected GRPO (ESS-scaled learning rate).",
+        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    train = sub.add_parser("train", help="train one node (solo) on the configured tasks",
+                           description="Train one node. Writes metrics.jsonl, checkpoints, "
+                                       "reward_curve.png and summary.json into --run.dir.",
+                           epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_config_flags(train)
+    train.add_argument("--print-config", action="store_true", help="print the resolved config as JSON and exit")
+
+    build = sub.add_parser("build-model", help="build and cache the embedded default model")
+    build.add_argument("--out", type=Path, help="write the model here instead of the cache")
+
+    plot = sub.add_parser("plot", help="draw reward_curve.png for a run folder")
+    plot.add_argument("run_dir", type=Path)
+    return parser
+
+
+async def _train(cfg) -> dict:
+    from node.trainer import TrainingNode
+
+    node = await TrainingNode.create(cfg)
+    try:
+        return await node.run()
+    finally:
+        await node.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    from node.log_setup import setup_logging
+
+    try:
+        if args.command == "train":
+            cfg = load_config(args.config, _overrides(args))
+            if args.print_config:
+                print(cfg.to_json())
+                return 0
+            setup_logging(cfg.run.log_level, cfg.run.log_format)
+            log.info("resolved config: %s", json.dumps(cfg.model_dump(), sort_keys=True))
+            summary = asyncio.run(_train(cfg))
+            log.info("summary: %s", json.dumps(summary))
+            print(json.dumps(summary, indent=2))
+            return 130 if summary.get("stopped_early") else 0
+        setup_logging()
+        if args.command == "build-model":
+            from policies.default_model import build_default_model, ensure_default_model
+
+            path = build_default_model(args.out) if args.out else ensure_default_model()
+            print(path)
+            return 0
+        if args.command == "plot":
+            from node.plots import plot_reward_curve
+
+            print(plot_reward_curve(args.run_dir / "metrics.jsonl", args.run_dir / "reward_curve.png"))
+            return 0
+    except ConfigError as e:
+        print(f"swarm-node: {e}", file=sys.stderr)
+        return 2
+    except SwarmError as e:
+        print(f"swarm-node: error: {e}", file=sys.stderr)
+        return 1
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

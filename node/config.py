@@ -1,0 +1,195 @@
+"""A node's configuration: typed sections, loaded from TOML and overridden by CLI flags.
+
+Every field is a flag: ``[learner] learning_rate = 3e-4`` in the file is
+``--learner.learning_rate 3e-4`` on the command line (flag values use TOML syntax, so
+``--tasks.difficulties [1,2]`` and ``--learner.delta none`` work). Unknown keys and wrong
+types fail at start with a message naming the key (``ConfigError``). Names follow TRL's GRPO
+config where one exists (num_generations, epsilon_high, loss_type, ...).
+
+This module imports neither torch nor transformers, so ``swarm-node --help`` is instant.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from node.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+__all__ = ["NodeConfig", "load_config", "parse_flag_value", "flag_fields"]
+
+
+class _Section(BaseModel):
+    # strict: a TOML string "8" is not silently an int; forbid: a typo is an error, not ignored.
+    model_config = ConfigDict(extra="forbid", strict=True, validate_default=True)
+
+
+def _none_words(v: Any) -> Any:
+    return None if isinstance(v, str) and v.lower() in ("none", "off", "null") else v
+
+
+class ModelConfig(_Section):
+    name: str = Field("default", description="'default' (the embedded model, built locally once), a local path, or a hub id")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="weights dtype")
+    device: str = Field("cpu", description="torch device, e.g. cpu or cuda:0")
+    lora_rank: int = Field(0, ge=0, description="train a LoRA adapter of this rank (0 = full fine-tuning; needs peft)")
+    lora_alpha: int = Field(16, ge=1, description="LoRA alpha")
+
+
+class TasksConfig(_Section):
+    families: list[str] = Field(["arithmetic", "lists", "base", "boolean", "counting"], description="task families to sample")
+    difficulties: list[int] = Field([1, 2], description="difficulty levels to sample (1 = easiest)")
+    format_weight: float = Field(0.1, ge=0, description="reward for a well-formed <answer>...</answer> completion")
+
+    @field_validator("families")
+    @classmethod
+    def _known_families(cls, v: list[str]) -> list[str]:
+        from rewards.registry import all_families  # light: no torch
+
+        unknown = [f for f in v if f not in all_families()]
+        if unknown or not v:
+            raise ValueError(f"unknown task families {unknown}; choose from {all_families()}")
+        return v
+
+    @field_validator("difficulties")
+    @classmethod
+    def _positive(cls, v: list[int]) -> list[int]:
+        if not v or any(d < 1 for d in v):
+            raise ValueError("difficulties must be a non-empty list of levels >= 1")
+        return v
+
+
+class GenerationConfig(_Section):
+    prompts_per_step: int = Field(8, ge=1, description="distinct prompts sampled per round")
+    num_generations: int = Field(8, ge=2, description="completions per prompt, the GRPO group size G (MC-GRPO samples G+1)")
+    max_completion_length: int = Field(16, ge=1, description="maximum new tokens per completion")
+    temperature: float = Field(1.0, gt=0, description="sampling temperature (log-probs use the same scaling)")
+    top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling")
+    top_k: int = Field(0, ge=0, description="top-k sampling (0 = off)")
+
+
+class LearnerConfig(_Section):
+    learning_rate: float = Field(3e-4, gt=0, description="AdamW base learning rate before ESS scaling")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay")
+    max_grad_norm: float = Field(1.0, gt=0, description="gradient clipping norm")
+    num_iterations: int = Field(1, ge=1, description="optimisation passes per generated batch (mu)")
+    baseline: Literal["mean", "median", "opob", "opob_approx"] = Field("mean", description="mean (GRPO), median (MC-GRPO, G+1 samples, pivot excluded), opob (VCPO optimal baseline, exact per-sample gradient norms), opob_approx (drops the gradient-norm factor)")
+    scale_rewards: Literal["group", "batch", "none"] = Field("none", description="divide advantages by the group or batch reward std")
+    loss_type: Literal["grpo", "dapo", "dr_grpo"] = Field("dapo", description="token aggregation of the loss")
+    importance_sampling_level: Literal["token", "sequence"] = Field("token", description="token ratios with a trust region, or truncated sequence weights (VCPO)")
+    epsilon: float = Field(0.2, ge=0, description="lower PPO clip")
+    epsilon_high: Optional[float] = Field(0.28, description="upper PPO clip (DAPO); none = epsilon")
+    delta: Optional[float] = Field(None, description="clamp on the unclipped ratio (INTELLECT-2); none = off")
+    m2po_tau: Optional[float] = Field(None, description="M2PO second-moment bound; replaces PPO clipping; none = off")
+    weight_cap: float = Field(8.0, gt=0, description="truncation c of sequence importance weights (VCPO: 8)")
+    lr_rule: Literal["sqrt", "linear", "none"] = Field("sqrt", description="ESS learning-rate rule (VCPO)")
+    rho_ref: float = Field(1.0, gt=0, le=1, description="ESS fraction at which the LR is unscaled")
+    lr_floor: float = Field(0.0, ge=0, le=1, description="lowest LR factor the ESS rule may give")
+    max_off_policy_steps: int = Field(32, ge=0, description="drop rollouts from policies more than this many versions old")
+
+    @field_validator("epsilon_high", "delta", "m2po_tau", mode="before")
+    @classmethod
+    def _nullable(cls, v: Any) -> Any:
+        return _none_words(v)
+
+
+class TrainConfig(_Section):
+    steps: int = Field(200, ge=0, description="training steps (rounds) to run")
+    seed: int = Field(0, ge=0, description="seed for task sampling, generation and init")
+    behaviour_lag: int = Field(0, ge=0, description="generate with a copy of the policy this many updates old (stale-node experiments)")
+
+
+class RunConfig(_Section):
+    dir: str = Field("runs/solo", description="run folder: metrics.jsonl, checkpoints/, plots, config.json")
+    checkpoint_every: int = Field(50, ge=0, description="steps between checkpoints (0 = only at the end)")
+    keep_checkpoints: int = Field(3, ge=1, description="checkpoints kept on disk")
+    resume: bool = Field(False, description="continue from the newest valid checkpoint in the run folder")
+    plot: bool = Field(True, description="write reward_curve.png at the end")
+    progress: Literal["auto", "rich", "plain", "off"] = Field("auto", description="live progress display")
+    log_format: Literal["text", "json"] = Field("text", description="log line format on stderr")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="log level")
+
+
+class NodeConfig(_Section):
+    model: ModelConfig = ModelConfig()
+    tasks: TasksConfig = TasksConfig()
+    generation: GenerationConfig = GenerationConfig()
+    learner: LearnerConfig = LearnerConfig()
+    train: TrainConfig = TrainConfig()
+    run: RunConfig = RunConfig()
+
+    def to_json(self) -> str:
+        return json.dumps(self.model_dump(), indent=2, sort_keys=True)
+
+
+def flag_fields() -> list[tuple[str, str, Any, str]]:
+    """(section, field, default, help) for every config field, in declaration order."""
+    out = []
+    for sec_name, sec_field in NodeConfig.model_fields.items():
+        sec_cls = sec_field.annotation
+        for name, f in sec_cls.model_fields.items():
+            out.append((sec_name, name, f.default, f.description or ""))
+    return out
+
+
+def parse_flag_value(text: str) -> Any:
+    """A flag value in TOML syntax (8, 3e-4, true, [1, 2], "x"); anything else is a string."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def _format_errors(err: ValidationError, source: str) -> str:
+    lines = [f"invalid configuration ({source}):"]
+    for e in err.errors():
+        key = ".".join(str(p) for p in e["loc"])
+        if e["type"] == "extra_forbidden":
+            section = e["loc"][0] if len(e["loc"]) > 1 else None
+            valid = (sorted(NodeConfig.model_fields[section].annotation.model_fields)
+                     if section in NodeConfig.model_fields else sorted(NodeConfig.model_fields))
+            lines.append(f"  {key}: unknown key (valid keys here: {', '.join(valid)})")
+        else:
+            lines.append(f"  {key}: {e['msg']} (got {e.get('input')!r})")
+    return "\n".join(lines)
+
+
+def _merge(base: dict, override: dict) -> dict:
+    out = dict(base)
+    for k, v in override.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> NodeConfig:
+    """Defaults < TOML file < overrides (``{"learner.learning_rate": 1e-3}``)."""
+    data: dict = {}
+    source = "defaults"
+    if path is not None:
+        p = Path(path)
+        source = str(p)
+        try:
+            data = tomllib.loads(p.read_text())
+        except FileNotFoundError as e:
+            raise ConfigError(f"config file not found: {p}") from e
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"config file {p} is not valid TOML: {e}") from e
+    for dotted, value in (overrides or {}).items():
+        section, _, key = dotted.partition(".")
+        if not key:
+            raise ConfigError(f"flag --{dotted}: expected --section.key")
+        data = _merge(data, {section: {key: value}})
+        source = f"{source} + flags"
+    try:
+        return NodeConfig.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(_format_errors(e, source)) from None

@@ -1,0 +1,81 @@
+"""Live progress of a training run: a rich status panel on a terminal, log lines elsewhere.
+
+``mode="auto"`` picks the panel when stderr is a TTY and throttled log lines otherwise (CI logs,
+files), so the same run is readable in both places.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Progress"]
+
+_PLAIN_EVERY_S = 5.0  # log-line throttle: frequent enough to see life, rare enough to read
+
+
+def _fmt_eta(seconds: float) -> str:
+    if seconds != seconds or seconds < 0:  # NaN
+        return "?"
+    m, s = divmod(int(seconds), 60)
+    h, m = divmod(m, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+class Progress:
+    def __init__(self, mode: str, total_steps: int, start_step: int = 0, title: str = "swarm-node"):
+        if mode == "auto":
+            mode = "rich" if sys.stderr.isatty() else "plain"
+        self.mode = mode
+        self.total = total_steps
+        self.start_step = start_step
+        self.title = title
+        self.t0 = time.monotonic()
+        self._last_plain = 0.0
+        self._live = None
+        if mode == "rich":
+            from rich.console import Console
+            from rich.live import Live
+
+            self._live = Live(self._render({}), console=Console(stderr=True), refresh_per_second=4,
+                              transient=False)
+            self._live.start()
+
+    def _eta(self, step: int) -> float:
+        done = step - self.start_step
+        if done <= 0:
+            return float("nan")
+        return (time.monotonic() - self.t0) / done * (self.total - step)
+
+    def _render(self, m: dict):
+        from rich.table import Table
+
+        t = Table(title=self.title, expand=False)
+        for col in ("step", "reward", "correct", "ESS/B", "LR factor", "tok/s", "s/step", "ETA"):
+            t.add_column(col, justify="right")
+        if m:
+            t.add_row(f"{m['step']}/{self.total}", f"{m.get('reward', 0):.3f}", f"{m.get('correct', 0):.3f}",
+                      f"{m.get('rho', 1):.3f}", f"{m.get('lr_factor', 1):.3f}",
+                      f"{m.get('tokens_per_s', 0):.0f}", f"{m.get('step_time', 0):.2f}",
+                      _fmt_eta(self._eta(m["step"])))
+        return t
+
+    def update(self, m: dict) -> None:
+        if self.mode == "rich" and self._live is not None:
+            self._live.update(self._render(m))
+        elif self.mode == "plain":
+            now = time.monotonic()
+            if now - self._last_plain >= _PLAIN_EVERY_S or m["step"] >= self.total:
+                self._last_plain = now
+                log.info("step %d/%d reward %.3f correct %.3f ESS/B %.3f lr x%.3f %.0f tok/s eta %s",
+                         m["step"], self.total, m.get("reward", 0), m.get("correct", 0),
+                         m.get("rho", 1), m.get("lr_factor", 1), m.get("tokens_per_s", 0),
+                         _fmt_eta(self._eta(m["step"])), extra={"metrics": m})
+
+    def close(self) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None

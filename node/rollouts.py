@@ -1,0 +1,55 @@
+"""A round's rollouts: which tasks to sample, generating and scoring completions, and turning
+scored rollouts into learner samples.
+
+Task ids for a round come from ``(seed, step)`` alone, so a resumed run asks the same questions
+and any node can regenerate a task's question and ground truth from its id. Rewards are always
+computed here, by the node that will train on the rollout.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Sequence
+
+from policies.learner import TrainSample
+from policies.policy import Completion, Policy, SamplingParams
+from rewards.registry import make_task, sample_task_ids
+from rewards.scoring import Reward, RewardConfig, score
+from rewards.task import TaskId
+
+__all__ = ["Rollout", "round_task_ids", "generate_rollouts", "to_train_samples"]
+
+
+@dataclass(frozen=True)
+class Rollout:
+    task_id: TaskId
+    completion: Completion
+    policy_version: int  # version of the policy that sampled it
+    reward: Reward  # scored locally from the regenerated ground truth
+
+
+def round_task_ids(seed: int, step: int, n: int, families: Sequence[str],
+                   difficulties: Sequence[int]) -> list[TaskId]:
+    """The ``n`` tasks of round ``step``: a pure function of its arguments (string seeds are
+    hashed with sha512 by ``random``, so this is stable across processes and Python versions)."""
+    return sample_task_ids(random.Random(f"swarm-node:{seed}:{step}"), n, families, difficulties)
+
+
+def generate_rollouts(policy: Policy, task_ids: list[TaskId], num_generations: int,
+                      params: SamplingParams, policy_version: int,
+                      reward_cfg: RewardConfig) -> list[Rollout]:
+    tasks = [make_task(t) for t in task_ids]
+    groups = policy.generate([t.prompt for t in tasks], num_generations, params)
+    return [Rollout(task.id, c, policy_version, score(task, c.text, reward_cfg))
+            for task, group in zip(tasks, groups) for c in group]
+
+
+def to_train_samples(rollouts: list[Rollout], local: bool = True) -> list[TrainSample]:
+    """Samples for the learner; the group of a completion is its task id."""
+    return [TrainSample(group=str(r.task_id), prompt_ids=r.completion.prompt_ids,
+                        completion_ids=r.completion.completion_ids,
+                        behaviour_logprobs=r.completion.logprobs,
+                        behaviour_seq_logprob=r.completion.seq_logprob,
+                        reward=r.reward.total, policy_version=r.policy_version, local=local)
+            for r in rollouts]

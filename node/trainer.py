@@ -1,0 +1,276 @@
+"""The node's round loop (solo for now): sample tasks, generate, score, learn, log, checkpoint.
+
+``TrainingNode`` owns the policy, the learner, the metrics file and the checkpoints of one run
+folder. Its asyncio loop keeps the event loop free for signals and status while each round's
+compute runs in a worker thread; Ctrl-C (SIGINT) or SIGTERM stops it after the current step, with
+a final checkpoint, so nothing on disk is ever half-written.
+
+Run folder layout::
+
+    config.json          the resolved configuration
+    metrics.jsonl        one record per step
+    checkpoints/         step_000050/ ... (node/checkpoint.py), newest valid one resumes
+    reward_curve.png     written at the end
+    summary.json         first/last-20-step rewards, steps, wall time
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import copy
+import json
+import logging
+import random
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from node.checkpoint import CheckpointState, capture_rng, load_latest, restore_rng, save_checkpoint
+from node.config import NodeConfig
+from node.errors import CheckpointError, ConfigError
+from node.metrics import MetricsWriter
+from node.plots import plot_reward_curve
+from node.progress import Progress
+from node.rollouts import generate_rollouts, round_task_ids, to_train_samples
+from policies.learner import Learner
+from policies.loss import LossConfig
+from policies.policy import Policy, SamplingParams
+from rewards.scoring import RewardConfig
+
+log = logging.getLogger(__name__)
+
+__all__ = ["TrainingNode", "load_policy", "build_learner"]
+
+SUMMARY_WINDOW = 20  # steps averaged for the first/last reward in summary.json
+
+
+def load_policy(cfg: NodeConfig) -> Policy:
+    """The configured policy; ``default`` resolves to the embedded model (built once, cached)."""
+    name = cfg.model.name
+    if name == "default":
+        from policies.default_model import ensure_default_model
+
+        name = str(ensure_default_model())
+    return Policy.load(name, dtype=cfg.model.dtype, device=cfg.model.device,
+                       lora_rank=cfg.model.lora_rank, lora_alpha=cfg.model.lora_alpha,
+                       seed=cfg.train.seed)
+
+
+def build_learner(policy: Policy, cfg: NodeConfig) -> Learner:
+    lc = cfg.learner
+    return Learner(
+        policy, learning_rate=lc.learning_rate, weight_decay=lc.weight_decay,
+        max_grad_norm=lc.max_grad_norm, num_iterations=lc.num_iterations, baseline=lc.baseline,
+        scale_rewards=lc.scale_rewards, lr_rule=lc.lr_rule, rho_ref=lc.rho_ref,
+        lr_floor=lc.lr_floor, temperature=cfg.generation.temperature,
+        loss=LossConfig(importance_sampling_level=lc.importance_sampling_level,
+                        epsilon=lc.epsilon, epsilon_high=lc.epsilon_high, delta=lc.delta,
+                        m2po_tau=lc.m2po_tau, weight_cap=lc.weight_cap, loss_type=lc.loss_type,
+                        max_completion_length=cfg.generation.max_completion_length))
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+class _LaggedBehaviour:
+    """Generates with a copy of the policy ``lag`` updates old (stale-node experiments).
+
+    Keeps the last lag+1 weight snapshots on the CPU; generation loads the oldest into a second
+    model instance. With lag 0 the live policy generates and nothing is copied.
+    """
+
+    def __init__(self, policy: Policy, lag: int):
+        self.lag = lag
+        self.policy = policy
+        self.snapshots: collections.deque = collections.deque(maxlen=lag + 1)
+        self.behaviour = None
+        if lag > 0:
+            self.behaviour = Policy(copy.deepcopy(policy.model), policy.tokenizer, policy.name)
+            self.push(0)
+
+    def push(self, version: int) -> None:
+        if self.lag > 0:
+            state = {k: v.detach().clone() for k, v in self.policy.model.state_dict().items()}
+            self.snapshots.append((version, state))
+
+    def sampler(self) -> tuple[Policy, int]:
+        if self.lag == 0:
+            return self.policy, -1
+        version, state = self.snapshots[0]
+        self.behaviour.model.load_state_dict(state)
+        return self.behaviour, version
+
+
+class TrainingNode:
+    def __init__(self, cfg: NodeConfig, policy: Policy, learner: Learner, run_dir: Path,
+                 start_step: int):
+        self.cfg = cfg
+        self.policy = policy
+        self.learner = learner
+        self.run_dir = run_dir
+        self.step = start_step
+        self.start_step = start_step
+        self.stop_requested = False
+        self.lagged = _LaggedBehaviour(policy, cfg.train.behaviour_lag)
+        self.metrics = MetricsWriter(run_dir / "metrics.jsonl",
+                                     resume_from_step=start_step if start_step > 0 else None)
+        self.sampling = SamplingParams(max_new_tokens=cfg.generation.max_completion_length,
+                                       temperature=cfg.generation.temperature,
+                                       top_p=cfg.generation.top_p, top_k=cfg.generation.top_k)
+        self.reward_cfg = RewardConfig(format_weight=cfg.tasks.format_weight)
+        self._closed = False
+
+    @classmethod
+    async def create(cls, cfg: NodeConfig) -> "TrainingNode":
+        """Load the policy (building the default model if needed) and resume if asked."""
+        run_dir = Path(cfg.run.dir)
+        ckpt_root = run_dir / "checkpoints"
+        if not cfg.run.resume and ckpt_root.exists() and any(ckpt_root.iterdir()):
+            raise ConfigError(f"run folder {run_dir} already has checkpoints: pass --run.resume true "
+                              f"to continue it, or choose another --run.dir")
+        _seed_everything(cfg.train.seed)
+        policy = await asyncio.to_thread(load_policy, cfg)
+        learner = build_learner(policy, cfg)
+        start_step = 0
+        if cfg.run.resume:
+            found = await asyncio.to_thread(load_latest, ckpt_root)
+            if found is None:
+                log.warning("--run.resume: no checkpoint in %s, starting from step 0", ckpt_root)
+            else:
+                state, path = found
+                cls._restore(policy, learner, state)
+                start_step = state.step
+                log.info("resumed from %s (step %d, policy v%d)", path, state.step, state.policy_version)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.json").write_text(cfg.to_json())
+        return cls(cfg, policy, learner, run_dir, start_step)
+
+    @staticmethod
+    def _restore(policy: Policy, learner: Learner, state: CheckpointState) -> None:
+        missing, unexpected = policy.model.load_state_dict(state.model_state, strict=False)
+        if unexpected or [k for k in missing if "lm_head" not in k]:
+            raise CheckpointError(f"checkpoint does not match the model: missing {missing[:5]}, "
+                                  f"unexpected {unexpected[:5]}")
+        if state.optimizer_state is not None:
+            learner.optimizer.load_state_dict(state.optimizer_state)
+        learner.version = state.policy_version
+        if state.rng is not None:
+            restore_rng(state.rng)
+
+    # -- one round --------------------------------------------------------------------------
+    def _round(self, step: int) -> dict:
+        cfg = self.cfg
+        t0 = time.perf_counter()
+        task_ids = round_task_ids(cfg.train.seed, step, cfg.generation.prompts_per_step,
+                                  cfg.tasks.families, cfg.tasks.difficulties)
+        # MC-GRPO samples G+1 so the median is one real completion (the pivot), left out of the loss.
+        g = cfg.generation.num_generations + (1 if cfg.learner.baseline == "median" else 0)
+        sampler, behaviour_version = self.lagged.sampler()
+        version = self.learner.version if behaviour_version < 0 else behaviour_version
+        rollouts = generate_rollouts(sampler, task_ids, g, self.sampling, version, self.reward_cfg)
+        t_gen = time.perf_counter() - t0
+        staleness = self.learner.version - version
+        # The staleness bound: rollouts from a policy too many versions old are dropped, counted.
+        samples = [s for s in to_train_samples(rollouts)
+                   if self.learner.version - s.policy_version <= cfg.learner.max_off_policy_steps]
+        dropped = len(rollouts) - len(samples)
+        learn = self.learner.step(samples) if samples else {}
+        self.lagged.push(self.learner.version)
+        t_all = time.perf_counter() - t0
+        n_tok = sum(len(r.completion.completion_ids) for r in rollouts)
+        return {
+            "step": step + 1,
+            "time": time.time(),
+            "reward": float(np.mean([r.reward.total for r in rollouts])),
+            "correct": float(np.mean([r.reward.correctness for r in rollouts])),
+            "format": float(np.mean([r.reward.format > 0 for r in rollouts])),
+            "truncated": float(np.mean([r.completion.truncated for r in rollouts])),
+            "staleness": float(staleness),
+            "dropped_stale": dropped,
+            "tokens_per_s": n_tok / max(t_gen, 1e-9),
+            "gen_time": t_gen,
+            "step_time": t_all,
+            **learn,
+        }
+
+    # -- the loop ---------------------------------------------------------------------------
+    def request_stop(self) -> None:
+        if not self.stop_requested:
+            log.warning("stop requested: finishing step %d, then checkpointing", self.step + 1)
+        self.stop_requested = True
+
+    async def run(self) -> dict:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(sig, self.request_stop)
+            except (NotImplementedError, RuntimeError):  # not the main thread / not POSIX
+                pass
+        total = self.cfg.train.steps
+        progress = Progress(self.cfg.run.progress, total, self.step,
+                            title=f"swarm-node · {self.run_dir.name}")
+        every = self.cfg.run.checkpoint_every
+        t_start = time.monotonic()
+        try:
+            while self.step < total and not self.stop_requested:
+                record = await asyncio.to_thread(self._round, self.step)
+                self.step += 1
+                self.metrics.write(record)
+                progress.update(record)
+                if every and self.step % every == 0 and self.step < total:
+                    await asyncio.to_thread(self.checkpoint)
+        finally:
+            progress.close()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                try:
+                    loop.remove_signal_handler(sig)
+                except (NotImplementedError, RuntimeError):
+                    pass
+        if self.step > self.start_step:
+            await asyncio.to_thread(self.checkpoint)
+        return await asyncio.to_thread(self._finish, time.monotonic() - t_start)
+
+    def checkpoint(self) -> Path:
+        state = CheckpointState(
+            step=self.step, policy_version=self.learner.version,
+            model_state=self.policy.model.state_dict(),
+            optimizer_state=self.learner.optimizer.state_dict(), rng=capture_rng(),
+            extra={"config": json.loads(self.cfg.to_json())})
+        path = save_checkpoint(self.run_dir / "checkpoints", state, keep_last=self.cfg.run.keep_checkpoints)
+        log.info("checkpoint %s (step %d, policy v%d)", path.name, self.step, self.learner.version)
+        return path
+
+    def _finish(self, wall_s: float) -> dict:
+        from node.metrics import read_metrics
+
+        recs = read_metrics(self.run_dir / "metrics.jsonl")
+        correct = [r.get("correct") or 0.0 for r in recs]
+        w = min(SUMMARY_WINDOW, max(1, len(correct) // 2))
+        summary = {
+            "steps": self.step,
+            "stopped_early": self.stop_requested and self.step < self.cfg.train.steps,
+            "wall_s_this_session": round(wall_s, 1),
+            "correct_first": float(np.mean(correct[:w])) if correct else None,
+            "correct_last": float(np.mean(correct[-w:])) if correct else None,
+            "window": w,
+            "run_dir": str(self.run_dir),
+        }
+        if summary["correct_first"]:
+            summary["improvement"] = summary["correct_last"] / summary["correct_first"]
+        if self.cfg.run.plot and recs:
+            summary["plot"] = str(plot_reward_curve(self.run_dir / "metrics.jsonl",
+                                                    self.run_dir / "reward_curve.png"))
+        (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        return summary
+
+    async def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self.metrics.close()

@@ -1,0 +1,159 @@
+"""The embedded default policy: a few-million-parameter Qwen2 built locally, no download.
+
+``ensure_default_model()`` returns the path of a Hugging Face checkpoint directory, building it
+the first time (about a minute on 2 CPU cores) and caching it under
+``$SWARM_NODE_HOME/models/`` (default ``~/.cache/swarm-node``), keyed by a hash of the recipe so a
+changed recipe rebuilds. The build:
+
+1. trains a byte-level BPE tokenizer with ``tokenizers`` on texts of every task family and
+   difficulty (so every character a task can produce is in the vocabulary);
+2. initialises a small Qwen2 causal LM from a config;
+3. warm-starts it with a short supervised pass on worked examples in the answer format, short
+   enough that sampling is right only some of the time: RL has signal from its first step and
+   room to improve.
+
+Everything is seeded, so two machines build the same weights (up to float non-determinism
+across CPU kernels). ``Policy.load`` reads the result like any other local checkpoint.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import random
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+log = logging.getLogger(__name__)
+
+__all__ = ["DefaultModelRecipe", "default_home", "ensure_default_model", "build_default_model"]
+
+DEFAULT_MODEL_NAME = "default"
+
+
+@dataclass(frozen=True)
+class DefaultModelRecipe:
+    vocab_size: int = 384
+    hidden_size: int = 192
+    num_hidden_layers: int = 4
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 2
+    intermediate_size: int = 512
+    max_position_embeddings: int = 128
+    sft_steps: int = 300
+    sft_batch_size: int = 64
+    sft_lr: float = 2e-3
+    sft_difficulties: tuple[int, ...] = (1, 2, 3)
+    seed: int = 1234
+    format_version: int = 1  # bump when the build code changes meaning
+
+    def digest(self) -> str:
+        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
+
+
+def default_home() -> Path:
+    return Path(os.environ.get("SWARM_NODE_HOME", Path.home() / ".cache" / "swarm-node"))
+
+
+def ensure_default_model(recipe: DefaultModelRecipe = DefaultModelRecipe(),
+                         home: Path | None = None) -> Path:
+    """Path of the cached default model, built first if missing."""
+    root = (home or default_home()) / "models"
+    final = root / f"{DEFAULT_MODEL_NAME}-{recipe.digest()}"
+    if (final / "BUILD_OK").exists():
+        return final
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = root / f".{final.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    log.info("building the embedded default model (once, cached at %s)", final)
+    build_default_model(tmp, recipe)
+    (tmp / "BUILD_OK").write_text(json.dumps(asdict(recipe)))
+    try:
+        os.replace(tmp, final)
+    except OSError:
+        # Another process finished the same build first: theirs is as good as ours.
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not (final / "BUILD_OK").exists():
+            raise
+    return final
+
+
+def _train_tokenizer(recipe: DefaultModelRecipe):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from rewards.corpus import tokenizer_corpus
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=recipe.vocab_size,
+        special_tokens=["<pad>", "<eos>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),  # any byte stays encodable
+        show_progress=False,
+    )
+    tok.train_from_iterator(tokenizer_corpus(20000, seed=recipe.seed), trainer=trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>", pad_token="<pad>")
+
+
+def build_default_model(out_dir: Path, recipe: DefaultModelRecipe = DefaultModelRecipe()) -> Path:
+    """Build tokenizer + model + supervised warm start into ``out_dir`` (a HF checkpoint dir)."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from policies.policy import Policy, TokenBatch
+    from rewards.corpus import supervised_examples
+
+    t0 = time.time()
+    random.seed(recipe.seed)
+    torch.manual_seed(recipe.seed)
+    tokenizer = _train_tokenizer(recipe)
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=recipe.hidden_size,
+        num_hidden_layers=recipe.num_hidden_layers,
+        num_attention_heads=recipe.num_attention_heads,
+        num_key_value_heads=recipe.num_key_value_heads,
+        intermediate_size=recipe.intermediate_size,
+        max_position_embeddings=recipe.max_position_embeddings,
+        tie_word_embeddings=True,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+    )
+    model = Qwen2ForCausalLM(config)
+    policy = Policy(model, tokenizer, DEFAULT_MODEL_NAME)
+    n_params = sum(p.numel() for p in model.parameters())
+    log.info("default model: %.2fM parameters, vocab %d", n_params / 1e6, len(tokenizer))
+
+    examples = supervised_examples(recipe.sft_steps * recipe.sft_batch_size, seed=recipe.seed,
+                                   difficulties=recipe.sft_difficulties)
+    opt = torch.optim.AdamW(model.parameters(), lr=recipe.sft_lr, weight_decay=0.0)
+    model.train()
+    for step in range(recipe.sft_steps):
+        chunk = examples[step * recipe.sft_batch_size:(step + 1) * recipe.sft_batch_size]
+        prompts = policy.encode_prompts([p for p, _ in chunk])
+        completions = [policy.encode_completion(c) for _, c in chunk]
+        batch = TokenBatch.build(prompts, completions, tokenizer.pad_token_id)
+        logp = policy.completion_logprobs(batch)
+        loss = -(logp.sum() / batch.completion_mask.sum())
+        # Cosine decay to 0: the last steps settle the weights instead of overshooting.
+        for g in opt.param_groups:
+            g["lr"] = recipe.sft_lr * 0.5 * (1 + math.cos(math.pi * step / recipe.sft_steps))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if step % 50 == 0 or step == recipe.sft_steps - 1:
+            log.info("warm start step %d/%d loss %.3f", step + 1, recipe.sft_steps, loss.item())
+    model.eval()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    policy.save(out_dir)
+    log.info("default model built in %.0fs", time.time() - t0)
+    return out_dir

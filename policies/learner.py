@@ -1,0 +1,150 @@
+"""The learner: one off-policy-corrected GRPO update of a ``Policy`` from a batch of samples.
+
+It owns the optimizer and the policy version counter. Per step:
+
+1. one forward pass with grad gives log π_θ of every completion token;
+2. from its detached values: truncated sequence weights w̄, ESS, ρ = ESS/B and the VCPO learning
+   rate factor (``policies.offpolicy``); group advantages with the chosen baseline
+   (``policies.advantages``), which may use w̄ (and, for exact OPOB, per-sample gradient norms);
+3. the policy loss with its trust region (``policies.loss``), backward, clip, AdamW step at
+   ``learning_rate · lr_factor``.
+
+Corrections reuse the one forward pass, so a corrected step costs about what a plain GRPO step
+costs (scripts/bench_learner.py measures it). Exact OPOB is the exception: it needs one extra
+backward per sample and says so in its name.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+
+import torch
+
+from policies.advantages import group_advantages
+from policies.loss import LossConfig, LossInputs, policy_loss, sequence_weights
+from policies.offpolicy import ess_fraction, lr_factor
+from policies.policy import Policy, TokenBatch
+
+log = logging.getLogger(__name__)
+
+__all__ = ["TrainSample", "Learner"]
+
+
+@dataclass(frozen=True)
+class TrainSample:
+    """One scored completion, ready for the learner."""
+
+    group: str  # prompt identity (task id): completions with equal groups share a baseline
+    prompt_ids: tuple[int, ...]  # in *this* policy's tokenizer
+    completion_ids: tuple[int, ...]  # in this policy's tokenizer
+    behaviour_logprobs: tuple[float, ...] | None  # per token; None when tokens do not align
+    behaviour_seq_logprob: float  # Σ_t log μ, as reported by whoever sampled it
+    reward: float  # recomputed by this node, never a peer's claim
+    policy_version: int = 0  # version of the behaviour policy
+    local: bool = True  # sampled by this node (vs. received from a peer)
+
+    @property
+    def foreign_tokens(self) -> bool:
+        return self.behaviour_logprobs is None
+
+
+class Learner:
+    def __init__(self, policy: Policy, *, learning_rate: float, weight_decay: float = 0.0,
+                 max_grad_norm: float = 1.0, num_iterations: int = 1, baseline: str = "mean",
+                 scale_rewards: str = "none", lr_rule: str = "sqrt", rho_ref: float = 1.0,
+                 lr_floor: float = 0.0, temperature: float = 1.0, loss: LossConfig = LossConfig()):
+        self.policy = policy
+        self.params = [p for p in policy.model.parameters() if p.requires_grad]
+        if not self.params:
+            raise ValueError("the policy has no trainable parameters")
+        self.optimizer = torch.optim.AdamW(self.params, lr=learning_rate, weight_decay=weight_decay)
+        self.base_lr = learning_rate
+        self.max_grad_norm = max_grad_norm
+        self.num_iterations = num_iterations
+        self.baseline = baseline
+        self.scale_rewards = scale_rewards
+        self.lr_rule = lr_rule
+        self.rho_ref = rho_ref
+        self.lr_floor = lr_floor
+        self.temperature = temperature
+        self.loss_cfg = loss
+        self.version = 0  # number of optimizer updates applied to the policy
+
+    def _batch(self, samples: list[TrainSample]):
+        pad = int(self.policy.tokenizer.pad_token_id)
+        batch = TokenBatch.build([s.prompt_ids for s in samples],
+                                 [s.completion_ids for s in samples], pad)
+        B, T = batch.completion_mask.shape
+        beh = torch.zeros(B, T)
+        for i, s in enumerate(samples):
+            if s.behaviour_logprobs is not None:
+                if len(s.behaviour_logprobs) != len(s.completion_ids):
+                    raise ValueError(f"sample {i}: {len(s.behaviour_logprobs)} log-probs for "
+                                     f"{len(s.completion_ids)} tokens")
+                beh[i, :len(s.behaviour_logprobs)] = torch.tensor(s.behaviour_logprobs)
+        seq_beh = torch.tensor([s.behaviour_seq_logprob for s in samples], dtype=torch.float32)
+        foreign = torch.tensor([s.foreign_tokens for s in samples], dtype=torch.bool)
+        rewards = torch.tensor([s.reward for s in samples], dtype=torch.float32)
+        ids = {g: i for i, g in enumerate(dict.fromkeys(s.group for s in samples))}
+        gids = torch.tensor([ids[s.group] for s in samples], dtype=torch.long)
+        return batch, beh, seq_beh, foreign, rewards, gids
+
+    def _grad_sq_norms(self, batch: TokenBatch) -> torch.Tensor:
+        """‖∇_θ log π(y_i)‖² per sample (exact OPOB): one backward per sample, costly by design."""
+        logp = self.policy.completion_logprobs(batch, self.temperature).sum(-1)  # (B,)
+        out = torch.empty(logp.shape[0])
+        for i in range(logp.shape[0]):
+            grads = torch.autograd.grad(logp[i], self.params, retain_graph=i < logp.shape[0] - 1,
+                                        allow_unused=True)
+            out[i] = sum(float((g.float() ** 2).sum()) for g in grads if g is not None)
+        return out
+
+    def step(self, samples: list[TrainSample]) -> dict[str, float]:
+        """Apply ``num_iterations`` updates from ``samples``; return the step's metrics."""
+        if not samples:
+            raise ValueError("empty batch")
+        batch, beh, seq_beh, foreign, rewards, gids = self._batch(samples)
+        self.policy.model.train()
+        g2 = self._grad_sq_norms(batch) if self.baseline == "opob" else None
+        metrics: dict[str, float] = {}
+        adv = None
+        factor = 1.0
+        for it in range(self.num_iterations):
+            logp = self.policy.completion_logprobs(batch, self.temperature)  # (B, T)
+            if adv is None:
+                # Weights, ESS and advantages come from the first pass: they describe how far the
+                # behaviour policies are from π_θ as this step begins.
+                w = sequence_weights(logp, batch.completion_mask, seq_beh, self.loss_cfg.weight_cap)
+                rho = ess_fraction(w)
+                factor = lr_factor(rho, self.lr_rule, self.rho_ref, self.lr_floor)
+                adv = group_advantages(rewards, gids, self.baseline, self.scale_rewards,
+                                       seq_weights=w, grad_sq_norms=g2)
+                metrics.update(ess=rho * len(samples), rho=rho, lr_factor=factor,
+                               lr=self.base_lr * factor)
+            out = policy_loss(LossInputs(logp=logp, behaviour_logp=beh, behaviour_seq_logp=seq_beh,
+                                         mask=batch.completion_mask, advantages=adv.advantages,
+                                         sample_mask=adv.loss_mask, sequence_level=foreign,
+                                         seq_weights=w),
+                              self.loss_cfg)
+            for group in self.optimizer.param_groups:
+                group["lr"] = self.base_lr * factor
+            self.optimizer.zero_grad(set_to_none=True)
+            out.loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.max_grad_norm)
+            if math.isfinite(float(grad_norm)):
+                self.optimizer.step()
+            else:  # one bad batch must not poison the weights
+                log.warning("non-finite gradient norm at version %d: update skipped", self.version)
+            self.version += 1
+            if it == 0:
+                metrics.update(loss=float(out.loss), grad_norm=float(grad_norm), **out.metrics)
+        metrics.update(
+            reward_mean=float(rewards.mean()),
+            adv_abs_mean=float(adv.advantages.abs().mean()),
+            completion_len=float(batch.completion_mask.sum(-1).mean()),
+            batch_size=float(len(samples)),
+            policy_version=float(self.version),
+        )
+        return metrics

@@ -1,0 +1,124 @@
+"""The off-policy-corrected GRPO policy loss (a pure function of log-probs and advantages).
+
+``policy_loss(inputs, cfg)`` returns the scalar loss and a dict of metrics. The trust region is
+chosen by ``LossConfig``:
+
+- token level (default): r_t = π_θ(y_t)/μ(y_t) against the *behaviour* policy that sampled the
+  token, optionally clamped at δ (prime-rl / INTELLECT-2), then either PPO-clipped asymmetrically
+  to [1−ε, 1+ε_high] (DAPO) or, when ``m2po_tau`` is set, left unclipped with M2PO's
+  second-moment token mask instead.
+- sequence level, and always for rollouts from a peer with another tokenizer: the truncated
+  sequence weight w̄ = min(π_θ(y)/μ(y), c) is a constant factor on A·∇log π_θ(y) (VCPO's truncated
+  importance sampling); token ratios are meaningless there because tokens do not align.
+
+Aggregation (TRL's ``loss_type`` names): ``grpo`` averages tokens per sequence then sequences,
+``dapo`` averages over all tokens of the batch, ``dr_grpo`` divides the token sum by
+B · max_completion_length.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from policies.offpolicy import m2po_mask, sequence_log_weights, token_log_ratios, truncated_weights
+
+__all__ = ["LossConfig", "LossInputs", "LossOutputs", "policy_loss", "sequence_weights"]
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    importance_sampling_level: Literal["token", "sequence"] = "token"
+    epsilon: float = 0.2  # lower PPO clip: r ≥ 1 − ε
+    epsilon_high: float | None = 0.28  # upper PPO clip (DAPO); None = symmetric (uses ε)
+    delta: float | None = None  # clamp on the unclipped ratio before clipping; None = off
+    m2po_tau: float | None = None  # M2PO second-moment bound; replaces PPO clipping when set
+    weight_cap: float = 8.0  # c, truncation of sequence importance weights (VCPO)
+    loss_type: Literal["grpo", "dapo", "dr_grpo"] = "dapo"
+    max_completion_length: int = 32  # only for dr_grpo's constant normaliser
+
+
+@dataclass
+class LossInputs:
+    logp: torch.Tensor  # (B, T) log π_θ of completion tokens, with grad
+    behaviour_logp: torch.Tensor  # (B, T) log μ per token (any value on sequence-level rows)
+    behaviour_seq_logp: torch.Tensor  # (B,) Σ_t log μ as reported by the sampler
+    mask: torch.Tensor  # (B, T) 1.0 on completion tokens
+    advantages: torch.Tensor  # (B,)
+    sample_mask: torch.Tensor  # (B,) bool, False = excluded (MC-GRPO pivot)
+    sequence_level: torch.Tensor  # (B,) bool, True = must use the sequence ratio (foreign tokenizer)
+    seq_weights: torch.Tensor  # (B,) truncated sequence weights w̄, detached (see sequence_weights)
+
+
+@dataclass(frozen=True)
+class LossOutputs:
+    loss: torch.Tensor  # scalar
+    metrics: dict[str, float]
+
+
+def sequence_weights(logp: torch.Tensor, mask: torch.Tensor, behaviour_seq_logp: torch.Tensor,
+                     cap: float) -> torch.Tensor:
+    """w̄_i = min(π_θ(y_i)/μ(y_i), c), detached: the one place sequence weights are computed.
+
+    They feed the ESS learning-rate rule, the OPOB baseline and the sequence-level loss.
+    """
+    return truncated_weights(sequence_log_weights(logp.detach(), mask, behaviour_seq_logp), cap)
+
+
+def policy_loss(inputs: LossInputs, cfg: LossConfig) -> LossOutputs:
+    x = inputs
+    mask = x.mask * x.sample_mask.to(x.mask.dtype).unsqueeze(-1)  # (B, T)
+    adv = x.advantages.to(x.logp.dtype).unsqueeze(-1)  # (B, 1)
+    seq_rows = x.sequence_level.clone()
+    if cfg.importance_sampling_level == "sequence":
+        seq_rows[:] = True
+    seq_f = seq_rows.to(x.logp.dtype).unsqueeze(-1)  # (B, 1)
+
+    w = x.seq_weights  # (B,)
+    # Token level: PPO / clamp / M2PO on r_t against the behaviour policy.
+    log_r = token_log_ratios(x.logp, x.behaviour_logp, x.mask) * (1 - seq_f)  # (B, T)
+    ratio = torch.exp(log_r)
+    unclipped = ratio if cfg.delta is None else torch.clamp(ratio, max=cfg.delta)
+    token_mask = mask * (1 - seq_f)
+    if cfg.m2po_tau is not None:
+        kept = m2po_mask(log_r, token_mask, cfg.m2po_tau)
+        m2po_dropped = float((token_mask - kept).sum() / token_mask.sum().clamp(min=1))
+        token_mask = kept
+        token_obj = unclipped * adv
+        clipped_frac = 0.0
+    else:
+        eps_hi = cfg.epsilon if cfg.epsilon_high is None else cfg.epsilon_high
+        clipped = torch.clamp(ratio, 1 - cfg.epsilon, 1 + eps_hi)
+        token_obj = torch.minimum(unclipped * adv, clipped * adv)
+        was_clipped = (clipped * adv < unclipped * adv).to(mask.dtype) * token_mask
+        clipped_frac = float(was_clipped.sum() / token_mask.sum().clamp(min=1))
+        m2po_dropped = 0.0
+
+    # Sequence level: w̄ · A · ∇log π_θ(y_t), written so the value is w̄·A and the gradient flows
+    # through log π_θ only.
+    seq_obj = w.unsqueeze(-1) * torch.exp(x.logp - x.logp.detach()) * adv
+
+    per_token = -(token_obj * token_mask + seq_obj * mask * seq_f)  # (B, T)
+    used = token_mask + mask * seq_f  # (B, T) tokens that carry gradient
+    if cfg.loss_type == "dapo":
+        loss = per_token.sum() / used.sum().clamp(min=1)
+    elif cfg.loss_type == "grpo":
+        per_seq = per_token.sum(-1) / used.sum(-1).clamp(min=1)
+        n_seq = (used.sum(-1) > 0).sum().clamp(min=1)
+        loss = per_seq.sum() / n_seq
+    elif cfg.loss_type == "dr_grpo":
+        loss = per_token.sum() / (x.logp.shape[0] * cfg.max_completion_length)
+    else:
+        raise ValueError(f"unknown loss_type {cfg.loss_type!r}; choose grpo, dapo or dr_grpo")
+
+    live = x.mask.sum() > 0
+    metrics = {
+        "clip_frac": clipped_frac,
+        "m2po_masked_frac": m2po_dropped,
+        "ratio_mean": float((ratio.detach() * x.mask).sum() / x.mask.sum()) if live else 1.0,
+        "weight_mean": float(w.mean()) if w.numel() else 0.0,
+        "seq_level_frac": float(seq_rows.float().mean()) if seq_rows.numel() else 0.0,
+    }
+    return LossOutputs(loss=loss, metrics=metrics)

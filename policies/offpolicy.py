@@ -1,0 +1,133 @@
+"""Off-policy correction maths: importance ratios, truncated sequence weights, ESS, LR scaling.
+
+Pure tensor functions with no model, optimizer or I/O, so each formula can be checked with
+hand-computed numbers (tests/policies/test_offpolicy.py). Notation follows docs/algorithm.md:
+π_θ is the policy being trained, μ the behaviour policy that sampled the rollout (an older
+version of this node, or a peer).
+
+Shapes: B completions in the batch, T completion tokens (right-padded), ``mask`` is 1.0 on real
+completion tokens and 0.0 on padding.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import torch
+
+LrRule = Literal["none", "sqrt", "linear"]
+
+__all__ = [
+    "LrRule",
+    "token_log_ratios",
+    "sequence_log_weights",
+    "truncated_weights",
+    "effective_sample_size",
+    "ess_fraction",
+    "lr_factor",
+    "m2po_mask",
+]
+
+
+def token_log_ratios(
+    logp: torch.Tensor,  # (B, T) log π_θ(y_t | x, y_<t)
+    behaviour_logp: torch.Tensor,  # (B, T) log μ(y_t | x, y_<t)
+    mask: torch.Tensor,  # (B, T)
+) -> torch.Tensor:  # (B, T)
+    """log r_t = log π_θ − log μ on real tokens, 0 on padding (so exp gives ratio 1 there)."""
+    return (logp - behaviour_logp) * mask
+
+
+def sequence_log_weights(
+    logp: torch.Tensor,  # (B, T)
+    mask: torch.Tensor,  # (B, T)
+    behaviour_seq_logp: torch.Tensor,  # (B,) Σ_t log μ(y_t | ...), as reported with the rollout
+) -> torch.Tensor:  # (B,)
+    """log w = Σ_t log π_θ(y_t) − log μ(y).
+
+    Taking μ's *sequence* log-prob (not per-token values) lets the same formula cover rollouts
+    from a peer with another tokenizer: their token log-probs do not align with ours, but both
+    sums are log-probabilities of the same string (assuming canonical tokenization).
+    """
+    return (logp * mask).sum(dim=-1) - behaviour_seq_logp
+
+
+def truncated_weights(log_w: torch.Tensor, cap: float) -> torch.Tensor:
+    """w̄ = min(exp(log w), c): truncated importance sampling (VCPO uses c = 8).
+
+    Clamping in log space first avoids overflow to inf for very stale rollouts.
+    """
+    if cap <= 0:
+        raise ValueError(f"truncation cap must be > 0, got {cap}")
+    return torch.exp(torch.clamp(log_w, max=math.log(cap)))
+
+
+def effective_sample_size(w: torch.Tensor) -> float:
+    """ESS = (Σ w)² / Σ w²; 0 for an empty or all-zero batch."""
+    w = w.detach().double()
+    denom = float((w * w).sum())
+    if denom == 0.0:
+        return 0.0
+    return float(w.sum()) ** 2 / denom
+
+
+def ess_fraction(w: torch.Tensor) -> float:
+    """ρ = ESS / B ∈ (0, 1]: 1 when all weights are equal, 1/B when one sample carries all."""
+    if w.numel() == 0:
+        return 0.0
+    return effective_sample_size(w) / w.numel()
+
+
+def lr_factor(rho: float, rule: LrRule = "sqrt", rho_ref: float = 1.0, floor: float = 0.0) -> float:
+    """The factor VCPO applies to the base learning rate for a batch with ESS fraction ρ.
+
+    sqrt:   sqrt(min(1, ρ / ρ_ref))     linear: min(1, ρ / ρ_ref)     none: 1
+    The result is never below ``floor`` so a pathological batch slows learning but never
+    freezes it when the user asks for that.
+    """
+    if rho_ref <= 0:
+        raise ValueError(f"rho_ref must be > 0, got {rho_ref}")
+    if not 0.0 <= floor <= 1.0:
+        raise ValueError(f"lr floor must be in [0, 1], got {floor}")
+    x = min(1.0, max(0.0, rho) / rho_ref)
+    if rule == "sqrt":
+        f = math.sqrt(x)
+    elif rule == "linear":
+        f = x
+    elif rule == "none":
+        f = 1.0
+    else:
+        raise ValueError(f"unknown lr rule {rule!r}; choose 'sqrt', 'linear' or 'none'")
+    return max(floor, f)
+
+
+def m2po_mask(
+    log_ratio: torch.Tensor,  # (B, T)
+    mask: torch.Tensor,  # (B, T)
+    tau: float,
+) -> torch.Tensor:  # (B, T)
+    """M2PO's second-moment trust region: drop the tokens with the largest (log r_t)² until the
+    mean of (log r_t)² over the kept tokens is ≤ τ. Returns the reduced mask.
+
+    Unlike PPO clipping this keeps every token whose ratio is moderate, however stale the data,
+    and removes only the outliers that drive the variance.
+    """
+    if tau < 0:
+        raise ValueError(f"m2po tau must be >= 0, got {tau}")
+    m2 = (log_ratio.detach() ** 2).flatten()
+    live = mask.flatten() > 0
+    vals = m2[live]
+    n = vals.numel()
+    if n == 0 or float(vals.mean()) <= tau:
+        return mask
+    # Keep the k smallest values for the largest k whose mean is ≤ τ (prefix means of the
+    # ascending sort are non-decreasing, so a cumulative sum finds k at once).
+    sorted_vals, order = torch.sort(vals)
+    prefix_mean = torch.cumsum(sorted_vals, 0) / torch.arange(1, n + 1, dtype=vals.dtype)
+    k = int((prefix_mean <= tau).sum())
+    keep_live = torch.zeros(n, dtype=torch.bool)
+    keep_live[order[:k]] = True
+    keep = torch.zeros_like(live)
+    keep[live.nonzero(as_tuple=True)[0]] = keep_live
+    return (keep.view_as(mask)).to(mask.dtype)

@@ -1,0 +1,226 @@
+"""A node's policy: any Hugging Face causal LM plus its tokenizer.
+
+``Policy.load`` takes a hub id or a local path (``AutoModelForCausalLM`` + ``AutoTokenizer``),
+optionally wrapping the model in a LoRA adapter (``peft``). ``generate`` samples G completions per
+prompt and returns, for each, the token ids, the text and the behaviour log-prob of every sampled
+token; ``completion_logprobs`` recomputes those log-probs in one batched forward pass for the
+learner. Both use the same temperature-scaled distribution, so for an unchanged policy the two
+agree (to ~1e-6 on CPU float32; tests/policies/test_policy.py checks 1e-4).
+
+Top-p / top-k truncation is *not* reflected in the log-probs (as in TRL): the learner's π_θ and
+the reported μ are both the temperature-scaled full softmax, which keeps the ratio consistent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from policies.errors import PolicyError
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Completion", "SamplingParams", "TokenBatch", "Policy", "tokenizer_fingerprint"]
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    max_new_tokens: int = 16
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0 = off
+
+
+@dataclass(frozen=True)
+class Completion:
+    prompt_ids: tuple[int, ...]
+    completion_ids: tuple[int, ...]  # up to and including EOS when it was sampled
+    text: str  # decoded completion, special tokens skipped
+    logprobs: tuple[float, ...]  # behaviour log-prob of each completion token
+    truncated: bool  # hit max_new_tokens without sampling EOS
+
+    @property
+    def seq_logprob(self) -> float:
+        return float(sum(self.logprobs))
+
+
+@dataclass
+class TokenBatch:
+    """Prompt + completion rows laid out for one forward pass.
+
+    Row i is ``[pad … pad, prompt, completion, pad … pad]``: prompts left-padded to P tokens so
+    every completion starts at column P, completions right-padded to T tokens.
+    """
+
+    input_ids: torch.Tensor  # (B, P + T)
+    attention_mask: torch.Tensor  # (B, P + T)
+    completion_mask: torch.Tensor  # (B, T) float
+    prompt_len: int  # P
+
+    @classmethod
+    def build(cls, prompts: list[tuple[int, ...]], completions: list[tuple[int, ...]],
+              pad_id: int) -> "TokenBatch":
+        if len(prompts) != len(completions) or not prompts:
+            raise ValueError("need one prompt per completion and at least one row")
+        P = max(len(p) for p in prompts)
+        T = max(1, max(len(c) for c in completions))
+        B = len(prompts)
+        ids = torch.full((B, P + T), pad_id, dtype=torch.long)
+        att = torch.zeros((B, P + T), dtype=torch.long)
+        cmask = torch.zeros((B, T), dtype=torch.float32)
+        for i, (p, c) in enumerate(zip(prompts, completions)):
+            ids[i, P - len(p):P] = torch.tensor(p, dtype=torch.long)
+            att[i, P - len(p):P] = 1
+            if c:
+                ids[i, P:P + len(c)] = torch.tensor(c, dtype=torch.long)
+                att[i, P:P + len(c)] = 1
+                cmask[i, :len(c)] = 1.0
+        return cls(ids, att, cmask, P)
+
+
+def tokenizer_fingerprint(tokenizer) -> str:
+    """sha256 over the vocabulary and special tokens: equal fingerprints ⇒ token ids transfer."""
+    vocab = sorted(tokenizer.get_vocab().items())
+    special = sorted(str(t) for t in tokenizer.all_special_tokens)
+    blob = json.dumps([vocab, special], ensure_ascii=False).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+class Policy:
+    """Owns a causal LM and its tokenizer; generation and log-prob recompute share one scaling."""
+
+    def __init__(self, model, tokenizer, name: str):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.name = name
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        tokenizer.padding_side = "left"  # generation needs prompts flush against completions
+        self.tokenizer_fingerprint = tokenizer_fingerprint(tokenizer)
+        cfg = model.config.to_dict() if hasattr(model.config, "to_dict") else {}
+        cfg_blob = json.dumps({k: cfg[k] for k in sorted(cfg) if not k.startswith("_")},
+                              sort_keys=True, default=str)
+        self.model_fingerprint = hashlib.sha256(cfg_blob.encode()).hexdigest()[:16]
+
+    @classmethod
+    def load(cls, name_or_path: str | Path, *, dtype: str = "float32", device: str = "cpu",
+             lora_rank: int = 0, lora_alpha: int = 16, seed: int | None = None) -> "Policy":
+        """Load from a hub id or local directory; ``lora_rank > 0`` trains a LoRA adapter only."""
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        torch_dtype = getattr(torch, dtype, None)
+        if not isinstance(torch_dtype, torch.dtype):
+            raise PolicyError(f"unknown dtype {dtype!r}; use float32, bfloat16 or float16")
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(str(name_or_path))
+            model = AutoModelForCausalLM.from_pretrained(str(name_or_path), dtype=torch_dtype)
+        except OSError as e:
+            raise PolicyError(f"cannot load model {name_or_path!r}: {e}") from e
+        model.to(device)
+        if lora_rank > 0:
+            try:
+                from peft import LoraConfig, get_peft_model
+            except ImportError as e:
+                raise PolicyError("LoRA needs peft: pip install 'swarm-node[lora]'") from e
+            if seed is not None:
+                torch.manual_seed(seed)  # the adapter's init is random: make it reproducible
+            model = get_peft_model(model, LoraConfig(r=lora_rank, lora_alpha=lora_alpha,
+                                                     target_modules="all-linear"))
+        return cls(model, tokenizer, str(name_or_path))
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def eos_token_id(self) -> int:
+        return int(self.tokenizer.eos_token_id)
+
+    def encode_prompts(self, prompts: list[str]) -> list[tuple[int, ...]]:
+        enc = self.tokenizer(prompts, add_special_tokens=False)["input_ids"]
+        return [tuple(ids) for ids in enc]
+
+    def encode_completion(self, text: str) -> tuple[int, ...]:
+        """Tokenize a (peer's) completion text for this policy, EOS appended as sampling would."""
+        return tuple(self.tokenizer(text, add_special_tokens=False)["input_ids"]) + (self.eos_token_id,)
+
+    @torch.no_grad()
+    def generate(self, prompts: list[str], num_generations: int,
+                 params: SamplingParams = SamplingParams()) -> list[list[Completion]]:
+        """Sample ``num_generations`` completions for each prompt: result[i][g]."""
+        if num_generations < 1:
+            raise ValueError("num_generations must be >= 1")
+        prompt_ids = self.encode_prompts(prompts)
+        rows = [p for p in prompt_ids for _ in range(num_generations)]
+        pad = int(self.tokenizer.pad_token_id)
+        batch = TokenBatch.build(rows, [()] * len(rows), pad)
+        P = batch.prompt_len
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            out = self.model.generate(
+                input_ids=batch.input_ids[:, :P].to(self.device),
+                attention_mask=batch.attention_mask[:, :P].to(self.device),
+                do_sample=True,
+                temperature=params.temperature,
+                top_p=params.top_p,
+                top_k=params.top_k,
+                max_new_tokens=params.max_new_tokens,
+                eos_token_id=self.eos_token_id,
+                pad_token_id=pad,
+                output_logits=True,
+                return_dict_in_generate=True,
+            )
+        finally:
+            self.model.train(was_training)
+        new = out.sequences[:, P:].cpu()  # (B, T)
+        # output_logits are the raw logits: apply the same temperature the trainer applies.
+        logits = torch.stack(out.logits, dim=1).float().cpu()  # (B, T, V)
+        logp = F.log_softmax(logits / params.temperature, dim=-1)
+        tok_logp = logp.gather(-1, new.unsqueeze(-1)).squeeze(-1)  # (B, T)
+        is_eos = new == self.eos_token_id
+        result: list[list[Completion]] = []
+        for i, p in enumerate(rows):
+            eos_pos = is_eos[i].nonzero()
+            n = int(eos_pos[0]) + 1 if eos_pos.numel() else new.shape[1]
+            ids = tuple(int(t) for t in new[i, :n])
+            comp = Completion(
+                prompt_ids=p,
+                completion_ids=ids,
+                text=self.tokenizer.decode(ids, skip_special_tokens=True),
+                logprobs=tuple(float(v) for v in tok_logp[i, :n]),
+                truncated=not eos_pos.numel(),
+            )
+            if i % num_generations == 0:
+                result.append([])
+            result[-1].append(comp)
+        return result
+
+    def completion_logprobs(self, batch: TokenBatch, temperature: float = 1.0) -> torch.Tensor:
+        """log π(y_t | x, y_<t) for every completion column, (B, T); 0 on padding.
+
+        Runs with grad when the caller is training. Position ids are derived from the attention
+        mask so left padding does not shift positions (``generate`` does the same).
+        """
+        ids = batch.input_ids.to(self.device)
+        att = batch.attention_mask.to(self.device)
+        pos = (att.cumsum(-1) - 1).clamp(min=0)
+        P = batch.prompt_len
+        logits = self.model(input_ids=ids, attention_mask=att, position_ids=pos).logits
+        # logits at column j predict token j+1: completion tokens P..P+T-1 come from P-1..P+T-2.
+        logits = logits[:, P - 1:-1].float() / temperature  # (B, T, V)
+        targets = ids[:, P:]  # (B, T)
+        logp = torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+        return logp * batch.completion_mask.to(logp.device)
+
+    def save(self, path: str | Path) -> None:
+        """Write a Hugging Face checkpoint (safetensors) that ``Policy.load`` reads back."""
+        model = self.model.merge_and_unload() if hasattr(self.model, "merge_and_unload") else self.model
+        model.save_pretrained(str(path), safe_serialization=True)
+        self.tokenizer.save_pretrained(str(path))

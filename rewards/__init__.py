@@ -1,0 +1,61 @@
+"""Verifiable rewards: procedural tasks that any node regenerates from an id, and scoring.
+
+Concept -> file:
+
+errors.py                  TaskError (root, a SwarmError), UnknownTaskFamily, InvalidTaskId,
+                           InvalidRewardConfig
+task.py                    TaskId ('family:seed:difficulty', parse, rng), Task (question, answer,
+                           prompt); PROMPT_TEMPLATE; limits ALPHABET, MAX_QUESTION_CHARS,
+                           MAX_ANSWER_CHARS, MAX_SEED
+families/family.py         Family: name, max_difficulty, generate(rng, difficulty), normalize
+families/normalize.py      shared answer canonicalization helpers
+families/arithmetic.py     'arithmetic'  '12+7=' -> '19'
+families/lists.py          'lists'       'sort 3 1 2' -> '1 2 3'
+families/base_conversion.py 'base'       '13 to base 2' -> '1101'
+families/boolean.py        'boolean'     'not t or f' -> 'f'
+families/counting.py       'counting'    'count a in abca' -> '2'
+registry.py                FAMILIES, all_families, get_family, make_task, sample_task_ids
+answer.py                  answer format <answer>X</answer>: format_answer, extract_answer,
+                           is_well_formed
+scoring.py                 Reward, RewardConfig, score, score_batch
+corpus.py                  supervised_examples (warm start), tokenizer_corpus (BPE training)
+"""
+
+from rewards.answer import (
+    ANSWER_CLOSE,
+    ANSWER_OPEN,
+    extract_answer,
+    format_answer,
+    is_well_formed,
+)
+from rewards.corpus import supervised_examples, tokenizer_corpus
+from rewards.errors import InvalidRewardConfig, InvalidTaskId, TaskError, UnknownTaskFamily
+from rewards.registry import FAMILIES, all_families, get_family, make_task, sample_task_ids
+from rewards.scoring import Reward, RewardConfig, score, score_batch
+from rewards.task import PROMPT_TEMPLATE, Task, TaskId
+
+__all__ = [
+    "ANSWER_CLOSE",
+    "ANSWER_OPEN",
+    "FAMILIES",
+    "PROMPT_TEMPLATE",
+    "InvalidRewardConfig",
+    "InvalidTaskId",
+    "Reward",
+    "RewardConfig",
+    "Task",
+    "TaskError",
+    "TaskId",
+    "UnknownTaskFamily",
+    "all_families",
+    "extract_answer",
+    "format_answer",
+    "get_family",
+    "is_well_formed",
+    "make_task",
+    "sample_task_ids",
+    "score",
+    "score_batch",
+    "supervised_examples",
+    "tokenizer_corpus",
+]

@@ -1,0 +1,102 @@
+"""Registry of task families: id -> ``Task`` regeneration and random task-id sampling.
+
+This is the one entry point nodes use to turn a peer's task id into a question and its
+ground truth; it validates the id against the known families before generating.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Sequence
+
+from rewards.errors import InvalidTaskId, TaskError, UnknownTaskFamily
+from rewards.families import arithmetic, base_conversion, boolean, counting, lists
+from rewards.families.family import Family
+from rewards.task import MAX_SEED, Task, TaskId
+
+__all__ = ["FAMILIES", "all_families", "get_family", "make_task", "sample_task_ids"]
+
+logger = logging.getLogger(__name__)
+
+# Insertion order is the canonical family order (sampling and corpora iterate it).
+FAMILIES: dict[str, Family] = {
+    family.name: family
+    for family in (
+        arithmetic.FAMILY,
+        lists.FAMILY,
+        base_conversion.FAMILY,
+        boolean.FAMILY,
+        counting.FAMILY,
+    )
+}
+
+
+def all_families() -> list[str]:
+    """Names of every registered family, in canonical order."""
+    return list(FAMILIES)
+
+
+def get_family(name: str) -> Family:
+    """The family called ``name``; ``UnknownTaskFamily`` names the valid choices otherwise."""
+    family = FAMILIES.get(name) if isinstance(name, str) else None
+    if family is None:
+        raise UnknownTaskFamily(name, FAMILIES)
+    return family
+
+
+def make_task(task_id: TaskId | str) -> Task:
+    """Regenerate the task ``task_id`` names (a ``TaskId`` or its ``"family:seed:difficulty"``).
+
+    Deterministic: the same id yields the same question and answer on every node.
+    """
+    if isinstance(task_id, str):
+        task_id = TaskId.parse(task_id)
+    elif not isinstance(task_id, TaskId):
+        raise TypeError(f"task_id must be a TaskId or str, got {type(task_id).__name__}")
+    family = get_family(task_id.family)
+    question, answer = family.generate(task_id.rng(), task_id.difficulty)
+    return Task(id=task_id, question=question, answer=answer)
+
+
+def sample_task_ids(
+    rng: random.Random,
+    n: int,
+    families: Sequence[str] | None = None,
+    difficulties: Sequence[int] = (1, 2),
+) -> list[TaskId]:
+    """``n`` task ids with family and difficulty drawn uniformly from the given choices.
+
+    Seeds are fresh 63-bit draws from ``rng``, so ids are reproducible from ``rng``'s state.
+    Repeating a family or difficulty in the sequences weights it more.
+    """
+    if type(n) is not int or n < 0:
+        raise TaskError(f"n must be a non-negative int, got {n!r}")
+    names = all_families() if families is None else _checked_families(families)
+    levels = _checked_difficulties(difficulties, [FAMILIES[name] for name in names])
+    ids = [
+        TaskId(rng.choice(names), rng.randint(0, MAX_SEED), rng.choice(levels)) for _ in range(n)
+    ]
+    logger.debug("sampled %d task ids over %s at difficulties %s", n, names, levels)
+    return ids
+
+
+def _checked_families(families: Sequence[str]) -> list[str]:
+    # A bare str is a Sequence[str] of characters; refuse it rather than sample 'a', 'r', ...
+    if isinstance(families, str) or not isinstance(families, Sequence):
+        raise TaskError(f"families must be a sequence of family names, got {families!r}")
+    if not families:
+        raise TaskError(f"families must not be empty; choose from {', '.join(FAMILIES)}")
+    return [get_family(name).name for name in families]
+
+
+def _checked_difficulties(difficulties: Sequence[int], families: list[Family]) -> list[int]:
+    if not isinstance(difficulties, Sequence) or isinstance(difficulties, str):
+        raise TaskError(f"difficulties must be a sequence of ints, got {difficulties!r}")
+    if not difficulties:
+        raise TaskError("difficulties must not be empty")
+    for level in difficulties:
+        # Every sampled family must support every sampled difficulty.
+        for family in families:
+            family.check_difficulty(level)
+    return list(difficulties)

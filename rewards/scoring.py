@@ -1,0 +1,75 @@
+"""Verifiable rewards: score a completion against a task's regenerated ground truth.
+
+Reward = correctness (1 if the extracted answer matches after the family's normalization)
++ format (``format_weight`` if the completion is exactly one answer block). The format term
+is small so that it shapes early training without ever outweighing a correct answer.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rewards.answer import extract_answer, is_well_formed
+from rewards.errors import InvalidRewardConfig, TaskError
+from rewards.registry import get_family
+from rewards.task import Task
+
+__all__ = ["Reward", "RewardConfig", "score", "score_batch"]
+
+
+@dataclass(frozen=True)
+class Reward:
+    """The two reward terms of one completion."""
+
+    correctness: float
+    format: float
+
+    @property
+    def total(self) -> float:
+        return self.correctness + self.format
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    """Reward shaping: ``format_weight`` (finite, >= 0) is the bonus for a well-formed answer."""
+
+    format_weight: float = 0.1
+
+    def __post_init__(self) -> None:
+        weight = self.format_weight
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)):
+            raise InvalidRewardConfig(f"format_weight must be a number, got {weight!r}")
+        if not math.isfinite(weight) or weight < 0:
+            raise InvalidRewardConfig(
+                f"format_weight must be a finite number >= 0, got {weight!r}"
+            )
+
+
+_DEFAULT_CONFIG = RewardConfig()
+
+
+def score(task: Task, completion: str, cfg: RewardConfig = _DEFAULT_CONFIG) -> Reward:
+    """Reward of ``completion`` (the model's text after the prompt) for ``task``."""
+    family = get_family(task.id.family)
+    extracted = extract_answer(completion)
+    correct = extracted is not None and family.normalize(extracted) == family.normalize(
+        task.answer
+    )
+    return Reward(
+        correctness=1.0 if correct else 0.0,
+        format=float(cfg.format_weight) if is_well_formed(completion) else 0.0,
+    )
+
+
+def score_batch(
+    tasks: Sequence[Task], completions: Sequence[str], cfg: RewardConfig = _DEFAULT_CONFIG
+) -> list[Reward]:
+    """``score`` over paired sequences of equal length."""
+    if len(tasks) != len(completions):
+        raise TaskError(
+            f"score_batch needs one completion per task: got {len(tasks)} tasks"
+            f" and {len(completions)} completions"
+        )
+    return [score(task, completion, cfg) for task, completion in zip(tasks, completions)]

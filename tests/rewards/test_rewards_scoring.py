@@ -1,0 +1,92 @@
+"""Rewards: correctness through each family's normalizer, format bonus, config validation."""
+
+import math
+
+import pytest
+
+from rewards.answer import format_answer
+from rewards.errors import InvalidRewardConfig, TaskError
+from rewards.registry import make_task
+from rewards.scoring import Reward, RewardConfig, score, score_batch
+from rewards.task import Task, TaskId
+
+
+def task(family, question, answer):
+    return Task(TaskId(family, 0, 1), question, answer)
+
+
+def test_reward_total():
+    assert Reward(1.0, 0.1).total == pytest.approx(1.1)
+    assert Reward(0.0, 0.0).total == 0.0
+
+
+def test_correct_and_well_formed():
+    t = make_task("arithmetic:3:2")
+    reward = score(t, format_answer(t.answer))
+    assert reward == Reward(correctness=1.0, format=0.1)
+    assert reward.total == pytest.approx(1.1)
+
+
+def test_every_family_accepts_its_ground_truth():
+    for family in ("arithmetic", "lists", "base", "boolean", "counting"):
+        for level in range(1, 6):
+            t = make_task(TaskId(family, 11, level))
+            assert score(t, format_answer(t.answer)).correctness == 1.0
+
+
+def test_wrong_answer_keeps_format_reward():
+    t = task("arithmetic", "3+5=", "8")
+    assert score(t, "<answer>9</answer>") == Reward(0.0, 0.1)
+
+
+def test_correct_but_malformed_gets_no_format_reward():
+    t = task("arithmetic", "3+5=", "8")
+    assert score(t, "so <answer>8</answer> done") == Reward(1.0, 0.0)
+    assert score(t, "<answer>8</answer><answer>9</answer>") == Reward(1.0, 0.0)
+
+
+@pytest.mark.parametrize("completion", ["8", "", "<answer>8", "<answer></answer>", "\ud800"])
+def test_nothing_extractable(completion):
+    assert score(task("arithmetic", "3+5=", "8"), completion).correctness == 0.0
+
+
+@pytest.mark.parametrize("word", ["t", "true", "TRUE", "1", " True "])
+def test_boolean_normalization(word):
+    assert score(task("boolean", "not f", "t"), format_answer(word)).correctness == 1.0
+    assert score(task("boolean", "not t", "f"), format_answer(word)).correctness == 0.0
+
+
+@pytest.mark.parametrize("given", ["1 2 3", "1  2  3", "1,2,3", "1, 2, 3", "[1, 2, 3]"])
+def test_list_spacing_normalization(given):
+    assert score(task("lists", "sort 3 1 2", "1 2 3"), format_answer(given)).correctness == 1.0
+
+
+def test_base_leading_zeros_and_case():
+    t = task("base", "255 to base 16", "ff")
+    assert score(t, format_answer("FF")).correctness == 1.0
+    assert score(t, format_answer("0ff")).correctness == 1.0
+
+
+def test_custom_format_weight():
+    t = task("arithmetic", "3+5=", "8")
+    assert score(t, format_answer("8"), RewardConfig(format_weight=0.0)) == Reward(1.0, 0.0)
+    assert score(t, format_answer("8"), RewardConfig(format_weight=0.5)).format == 0.5
+
+
+@pytest.mark.parametrize("weight", [-0.1, math.nan, math.inf, "0.1", None, True])
+def test_reward_config_validation(weight):
+    with pytest.raises(InvalidRewardConfig) as info:
+        RewardConfig(format_weight=weight)
+    assert repr(weight) in str(info.value)
+
+
+def test_score_batch():
+    tasks = [task("arithmetic", "3+5=", "8"), task("boolean", "not f", "t")]
+    rewards = score_batch(tasks, ["<answer>8</answer>", "x"], RewardConfig())
+    assert rewards == [Reward(1.0, 0.1), Reward(0.0, 0.0)]
+    assert score_batch([], []) == []
+
+
+def test_score_batch_length_mismatch():
+    with pytest.raises(TaskError, match="2 tasks and 1 completions"):
+        score_batch([task("arithmetic", "3+5=", "8")] * 2, ["8"])
