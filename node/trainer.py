@@ -142,7 +142,7 @@ class TrainingNode:
         if cfg.run.resume:
             found = await asyncio.to_thread(load_latest, ckpt_root)
             if found is None:
-                log.warning("--run.resume: no checkpoint in %s, starting from step 0", ckpt_root)
+                log.info("no checkpoint in %s yet: starting from step 0", ckpt_root)
             else:
                 state, path = found
                 cls._restore(policy, learner, state)
@@ -198,6 +198,7 @@ class TrainingNode:
             "gen_time": t_gen,
             "step_time": t_all,
             **learn,
+            "policy_version": self.learner.version,
         }
 
     # -- the loop ---------------------------------------------------------------------------

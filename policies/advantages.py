@@ -97,7 +97,7 @@ def group_advantages(
         if pivot is not None:
             loss_mask[idx[pivot]] = False
         if scale_rewards == "group":
-            scale[idx] = (rg.std(unbiased=True) if idx.numel() > 1 else torch.tensor(0.0)) + eps
+            scale[idx] = (float(rg.std(unbiased=True)) if idx.numel() > 1 else 0.0) + eps
     if scale_rewards == "batch":
         scale[:] = (r.std(unbiased=True) if B > 1 else 0.0) + eps
     adv = (r - base) / scale

@@ -139,7 +139,7 @@ class Learner:
                 log.warning("non-finite gradient norm at version %d: update skipped", self.version)
             self.version += 1
             if it == 0:
-                metrics.update(loss=float(out.loss), grad_norm=float(grad_norm), **out.metrics)
+                metrics.update(loss=float(out.loss.detach()), grad_norm=float(grad_norm), **out.metrics)
         metrics.update(
             reward_mean=float(rewards.mean()),
             adv_abs_mean=float(adv.advantages.abs().mean()),

@@ -27,6 +27,8 @@ from policies.offpolicy import m2po_mask, sequence_log_weights, token_log_ratios
 
 __all__ = ["LossConfig", "LossInputs", "LossOutputs", "policy_loss", "sequence_weights"]
 
+_MAX_LOG_RATIO = 80.0  # e^80 ≈ 5.5e34 < float32 max ≈ 3.4e38
+
 
 @dataclass(frozen=True)
 class LossConfig:
@@ -79,7 +81,10 @@ def policy_loss(inputs: LossInputs, cfg: LossConfig) -> LossOutputs:
     w = x.seq_weights  # (B,)
     # Token level: PPO / clamp / M2PO on r_t against the behaviour policy.
     log_r = token_log_ratios(x.logp, x.behaviour_logp, x.mask) * (1 - seq_f)  # (B, T)
-    ratio = torch.exp(log_r)
+    # Bound log r before exp: a ratio above e^88 is inf in float32, and inf·0 (a token M2PO drops,
+    # a saturated δ clamp or PPO clip) makes the loss and every gradient NaN. Values and gradients
+    # are unchanged for any log r ≤ _MAX_LOG_RATIO.
+    ratio = torch.exp(torch.clamp(log_r, max=_MAX_LOG_RATIO))
     unclipped = ratio if cfg.delta is None else torch.clamp(ratio, max=cfg.delta)
     token_mask = mask * (1 - seq_f)
     if cfg.m2po_tau is not None:

@@ -13,6 +13,7 @@ the reported μ are both the temperature-scaled full softmax, which keeps the ra
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import logging
@@ -117,10 +118,19 @@ class Policy:
         torch_dtype = getattr(torch, dtype, None)
         if not isinstance(torch_dtype, torch.dtype):
             raise PolicyError(f"unknown dtype {dtype!r}; use float32, bfloat16 or float16")
+        name = str(name_or_path)
+        local = Path(name).expanduser()
+        if not local.exists() and (isinstance(name_or_path, Path) or name.startswith(("/", ".", "~"))
+                                   or name.count("/") > 1):
+            # Clearly a path, not a hub id: say so instead of the hub's "Repo id must be..." error.
+            raise PolicyError(f"cannot load model {name!r}: no such directory (expected a local "
+                              f"Hugging Face checkpoint directory or a hub id like 'org/name')")
+        if local.is_dir():
+            name = str(local)
         try:
-            tokenizer = AutoTokenizer.from_pretrained(str(name_or_path))
-            model = AutoModelForCausalLM.from_pretrained(str(name_or_path), dtype=torch_dtype)
-        except OSError as e:
+            tokenizer = AutoTokenizer.from_pretrained(name)
+            model = AutoModelForCausalLM.from_pretrained(name, dtype=torch_dtype)
+        except (OSError, ValueError) as e:  # missing files, bad repo id, no loadable tokenizer
             raise PolicyError(f"cannot load model {name_or_path!r}: {e}") from e
         model.to(device)
         if lora_rank > 0:
@@ -221,6 +231,10 @@ class Policy:
 
     def save(self, path: str | Path) -> None:
         """Write a Hugging Face checkpoint (safetensors) that ``Policy.load`` reads back."""
-        model = self.model.merge_and_unload() if hasattr(self.model, "merge_and_unload") else self.model
+        model = self.model
+        if hasattr(model, "merge_and_unload"):
+            # merge_and_unload rewrites the model in place (adapters folded into the base weights
+            # and removed): merge a copy so the live policy stays a trainable peft model.
+            model = copy.deepcopy(model).merge_and_unload()
         model.save_pretrained(str(path), safe_serialization=True)
         self.tokenizer.save_pretrained(str(path))

@@ -1,0 +1,34 @@
+# Two commands on a fresh machine:
+#   make demo   train the embedded default (small local model, built once) and print the summary
+#   make test   run the whole test suite
+# Both create .venv and install what they need. torch is installed first, pinned, so pip never
+# pulls a multi-GB CUDA build to satisfy the project's range (override: make TORCH=torch==X test).
+
+PYTHON ?= python3
+VENV ?= .venv
+TORCH ?= torch==2.13.0
+PY := $(VENV)/bin/python
+PIP_QUIET ?= -q
+
+.PHONY: demo test test-fast install clean
+
+$(VENV)/.installed: pyproject.toml Makefile
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install $(PIP_QUIET) --upgrade pip
+	$(PY) -m pip install $(PIP_QUIET) "$(TORCH)"
+	$(PY) -m pip install $(PIP_QUIET) -e ".[dev]"
+	touch $@
+
+install: $(VENV)/.installed
+
+demo: $(VENV)/.installed
+	$(VENV)/bin/swarm-node train --config docs/examples/demo.toml
+
+test: $(VENV)/.installed
+	$(PY) -m pytest
+
+test-fast: $(VENV)/.installed
+	$(PY) -m pytest -m "not slow"
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

@@ -1,0 +1,37 @@
+"""Shared fixtures: tiny locally-built models (no download), isolated cache dirs, no leaked children."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from policies.default_model import DefaultModelRecipe, build_default_model
+
+# A model small enough that building it (tokenizer + init, no warm start) takes about a second.
+TINY_RECIPE = replace(DefaultModelRecipe(), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                      num_key_value_heads=1, intermediate_size=64, sft_steps=0, vocab_size=320)
+
+
+@pytest.fixture(autouse=True)
+def _isolated_home(tmp_path_factory, monkeypatch):
+    # Never read or write the user's real ~/.cache/swarm-node from a test.
+    monkeypatch.setenv("SWARM_NODE_HOME", str(tmp_path_factory.getbasetemp() / "swarm-node-home"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    yield
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    """A saved HF checkpoint (tokenizer + random tiny Qwen2) that Policy.load reads from disk."""
+    return build_default_model(tmp_path_factory.mktemp("tiny-model"), TINY_RECIPE)
+
+
+@pytest.fixture(scope="session")
+def warm_tiny_model_dir(tmp_path_factory) -> Path:
+    """The tiny model after a short warm start: it emits the answer format, so rewards vary."""
+    return build_default_model(tmp_path_factory.mktemp("warm-tiny-model"),
+                               replace(TINY_RECIPE, hidden_size=64, intermediate_size=128, sft_steps=60,
+                                       sft_lr=3e-3))

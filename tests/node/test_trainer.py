@@ -1,0 +1,169 @@
+"""The solo round loop end to end on a tiny local model: metrics, plots, checkpoints, exact resume,
+Ctrl-C, corrupt checkpoints, and off-policy staleness showing up in ESS and the LR factor."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from node.config import load_config
+from node.errors import ConfigError
+from node.metrics import read_metrics
+from node.trainer import TrainingNode
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _cfg(model_dir: Path, run_dir: Path, **over):
+    base = {
+        "model.name": str(model_dir),
+        "run.dir": str(run_dir),
+        "run.progress": "off",
+        "generation.prompts_per_step": 4,
+        "generation.num_generations": 4,
+        "generation.max_completion_length": 8,
+        "learner.learning_rate": 3e-3,
+        "tasks.difficulties": [1],
+        "train.steps": 6,
+        "run.checkpoint_every": 0,
+        "run.plot": False,
+    }
+    base.update(over)
+    return load_config(None, base)
+
+
+def _train(cfg) -> dict:
+    async def go():
+        node = await TrainingNode.create(cfg)
+        try:
+            return await node.run()
+        finally:
+            await node.close()
+
+    return asyncio.run(go())
+
+
+def _final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    latest = (run_dir / "checkpoints" / "latest").read_text().strip()
+    return load_file(run_dir / "checkpoints" / latest / "model.safetensors")
+
+
+def test_run_writes_metrics_plot_summary_and_checkpoint(warm_tiny_model_dir, tmp_path):
+    summary = _train(_cfg(warm_tiny_model_dir, tmp_path / "run", **{"run.plot": True}))
+    recs = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert [r["step"] for r in recs] == [1, 2, 3, 4, 5, 6]
+    for key in ("reward", "correct", "ess", "rho", "lr_factor", "lr", "loss", "tokens_per_s", "policy_version"):
+        assert key in recs[0], key
+    assert recs[-1]["policy_version"] == 6
+    assert recs[0]["rho"] == pytest.approx(1.0, abs=1e-3)  # on-policy: every weight ≈ 1
+    assert (tmp_path / "run" / "reward_curve.png").stat().st_size > 1000
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["steps"] == 6
+    assert summary["steps"] == 6
+    assert (tmp_path / "run" / "checkpoints" / "step_000006" / "MANIFEST.json").exists()
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["train"]["steps"] == 6
+
+
+def test_resume_continues_exactly(warm_tiny_model_dir, tmp_path):
+    straight = tmp_path / "straight"
+    _train(_cfg(warm_tiny_model_dir, straight))
+    split = tmp_path / "split"
+    _train(_cfg(warm_tiny_model_dir, split, **{"train.steps": 3}))
+    _train(_cfg(warm_tiny_model_dir, split, **{"run.resume": True}))
+    a, b = _final_weights(straight), _final_weights(split)
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+    ra, rb = read_metrics(straight / "metrics.jsonl"), read_metrics(split / "metrics.jsonl")
+    assert [r["step"] for r in rb] == [1, 2, 3, 4, 5, 6]
+    for x, y in zip(ra, rb):
+        assert (x["reward"], x["loss"], x["rho"]) == (y["reward"], y["loss"], y["rho"])
+
+
+def test_existing_run_without_resume_is_refused(warm_tiny_model_dir, tmp_path):
+    _train(_cfg(warm_tiny_model_dir, tmp_path / "run", **{"train.steps": 2}))
+    with pytest.raises(ConfigError, match="resume"):
+        _train(_cfg(warm_tiny_model_dir, tmp_path / "run", **{"train.steps": 2}))
+
+
+def test_corrupt_latest_checkpoint_falls_back_to_previous(warm_tiny_model_dir, tmp_path, caplog):
+    run = tmp_path / "run"
+    _train(_cfg(warm_tiny_model_dir, run, **{"train.steps": 4, "run.checkpoint_every": 2}))
+    model_file = run / "checkpoints" / "step_000004" / "model.safetensors"
+    model_file.write_bytes(model_file.read_bytes()[:100])  # truncated, as by a full disk
+    with caplog.at_level("WARNING"):
+        summary = _train(_cfg(warm_tiny_model_dir, run, **{"train.steps": 5, "run.resume": True}))
+    assert "step_000004" in caplog.text and "truncated" in caplog.text
+    recs = read_metrics(run / "metrics.jsonl")
+    assert [r["step"] for r in recs] == [1, 2, 3, 4, 5]  # steps 3-4 redone from the step-2 checkpoint
+    assert summary["steps"] == 5
+
+
+def test_sigint_stops_cleanly_with_a_checkpoint_and_resumes(warm_tiny_model_dir, tmp_path):
+    run = tmp_path / "run"
+    args = [sys.executable, "-m", "node.cli", "train", "--model.name", str(warm_tiny_model_dir),
+            "--run.dir", str(run), "--run.progress", "plain", "--train.steps", "100000",
+            "--generation.prompts_per_step", "2", "--generation.num_generations", "2",
+            "--generation.max_completion_length", "6", "--run.plot", "false"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while len(read_metrics(run / "metrics.jsonl")) < 3:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "training never started"
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert "stop requested" in err
+    steps = len(read_metrics(run / "metrics.jsonl"))
+    latest = (run / "checkpoints" / "latest").read_text().strip()
+    assert latest == f"step_{steps:06d}"  # the checkpoint holds exactly the steps in the metrics
+    assert not list((run / "checkpoints").glob("*.tmp-*"))
+    summary = _train(_cfg(warm_tiny_model_dir, run, **{
+        "train.steps": steps + 2, "run.resume": True, "generation.prompts_per_step": 2,
+        "generation.num_generations": 2, "generation.max_completion_length": 6,
+        "learner.learning_rate": 3e-4}))
+    assert summary["steps"] == steps + 2
+
+
+def test_staler_behaviour_policy_lowers_ess_and_lr_factor(warm_tiny_model_dir, tmp_path):
+    """Rollouts from a copy of the policy k updates old: ESS/B and the LR factor fall with k."""
+    late = {}
+    for k in (0, 4, 16):
+        run = tmp_path / f"lag{k}"
+        _train(_cfg(warm_tiny_model_dir, run, **{"train.steps": 24, "train.behaviour_lag": k,
+                                                  "learner.learning_rate": 1e-2,
+                                                  "learner.max_off_policy_steps": 32}))
+        recs = read_metrics(run / "metrics.jsonl")
+        tail = recs[-6:]  # by step 18 the lag-16 copy is a full 16 updates behind
+        assert all(r["staleness"] == min(k, r["step"] - 1) for r in recs)
+        late[k] = {key: sum(r[key] for r in tail) / len(tail) for key in ("rho", "lr_factor")}
+    assert late[0]["rho"] == pytest.approx(1.0, abs=1e-3)
+    assert late[0]["rho"] > late[4]["rho"] > late[16]["rho"]
+    assert late[0]["lr_factor"] > late[4]["lr_factor"] > late[16]["lr_factor"]
+
+
+def test_staleness_bound_drops_old_rollouts(warm_tiny_model_dir, tmp_path):
+    run = tmp_path / "run"
+    _train(_cfg(warm_tiny_model_dir, run, **{"train.steps": 6, "train.behaviour_lag": 4,
+                                              "learner.max_off_policy_steps": 2}))
+    recs = read_metrics(run / "metrics.jsonl")
+    # Staleness 0, 1, 2 train; at steps 4-5 the sampler is 3 versions behind: everything is
+    # dropped and the policy stays at v3, so by step 6 the sampler (v1) is back within the bound.
+    assert [r["dropped_stale"] for r in recs] == [0, 0, 0, 16, 16, 0]
+    assert [r["policy_version"] for r in recs] == [1, 2, 3, 3, 3, 4]
+    assert "loss" not in recs[3] and "loss" in recs[5]
