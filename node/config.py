@@ -88,7 +88,7 @@ class LearnerConfig(_Section):
     importance_sampling_level: Literal["token", "sequence"] = Field("token", description="token ratios with a trust region, or truncated sequence weights (VCPO)")
     epsilon: float = Field(0.2, ge=0, description="lower PPO clip")
     epsilon_high: Optional[float] = Field(0.28, description="upper PPO clip (DAPO); none = epsilon")
-    delta: Optional[float] = Field(None, description="clamp on the unclipped ratio (INTELLECT-2); none = off")
+    delta: Optional[float] = Field(4.0, description="clamp on the unclipped ratio before PPO clipping (INTELLECT-2 uses 4): bounds the loss of a negative-advantage token whose ratio explodes; none = off")
     m2po_tau: Optional[float] = Field(None, description="M2PO second-moment bound; replaces PPO clipping; none = off")
     weight_cap: float = Field(8.0, gt=0, description="truncation c of sequence importance weights (VCPO: 8)")
     lr_rule: Literal["sqrt", "linear", "none"] = Field("sqrt", description="ESS learning-rate rule (VCPO)")

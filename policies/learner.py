@@ -113,10 +113,11 @@ class Learner:
         factor = 1.0
         for it in range(self.num_iterations):
             logp = self.policy.completion_logprobs(batch, self.temperature)  # (B, T)
+            # The loss's sequence weights follow π_θ through the iterations, as token ratios do.
+            w = sequence_weights(logp, batch.completion_mask, seq_beh, self.loss_cfg.weight_cap)
             if adv is None:
-                # Weights, ESS and advantages come from the first pass: they describe how far the
-                # behaviour policies are from π_θ as this step begins.
-                w = sequence_weights(logp, batch.completion_mask, seq_beh, self.loss_cfg.weight_cap)
+                # ESS, the LR factor and advantages come from the first pass: they describe how
+                # far the behaviour policies are from π_θ as this step begins.
                 rho = ess_fraction(w)
                 factor = lr_factor(rho, self.lr_rule, self.rho_ref, self.lr_floor)
                 adv = group_advantages(rewards, gids, self.baseline, self.scale_rewards,

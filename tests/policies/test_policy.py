@@ -192,7 +192,7 @@ def test_behaviour_logprobs_match_batched_forward(tiny_model_dir, temperature, e
     if eos_bias:
         _bias_eos(policy, eos_bias)
     torch.manual_seed(2)
-    comps = _flat(policy.generate(PROMPTS, 4, SamplingParams(max_new_tokens=12,
+    comps = _flat(policy.generate(PROMPTS, 3, SamplingParams(max_new_tokens=8,
                                                              temperature=temperature)))
     assert len({len(c.prompt_ids) for c in comps}) == len(PROMPTS)  # left padding is exercised
     if eos_bias:
@@ -213,7 +213,7 @@ def test_behaviour_logprobs_match_unpadded_forward(tiny_model_dir, temperature):
     policy = Policy.load(tiny_model_dir)
     _bias_eos(policy, 2.0)
     torch.manual_seed(3)
-    comps = _flat(policy.generate(PROMPTS, 3, SamplingParams(max_new_tokens=10,
+    comps = _flat(policy.generate(PROMPTS, 2, SamplingParams(max_new_tokens=8,
                                                              temperature=temperature)))
     worst = 0.0
     for c in comps:
