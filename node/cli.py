@@ -43,20 +43,33 @@ def _add_config_flags(p: argparse.ArgumentParser) -> None:
                        default=argparse.SUPPRESS, help=f"{help_} (default: {shown})")
 
 
-def _overrides(ns: argparse.Namespace) -> dict:
-    return {k: parse_flag_value(v) for k, v in vars(ns).items() if "." in k}
+def _overrides(ns: argparse.Namespace, unknown: list[str]) -> dict:
+    """Config overrides from the known flags, plus unknown ``--section.key value`` pairs, which
+    are passed on so config validation rejects them with the valid keys listed."""
+    out = {k: parse_flag_value(v) for k, v in vars(ns).items() if "." in k}
+    it = iter(unknown)
+    for arg in it:
+        if not (arg.startswith("--") and "." in arg):
+            raise ConfigError(f"unrecognized argument {arg!r} (see swarm-node train --help)")
+        key, eq, value = arg[2:].partition("=")
+        if not eq:
+            value = next(it, None)
+            if value is None:
+                raise ConfigError(f"flag {arg} needs a value")
+        out[key] = parse_flag_value(value)
+    return out
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="swarm-node",
+        prog="swarm-node", allow_abbrev=False,
         description="A peer-to-peer node for reinforcement learning of language models: it "
                     "generates rollouts on verifiable tasks, scores them locally and trains its "
                     "policy with off-policy-corrected GRPO (ESS-scaled learning rate).",
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    train = sub.add_parser("train", help="train one node (solo) on the configured tasks",
+    train = sub.add_parser("train", help="train one node (solo) on the configured tasks", allow_abbrev=False,
                            description="Train one node. Writes metrics.jsonl, checkpoints, "
                                        "reward_curve.png and summary.json into --run.dir.",
                            epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -72,7 +85,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 async def _train(cfg) -> dict:
+    from transformers.utils import logging as hf_logging
+
     from node.trainer import TrainingNode
+
+    hf_logging.disable_progress_bar()  # the node's own progress display is the one to read
 
     node = await TrainingNode.create(cfg)
     try:
@@ -83,7 +100,10 @@ async def _train(cfg) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    # Prefix abbreviations are off: --learner.learning_rat must be an error, never learning_rate.
+    args, unknown = parser.parse_known_args(argv)
+    if unknown and args.command != "train":
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.command is None:
         parser.print_help()
         return 2
@@ -91,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         if args.command == "train":
-            cfg = load_config(args.config, _overrides(args))
+            cfg = load_config(args.config, _overrides(args, unknown))
             if args.print_config:
                 print(cfg.to_json())
                 return 0

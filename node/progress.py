@@ -54,11 +54,11 @@ class Progress:
         from rich.table import Table
 
         t = Table(title=self.title, expand=False)
-        for col in ("step", "reward", "correct", "ESS/B", "LR factor", "tok/s", "s/step", "ETA"):
+        for col in ("step", "reward", "correct", "ESS/B", "LR (x ESS factor)", "tok/s", "s/step", "ETA"):
             t.add_column(col, justify="right")
         if m:
             t.add_row(f"{m['step']}/{self.total}", f"{m.get('reward', 0):.3f}", f"{m.get('correct', 0):.3f}",
-                      f"{m.get('rho', 1):.3f}", f"{m.get('lr_factor', 1):.3f}",
+                      f"{m.get('rho', 1):.3f}", f"{m.get('lr', 0):.2e} (x{m.get('lr_factor', 1):.2f})",
                       f"{m.get('tokens_per_s', 0):.0f}", f"{m.get('step_time', 0):.2f}",
                       _fmt_eta(self._eta(m["step"])))
         return t
@@ -70,9 +70,9 @@ class Progress:
             now = time.monotonic()
             if now - self._last_plain >= _PLAIN_EVERY_S or m["step"] >= self.total:
                 self._last_plain = now
-                log.info("step %d/%d reward %.3f correct %.3f ESS/B %.3f lr x%.3f %.0f tok/s eta %s",
+                log.info("step %d/%d reward %.3f correct %.3f ESS/B %.3f lr %.2e (x%.3f) %.0f tok/s eta %s",
                          m["step"], self.total, m.get("reward", 0), m.get("correct", 0),
-                         m.get("rho", 1), m.get("lr_factor", 1), m.get("tokens_per_s", 0),
+                         m.get("rho", 1), m.get("lr", 0), m.get("lr_factor", 1), m.get("tokens_per_s", 0),
                          _fmt_eta(self._eta(m["step"])), extra={"metrics": m})
 
     def close(self) -> None:
