@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from node.errors import ConfigError
 
@@ -60,12 +60,15 @@ class TasksConfig(_Section):
             raise ValueError(f"unknown task families {unknown}; choose from {all_families()}")
         return v
 
-    @field_validator("difficulties")
-    @classmethod
-    def _positive(cls, v: list[int]) -> list[int]:
-        if not v or any(d < 1 for d in v):
-            raise ValueError("difficulties must be a non-empty list of levels >= 1")
-        return v
+    @model_validator(mode="after")
+    def _difficulties_exist(self) -> "TasksConfig":
+        from rewards.registry import get_family
+
+        top = min(get_family(f).max_difficulty for f in self.families)
+        if not self.difficulties or any(not 1 <= d <= top for d in self.difficulties):
+            raise ValueError(f"difficulties {self.difficulties}: each must be in 1..{top} "
+                             f"(the highest level every selected family has)")
+        return self
 
 
 class GenerationConfig(_Section):

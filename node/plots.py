@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from node.errors import NodeError
 from node.metrics import read_metrics
 
 __all__ = ["plot_reward_curve", "rolling_mean"]
@@ -28,7 +29,7 @@ def plot_reward_curve(metrics_path: Path, out_path: Path, title: str = "", windo
 
     recs = [r for r in read_metrics(metrics_path) if "step" in r]
     if not recs:
-        raise ValueError(f"no step records in {metrics_path}")
+        raise NodeError(f"no step records in {metrics_path}: nothing to plot")
     steps = [r["step"] for r in recs]
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 6), sharex=True,
                                    gridspec_kw={"height_ratios": [2, 1]})

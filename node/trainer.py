@@ -86,14 +86,14 @@ class _LaggedBehaviour:
     model instance. With lag 0 the live policy generates and nothing is copied.
     """
 
-    def __init__(self, policy: Policy, lag: int):
+    def __init__(self, policy: Policy, lag: int, version: int):
         self.lag = lag
         self.policy = policy
         self.snapshots: collections.deque = collections.deque(maxlen=lag + 1)
         self.behaviour = None
         if lag > 0:
             self.behaviour = Policy(copy.deepcopy(policy.model), policy.tokenizer, policy.name)
-            self.push(0)
+            self.push(version)  # after a resume the buffer restarts from the resumed weights
 
     def push(self, version: int) -> None:
         if self.lag > 0:
@@ -118,7 +118,7 @@ class TrainingNode:
         self.step = start_step
         self.start_step = start_step
         self.stop_requested = False
-        self.lagged = _LaggedBehaviour(policy, cfg.train.behaviour_lag)
+        self.lagged = _LaggedBehaviour(policy, cfg.train.behaviour_lag, learner.version)
         self.metrics = MetricsWriter(run_dir / "metrics.jsonl",
                                      resume_from_step=start_step if start_step > 0 else None)
         self.sampling = SamplingParams(max_new_tokens=cfg.generation.max_completion_length,
@@ -154,7 +154,10 @@ class TrainingNode:
 
     @staticmethod
     def _restore(policy: Policy, learner: Learner, state: CheckpointState) -> None:
-        missing, unexpected = policy.model.load_state_dict(state.model_state, strict=False)
+        try:
+            missing, unexpected = policy.model.load_state_dict(state.model_state, strict=False)
+        except RuntimeError as e:  # shape mismatch: another model size or LoRA rank
+            raise CheckpointError(f"checkpoint does not match the model: {e}") from e
         if unexpected or [k for k in missing if "lm_head" not in k]:
             raise CheckpointError(f"checkpoint does not match the model: missing {missing[:5]}, "
                                   f"unexpected {unexpected[:5]}")
