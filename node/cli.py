@@ -14,7 +14,7 @@ import logging
 import sys
 from pathlib import Path
 
-from node.config import flag_fields, load_config, parse_flag_value
+from node.config import flag_fields, load_config, parse_flag_value, string_keys
 from node.errors import ConfigError
 from protocol.errors import SwarmError
 
@@ -46,7 +46,12 @@ def _add_config_flags(p: argparse.ArgumentParser) -> None:
 def _overrides(ns: argparse.Namespace, unknown: list[str]) -> dict:
     """Config overrides from the known flags, plus unknown ``--section.key value`` pairs, which
     are passed on so config validation rejects them with the valid keys listed."""
-    out = {k: parse_flag_value(v) for k, v in vars(ns).items() if "." in k}
+    verbatim = string_keys()
+
+    def value_of(key: str, text: str):
+        return text if key in verbatim else parse_flag_value(text)
+
+    out = {k: value_of(k, v) for k, v in vars(ns).items() if "." in k}
     it = iter(unknown)
     for arg in it:
         if not (arg.startswith("--") and "." in arg):
@@ -56,7 +61,7 @@ def _overrides(ns: argparse.Namespace, unknown: list[str]) -> dict:
             value = next(it, None)
             if value is None:
                 raise ConfigError(f"flag {arg} needs a value")
-        out[key] = parse_flag_value(value)
+        out[key] = value_of(key, value)
     return out
 
 

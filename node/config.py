@@ -25,7 +25,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["NodeConfig", "load_config", "parse_flag_value", "flag_fields"]
+__all__ = ["NodeConfig", "load_config", "parse_flag_value", "flag_fields", "string_keys"]
 
 
 class _Section(BaseModel):
@@ -84,6 +84,7 @@ class LearnerConfig(_Section):
     learning_rate: float = Field(3e-4, gt=0, description="AdamW base learning rate before ESS scaling")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay")
     max_grad_norm: float = Field(1.0, gt=0, description="gradient clipping norm")
+    warmup_steps: int = Field(20, ge=0, description="linear learning-rate warm-up over the first updates (0 = off)")
     num_iterations: int = Field(1, ge=1, description="optimisation passes per generated batch (mu)")
     baseline: Literal["mean", "median", "opob", "opob_approx"] = Field("mean", description="mean (GRPO), median (MC-GRPO, G+1 samples, pivot excluded), opob (VCPO optimal baseline, exact per-sample gradient norms), opob_approx (drops the gradient-norm factor)")
     scale_rewards: Literal["group", "batch", "none"] = Field("none", description="divide advantages by the group or batch reward std")
@@ -109,6 +110,7 @@ class TrainConfig(_Section):
     steps: int = Field(200, ge=0, description="training steps (rounds) to run")
     seed: int = Field(0, ge=0, description="seed for task sampling, generation and init")
     behaviour_lag: int = Field(0, ge=0, description="generate with a copy of the policy this many updates old (stale-node experiments)")
+    threads: int = Field(0, ge=0, description="torch CPU threads (0 = torch's default); use 1 per process when several nodes share a small machine: oversubscribed OpenMP threads stall")
 
 
 class RunConfig(_Section):
@@ -142,6 +144,13 @@ def flag_fields() -> list[tuple[str, str, Any, str]]:
         for name, f in sec_cls.model_fields.items():
             out.append((sec_name, name, f.default, f.description or ""))
     return out
+
+
+def string_keys() -> set[str]:
+    """Dotted keys of plain string fields: their flag values are taken verbatim, so
+    ``--run.dir 2024`` is the folder "2024", not the integer 2024."""
+    return {f"{sec}.{name}" for sec, sec_field in NodeConfig.model_fields.items()
+            for name, f in sec_field.annotation.model_fields.items() if f.annotation is str}
 
 
 def parse_flag_value(text: str) -> Any:

@@ -66,7 +66,7 @@ def build_learner(policy: Policy, cfg: NodeConfig) -> Learner:
         policy, learning_rate=lc.learning_rate, weight_decay=lc.weight_decay,
         max_grad_norm=lc.max_grad_norm, num_iterations=lc.num_iterations, baseline=lc.baseline,
         scale_rewards=lc.scale_rewards, lr_rule=lc.lr_rule, rho_ref=lc.rho_ref,
-        lr_floor=lc.lr_floor, temperature=cfg.generation.temperature,
+        lr_floor=lc.lr_floor, warmup_steps=lc.warmup_steps, temperature=cfg.generation.temperature,
         loss=LossConfig(importance_sampling_level=lc.importance_sampling_level,
                         epsilon=lc.epsilon, epsilon_high=lc.epsilon_high, delta=lc.delta,
                         m2po_tau=lc.m2po_tau, weight_cap=lc.weight_cap, loss_type=lc.loss_type,
@@ -135,6 +135,8 @@ class TrainingNode:
         if not cfg.run.resume and ckpt_root.exists() and any(ckpt_root.iterdir()):
             raise ConfigError(f"run folder {run_dir} already has checkpoints: pass --run.resume true "
                               f"to continue it, or choose another --run.dir")
+        if cfg.train.threads:
+            torch.set_num_threads(cfg.train.threads)
         _seed_everything(cfg.train.seed)
         policy = await asyncio.to_thread(load_policy, cfg)
         learner = build_learner(policy, cfg)

@@ -54,7 +54,8 @@ class Learner:
     def __init__(self, policy: Policy, *, learning_rate: float, weight_decay: float = 0.0,
                  max_grad_norm: float = 1.0, num_iterations: int = 1, baseline: str = "mean",
                  scale_rewards: str = "none", lr_rule: str = "sqrt", rho_ref: float = 1.0,
-                 lr_floor: float = 0.0, temperature: float = 1.0, loss: LossConfig = LossConfig()):
+                 lr_floor: float = 0.0, warmup_steps: int = 0, temperature: float = 1.0,
+                 loss: LossConfig = LossConfig()):
         self.policy = policy
         self.params = [p for p in policy.model.parameters() if p.requires_grad]
         if not self.params:
@@ -68,6 +69,7 @@ class Learner:
         self.lr_rule = lr_rule
         self.rho_ref = rho_ref
         self.lr_floor = lr_floor
+        self.warmup_steps = warmup_steps
         self.temperature = temperature
         self.loss_cfg = loss
         self.version = 0  # number of optimizer updates applied to the policy
@@ -101,6 +103,14 @@ class Learner:
             out[i] = sum(float((g.float() ** 2).sum()) for g in grads if g is not None)
         return out
 
+    def _warmup(self) -> float:
+        """Linear LR warm-up over the first updates. Adam's first steps move every parameter by
+        about the full learning rate whatever the gradient's size; on a warm-started model that
+        undoes part of the warm start before the moment estimates mean anything."""
+        if self.warmup_steps <= 0:
+            return 1.0
+        return min(1.0, (self.version + 1) / self.warmup_steps)
+
     def step(self, samples: list[TrainSample]) -> dict[str, float]:
         """Apply ``num_iterations`` updates from ``samples``; return the step's metrics."""
         if not samples:
@@ -123,14 +133,15 @@ class Learner:
                 adv = group_advantages(rewards, gids, self.baseline, self.scale_rewards,
                                        seq_weights=w, grad_sq_norms=g2)
                 metrics.update(ess=rho * len(samples), rho=rho, lr_factor=factor,
-                               lr=self.base_lr * factor)
+                               lr=self.base_lr * factor * self._warmup())
             out = policy_loss(LossInputs(logp=logp, behaviour_logp=beh, behaviour_seq_logp=seq_beh,
                                          mask=batch.completion_mask, advantages=adv.advantages,
                                          sample_mask=adv.loss_mask, sequence_level=foreign,
                                          seq_weights=w),
                               self.loss_cfg)
+            lr = self.base_lr * factor * self._warmup()
             for group in self.optimizer.param_groups:
-                group["lr"] = self.base_lr * factor
+                group["lr"] = lr
             self.optimizer.zero_grad(set_to_none=True)
             out.loss.backward()
             grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.max_grad_norm)

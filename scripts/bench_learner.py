@@ -1,6 +1,7 @@
 """What do the off-policy corrections cost? A corrected learner step vs a plain GRPO step.
 
-    python scripts/bench_learner.py                       # embedded default model, 20 repeats
+    python scripts/bench_learner.py                       # embedded default model, 30 rounds, 1 thread
+    python scripts/bench_learner.py --threads 0 --tag threads-default   # torch's default threads
     python scripts/bench_learner.py --model PATH --repeats 30 --device cpu --out docs/results
 
 Batch: ``--prompts`` (8) real task prompts x ``--generations`` (8) completions sampled by the
@@ -27,7 +28,13 @@ nor cache warmth favours one variant. ``torch.manual_seed`` is reset before ever
 the median step time per variant and the ratio of medians against ``plain`` (target for
 ``corrected``: <= 1.05), plus the median of the per-round paired ratios.
 
-Writes ``bench_learner.json`` and ``bench_learner.md`` into ``--out`` and prints the table.
+Threads: one torch thread by default. On a small shared machine (2 cores, other jobs running),
+multi-threaded CPU kernels oversubscribe the cores and step times swing by several x from one step
+to the next, which drowns the few-percent difference being measured; a single thread keeps the
+comparison stable. ``--threads 0`` keeps torch's default (what ``swarm-node train`` uses).
+
+Writes ``bench_learner[-TAG].json`` and ``bench_learner[-TAG].md`` into ``--out`` and prints the
+table.
 """
 
 from __future__ import annotations
@@ -82,7 +89,7 @@ def plain_grpo_step(policy: Policy, optimizer: torch.optim.Optimizer, params: li
     loss.backward()
     torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
     optimizer.step()
-    return float(loss)
+    return float(loss.detach())
 
 
 def make_batch(policy_path: str, device: str, prompts: int, generations: int, max_new: int,
@@ -116,10 +123,11 @@ def main() -> int:
     ap.add_argument("--max-new-tokens", type=int, default=16)
     ap.add_argument("--lag", type=int, default=2, help="updates between behaviour and learner policy")
     ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--repeats", type=int, default=30)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (0 = torch's default)")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "results")
+    ap.add_argument("--tag", default="", help="suffix of the output file names")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -186,7 +194,7 @@ def main() -> int:
     m = first_metrics["corrected"]
     result = {
         "benchmark": "learner step: corrected vs plain GRPO",
-        "command": "python scripts/bench_learner.py " + " ".join(sys.argv[1:]),
+        "command": " ".join(["python scripts/bench_learner.py", *sys.argv[1:]]),
         "model": args.model,
         "n_params": sum(p.numel() for p in policy.model.parameters()),
         "device": args.device,
@@ -220,18 +228,28 @@ def main() -> int:
         f"{args.repeats} interleaved rounds, same start weights and AdamW state every step; "
         f"load average at the end {result['load_avg_1m']:.2f}.",
         "",
-        "| variant | median step (ms) | ratio of medians vs plain | median paired ratio |",
-        "|---|---:|---:|---:|",
+        "| variant | median step (ms) | p25-p75 (ms) | ratio of medians vs plain | median paired ratio |",
+        "|---|---:|---:|---:|---:|",
     ]
     for n in names:
-        md.append(f"| {n} | {med[n] * 1e3:.1f} | {med[n] / med['plain']:.3f} | {paired[n]:.3f} |")
+        q = statistics.quantiles(times[n], n=4)
+        md.append(f"| {n} | {med[n] * 1e3:.1f} | {q[0] * 1e3:.1f}-{q[2] * 1e3:.1f} | "
+                  f"{med[n] / med['plain']:.3f} | {paired[n]:.3f} |")
     md += ["", f"Target: corrected / plain <= 1.05 -> "
                f"{'met' if result['target_met'] else 'NOT met'} "
                f"({med['corrected'] / med['plain']:.3f})."]
+    spread = max(max(v) for v in times.values()) / min(min(v) for v in times.values())
+    result["max_over_min_time"] = spread
+    if spread > 3:
+        md += ["", f"Note: round times vary {spread:.0f}x between the fastest and the slowest round: "
+                   "the CPU was oversubscribed (other jobs competing with torch's threads) for part of "
+                   "the run, so the medians mix two regimes; the paired ratios compare rounds run "
+                   "back to back. `--threads 1` avoids the stalls."]
     table = "\n".join(md) + "\n"
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "bench_learner.json").write_text(json.dumps(result, indent=2) + "\n")
-    (args.out / "bench_learner.md").write_text(table)
+    stem = "bench_learner" + (f"-{args.tag}" if args.tag else "")
+    (args.out / f"{stem}.json").write_text(json.dumps(result, indent=2) + "\n")
+    (args.out / f"{stem}.md").write_text(table)
     print(table)
     return 0
 

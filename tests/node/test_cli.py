@@ -24,3 +24,9 @@ def test_flag_with_equals_and_print_config(capsys):
     assert main(["train", "--learner.learning_rate=1e-3", "--tasks.difficulties", "[1, 3]", "--print-config"]) == 0
     out = capsys.readouterr().out
     assert '"learning_rate": 0.001' in out and '"difficulties": [\n      1,\n      3\n    ]' in out
+
+
+def test_string_settings_take_numeric_looking_values_verbatim(capsys):
+    assert main(["train", "--run.dir", "2024", "--model.name", "123", "--print-config"]) == 0
+    out = capsys.readouterr().out
+    assert '"dir": "2024"' in out and '"name": "123"' in out

@@ -247,3 +247,16 @@ def test_bad_batches_raise(policy, rollouts):
     bad = TrainSample(**{**s.__dict__, "behaviour_logprobs": s.behaviour_logprobs[:-1]})
     with pytest.raises(ValueError):
         learner.step([bad])
+
+
+def test_warmup_ramps_the_applied_lr_linearly(policy, rollouts):
+    # warmup_steps = 4: updates 1..4 use 1/4, 2/4, 3/4, 4/4 of base_lr, then base_lr, times the
+    # step's ESS factor (the same rollouts drift off-policy as the weights move).
+    learner = Learner(policy, learning_rate=1e-3, warmup_steps=4)
+    ramp = []
+    for _ in range(5):
+        m = learner.step(_samples(rollouts, [1, 0, 0, 1, 0, 1]))
+        applied = learner.optimizer.param_groups[0]["lr"]
+        assert m["lr"] == pytest.approx(applied)
+        ramp.append(applied / (1e-3 * m["lr_factor"]))
+    assert ramp == pytest.approx([0.25, 0.5, 0.75, 1.0, 1.0], rel=1e-6)
