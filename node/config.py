@@ -81,7 +81,7 @@ class GenerationConfig(_Section):
 
 
 class LearnerConfig(_Section):
-    learning_rate: float = Field(3e-4, gt=0, description="AdamW base learning rate before ESS scaling")
+    learning_rate: float = Field(1e-4, gt=0, description="AdamW base learning rate before ESS scaling and warm-up")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay")
     max_grad_norm: float = Field(1.0, gt=0, description="gradient clipping norm")
     warmup_steps: int = Field(20, ge=0, description="linear learning-rate warm-up over the first updates (0 = off)")
@@ -107,7 +107,7 @@ class LearnerConfig(_Section):
 
 
 class TrainConfig(_Section):
-    steps: int = Field(200, ge=0, description="training steps (rounds) to run")
+    steps: int = Field(600, ge=0, description="training steps (rounds) to run")
     seed: int = Field(0, ge=0, description="seed for task sampling, generation and init")
     behaviour_lag: int = Field(0, ge=0, description="generate with a copy of the policy this many updates old (stale-node experiments)")
     threads: int = Field(0, ge=0, description="torch CPU threads (0 = torch's default); use 1 per process when several nodes share a small machine: oversubscribed OpenMP threads stall")
