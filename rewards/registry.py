@@ -10,7 +10,7 @@ import logging
 import random
 from collections.abc import Sequence
 
-from rewards.errors import InvalidTaskId, TaskError, UnknownTaskFamily
+from rewards.errors import TaskError, UnknownTaskFamily
 from rewards.families import arithmetic, base_conversion, boolean, counting, lists
 from rewards.families.family import Family
 from rewards.task import MAX_SEED, Task, TaskId

@@ -38,7 +38,6 @@ the table.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -55,6 +54,7 @@ from node.config import NodeConfig  # noqa: E402
 from node.rollouts import round_task_ids  # noqa: E402
 from policies.policy import Policy, SamplingParams, TokenBatch  # noqa: E402
 from rewards.registry import make_task  # noqa: E402
+from bench_report import write_report  # noqa: E402
 
 
 def generated_tokens(new: torch.Tensor, eos: int) -> int:
@@ -203,19 +203,7 @@ def main() -> int:
                   f"{med_tps[n] / med_tps['bare']:.3f} |")
     md += ["", f"Median paired ratio policy / bare: {paired:.3f}. Target policy / bare >= 0.9 -> "
                f"{'met' if result['target_met'] else 'NOT met'} ({ratio:.3f})."]
-    spread = max(max(v) for v in times.values()) / min(min(v) for v in times.values())
-    result["max_over_min_time"] = spread
-    if spread > 3:
-        md += ["", f"Note: round times vary {spread:.0f}x between the fastest and the slowest round: "
-                   "the CPU was oversubscribed (other jobs competing with torch's threads) for part of "
-                   "the run, so the medians mix two regimes; the paired ratios compare rounds run "
-                   "back to back. `--threads 1` avoids the stalls."]
-    table = "\n".join(md) + "\n"
-    args.out.mkdir(parents=True, exist_ok=True)
-    stem = "bench_generation" + (f"-{args.tag}" if args.tag else "")
-    (args.out / f"{stem}.json").write_text(json.dumps(result, indent=2) + "\n")
-    (args.out / f"{stem}.md").write_text(table)
-    print(table)
+    write_report(args.out, "bench_generation" + (f"-{args.tag}" if args.tag else ""), result, md, times)
     return 0
 
 

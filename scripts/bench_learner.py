@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import os
 import platform
 import statistics
@@ -60,6 +59,7 @@ from node.trainer import build_learner  # noqa: E402
 from policies.learner import TrainSample  # noqa: E402
 from policies.policy import Policy, SamplingParams, TokenBatch  # noqa: E402
 from rewards.scoring import RewardConfig  # noqa: E402
+from bench_report import write_report  # noqa: E402
 
 PLAIN_EPSILON = 0.2
 
@@ -238,19 +238,7 @@ def main() -> int:
     md += ["", f"Target: corrected / plain <= 1.05 -> "
                f"{'met' if result['target_met'] else 'NOT met'} "
                f"({med['corrected'] / med['plain']:.3f})."]
-    spread = max(max(v) for v in times.values()) / min(min(v) for v in times.values())
-    result["max_over_min_time"] = spread
-    if spread > 3:
-        md += ["", f"Note: round times vary {spread:.0f}x between the fastest and the slowest round: "
-                   "the CPU was oversubscribed (other jobs competing with torch's threads) for part of "
-                   "the run, so the medians mix two regimes; the paired ratios compare rounds run "
-                   "back to back. `--threads 1` avoids the stalls."]
-    table = "\n".join(md) + "\n"
-    args.out.mkdir(parents=True, exist_ok=True)
-    stem = "bench_learner" + (f"-{args.tag}" if args.tag else "")
-    (args.out / f"{stem}.json").write_text(json.dumps(result, indent=2) + "\n")
-    (args.out / f"{stem}.md").write_text(table)
-    print(table)
+    write_report(args.out, "bench_learner" + (f"-{args.tag}" if args.tag else ""), result, md, times)
     return 0
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from policies.default_model import DefaultModelRecipe, ensure_default_model
+from policies.default_model import ensure_default_model
 from policies.policy import Policy, SamplingParams
 from rewards.registry import make_task, sample_task_ids
 from rewards.scoring import score

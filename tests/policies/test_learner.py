@@ -13,7 +13,6 @@ import torch
 
 import policies.learner as learner_mod
 from policies.learner import Learner, TrainSample
-from policies.loss import LossConfig
 from policies.policy import Policy, SamplingParams, TokenBatch
 
 PROMPTS = ["What is 2+3?", "Count the letter a in banana."]
