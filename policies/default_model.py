@@ -51,7 +51,7 @@ class DefaultModelRecipe:
     sft_batch_size: int = 64
     sft_lr: float = 1e-3
     sft_warmup: int = 30  # without warm-up Adam at this LR stalls at answer-token unigrams
-    sft_difficulties: tuple[int, ...] = (1, 2)  # the levels the default config trains on
+    sft_difficulties: tuple[int, ...] = (1, 2)  # the default RL level (1) and the next one
     seed: int = 1234
     format_version: int = 2  # bump when the build code changes meaning
 

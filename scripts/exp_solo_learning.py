@@ -1,7 +1,7 @@
 """Does the embedded default learn? Solo training runs over several seeds, one report.
 
-    python scripts/exp_solo_learning.py                    # 3 seeds x 1200 steps (~5 min each on 2 cores)
-    python scripts/exp_solo_learning.py --seeds 0 1 2 --steps 1200 --out docs/results
+    python scripts/exp_solo_learning.py                    # 3 seeds x 600 steps (~3 min each on 2 cores)
+    python scripts/exp_solo_learning.py --seeds 0 1 2 --steps 600 --out docs/results
 
 Each seed is a real ``swarm-node train`` run (separate process, its own run folder under
 ``runs/exp_solo/``). The report compares the mean correctness reward of the first and the last 20
@@ -52,7 +52,7 @@ def run_seed(seed: int, steps: int, run_root: Path, extra: list[str]) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--steps", type=int, default=1200)
+    ap.add_argument("--steps", type=int, default=600)
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "results")
     ap.add_argument("--run-root", type=Path, default=ROOT / "runs" / "exp_solo")
     ap.add_argument("extra", nargs="*", help="extra swarm-node train flags, after --")
