@@ -48,7 +48,8 @@ def test_defaults_validate():
     assert NodeConfig.model_validate(json.loads(cfg.to_json())) == cfg  # JSON round trip
     assert cfg.model.name == "default"
     assert cfg.generation.num_generations == 8 and cfg.generation.prompts_per_step == 8
-    assert cfg.learner.learning_rate == 3e-4
+    assert cfg.learner.learning_rate == 1e-4 and cfg.learner.warmup_steps == 20
+    assert cfg.tasks.difficulties == [1] and cfg.train.steps == 600
     # every field holds its declared default
     for section, name, default, _ in flag_fields():
         assert getattr(getattr(cfg, section), name) == default, f"{section}.{name}"
