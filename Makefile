@@ -8,15 +8,15 @@ PYTHON ?= python3
 VENV ?= .venv
 TORCH ?= torch==2.13.0
 PY := $(VENV)/bin/python
-PIP_QUIET ?= -q
+PIP_FLAGS ?= -q
 
 .PHONY: demo test test-fast install clean
 
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install $(PIP_QUIET) --upgrade pip
-	$(PY) -m pip install $(PIP_QUIET) "$(TORCH)"
-	$(PY) -m pip install $(PIP_QUIET) -e ".[dev]"
+	$(PY) -m pip install $(PIP_FLAGS) --upgrade pip
+	$(PY) -m pip install $(PIP_FLAGS) "$(TORCH)"
+	$(PY) -m pip install $(PIP_FLAGS) -e ".[dev]"
 	touch $@
 
 install: $(VENV)/.installed
