@@ -24,7 +24,7 @@ EXAMPLES = """\
 examples:
   swarm-node train                                   # embedded default model and tasks, solo node
   swarm-node train --config configs/solo.toml --train.steps 500
-  swarm-node train --run.dir runs/a --run.resume true   # continue after Ctrl-C or a crash
+  swarm-node train --run.dir runs/a --resume          # continue after Ctrl-C or a crash
   swarm-node train --learner.baseline median --generation.num_generations 4
   swarm-node build-model                             # build/cache the embedded default model
   swarm-node plot runs/solo                          # (re)draw reward_curve.png
@@ -79,6 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
                                        "reward_curve.png and summary.json into --run.dir.",
                            epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_config_flags(train)
+    train.add_argument("--resume", action="store_true",
+                       help="continue from the newest valid checkpoint in --run.dir (same as --run.resume true)")
     train.add_argument("--print-config", action="store_true", help="print the resolved config as JSON and exit")
 
     build = sub.add_parser("build-model", help="build and cache the embedded default model")
@@ -116,7 +118,10 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         if args.command == "train":
-            cfg = load_config(args.config, _overrides(args, unknown))
+            overrides = _overrides(args, unknown)
+            if args.resume:
+                overrides["run.resume"] = True
+            cfg = load_config(args.config, overrides)
             if args.print_config:
                 print(cfg.to_json())
                 return 0

@@ -30,3 +30,8 @@ def test_string_settings_take_numeric_looking_values_verbatim(capsys):
     assert main(["train", "--run.dir", "2024", "--model.name", "123", "--print-config"]) == 0
     out = capsys.readouterr().out
     assert '"dir": "2024"' in out and '"name": "123"' in out
+
+
+def test_resume_shorthand_sets_run_resume(capsys):
+    assert main(["train", "--resume", "--print-config"]) == 0
+    assert '"resume": true' in capsys.readouterr().out
