@@ -133,7 +133,7 @@ class TrainingNode:
         run_dir = Path(cfg.run.dir)
         ckpt_root = run_dir / "checkpoints"
         if not cfg.run.resume and ckpt_root.exists() and any(ckpt_root.iterdir()):
-            raise ConfigError(f"run folder {run_dir} already has checkpoints: pass --run.resume true "
+            raise ConfigError(f"run folder {run_dir} already has checkpoints: pass --resume "
                               f"to continue it, or choose another --run.dir")
         if cfg.train.threads:
             torch.set_num_threads(cfg.train.threads)

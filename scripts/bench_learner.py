@@ -59,7 +59,7 @@ from node.trainer import build_learner  # noqa: E402
 from policies.learner import TrainSample  # noqa: E402
 from policies.policy import Policy, SamplingParams, TokenBatch  # noqa: E402
 from rewards.scoring import RewardConfig  # noqa: E402
-from bench_report import write_report  # noqa: E402
+from bench_common import add_common_args, setup, write_report  # noqa: E402
 
 PLAIN_EPSILON = 0.2
 
@@ -116,25 +116,10 @@ def make_batch(policy_path: str, device: str, prompts: int, generations: int, ma
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default=None, help="checkpoint dir or hub id (default: the embedded default model)")
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--prompts", type=int, default=8)
-    ap.add_argument("--generations", type=int, default=8)
-    ap.add_argument("--max-new-tokens", type=int, default=16)
+    add_common_args(ap)
     ap.add_argument("--lag", type=int, default=2, help="updates between behaviour and learner policy")
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--repeats", type=int, default=30)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=1, help="torch threads (0 = torch's default)")
-    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "results")
-    ap.add_argument("--tag", default="", help="suffix of the output file names")
     args = ap.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    if args.model is None:
-        from policies.default_model import ensure_default_model
-
-        args.model = str(ensure_default_model())
+    setup(args)
     cuda = args.device.startswith("cuda")
 
     policy, samples = make_batch(args.model, args.device, args.prompts, args.generations,
