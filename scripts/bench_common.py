@@ -24,6 +24,18 @@ def add_common_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--tag", default="", help="suffix of the output file names")
 
 
+def environment() -> dict:
+    """Where a benchmark ran, for its JSON record."""
+    import os
+    import platform
+
+    import torch
+
+    return {"python": platform.python_version(), "torch": torch.__version__,
+            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
+            "load_avg_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None}
+
+
 def setup(args: argparse.Namespace) -> None:
     """Apply --threads and resolve --model (building the default model if needed)."""
     import torch

@@ -38,8 +38,6 @@ the table.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import statistics
 import sys
 import time
@@ -54,7 +52,7 @@ from node.config import NodeConfig  # noqa: E402
 from node.rollouts import round_task_ids  # noqa: E402
 from policies.policy import Policy, SamplingParams, TokenBatch  # noqa: E402
 from rewards.registry import make_task  # noqa: E402
-from bench_common import add_common_args, setup, write_report  # noqa: E402
+from bench_common import add_common_args, environment, setup, write_report  # noqa: E402
 
 
 def generated_tokens(new: torch.Tensor, eos: int) -> int:
@@ -161,9 +159,7 @@ def main() -> int:
         "target": "policy / bare >= 0.9",
         "target_met": ratio >= 0.9,
         "times_s": times, "tokens": tokens,
-        "python": platform.python_version(), "torch": torch.__version__,
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
-        "load_avg_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+        **environment(),
     }
     md = [
         "# Generation: Policy.generate vs bare model.generate",

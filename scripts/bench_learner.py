@@ -41,8 +41,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import os
-import platform
 import statistics
 import sys
 import time
@@ -59,7 +57,7 @@ from node.trainer import build_learner  # noqa: E402
 from policies.learner import TrainSample  # noqa: E402
 from policies.policy import Policy, SamplingParams, TokenBatch  # noqa: E402
 from rewards.scoring import RewardConfig  # noqa: E402
-from bench_common import add_common_args, setup, write_report  # noqa: E402
+from bench_common import add_common_args, environment, setup, write_report  # noqa: E402
 
 PLAIN_EPSILON = 0.2
 
@@ -196,9 +194,7 @@ def main() -> int:
         "target": "corrected / plain <= 1.05",
         "target_met": med["corrected"] / med["plain"] <= 1.05,
         "times_s": times,
-        "python": platform.python_version(), "torch": torch.__version__,
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
-        "load_avg_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+        **environment(),
     }
     md = [
         "# Learner step: corrected vs plain GRPO",
