@@ -16,7 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, ValidationError,
+                      field_validator, model_validator)
 
 from node.errors import ConfigError
 
@@ -91,9 +92,9 @@ class LearnerConfig(_Section):
     loss_type: Literal["grpo", "dapo", "dr_grpo"] = Field("dapo", description="token aggregation of the loss")
     importance_sampling_level: Literal["token", "sequence"] = Field("token", description="token ratios with a trust region, or truncated sequence weights (VCPO)")
     epsilon: float = Field(0.2, ge=0, description="lower PPO clip")
-    epsilon_high: Optional[float] = Field(0.28, description="upper PPO clip (DAPO); none = epsilon")
-    delta: Optional[float] = Field(4.0, description="clamp on the unclipped ratio before PPO clipping (INTELLECT-2 uses 4): bounds the loss of a negative-advantage token whose ratio explodes; none = off")
-    m2po_tau: Optional[float] = Field(None, description="M2PO second-moment bound; replaces PPO clipping; none = off")
+    epsilon_high: Optional[PositiveFloat] = Field(0.28, description="upper PPO clip (DAPO); none = epsilon")
+    delta: Optional[PositiveFloat] = Field(4.0, description="clamp on the unclipped ratio before PPO clipping (INTELLECT-2 uses 4): bounds the loss of a negative-advantage token whose ratio explodes; none = off")
+    m2po_tau: Optional[NonNegativeFloat] = Field(None, description="M2PO second-moment bound; replaces PPO clipping; none = off")
     weight_cap: float = Field(8.0, gt=0, description="truncation c of sequence importance weights (VCPO: 8)")
     lr_rule: Literal["sqrt", "linear", "none"] = Field("sqrt", description="ESS learning-rate rule (VCPO)")
     rho_ref: float = Field(1.0, gt=0, le=1, description="ESS fraction at which the LR is unscaled")
@@ -200,6 +201,7 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
         if not key:
             raise ConfigError(f"flag --{dotted}: expected --section.key")
         data = _merge(data, {section: {key: value}})
+    if overrides:
         source = f"{source} + flags"
     try:
         return NodeConfig.model_validate(data)

@@ -137,8 +137,9 @@ class TrainingNode:
                               f"to continue it, or choose another --run.dir")
         if cfg.train.threads:
             torch.set_num_threads(cfg.train.threads)
-        _seed_everything(cfg.train.seed)
         policy = await asyncio.to_thread(load_policy, cfg)
+        # Seed after loading: building the default model on first use seeds its own recipe.
+        _seed_everything(cfg.train.seed)
         learner = build_learner(policy, cfg)
         start_step = 0
         if cfg.run.resume:
@@ -164,7 +165,13 @@ class TrainingNode:
             raise CheckpointError(f"checkpoint does not match the model: missing {missing[:5]}, "
                                   f"unexpected {unexpected[:5]}")
         if state.optimizer_state is not None:
-            learner.optimizer.load_state_dict(state.optimizer_state)
+            try:
+                learner.optimizer.load_state_dict(state.optimizer_state)
+            except (ValueError, KeyError, RuntimeError) as e:
+                raise CheckpointError(f"checkpoint optimizer state does not match the model: {e}") from e
+            # Saved param groups carry the old hyper-parameters; the config of this run wins.
+            for group in learner.optimizer.param_groups:
+                group["weight_decay"] = learner.weight_decay
         learner.version = state.policy_version
         if state.rng is not None:
             restore_rng(state.rng)
@@ -223,6 +230,7 @@ class TrainingNode:
         progress = Progress(self.cfg.run.progress, total, self.step,
                             title=f"swarm-node · {self.run_dir.name}")
         every = self.cfg.run.checkpoint_every
+        saved_at = self.start_step
         t_start = time.monotonic()
         try:
             while self.step < total and not self.stop_requested:
@@ -232,6 +240,7 @@ class TrainingNode:
                 progress.update(record)
                 if every and self.step % every == 0 and self.step < total:
                     await asyncio.to_thread(self.checkpoint)
+                    saved_at = self.step
         finally:
             progress.close()
             for sig in (signal.SIGINT, signal.SIGTERM):
@@ -239,7 +248,7 @@ class TrainingNode:
                     loop.remove_signal_handler(sig)
                 except (NotImplementedError, RuntimeError):
                     pass
-        if self.step > self.start_step:
+        if self.step > saved_at:  # a stop right after a periodic checkpoint needs no second one
             await asyncio.to_thread(self.checkpoint)
         return await asyncio.to_thread(self._finish, time.monotonic() - t_start)
 

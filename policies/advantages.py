@@ -81,9 +81,9 @@ def group_advantages(
         raise ValueError(f"unknown scale_rewards {scale_rewards!r}; choose group, batch or none")
     r = rewards.double()
     B = r.numel()
-    base = torch.zeros(B, dtype=torch.float64)
-    scale = torch.ones(B, dtype=torch.float64)
-    loss_mask = torch.ones(B, dtype=torch.bool)
+    base = torch.zeros(B, dtype=torch.float64, device=r.device)
+    scale = torch.ones(B, dtype=torch.float64, device=r.device)
+    loss_mask = torch.ones(B, dtype=torch.bool, device=r.device)
     for gid in torch.unique(group_ids):
         idx = (group_ids == gid).nonzero(as_tuple=True)[0]
         rg = r[idx]

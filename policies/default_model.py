@@ -1,7 +1,7 @@
 """The embedded default policy: a few-million-parameter Qwen2 built locally, no download.
 
 ``ensure_default_model()`` returns the path of a Hugging Face checkpoint directory, building it
-the first time (about a minute on 2 CPU cores) and caching it under
+the first time (about 20 seconds on 2 CPU cores) and caching it under
 ``$SWARM_NODE_HOME/models/`` (default ``~/.cache/swarm-node``), keyed by a hash of the recipe so a
 changed recipe rebuilds. The build:
 

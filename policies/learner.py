@@ -62,6 +62,7 @@ class Learner:
             raise ValueError("the policy has no trainable parameters")
         self.optimizer = torch.optim.AdamW(self.params, lr=learning_rate, weight_decay=weight_decay)
         self.base_lr = learning_rate
+        self.weight_decay = weight_decay
         self.max_grad_norm = max_grad_norm
         self.num_iterations = num_iterations
         self.baseline = baseline
@@ -91,7 +92,9 @@ class Learner:
         rewards = torch.tensor([s.reward for s in samples], dtype=torch.float32)
         ids = {g: i for i, g in enumerate(dict.fromkeys(s.group for s in samples))}
         gids = torch.tensor([ids[s.group] for s in samples], dtype=torch.long)
-        return batch, beh, seq_beh, foreign, rewards, gids
+        dev = self.policy.device
+        batch.completion_mask = batch.completion_mask.to(dev)
+        return batch, beh.to(dev), seq_beh.to(dev), foreign.to(dev), rewards.to(dev), gids.to(dev)
 
     def _grad_sq_norms(self, batch: TokenBatch) -> torch.Tensor:
         """‖∇_θ log π(y_i)‖² per sample (exact OPOB): one backward per sample, costly by design."""
@@ -116,7 +119,9 @@ class Learner:
         if not samples:
             raise ValueError("empty batch")
         batch, beh, seq_beh, foreign, rewards, gids = self._batch(samples)
-        self.policy.model.train()
+        # eval mode: μ was recorded in eval mode (no dropout), so π_θ must be too, or ratios
+        # drift from 1 on-policy for any model with dropout. Gradients flow either way.
+        self.policy.model.eval()
         g2 = self._grad_sq_norms(batch) if self.baseline == "opob" else None
         metrics: dict[str, float] = {}
         adv = None

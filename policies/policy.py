@@ -100,6 +100,9 @@ class Policy:
         self.model = model
         self.tokenizer = tokenizer
         self.name = name
+        if tokenizer.eos_token_id is None:
+            raise PolicyError(f"tokenizer of {name!r} has no EOS token: completions could never end; "
+                              f"set tokenizer.eos_token before using it as a policy")
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
         tokenizer.padding_side = "left"  # generation needs prompts flush against completions
@@ -189,11 +192,13 @@ class Policy:
             )
         finally:
             self.model.train(was_training)
-        new = out.sequences[:, P:].cpu()  # (B, T)
+        new_dev = out.sequences[:, P:]  # (B, T)
         # output_logits are the raw logits: apply the same temperature the trainer applies.
-        logits = torch.stack(out.logits, dim=1).float().cpu()  # (B, T, V)
+        # The (B, T, V) tensor stays on the model's device; only (B, T) values come back.
+        logits = torch.stack(out.logits, dim=1).float()  # (B, T, V)
         logp = F.log_softmax(logits / params.temperature, dim=-1)
-        tok_logp = logp.gather(-1, new.unsqueeze(-1)).squeeze(-1)  # (B, T)
+        tok_logp = logp.gather(-1, new_dev.unsqueeze(-1)).squeeze(-1).cpu()  # (B, T)
+        new = new_dev.cpu()
         is_eos = new == self.eos_token_id
         result: list[list[Completion]] = []
         for i, p in enumerate(rows):

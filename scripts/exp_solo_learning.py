@@ -40,12 +40,13 @@ def run_seed(seed: int, steps: int, run_root: Path, extra: list[str]) -> dict:
     subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
     wall = time.monotonic() - t0
     recs = read_metrics(run_dir / "metrics.jsonl")
-    correct = [r["correct"] for r in recs]
-    first, last = sum(correct[:WINDOW]) / WINDOW, sum(correct[-WINDOW:]) / WINDOW
+    summary = json.loads((run_dir / "summary.json").read_text())  # first/last windows, as the node reports them
+    first, last = summary["correct_first"], summary["correct_last"]
     return {"seed": seed, "steps": len(recs), "wall_s": round(wall, 1),
             "train_s": round(sum(r["step_time"] for r in recs), 1),
             "correct_first20": round(first, 4), "correct_last20": round(last, 4),
-            "ratio": round(last / first, 3) if first else None, "correct": correct,
+            "ratio": round(last / first, 3) if first else float("nan"),
+            "correct": [r["correct"] for r in recs],
             "rho_mean": round(sum(r.get("rho", 1.0) for r in recs) / len(recs), 4)}
 
 
