@@ -110,7 +110,7 @@ class LearnerConfig(_Section):
 class TrainConfig(_Section):
     steps: int = Field(600, ge=0, description="training steps (rounds) to run")
     seed: int = Field(0, ge=0, description="seed for task sampling, generation and init")
-    behaviour_lag: int = Field(0, ge=0, description="generate with a copy of the policy this many updates old (stale-node experiments)")
+    behaviour_lag: int = Field(0, ge=0, description="generate with a copy of the policy this many rounds old (= updates with num_iterations 1; stale-node experiments)")
     threads: int = Field(0, ge=0, description="torch CPU threads (0 = torch's default); use 1 per process when several nodes share a small machine: oversubscribed OpenMP threads stall")
 
 

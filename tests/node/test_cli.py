@@ -35,3 +35,11 @@ def test_string_settings_take_numeric_looking_values_verbatim(capsys):
 def test_resume_shorthand_sets_run_resume(capsys):
     assert main(["train", "--resume", "--print-config"]) == 0
     assert '"resume": true' in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("flag, value", [("learner.delta", "0"), ("learner.epsilon_high", "-0.1"),
+                                         ("learner.m2po_tau", "-1")])
+def test_trust_region_bounds_are_checked_at_start(flag, value, capsys):
+    assert main(["train", f"--{flag}", value]) == 2
+    err = capsys.readouterr().err
+    assert flag in err and err.count("+ flags") == 1

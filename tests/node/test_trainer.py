@@ -167,3 +167,19 @@ def test_staleness_bound_drops_old_rollouts(warm_tiny_model_dir, tmp_path):
     assert [r["dropped_stale"] for r in recs] == [0, 0, 0, 16, 16, 0]
     assert [r["policy_version"] for r in recs] == [1, 2, 3, 3, 3, 4]
     assert "loss" not in recs[3] and "loss" in recs[5]
+
+
+def test_resume_applies_this_runs_weight_decay(warm_tiny_model_dir, tmp_path):
+    run = tmp_path / "run"
+    _train(_cfg(warm_tiny_model_dir, run, **{"train.steps": 2}))
+
+    async def reopen():
+        node = await TrainingNode.create(_cfg(warm_tiny_model_dir, run, **{
+            "train.steps": 3, "run.resume": True, "learner.weight_decay": 0.1}))
+        try:
+            return [g["weight_decay"] for g in node.learner.optimizer.param_groups], node.step
+        finally:
+            await node.close()
+
+    decays, step = asyncio.run(reopen())
+    assert step == 2 and decays == [0.1]  # not the 0.0 saved in the checkpoint's param groups

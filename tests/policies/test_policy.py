@@ -385,3 +385,15 @@ def test_save_lora_policy_keeps_live_policy_trainable(tiny_model_dir, tmp_path):
     learner.step(_samples(policy, seed=1))
     assert any(not torch.equal(params[n], before[n]) for n in trainable)
     assert float((_logits(policy) - logits).abs().max()) > 0
+
+
+def test_tokenizer_without_eos_is_a_clear_error(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    from policies.errors import PolicyError
+
+    policy = Policy.load(tiny_model_dir)
+    tok = AutoTokenizer.from_pretrained(str(tiny_model_dir))
+    tok.eos_token = None
+    with pytest.raises(PolicyError, match="no EOS token"):
+        Policy(policy.model, tok, "no-eos")
