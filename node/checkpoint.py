@@ -387,6 +387,9 @@ def load_checkpoint(path: Path) -> CheckpointState:
 
 def load_latest(ckpt_root: Path) -> tuple[CheckpointState, Path] | None:
     """Newest checkpoint that verifies, falling back past corrupt ones; None if there are none."""
+    if Path(ckpt_root).is_dir():
+        # A save killed mid re-publish leaves the good copy aside as .old-<pid>: put it back first.
+        _clean_leftovers(Path(ckpt_root))
     failures = []
     for _, path in reversed(_step_dirs(Path(ckpt_root))):
         try:

@@ -97,7 +97,7 @@ class _LaggedBehaviour:
 
     def push(self, version: int) -> None:
         if self.lag > 0:
-            state = {k: v.detach().clone() for k, v in self.policy.model.state_dict().items()}
+            state = {k: v.detach().to("cpu", copy=True) for k, v in self.policy.model.state_dict().items()}
             self.snapshots.append((version, state))
 
     def sampler(self) -> tuple[Policy, int]:

@@ -209,6 +209,14 @@ def test_old_copy_moved_aside_before_a_kill_is_restored(tmp_path):
     assert load_checkpoint(tmp_path / "step_000001").step == 1
 
 
+def test_resume_finds_an_old_copy_moved_aside_by_a_killed_resave(tmp_path):
+    save_checkpoint(tmp_path, _small_state(1)[0])
+    path = save_checkpoint(tmp_path, _small_state(2)[0])
+    os.replace(path, tmp_path / f"step_000002.old-{_dead_pid()}")  # killed mid re-save of step 2
+    state, found = load_latest(tmp_path)
+    assert found == tmp_path / "step_000002" and state.step == 2
+
+
 def test_unserializable_extra_fails_before_writing(tmp_path):
     state = CheckpointState(1, 0, {"w": torch.zeros(1)}, extra={"bad": object()})
     with pytest.raises(CheckpointError, match="JSON-serializable"):
