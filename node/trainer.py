@@ -158,12 +158,9 @@ class TrainingNode:
     @staticmethod
     def _restore(policy: Policy, learner: Learner, state: CheckpointState) -> None:
         try:
-            missing, unexpected = policy.model.load_state_dict(state.model_state, strict=False)
-        except RuntimeError as e:  # shape mismatch: another model size or LoRA rank
+            policy.model.load_state_dict(state.model_state, strict=True)
+        except RuntimeError as e:  # missing/unexpected keys or shapes: another model or LoRA rank
             raise CheckpointError(f"checkpoint does not match the model: {e}") from e
-        if unexpected or [k for k in missing if "lm_head" not in k]:
-            raise CheckpointError(f"checkpoint does not match the model: missing {missing[:5]}, "
-                                  f"unexpected {unexpected[:5]}")
         if state.optimizer_state is not None:
             try:
                 learner.optimizer.load_state_dict(state.optimizer_state)

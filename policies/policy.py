@@ -105,7 +105,8 @@ class Policy:
                               f"set tokenizer.eos_token before using it as a policy")
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
-        tokenizer.padding_side = "left"  # generation needs prompts flush against completions
+        # TokenBatch pads by hand; this is for callers that batch-encode prompts for generation.
+        tokenizer.padding_side = "left"
         self.tokenizer_fingerprint = tokenizer_fingerprint(tokenizer)
         cfg = model.config.to_dict() if hasattr(model.config, "to_dict") else {}
         cfg_blob = json.dumps({k: cfg[k] for k in sorted(cfg) if not k.startswith("_")},
