@@ -183,3 +183,15 @@ def test_resume_applies_this_runs_weight_decay(warm_tiny_model_dir, tmp_path):
 
     decays, step = asyncio.run(reopen())
     assert step == 2 and decays == [0.1]  # not the 0.0 saved in the checkpoint's param groups
+
+
+def test_lora_run_checkpoints_and_resumes_exactly(warm_tiny_model_dir, tmp_path):
+    lora = {"model.lora_rank": 4, "train.steps": 4}
+    straight, split = tmp_path / "straight", tmp_path / "split"
+    _train(_cfg(warm_tiny_model_dir, straight, **lora))
+    _train(_cfg(warm_tiny_model_dir, split, **{**lora, "train.steps": 2}))
+    _train(_cfg(warm_tiny_model_dir, split, **{**lora, "run.resume": True}))
+    a, b = _final_weights(straight), _final_weights(split)
+    assert any("lora_A" in k for k in a)  # the adapter is in the checkpoint
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
