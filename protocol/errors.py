@@ -6,8 +6,62 @@ subtree rooted here, so a caller can catch ``SwarmError`` for "bad input or envi
 bugs (``TypeError``, ``AttributeError``...) still propagate.
 """
 
-__all__ = ["SwarmError"]
+__all__ = [
+    "IdentityError",
+    "SigningError",
+    "MalformedMessage",
+    "MessageTooLarge",
+    "ProtocolError",
+    "SwarmError",
+    "UnsupportedVersion",
+]
 
 
 class SwarmError(Exception):
     """Base class of every deliberate swarm-node error (bad input, config, checkpoint, ...)."""
+
+
+class IdentityError(SwarmError):
+    """The node's key file cannot be created, read, trusted or parsed."""
+
+
+class SigningError(SwarmError):
+    """An envelope cannot be signed (local input out of range: seq, payload size, ...)."""
+
+
+class ProtocolError(SwarmError):
+    """A peer's wire message was rejected; the subclass name says why (nodes count by it)."""
+
+
+class MalformedMessage(ProtocolError):
+    """Not msgpack, wrong shape, or a field with a wrong type or out-of-range value.
+
+    ``field`` is the path of the offending field (``"rollouts[3].task_id"``, ``"<message>"`` when
+    the bytes themselves are bad) and ``reason`` says what is wrong with it.
+    """
+
+    def __init__(self, field: str, reason: str) -> None:
+        self.field = field
+        self.reason = reason
+        super().__init__(f"malformed message: field {field!r}: {reason}")
+
+
+class MessageTooLarge(ProtocolError):
+    """A message exceeds the byte limit; raised before any of it is unpacked."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        self.size = size
+        self.limit = limit
+        super().__init__(f"message is {size} bytes, over the {limit}-byte limit")
+
+
+class UnsupportedVersion(ProtocolError):
+    """A message declares a schema version this node cannot read."""
+
+    def __init__(self, version: int, supported: int) -> None:
+        self.version = version
+        self.supported = supported
+        super().__init__(
+            f"unsupported schema version {version} (field 'v'); this node supports version"
+            f" {supported}"
+        )
