@@ -141,7 +141,7 @@ class RolloutRecord:
             raise MalformedMessage("truncated", f"expected bool, got {type(self.truncated).__name__}")
 
 
-def _check_header(msg: RolloutBatch | Announcement) -> None:
+def _check_header(msg: "_Header") -> None:
     """Fields shared by every message: who sent it, when, and for which model."""
     _check_str(msg.sender, "sender", MAX_SENDER_CHARS)
     _check_uint(msg.round, "round")
@@ -152,10 +152,8 @@ def _check_header(msg: RolloutBatch | Announcement) -> None:
 
 
 @dataclass(frozen=True)
-class RolloutBatch:
-    """Rollouts a peer sampled in one round with one policy version (1..MAX_ROLLOUTS of them)."""
-
-    kind: ClassVar[str] = "rollouts"
+class _Header:
+    """Fields every message starts with: who sent it, when, and for which model (checked here)."""
 
     sender: str
     round: int
@@ -163,10 +161,21 @@ class RolloutBatch:
     model_fingerprint: str
     tokenizer_fingerprint: str
     created_at: float
-    rollouts: tuple[RolloutRecord, ...]
 
     def __post_init__(self) -> None:
         _check_header(self)
+
+
+@dataclass(frozen=True)
+class RolloutBatch(_Header):
+    """Rollouts a peer sampled in one round with one policy version (1..MAX_ROLLOUTS of them)."""
+
+    kind: ClassVar[str] = "rollouts"
+
+    rollouts: tuple[RolloutRecord, ...]
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
         rollouts = _check_tuple(self.rollouts, "rollouts", 1, MAX_ROLLOUTS)
         for i, record in enumerate(rollouts):
             if type(record) is not RolloutRecord:
@@ -176,21 +185,15 @@ class RolloutBatch:
 
 
 @dataclass(frozen=True)
-class Announcement:
+class Announcement(_Header):
     """Heartbeat: a peer is alive, at this round and policy version, reachable at ``addrs``."""
 
     kind: ClassVar[str] = "announce"
 
-    sender: str
-    round: int
-    policy_version: int
-    model_fingerprint: str
-    tokenizer_fingerprint: str
-    created_at: float
     addrs: tuple[str, ...]
 
     def __post_init__(self) -> None:
-        _check_header(self)
+        super().__post_init__()
         addrs = _check_tuple(self.addrs, "addrs", 0, MAX_ADDRS)
         for i, addr in enumerate(addrs):
             _check_str(addr, f"addrs[{i}]", MAX_ADDR_CHARS)

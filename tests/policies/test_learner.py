@@ -259,3 +259,15 @@ def test_warmup_ramps_the_applied_lr_linearly(policy, rollouts):
         assert m["lr"] == pytest.approx(applied)
         ramp.append(applied / (1e-3 * m["lr_factor"]))
     assert ramp == pytest.approx([0.25, 0.5, 0.75, 1.0, 1.0], rel=1e-6)
+
+
+def test_non_finite_gradient_skips_the_update(policy, rollouts, caplog):
+    learner = Learner(policy, learning_rate=1e-3)
+    before = _snapshot(policy)
+    first = next(p for p in policy.model.parameters() if p.requires_grad)
+    first.register_hook(lambda g: g * float("inf"))  # a poisoned batch: one gradient blows up
+    with caplog.at_level("WARNING"):
+        m = learner.step(_samples(rollouts, [1, 0, 0, 1, 0, 1]))
+    assert not math.isfinite(m["grad_norm"]) and "update skipped" in caplog.text
+    after = _snapshot(policy)
+    assert all(torch.equal(a, b) for a, b in zip(before, after))  # the weights were left unchanged
