@@ -73,7 +73,7 @@ class TasksConfig(_Section):
 
 
 class GenerationConfig(_Section):
-    prompts_per_step: int = Field(8, ge=1, description="distinct prompts sampled per round")
+    prompts_per_step: int = Field(8, ge=1, description="prompt groups per training step: all generated locally when training alone; in a swarm, prompts_per_step - swarm.external_groups local (I) plus swarm.external_groups from peers (J)")
     num_generations: int = Field(8, ge=2, description="completions per prompt, the GRPO group size G (MC-GRPO samples G+1)")
     max_completion_length: int = Field(16, ge=1, description="maximum new tokens per completion")
     temperature: float = Field(1.0, gt=0, description="sampling temperature (log-probs use the same scaling)")
@@ -125,6 +125,32 @@ class RunConfig(_Section):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="log level")
 
 
+class SwarmConfig(_Section):
+    transport: Literal["none", "memory", "hivemind"] = Field("none", description="none (train alone), hivemind (the public/private swarm over the hivemind DHT) or memory (in-process, for tests and simulation)")
+    name: str = Field("swarm-node", description="swarm name: nodes only exchange rollouts with nodes of the same name")
+    initial_peers: list[str] = Field([], description="multiaddrs of bootstrap peers (hivemind), e.g. /ip4/1.2.3.4/tcp/31337/p2p/12D3...; empty = start a new swarm")
+    host_maddrs: list[str] = Field(["/ip4/0.0.0.0/tcp/0"], description="addresses the hivemind daemon listens on (tests use /ip4/127.0.0.1/tcp/0)")
+    announce_maddrs: list[str] = Field([], description="public addresses to announce when behind NAT/port-forwarding (hivemind)")
+    identity: str = Field("", description="Ed25519 key file of this node (created 0600 on first run, reused after; its public key is the peer id); empty = <run.dir>/identity.pem")
+    external_groups: int = Field(4, ge=0, description="J: peer rollout groups per training step (SAPO); the node generates prompts_per_step - J groups itself (I), so the default is I/J = 4/4")
+    round_seconds: float = Field(5.0, gt=0, description="length of a round on the shared clock (unix time / round_seconds): every node agrees on the current round without talking")
+    collect_seconds: float = Field(0.0, ge=0, description="after publishing, wait at most this long for J peer groups (0 = until the round ends)")
+    max_round_lag: int = Field(4, ge=0, description="peer rollouts from rounds older than this many rounds are dropped (counted as stale)")
+    poll_seconds: float = Field(0.25, gt=0, description="how often the node looks for new peer rollouts")
+    max_clock_skew: float = Field(30.0, gt=0, description="envelopes whose signed timestamp is further than this from the local clock are rejected (seconds)")
+    startup_timeout: float = Field(30.0, gt=0, description="seconds the p2p daemon may take to start (hivemind); rl-swarm's fixed 15 s is the most reported failure")
+    join_retries: int = Field(5, ge=0, description="retries (with exponential back-off) when the daemon fails to start or no bootstrap peer answers")
+    join_backoff: float = Field(2.0, gt=0, description="first back-off in seconds; doubles each retry")
+    use_relay: bool = Field(True, description="reach peers behind NAT through relays (hivemind; off in loopback tests)")
+    nat_port_map: bool = Field(True, description="ask the router for a port mapping via UPnP (hivemind; off in loopback tests)")
+
+    @model_validator(mode="after")
+    def _valid_name(self) -> "SwarmConfig":
+        if not self.name or len(self.name) > 64 or not all(c.isalnum() or c in "-_." for c in self.name):
+            raise ValueError(f"swarm.name {self.name!r}: 1-64 characters of letters, digits, '-', '_', '.'")
+        return self
+
+
 class NodeConfig(_Section):
     model: ModelConfig = ModelConfig()
     tasks: TasksConfig = TasksConfig()
@@ -132,6 +158,22 @@ class NodeConfig(_Section):
     learner: LearnerConfig = LearnerConfig()
     train: TrainConfig = TrainConfig()
     run: RunConfig = RunConfig()
+    swarm: SwarmConfig = SwarmConfig()
+
+    @model_validator(mode="after")
+    def _local_groups_left(self) -> "NodeConfig":
+        if self.swarm.transport != "none" and self.swarm.external_groups >= self.generation.prompts_per_step:
+            raise ValueError(f"swarm.external_groups ({self.swarm.external_groups}) must be below "
+                             f"generation.prompts_per_step ({self.generation.prompts_per_step}): the node "
+                             f"trains on prompts_per_step groups, external_groups of them from peers")
+        return self
+
+    @property
+    def local_groups(self) -> int:
+        """I: groups this node generates per step (all of them when it trains alone)."""
+        if self.swarm.transport == "none":
+            return self.generation.prompts_per_step
+        return self.generation.prompts_per_step - self.swarm.external_groups
 
     def to_json(self) -> str:
         return json.dumps(self.model_dump(), indent=2, sort_keys=True)

@@ -12,13 +12,16 @@ import random
 from dataclasses import dataclass
 from typing import Sequence
 
+from node.swarm import PeerGroup
 from policies.learner import TrainSample
+from protocol.messages import RolloutRecord
 from policies.policy import Completion, Policy, SamplingParams
 from rewards.registry import make_task, sample_task_ids
 from rewards.scoring import Reward, RewardConfig, score
 from rewards.task import TaskId
 
-__all__ = ["Rollout", "round_task_ids", "generate_rollouts", "to_train_samples"]
+__all__ = ["Rollout", "round_task_ids", "generate_rollouts", "to_train_samples", "to_records",
+           "external_samples"]
 
 
 @dataclass(frozen=True)
@@ -29,7 +32,7 @@ class Rollout:
     reward: Reward  # scored locally from the regenerated ground truth
 
 
-def round_task_ids(seed: int, step: int, n: int, families: Sequence[str],
+def round_task_ids(seed: int | str, step: int, n: int, families: Sequence[str],
                    difficulties: Sequence[int]) -> list[TaskId]:
     """The ``n`` tasks of round ``step``: a pure function of its arguments (string seeds are
     hashed with sha512 by ``random``, so this is stable across processes and Python versions).
@@ -62,3 +65,43 @@ def to_train_samples(rollouts: list[Rollout], local: bool = True) -> list[TrainS
                         behaviour_seq_logprob=r.completion.seq_logprob,
                         reward=r.reward.total, policy_version=r.policy_version, local=local)
             for r in rollouts]
+
+
+def to_records(rollouts: list[Rollout]) -> list[RolloutRecord]:
+    """Wire records of this node's rollouts (no reward: receivers score for themselves)."""
+    return [RolloutRecord(task_id=str(r.task_id), completion_ids=r.completion.completion_ids,
+                          completion_text=r.completion.text, behaviour_logprobs=r.completion.logprobs,
+                          truncated=r.completion.truncated)
+            for r in rollouts]
+
+
+def external_samples(groups: list[PeerGroup], policy: Policy, reward_cfg: RewardConfig,
+                     group_cap: int) -> tuple[list[TrainSample], list[float]]:
+    """Learner samples from peers' groups, scored here from the regenerated ground truth.
+
+    Same tokenizer: the peer's token ids and per-token behaviour log-probs are used as sent (the
+    exchange has checked the text is their decoding). Another tokenizer: the text is re-tokenized
+    for this policy and only the sequence log-prob Σ log μ transfers, so the learner applies the
+    sequence-level ratio. Each group keeps at most ``group_cap`` completions (this node's G).
+    Returns the samples and their correctness rewards (for metrics).
+    """
+    samples, correct = [], []
+    for g in groups:
+        task = make_task(g.task_id)
+        prompt_ids = policy.encode_prompts([task.prompt])[0]
+        same_tokens = g.tokenizer_fingerprint == policy.tokenizer_fingerprint
+        for rec in g.records[:group_cap]:
+            if same_tokens:
+                ids, lps = rec.completion_ids, rec.behaviour_logprobs
+            else:
+                ids, lps = policy.encode_completion(rec.completion_text), None
+                if rec.truncated:  # it never ended: no EOS to learn
+                    ids = ids[:-1] or ids
+            reward = score(task, rec.completion_text, reward_cfg)
+            correct.append(reward.correctness)
+            samples.append(TrainSample(group=g.key, prompt_ids=prompt_ids, completion_ids=ids,
+                                       behaviour_logprobs=lps,
+                                       behaviour_seq_logprob=float(sum(rec.behaviour_logprobs)),
+                                       reward=reward.total, policy_version=g.policy_version,
+                                       local=False))
+    return samples, correct

@@ -29,13 +29,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from node.clock import RoundClock
 from node.checkpoint import CheckpointState, capture_rng, load_latest, restore_rng, save_checkpoint
 from node.config import NodeConfig
 from node.errors import CheckpointError, ConfigError
 from node.metrics import MetricsWriter
 from node.plots import plot_reward_curve
 from node.progress import Progress
-from node.rollouts import generate_rollouts, round_task_ids, to_train_samples
+from node.rollouts import external_samples, generate_rollouts, round_task_ids, to_records, to_train_samples
+from node.swarm import PeerGroup, SwarmExchange
+from node.transport import Transport, create_transport
+from protocol.identity import load_or_create_identity
 from policies.learner import Learner
 from policies.loss import LossConfig
 from policies.policy import Policy, SamplingParams
@@ -71,6 +75,40 @@ def build_learner(policy: Policy, cfg: NodeConfig) -> Learner:
                         epsilon=lc.epsilon, epsilon_high=lc.epsilon_high, delta=lc.delta,
                         m2po_tau=lc.m2po_tau, weight_cap=lc.weight_cap, loss_type=lc.loss_type,
                         max_completion_length=cfg.generation.max_completion_length))
+
+
+def identity_path(cfg: NodeConfig) -> Path:
+    return Path(cfg.swarm.identity) if cfg.swarm.identity else Path(cfg.run.dir) / "identity.pem"
+
+
+async def build_exchange(cfg: NodeConfig, policy: Policy, run_dir: Path,
+                         transport: Transport | None = None) -> SwarmExchange:
+    """This node's identity, transport and exchange, started (joins the swarm)."""
+    sc = cfg.swarm
+    ident = load_or_create_identity(identity_path(cfg))
+    log.info("peer id %s (key %s)", ident.peer_id, identity_path(cfg))
+    if transport is None:
+        kwargs = {}
+        if sc.transport == "hivemind":
+            kwargs = dict(initial_peers=sc.initial_peers, host_maddrs=sc.host_maddrs,
+                          announce_maddrs=sc.announce_maddrs,
+                          p2p_identity_path=str(identity_path(cfg)) + ".p2p",
+                          startup_timeout=sc.startup_timeout, join_retries=sc.join_retries,
+                          join_backoff=sc.join_backoff, use_relay=sc.use_relay,
+                          nat_port_map=sc.nat_port_map)
+        transport = create_transport(sc.transport, swarm=sc.name, publisher=ident.peer_id, **kwargs)
+    embeddings = policy.model.get_input_embeddings().num_embeddings
+    tok = policy.tokenizer
+    exchange = SwarmExchange(
+        transport, ident, RoundClock(sc.round_seconds),
+        tokenizer_fingerprint=policy.tokenizer_fingerprint,
+        model_fingerprint=policy.model_fingerprint, vocab_size=min(len(tok), embeddings),
+        decode_text=lambda ids: tok.decode(list(ids), skip_special_tokens=True),
+        max_round_lag=sc.max_round_lag, poll_seconds=sc.poll_seconds,
+        max_clock_skew=sc.max_clock_skew, seed=cfg.train.seed)
+    await exchange.start()
+    log.info("joined swarm %r over %s as %s", sc.name, type(transport).__name__, ident.peer_id)
+    return exchange
 
 
 def _seed_everything(seed: int) -> None:
@@ -110,7 +148,7 @@ class _LaggedBehaviour:
 
 class TrainingNode:
     def __init__(self, cfg: NodeConfig, policy: Policy, learner: Learner, run_dir: Path,
-                 start_step: int):
+                 start_step: int, swarm: SwarmExchange | None = None):
         self.cfg = cfg
         self.policy = policy
         self.learner = learner
@@ -125,11 +163,16 @@ class TrainingNode:
                                        temperature=cfg.generation.temperature,
                                        top_p=cfg.generation.top_p, top_k=cfg.generation.top_k)
         self.reward_cfg = RewardConfig(format_weight=cfg.tasks.format_weight)
+        self.swarm = swarm
+        self.clock = swarm.clock if swarm is not None else None
+        self.last_round: int | None = None
+        self.rounds_skipped = 0
         self._closed = False
 
     @classmethod
-    async def create(cls, cfg: NodeConfig) -> "TrainingNode":
-        """Load the policy (building the default model if needed) and resume if asked."""
+    async def create(cls, cfg: NodeConfig, transport: Transport | None = None) -> "TrainingNode":
+        """Load the policy (building the default model if needed), resume if asked, and join the
+        swarm when ``swarm.transport`` is set (``transport`` overrides the configured one)."""
         run_dir = Path(cfg.run.dir)
         ckpt_root = run_dir / "checkpoints"
         if not cfg.run.resume and ckpt_root.exists() and any(ckpt_root.iterdir()):
@@ -153,7 +196,10 @@ class TrainingNode:
                 log.info("resumed from %s (step %d, policy v%d)", path, state.step, state.policy_version)
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.json").write_text(cfg.to_json())
-        return cls(cfg, policy, learner, run_dir, start_step)
+        swarm = None
+        if cfg.swarm.transport != "none" or transport is not None:
+            swarm = await build_exchange(cfg, policy, run_dir, transport)
+        return cls(cfg, policy, learner, run_dir, start_step, swarm)
 
     @staticmethod
     def _restore(policy: Policy, learner: Learner, state: CheckpointState) -> None:
@@ -173,28 +219,41 @@ class TrainingNode:
         if state.rng is not None:
             restore_rng(state.rng)
 
-    # -- one round --------------------------------------------------------------------------
-    def _round(self, step: int) -> dict:
+    # -- one step ---------------------------------------------------------------------------
+    def _generate(self, step: int, n_groups: int, task_seed: int | str):
+        """This step's local rollouts (worker thread)."""
         cfg = self.cfg
         t0 = time.perf_counter()
-        task_ids = round_task_ids(cfg.train.seed, step, cfg.generation.prompts_per_step,
-                                  cfg.tasks.families, cfg.tasks.difficulties)
-        # MC-GRPO samples G+1 so the median is one real completion (the pivot), left out of the loss.
-        g = cfg.generation.num_generations + (1 if cfg.learner.baseline == "median" else 0)
+        task_ids = round_task_ids(task_seed, step, n_groups, cfg.tasks.families, cfg.tasks.difficulties)
         sampler, behaviour_version = self.lagged.sampler()
         version = self.learner.version if behaviour_version < 0 else behaviour_version
-        rollouts = generate_rollouts(sampler, task_ids, g, self.sampling, version, self.reward_cfg)
-        t_gen = time.perf_counter() - t0
+        rollouts = generate_rollouts(sampler, task_ids, self.group_size, self.sampling, version,
+                                     self.reward_cfg)
+        return rollouts, version, time.perf_counter() - t0
+
+    @property
+    def group_size(self) -> int:
+        # MC-GRPO samples G+1 so the median is one real completion (the pivot), left out of the loss.
+        return self.cfg.generation.num_generations + (1 if self.cfg.learner.baseline == "median" else 0)
+
+    def _learn(self, step: int, rollouts: list, version: int, t_gen: float,
+               groups: list[PeerGroup] | None = None) -> dict:
+        """Score peers' groups, update the policy, and build the step's metrics (worker thread)."""
+        cfg = self.cfg
+        t0 = time.perf_counter()
         staleness = self.learner.version - version
         # The staleness bound: rollouts from a policy too many versions old are dropped, counted.
-        samples = [s for s in to_train_samples(rollouts)
-                   if self.learner.version - s.policy_version <= cfg.learner.max_off_policy_steps]
-        dropped = len(rollouts) - len(samples)
+        local = to_train_samples(rollouts)
+        samples = [s for s in local if self.learner.version - s.policy_version <= cfg.learner.max_off_policy_steps]
+        dropped = len(local) - len(samples)
+        ext_correct: list[float] = []
+        if groups:
+            ext, ext_correct = external_samples(groups, self.policy, self.reward_cfg, self.group_size)
+            samples += ext
         learn = self.learner.step(samples) if samples else {}
         self.lagged.push(self.learner.version)
-        t_all = time.perf_counter() - t0
         n_tok = sum(len(r.completion.completion_ids) for r in rollouts)
-        return {
+        record = {
             "step": step + 1,
             "time": time.time(),
             "reward": float(np.mean([r.reward.total for r in rollouts])),
@@ -205,10 +264,72 @@ class TrainingNode:
             "dropped_stale": dropped,
             "tokens_per_s": n_tok / max(t_gen, 1e-9),
             "gen_time": t_gen,
-            "step_time": t_all,
+            "learn_time": time.perf_counter() - t0,
             **learn,
             "policy_version": self.learner.version,
         }
+        if groups is not None:
+            record["external_groups"] = len(groups)
+            record["external_samples"] = len(samples) - (len(local) - dropped)
+            record["external_correct"] = float(np.mean(ext_correct)) if ext_correct else None
+            record["external_by_peer"] = dict(collections.Counter(g.sender for g in groups))
+        return record
+
+    async def _step(self) -> dict:
+        t0 = time.perf_counter()
+        if self.swarm is None:
+            rollouts, version, t_gen = await asyncio.to_thread(
+                self._generate, self.step, self.cfg.local_groups, self.cfg.train.seed)
+            record = await asyncio.to_thread(self._learn, self.step, rollouts, version, t_gen)
+        else:
+            record = await self._swarm_step()
+        record["step_time"] = time.perf_counter() - t0
+        return record
+
+    async def _swarm_step(self) -> dict:
+        """One SAPO step in the current round of the shared clock: generate I groups, publish
+        them, collect J peer groups (until the round ends at most), learn from all of them."""
+        sw, clock, scfg = self.swarm, self.clock, self.cfg.swarm
+        r = clock.current()
+        if self.last_round is not None and r <= self.last_round:
+            await clock.wait_for(self.last_round + 1)  # one step per round: wait for the next
+            r = clock.current()
+        # A node that fell behind joins the current round; the rounds it missed are counted.
+        skipped = 0 if self.last_round is None else r - self.last_round - 1
+        self.rounds_skipped += skipped
+        self.last_round = r
+        rollouts, version, t_gen = await asyncio.to_thread(
+            self._generate, self.step, self.cfg.local_groups, f"{self.cfg.train.seed}:{sw.peer_id}")
+        await sw.publish(r, version, to_records(rollouts))
+        j = scfg.external_groups
+        deadline = time.time() + scfg.collect_seconds if scfg.collect_seconds > 0 else clock.end_of(r)
+        await sw.wait_for(j, deadline)
+        groups = sw.take(j, r)
+        record = await asyncio.to_thread(self._learn, self.step, rollouts, version, t_gen, groups)
+        st = sw.status()
+        record.update({
+            "round": r,
+            "rounds_skipped": self.rounds_skipped,
+            "peers_heard": st["peers_heard"],
+            "peers_used": st["peers_used"],
+            "rollouts_out": st["rollouts_out"],
+            "groups_in": st["groups_in"],
+            "groups_used": st["groups_used"],
+            "groups_dropped_stale": st["dropped_stale"],
+            "rejected_total": st["rejected_total"],
+            "rejected": st["rejected"],
+        })
+        return record
+
+    def _write_status(self, record: dict) -> None:
+        """status.json: the node's live state for people and tools (replaced atomically)."""
+        status = {"step": self.step, "total_steps": self.cfg.train.steps, "last": record,
+                  "updated_at": time.time()}
+        if self.swarm is not None:
+            status["swarm"] = self.swarm.status()
+        tmp = self.run_dir / "status.json.tmp"
+        tmp.write_text(json.dumps(status, indent=2, default=str))
+        tmp.replace(self.run_dir / "status.json")
 
     # -- the loop ---------------------------------------------------------------------------
     def request_stop(self) -> None:
@@ -231,9 +352,10 @@ class TrainingNode:
         t_start = time.monotonic()
         try:
             while self.step < total and not self.stop_requested:
-                record = await asyncio.to_thread(self._round, self.step)
+                record = await self._step()
                 self.step += 1
                 self.metrics.write(record)
+                self._write_status(record)
                 progress.update(record)
                 if every and self.step % every == 0 and self.step < total:
                     await asyncio.to_thread(self.checkpoint)
@@ -274,6 +396,12 @@ class TrainingNode:
             "window": w,
             "run_dir": str(self.run_dir),
         }
+        if self.swarm is not None:
+            st = self.swarm.status()
+            summary["swarm"] = {k: st[k] for k in (
+                "peer_id", "peers_heard", "peers_used", "groups_used_by_peer", "rollouts_out",
+                "groups_in", "groups_used", "dropped_stale", "rejected", "rejected_total")}
+            summary["swarm"]["rounds_skipped"] = self.rounds_skipped
         if summary["correct_first"]:
             summary["improvement"] = summary["correct_last"] / summary["correct_first"]
         if self.cfg.run.plot and recs:
@@ -285,4 +413,6 @@ class TrainingNode:
     async def close(self) -> None:
         if not self._closed:
             self._closed = True
+            if self.swarm is not None:
+                await self.swarm.close()
             self.metrics.close()

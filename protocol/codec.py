@@ -14,7 +14,7 @@ from typing import Any
 
 import msgpack
 
-from protocol.errors import MalformedMessage, MessageTooLarge, UnsupportedVersion
+from protocol.errors import MalformedMessage, MessageTooLarge, UnknownField, UnsupportedVersion
 from protocol.messages import (
     MAX_ADDR_CHARS,
     MAX_ADDRS,
@@ -114,7 +114,7 @@ def _check_keys(obj: object, what: str, prefix: str, expected: tuple[str, ...]) 
         raise MalformedMessage(what, f"expected a map, got {type(obj).__name__}")
     for key in obj:
         if key not in expected:
-            raise MalformedMessage(f"{prefix}{key[:80]!s}", "unknown field")
+            raise UnknownField(f"{prefix}{key[:80]!s}")
     for key in expected:
         if key not in obj:
             raise MalformedMessage(f"{prefix}{key}", "missing field")
@@ -135,7 +135,7 @@ def _decode_record(obj: object, where: str) -> RolloutRecord:
     try:
         return _build(RolloutRecord, body)
     except MalformedMessage as e:
-        raise MalformedMessage(f"{where}.{e.field}", e.reason) from e
+        raise type(e)(f"{where}.{e.field}", e.reason) from e
 
 
 def decode(data: bytes) -> Message:

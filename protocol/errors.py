@@ -11,6 +11,7 @@ __all__ = [
     "SigningError",
     "MalformedMessage",
     "MessageTooLarge",
+    "UnknownField",
     "ProtocolError",
     "SwarmError",
     "UnsupportedVersion",
@@ -44,6 +45,14 @@ class MalformedMessage(ProtocolError):
         self.field = field
         self.reason = reason
         super().__init__(f"malformed message: field {field!r}: {reason}")
+
+
+class UnknownField(MalformedMessage):
+    """A field the schema does not have, e.g. a ``reward`` or ``ground_truth`` claim that a
+    receiver must never trust: the protocol has no such fields, so such messages are rejected."""
+
+    def __init__(self, field: str, reason: str = "unknown field") -> None:
+        super().__init__(field, reason)
 
 
 class MessageTooLarge(ProtocolError):

@@ -38,6 +38,7 @@ from protocol.identity import PUBLIC_KEY_SIZE, Identity, peer_id_from_public_key
 
 __all__ = [
     "DOMAIN_PREFIX",
+    "MAX_ENVELOPE_SIZE",
     "MAX_PAYLOAD_SIZE",
     "Envelope",
     "SigningError",
@@ -64,6 +65,8 @@ MAX_SEQ = 2**64 - 1
 
 _PREFIX = struct.Struct(">4sH")  # magic, sender length
 _MIDDLE = struct.Struct(f">{PUBLIC_KEY_SIZE}sQ{NONCE_SIZE}sdI")  # key, seq, nonce, ts, payload len
+# The largest well-formed frame: transports refuse anything bigger before reading it.
+MAX_ENVELOPE_SIZE = _PREFIX.size + MAX_SENDER_SIZE + _MIDDLE.size + MAX_PAYLOAD_SIZE + SIGNATURE_SIZE
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,327 @@
+"""Swarm sampling (SAPO): publish this node's rollouts each round, admit peers' rollouts, and hand
+the learner J peer groups per training step.
+
+``SwarmExchange`` sits between the trainer and a ``Transport``. Outgoing, it wraps a round's
+rollouts in a ``RolloutBatch``, signs it (``protocol.signing``) and publishes it under
+``(swarm, round, peer id)``. Incoming, a background task polls the transport for the rounds still
+inside the staleness window and runs every envelope through the admission checks below; what
+passes is kept in a pool of *groups* (one peer, one round, one task: the unit GRPO needs for a
+baseline). ``take`` hands out up to J groups, freshest first and spread across peers.
+
+Admission, in order; each rejection is counted under the reason shown (``stats.rejected``)::
+
+    envelope framing unreadable                   malformed_envelope
+    signature / key / peer id / clock / replay    bad_signature, sender_mismatch, stale_clock, replay
+    publisher key ≠ signer                        sender_mismatch
+    payload: size, msgpack, schema, version       oversized, malformed, unknown_field, unsupported_version
+    not a rollout batch                           wrong_kind
+    header sender ≠ signer                        sender_mismatch
+    header round ≠ published round / future       wrong_round
+    task id names no task                         bad_task
+    token ids outside this vocabulary, empty      bad_tokens
+    text ≠ decode(token ids) (same tokenizer)     text_mismatch
+
+Nothing a peer claims about quality is used: the protocol has no reward or ground-truth fields
+(a message carrying one fails as ``unknown_field``) and the trainer re-scores every admitted
+completion from the task id. Groups older than ``max_round_lag`` rounds are dropped and counted
+(``stats.dropped_stale``), not rejected: they were honest, only late.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from node.clock import RoundClock
+from node.transport.base import Delivery, Transport
+from protocol.codec import decode, encode
+from protocol.errors import MalformedMessage, MessageTooLarge, ProtocolError, UnknownField, UnsupportedVersion
+from protocol.identity import Identity
+from protocol.messages import RolloutBatch, RolloutRecord
+from protocol.signing import Verifier, VerifyResult, envelope_from_bytes, envelope_to_bytes, sign
+from rewards.errors import TaskError
+from rewards.registry import make_task
+
+log = logging.getLogger(__name__)
+
+__all__ = ["PeerGroup", "SwarmStats", "SwarmExchange", "REJECT_REASONS"]
+
+REJECT_REASONS = (
+    "malformed_envelope", "bad_signature", "sender_mismatch", "stale_clock", "replay", "oversized",
+    "malformed", "unknown_field", "unsupported_version", "wrong_kind", "wrong_round", "bad_task",
+    "bad_tokens", "text_mismatch",
+)
+
+_VERIFY_REASON = {
+    VerifyResult.MALFORMED: "malformed_envelope",
+    VerifyResult.BAD_SIGNATURE: "bad_signature",
+    VerifyResult.SENDER_MISMATCH: "sender_mismatch",
+    VerifyResult.REPLAY: "replay",
+    VerifyResult.STALE_CLOCK: "stale_clock",
+}
+
+
+def _decode_reason(e: ProtocolError) -> str:
+    if isinstance(e, MessageTooLarge):
+        return "oversized"
+    if isinstance(e, UnsupportedVersion):
+        return "unsupported_version"
+    if isinstance(e, UnknownField):
+        return "unknown_field"
+    return "malformed"
+
+
+@dataclass(frozen=True)
+class PeerGroup:
+    """A peer's completions of one task in one round: one GRPO group for this node's learner."""
+
+    sender: str
+    round: int
+    policy_version: int
+    model_fingerprint: str
+    tokenizer_fingerprint: str
+    task_id: str
+    records: tuple[RolloutRecord, ...]
+
+    @property
+    def key(self) -> str:
+        return f"{self.sender}/{self.round}/{self.task_id}"
+
+
+@dataclass
+class SwarmStats:
+    """Counters since start; the trainer copies them into metrics and the status display."""
+
+    rejected: collections.Counter = field(default_factory=collections.Counter)
+    envelopes_in: int = 0  # admitted envelopes
+    groups_in: collections.Counter = field(default_factory=collections.Counter)  # by sender
+    groups_used: collections.Counter = field(default_factory=collections.Counter)  # by sender
+    dropped_stale: int = 0  # admitted groups that aged out of the window before use
+    envelopes_out: int = 0
+    rollouts_out: int = 0
+    publish_errors: int = 0
+    poll_errors: int = 0
+
+
+class SwarmExchange:
+    def __init__(self, transport: Transport, identity: Identity, clock: RoundClock, *,
+                 tokenizer_fingerprint: str, model_fingerprint: str, vocab_size: int,
+                 decode_text: Callable[[Sequence[int]], str], max_round_lag: int = 4,
+                 poll_seconds: float = 0.25, max_clock_skew: float = 30.0, seed: int = 0):
+        self.transport = transport
+        self.identity = identity
+        self.clock = clock
+        self.tokenizer_fingerprint = tokenizer_fingerprint
+        self.model_fingerprint = model_fingerprint
+        self.vocab_size = vocab_size
+        self.decode_text = decode_text
+        self.max_round_lag = max_round_lag
+        self.poll_seconds = poll_seconds
+        # An honest envelope may be fetched up to the whole window after it was signed, so the
+        # clock check allows the window on top of the configured skew.
+        self.verifier = Verifier(max_skew_s=max_clock_skew + (max_round_lag + 1) * clock.round_seconds)
+        self.stats = SwarmStats()
+        self._pool: dict[str, PeerGroup] = {}  # key -> group, insertion order = arrival order
+        self._arrived = asyncio.Event()
+        self._rng = random.Random(f"swarm-exchange:{seed}:{identity.peer_id}")
+        self._seq = 0
+        self._task: asyncio.Task | None = None
+
+    @property
+    def peer_id(self) -> str:
+        return self.identity.peer_id
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    async def start(self) -> None:
+        await self.transport.start()
+        self._task = asyncio.create_task(self._receive_loop(), name="swarm-receive")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+        await self.transport.close()
+
+    # -- outgoing -------------------------------------------------------------------------------
+    def _next_seq(self) -> int:
+        # Time-based so a restarted node (same key, fresh process) never reuses a sequence number
+        # that peers remember: they would reject its envelopes as replays.
+        self._seq = max(self._seq + 1, time.time_ns() // 1000)
+        return self._seq
+
+    def make_envelope(self, round: int, policy_version: int, records: Sequence[RolloutRecord]) -> bytes:
+        batch = RolloutBatch(sender=self.peer_id, round=round, policy_version=policy_version,
+                             model_fingerprint=self.model_fingerprint,
+                             tokenizer_fingerprint=self.tokenizer_fingerprint,
+                             created_at=time.time(), rollouts=tuple(records))
+        return envelope_to_bytes(sign(encode(batch), self.identity, self._next_seq()))
+
+    async def publish(self, round: int, policy_version: int, records: Sequence[RolloutRecord]) -> bool:
+        """Sign and publish this round's rollouts; a failure is logged and counted, not raised:
+        the node keeps training on its own rollouts while the swarm is unreachable."""
+        data = self.make_envelope(round, policy_version, records)
+        expires_in = (self.max_round_lag + 2) * self.clock.round_seconds
+        try:
+            await self.transport.publish(round, data, expires_in)
+        except Exception as e:  # noqa: BLE001 - any transport failure must not stop training
+            self.stats.publish_errors += 1
+            log.warning("publishing round %d failed (%s: %s); continuing", round, type(e).__name__, e)
+            return False
+        self.stats.envelopes_out += 1
+        self.stats.rollouts_out += len(records)
+        return True
+
+    # -- incoming -------------------------------------------------------------------------------
+    def window(self, current: int | None = None) -> range:
+        r = self.clock.current() if current is None else current
+        return range(max(0, r - self.max_round_lag), r + 1)
+
+    async def _receive_loop(self) -> None:
+        while True:
+            await self.poll_once()
+            await asyncio.sleep(self.poll_seconds)
+
+    async def poll_once(self) -> int:
+        """Fetch and admit new envelopes; returns how many groups were admitted."""
+        try:
+            deliveries = await self.transport.poll(self.window())
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - the network comes and goes; keep polling
+            self.stats.poll_errors += 1
+            log.warning("polling the swarm failed (%s: %s); retrying", type(e).__name__, e)
+            return 0
+        admitted = sum(self.admit(d) for d in deliveries)
+        if admitted:
+            self._arrived.set()
+        return admitted
+
+    def _reject(self, reason: str, d: Delivery, detail: str = "") -> int:
+        self.stats.rejected[reason] += 1
+        log.info("rejected envelope from %.48s (round %d): %s%s", d.publisher, d.round, reason,
+                 f" ({detail})" if detail else "")
+        return 0
+
+    def admit(self, d: Delivery) -> int:
+        """Run one delivery through every admission check; returns the groups admitted."""
+        env = envelope_from_bytes(d.data)
+        if env is None:
+            return self._reject("malformed_envelope", d)
+        verdict = self.verifier.verify(env)
+        if verdict is not VerifyResult.ACCEPTED:
+            return self._reject(_VERIFY_REASON[verdict], d)
+        if env.sender != d.publisher:
+            return self._reject("sender_mismatch", d, f"published under {d.publisher}, signed by {env.sender}")
+        try:
+            msg = decode(env.payload)
+        except ProtocolError as e:
+            return self._reject(_decode_reason(e), d, str(e))
+        if not isinstance(msg, RolloutBatch):
+            return self._reject("wrong_kind", d, type(msg).__name__)
+        if msg.sender != env.sender:
+            return self._reject("sender_mismatch", d, f"header says {msg.sender}")
+        if msg.round != d.round or msg.round > self.clock.current() + 1:
+            return self._reject("wrong_round", d, f"batch says round {msg.round}")
+        groups: dict[str, list[RolloutRecord]] = {}
+        for rec in msg.rollouts:
+            groups.setdefault(rec.task_id, []).append(rec)
+        same_tokenizer = msg.tokenizer_fingerprint == self.tokenizer_fingerprint
+        for task_id, records in groups.items():  # the whole batch is refused if any record fails
+            try:
+                make_task(task_id)
+            except TaskError as e:
+                return self._reject("bad_task", d, str(e))
+            for rec in records:
+                if not rec.completion_ids or (same_tokenizer and max(rec.completion_ids) >= self.vocab_size):
+                    return self._reject("bad_tokens", d, f"task {task_id}")
+                if same_tokenizer:
+                    try:
+                        text = self.decode_text(rec.completion_ids)
+                    except Exception:  # noqa: BLE001 - a tokenizer's error on hostile ids
+                        return self._reject("bad_tokens", d, f"task {task_id}: ids do not decode")
+                    if text != rec.completion_text:
+                        return self._reject("text_mismatch", d, f"task {task_id}")
+        self.stats.envelopes_in += 1
+        for task_id, records in groups.items():
+            g = PeerGroup(msg.sender, msg.round, msg.policy_version, msg.model_fingerprint,
+                          msg.tokenizer_fingerprint, task_id, tuple(records))
+            self._pool[g.key] = g
+            self.stats.groups_in[msg.sender] += 1
+        return len(groups)
+
+    # -- sampling -------------------------------------------------------------------------------
+    def _prune(self, current: int) -> None:
+        oldest = current - self.max_round_lag
+        stale = [k for k, g in self._pool.items() if g.round < oldest]
+        for k in stale:
+            del self._pool[k]
+        self.stats.dropped_stale += len(stale)
+
+    def available(self, current: int | None = None) -> int:
+        r = self.clock.current() if current is None else current
+        self._prune(r)
+        return len(self._pool)
+
+    async def wait_for(self, n: int, deadline: float) -> int:
+        """Wait until ``n`` groups are available or the wall clock reaches ``deadline``."""
+        while (have := self.available()) < n and (left := deadline - time.time()) > 0:
+            self._arrived.clear()
+            try:
+                await asyncio.wait_for(self._arrived.wait(), timeout=min(left, self.poll_seconds))
+            except asyncio.TimeoutError:
+                pass
+        return have
+
+    def take(self, n: int, current: int | None = None) -> list[PeerGroup]:
+        """Up to ``n`` unused groups: freshest round first, one peer at a time round-robin (so a
+        fast or flooding peer cannot fill the batch), random within a peer's round."""
+        r = self.clock.current() if current is None else current
+        self._prune(r)
+        by_sender: dict[str, list[PeerGroup]] = collections.defaultdict(list)
+        groups = list(self._pool.values())
+        self._rng.shuffle(groups)
+        for g in sorted(groups, key=lambda g: -g.round):
+            by_sender[g.sender].append(g)
+        senders = list(by_sender)
+        self._rng.shuffle(senders)
+        # Peers whose freshest group is newest go first.
+        senders.sort(key=lambda s: -by_sender[s][0].round)
+        picked: list[PeerGroup] = []
+        while len(picked) < n and any(by_sender.values()):
+            for s in senders:
+                if by_sender[s] and len(picked) < n:
+                    picked.append(by_sender[s].pop(0))
+        for g in picked:
+            del self._pool[g.key]
+            self.stats.groups_used[g.sender] += 1
+        return picked
+
+    def status(self) -> dict:
+        s = self.stats
+        return {
+            "peer_id": self.peer_id,
+            "peers_heard": len(s.groups_in),
+            "peers_used": len(s.groups_used),
+            "envelopes_in": s.envelopes_in,
+            "envelopes_out": s.envelopes_out,
+            "rollouts_out": s.rollouts_out,
+            "groups_in": sum(s.groups_in.values()),
+            "groups_used": sum(s.groups_used.values()),
+            "groups_used_by_peer": dict(s.groups_used),
+            "pool": len(self._pool),
+            "dropped_stale": s.dropped_stale,
+            "rejected": dict(s.rejected + self.transport.rejected),
+            "rejected_total": sum(s.rejected.values()) + sum(self.transport.rejected.values()),
+            "publish_errors": s.publish_errors,
+            "poll_errors": s.poll_errors,
+            **self.transport.info(),
+        }

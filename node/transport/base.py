@@ -1,0 +1,62 @@
+"""The interface between the node runtime and whatever carries its messages.
+
+A transport moves opaque bytes (signed envelopes, ``protocol.signing``) keyed by
+``(round, publisher)``: ``publish`` makes this node's envelope for a round available to the
+swarm, ``poll`` returns envelopes of other nodes that this node has not seen yet. It never
+interprets or trusts what it carries: the publisher name is the carrier's claim, and the
+node's verifier decides whether the bytes are authentic. Transports only enforce what must be
+enforced before bytes are buffered (the frame size limit) and count what they refused.
+"""
+
+from __future__ import annotations
+
+import abc
+import collections
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from protocol.errors import SwarmError
+from protocol.signing import MAX_ENVELOPE_SIZE
+
+__all__ = ["Delivery", "Transport", "TransportError", "MAX_ENVELOPE_SIZE"]
+
+
+class TransportError(SwarmError):
+    """The transport could not start or reach the swarm (the message says what to check)."""
+
+
+@dataclass(frozen=True)
+class Delivery:
+    round: int
+    publisher: str  # as claimed by the carrier (the DHT subkey, the hub key): not authenticated
+    data: bytes
+
+
+@dataclass
+class Transport(abc.ABC):
+    """Base class: a carrier of envelopes between the nodes of one swarm."""
+
+    swarm: str
+    publisher: str  # this node's peer id: the key its envelopes are published under
+    rejected: collections.Counter = field(default_factory=collections.Counter, init=False)
+
+    @abc.abstractmethod
+    async def start(self) -> None:
+        """Join the swarm; raises ``TransportError`` with a clear message when it cannot."""
+
+    @abc.abstractmethod
+    async def publish(self, round: int, data: bytes, expires_in: float) -> None:
+        """Make ``data`` this node's envelope for ``round`` (replacing an earlier one) for
+        ``expires_in`` seconds."""
+
+    @abc.abstractmethod
+    async def poll(self, rounds: Iterable[int]) -> list[Delivery]:
+        """Envelopes of other publishers for ``rounds`` that this node has not received yet."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Leave the swarm and release every resource (idempotent)."""
+
+    def info(self) -> dict:
+        """Addresses and peer counts for the status display and logs."""
+        return {"transport": type(self).__name__}

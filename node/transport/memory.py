@@ -1,0 +1,88 @@
+"""In-memory transport: nodes of one process exchange envelopes through a shared ``MemoryHub``.
+
+For unit tests and fast single-process simulation only; real swarms use a network transport.
+It follows the same contract as the network transports (frame size limit, new-only polling,
+records that expire) so code tested over it behaves the same over the network.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from node.transport.base import MAX_ENVELOPE_SIZE, Delivery, Transport
+
+__all__ = ["MemoryHub", "MemoryTransport", "PROCESS_HUB"]
+
+
+@dataclass
+class MemoryHub:
+    """What a DHT would hold: per swarm and round, each publisher's latest envelope."""
+
+    records: dict = field(default_factory=dict)  # (swarm, round) -> {publisher: (bytes, expires_at)}
+
+    def put(self, swarm: str, round: int, publisher: str, data: bytes, expires_at: float) -> None:
+        self.records.setdefault((swarm, round), {})[publisher] = (data, expires_at)
+
+    def get(self, swarm: str, round: int, now: float) -> dict[str, bytes]:
+        entries = self.records.get((swarm, round), {})
+        return {p: d for p, (d, exp) in entries.items() if exp > now}
+
+    def prune(self, now: float) -> None:
+        for key in list(self.records):
+            live = {p: v for p, v in self.records[key].items() if v[1] > now}
+            if live:
+                self.records[key] = live
+            else:
+                del self.records[key]
+
+
+# Nodes created with transport "memory" and no explicit hub meet here: one swarm per process.
+PROCESS_HUB = MemoryHub()
+
+
+@dataclass
+class MemoryTransport(Transport):
+    hub: MemoryHub = field(default_factory=lambda: PROCESS_HUB)
+    _seen: dict = field(default_factory=dict, init=False)  # round -> {(publisher, sha256)}
+    _started: bool = field(default=False, init=False)
+
+    async def start(self) -> None:
+        self._started = True
+
+    async def publish(self, round: int, data: bytes, expires_in: float) -> None:
+        if len(data) > MAX_ENVELOPE_SIZE:
+            raise ValueError(f"envelope of {len(data)} bytes is over the {MAX_ENVELOPE_SIZE}-byte limit")
+        now = time.time()
+        self.hub.prune(now)
+        self.hub.put(self.swarm, round, self.publisher, bytes(data), now + expires_in)
+
+    async def poll(self, rounds: Iterable[int]) -> list[Delivery]:
+        out = []
+        now = time.time()
+        rounds = list(rounds)
+        for old in [r for r in self._seen if rounds and r < min(rounds)]:
+            del self._seen[old]  # bounded memory: rounds outside the window are never polled again
+        for r in rounds:
+            seen = self._seen.setdefault(r, set())
+            for publisher, data in self.hub.get(self.swarm, r, now).items():
+                if publisher == self.publisher:
+                    continue
+                key = (publisher, hashlib.sha256(data).digest())
+                if key in seen:
+                    continue
+                seen.add(key)
+                # Enforced on receipt too: a hub is shared, and anyone can write to it.
+                if len(data) > MAX_ENVELOPE_SIZE:
+                    self.rejected["oversized"] += 1
+                    continue
+                out.append(Delivery(r, publisher, data))
+        return out
+
+    async def close(self) -> None:
+        self._started = False
+
+    def info(self) -> dict:
+        return {"transport": "memory"}
