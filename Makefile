@@ -16,7 +16,7 @@ $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install $(PIP_FLAGS) --upgrade pip
 	$(PY) -m pip install $(PIP_FLAGS) "$(TORCH)"
-	$(PY) -m pip install $(PIP_FLAGS) -e ".[dev]"
+	$(PY) -m pip install $(PIP_FLAGS) --only-binary=hivemind -e ".[dev]"
 	touch $@
 
 install: $(VENV)/.installed

@@ -26,6 +26,8 @@ examples:
   swarm-node train --config configs/solo.toml --train.steps 500
   swarm-node train --run.dir runs/a --resume          # continue after Ctrl-C or a crash
   swarm-node train --learner.baseline median --generation.num_generations 4
+  swarm-node bootstrap --port 31337                  # run a bootstrap peer; prints its multiaddr
+  swarm-node join --bootstrap /ip4/1.2.3.4/tcp/31337/p2p/12D3Koo...   # train in a public swarm
   swarm-node build-model                             # build/cache the embedded default model
   swarm-node plot runs/solo                          # (re)draw reward_curve.png
 
@@ -83,6 +85,39 @@ def build_parser() -> argparse.ArgumentParser:
                        help="continue from the newest valid checkpoint in --run.dir (same as --run.resume true)")
     train.add_argument("--print-config", action="store_true", help="print the resolved config as JSON and exit")
 
+    join = sub.add_parser(
+        "join", help="train in a swarm over hivemind (train with --swarm.transport hivemind)",
+        allow_abbrev=False,
+        description="Join a swarm and train: every round the node publishes its signed rollouts and "
+                    "trains on I of its own plus J of its peers' (SAPO). The Ed25519 key in "
+                    "--swarm.identity (default <run.dir>/identity.pem) is the node's identity; keep "
+                    "it to rejoin as the same peer.",
+        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    join.add_argument("--bootstrap", action="append", default=[], metavar="MADDR",
+                      help="multiaddr of a bootstrap peer, as `swarm-node bootstrap` prints it "
+                           "(repeat for several; same as --swarm.initial_peers)")
+    _add_config_flags(join)
+    join.add_argument("--resume", action="store_true", help="continue from the newest valid checkpoint in --run.dir")
+    join.add_argument("--print-config", action="store_true", help="print the resolved config as JSON and exit")
+
+    boot = sub.add_parser(
+        "bootstrap", help="run a bootstrap (and relay) peer that nodes join through",
+        description="Run a hivemind DHT peer that others use as --bootstrap. It prints its "
+                    "multiaddrs (one per line) and serves until Ctrl-C. It trains nothing.")
+    boot.add_argument("--host", default="0.0.0.0", help="IPv4 address to listen on (default: all)")
+    boot.add_argument("--port", type=int, default=31337, help="TCP port (0 = any free port; default 31337)")
+    boot.add_argument("--announce", action="append", default=[], metavar="MADDR",
+                      help="public multiaddr to announce (behind NAT or port forwarding)")
+    boot.add_argument("--initial-peers", action="append", default=[], metavar="MADDR",
+                      help="other bootstrap peers to connect to (a redundant set)")
+    boot.add_argument("--identity", type=Path, default=None,
+                      help="p2p key file, so the multiaddr stays the same across restarts "
+                           "(default: $SWARM_NODE_HOME/bootstrap.p2p.key)")
+    boot.add_argument("--no-relay", action="store_true", help="do not relay traffic for peers behind NAT")
+    boot.add_argument("--no-nat", action="store_true", help="no UPnP port mapping or AutoNAT (loopback, clusters)")
+    boot.add_argument("--startup-timeout", type=float, default=30.0, help="seconds p2pd may take to start")
+    boot.add_argument("--maddr-file", type=Path, help="also write the multiaddrs to this file")
+
     build = sub.add_parser("build-model", help="build and cache the embedded default model")
     build.add_argument("--out", type=Path, help="write the model here instead of the cache")
 
@@ -109,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     # Prefix abbreviations are off: --learner.learning_rat must be an error, never learning_rate.
     args, unknown = parser.parse_known_args(argv)
-    if unknown and args.command != "train":
+    if unknown and args.command not in ("train", "join"):
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.command is None:
         parser.print_help()
@@ -117,10 +152,14 @@ def main(argv: list[str] | None = None) -> int:
     from node.log_setup import setup_logging
 
     try:
-        if args.command == "train":
+        if args.command in ("train", "join"):
             overrides = _overrides(args, unknown)
             if args.resume:
                 overrides["run.resume"] = True
+            if args.command == "join":
+                overrides["swarm.transport"] = "hivemind"
+                if args.bootstrap:
+                    overrides["swarm.initial_peers"] = list(overrides.get("swarm.initial_peers", [])) + args.bootstrap
             cfg = load_config(args.config, overrides)
             if args.print_config:
                 print(cfg.to_json())
@@ -132,6 +171,13 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(summary, indent=2))
             return 130 if summary.get("stopped_early") else 0
         setup_logging()
+        if args.command == "bootstrap":
+            from node.bootstrap import run_bootstrap
+
+            return asyncio.run(run_bootstrap(
+                host=args.host, port=args.port, announce=args.announce,
+                initial_peers=args.initial_peers, identity=args.identity, relay=not args.no_relay,
+                nat=not args.no_nat, startup_timeout=args.startup_timeout, maddr_file=args.maddr_file))
         if args.command == "build-model":
             from policies.default_model import build_default_model, ensure_default_model
 

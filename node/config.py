@@ -144,6 +144,15 @@ class SwarmConfig(_Section):
     use_relay: bool = Field(True, description="reach peers behind NAT through relays (hivemind; off in loopback tests)")
     nat_port_map: bool = Field(True, description="ask the router for a port mapping via UPnP (hivemind; off in loopback tests)")
 
+    @field_validator("initial_peers")
+    @classmethod
+    def _full_maddrs(cls, v: list[str]) -> list[str]:
+        bad = [m for m in v if not (m.startswith("/") and "/p2p/" in m)]
+        if bad:
+            raise ValueError(f"{bad}: a bootstrap address is a full multiaddr ending in /p2p/<peer id>, "
+                             f"as `swarm-node bootstrap` prints it, e.g. /ip4/1.2.3.4/tcp/31337/p2p/12D3KooW...")
+        return v
+
     @model_validator(mode="after")
     def _valid_name(self) -> "SwarmConfig":
         if not self.name or len(self.name) > 64 or not all(c.isalnum() or c in "-_." for c in self.name):

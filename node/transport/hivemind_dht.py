@@ -1,0 +1,250 @@
+"""The hivemind transport: the public (or private) swarm over hivemind's Kademlia DHT.
+
+Each node runs a ``hivemind.dht.DHTNode`` inside its own event loop (not the ``hivemind.DHT``
+process wrapper: its pipe breaks on values above ~64 KB and its start blocks a thread). The DHT
+holds only small index records; envelope bodies travel over a libp2p stream from the publisher::
+
+    key     swarm-node/<swarm>/rollouts/<round>         one key per round of the shared clock
+    subkey  <peer id>                                   the publisher (sn1..., our Ed25519 id)
+    value   {"p2p": <libp2p peer id>, "size": <bytes>, "sha256": <hex>}
+    expires (max_round_lag + 2) round lengths after publishing
+
+    stream  /swarm-node/<swarm>/rollouts                request: u64 round (big-endian)
+                                                        reply:   u64 length | envelope bytes
+
+A receiver polls the keys of the rounds in its window, fetches each body it has not seen from
+the ``p2p`` peer, checks the declared size *before* reading (``oversized``) and the sha256
+after (``hash_mismatch``), and hands the bytes to the node, which verifies the signature. The
+index itself is unauthenticated: a forged entry can only point at bytes that then fail
+verification.
+
+Joining is where rl-swarm users get stuck, so it is explicit: the daemon gets a configurable
+start-up timeout, every failure says what to check, and start-up retries with exponential
+back-off before giving up with a ``TransportError``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import struct
+from dataclasses import dataclass, field
+from typing import Iterable, Optional
+
+from node.transport.base import MAX_ENVELOPE_SIZE, Delivery, Transport, TransportError
+
+log = logging.getLogger(__name__)
+
+__all__ = ["HivemindTransport", "start_dht_node"]
+
+_U64 = struct.Struct(">Q")
+FETCH_TIMEOUT_S = 10.0
+MAX_FETCH_FAILURES = 3  # give up on an index entry whose publisher does not answer this often
+
+
+def _round_key(swarm: str, round: int) -> str:
+    return f"swarm-node/{swarm}/rollouts/{round}"
+
+
+def _handler_name(swarm: str) -> str:
+    return f"/swarm-node/{swarm}/rollouts"
+
+
+def _no_bootstrap(initial_peers: list[str]) -> str:
+    return (f"no bootstrap peer answered ({', '.join(initial_peers)}): check the addresses (each "
+            f"ends in /p2p/<peer id>, as `swarm-node bootstrap` prints it), that the bootstrap node "
+            f"is running and that its port is reachable from here (firewall, NAT)")
+
+
+async def start_dht_node(*, initial_peers: list[str], host_maddrs: list[str],
+                         announce_maddrs: list[str] | None = None, identity_path: str | None = None,
+                         startup_timeout: float = 30.0, retries: int = 5, backoff: float = 2.0,
+                         use_relay: bool = True, nat_port_map: bool = True, relay_hop: bool = False):
+    """Start a DHTNode with health checks; retries with back-off, then a clear ``TransportError``."""
+    from hivemind.dht.node import DHTNode
+    from hivemind.p2p import P2PDaemonError
+
+    kwargs = dict(host_maddrs=host_maddrs, startup_timeout=startup_timeout, use_relay=use_relay,
+                  nat_port_map=nat_port_map, auto_nat=nat_port_map)
+    if announce_maddrs:
+        kwargs["announce_maddrs"] = announce_maddrs
+    if identity_path:
+        kwargs["identity_path"] = identity_path
+    delay = backoff
+    for attempt in range(retries + 1):
+        try:
+            return await DHTNode.create(initial_peers=initial_peers or None,
+                                        ensure_bootstrap_success=bool(initial_peers), **kwargs)
+        except P2PDaemonError as e:
+            if "already taken" in str(e):
+                raise TransportError(
+                    f"the p2p identity {identity_path} is in use by another running peer: stop the "
+                    f"other node, or give this one its own --swarm.identity") from e
+            if "bootstrap" in str(e):
+                problem = _no_bootstrap(initial_peers)
+            else:
+                problem = (f"the p2p daemon (p2pd) did not start: {e}. If the machine is slow or busy, "
+                       f"raise --swarm.startup_timeout (now {startup_timeout:g} s); check that "
+                       f"{host_maddrs} are free addresses of this machine")
+        except RuntimeError as e:
+            if "bootstrap" not in str(e):
+                raise
+            problem = _no_bootstrap(initial_peers)
+        if attempt == retries:
+            raise TransportError(f"could not join the swarm after {retries + 1} attempts: {problem}")
+        log.warning("joining failed (attempt %d/%d): %s; retrying in %.1f s", attempt + 1,
+                    retries + 1, problem, delay)
+        await asyncio.sleep(delay)
+        delay *= 2
+    raise AssertionError("unreachable")
+
+
+@dataclass
+class HivemindTransport(Transport):
+    initial_peers: list[str] = field(default_factory=list)
+    host_maddrs: list[str] = field(default_factory=lambda: ["/ip4/127.0.0.1/tcp/0"])
+    announce_maddrs: list[str] = field(default_factory=list)
+    p2p_identity_path: Optional[str] = None
+    startup_timeout: float = 30.0
+    join_retries: int = 5
+    join_backoff: float = 2.0
+    use_relay: bool = True
+    nat_port_map: bool = True
+    _node: object = field(default=None, init=False, repr=False)
+    _outbox: dict = field(default_factory=dict, init=False, repr=False)  # round -> (bytes, expires_at)
+    _seen: dict = field(default_factory=dict, init=False, repr=False)  # round -> {(publisher, sha)}
+    _failures: dict = field(default_factory=dict, init=False, repr=False)  # (round, publisher, sha) -> n
+    maddrs: list = field(default_factory=list, init=False)
+
+    async def start(self) -> None:
+        self._node = await start_dht_node(
+            initial_peers=self.initial_peers, host_maddrs=self.host_maddrs,
+            announce_maddrs=self.announce_maddrs, identity_path=self.p2p_identity_path,
+            startup_timeout=self.startup_timeout, retries=self.join_retries,
+            backoff=self.join_backoff, use_relay=self.use_relay, nat_port_map=self.nat_port_map)
+        await self._node.p2p.add_binary_stream_handler(_handler_name(self.swarm), self._serve)
+        self.maddrs = [str(m) for m in await self._node.p2p.get_visible_maddrs()]
+        log.info("hivemind transport up: %s", ", ".join(self.maddrs))
+
+    @property
+    def p2p_peer_id(self) -> str:
+        return self._node.p2p.peer_id.to_base58()
+
+    # -- serving our envelopes ------------------------------------------------------------------
+    async def _serve(self, info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            (round,) = _U64.unpack(await asyncio.wait_for(reader.readexactly(_U64.size), FETCH_TIMEOUT_S))
+            data = self._outbox.get(round, (b"", 0))[0]
+            writer.write(_U64.pack(len(data)) + data)
+            await writer.drain()
+        except (asyncio.TimeoutError, asyncio.IncompleteReadError, ConnectionError) as e:
+            log.debug("rollout request from %s failed: %s", info.peer_id, e)
+        finally:
+            writer.close()
+
+    async def publish(self, round: int, data: bytes, expires_in: float) -> None:
+        from hivemind.utils import get_dht_time
+
+        if len(data) > MAX_ENVELOPE_SIZE:
+            raise ValueError(f"envelope of {len(data)} bytes is over the {MAX_ENVELOPE_SIZE}-byte limit")
+        now = get_dht_time()
+        self._outbox = {r: v for r, v in self._outbox.items() if v[1] > now}
+        self._outbox[round] = (bytes(data), now + expires_in)
+        record = {"p2p": self.p2p_peer_id, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+        ok = await self._node.store(_round_key(self.swarm, round), record, now + expires_in,
+                                    subkey=self.publisher)
+        if not ok:
+            raise TransportError(f"the DHT did not accept the index record for round {round}")
+
+    # -- fetching peers' envelopes ---------------------------------------------------------------
+    async def poll(self, rounds: Iterable[int]) -> list[Delivery]:
+        rounds = list(rounds)
+        for old in [r for r in self._seen if rounds and r < min(rounds)]:
+            del self._seen[old]
+        self._failures = {k: v for k, v in self._failures.items() if not rounds or k[0] >= min(rounds)}
+        todo = []
+        for r in rounds:
+            found = await self._node.get(_round_key(self.swarm, r), latest=True)
+            if found is None or not isinstance(found.value, dict):
+                continue
+            seen = self._seen.setdefault(r, set())
+            for publisher, entry in found.value.items():
+                record = getattr(entry, "value", None)
+                if publisher == self.publisher or not self._valid_index(record):
+                    continue
+                key = (publisher, record["sha256"])
+                if key in seen:
+                    continue
+                if record["size"] > MAX_ENVELOPE_SIZE:
+                    seen.add(key)
+                    self.rejected["oversized"] += 1
+                    continue
+                todo.append((r, publisher, record))
+        results = await asyncio.gather(*(self._fetch(*t) for t in todo))
+        return [d for d in results if d is not None]
+
+    @staticmethod
+    def _valid_index(record: object) -> bool:
+        return (isinstance(record, dict) and isinstance(record.get("p2p"), str)
+                and isinstance(record.get("size"), int) and isinstance(record.get("sha256"), str)
+                and len(record["sha256"]) == 64)
+
+    async def _fetch(self, round: int, publisher: str, record: dict) -> Delivery | None:
+        from hivemind.p2p import PeerID
+
+        key = (publisher, record["sha256"])
+        try:
+            data = await asyncio.wait_for(self._download(PeerID.from_base58(record["p2p"]), round),
+                                          FETCH_TIMEOUT_S)
+        except _Oversized:
+            self._seen[round].add(key)
+            self.rejected["oversized"] += 1
+            return None
+        except Exception as e:  # noqa: BLE001 - a peer that vanished mid-transfer is routine
+            n = self._failures[(round, *key)] = self._failures.get((round, *key), 0) + 1
+            if n >= MAX_FETCH_FAILURES:
+                self._seen[round].add(key)
+                self.rejected["unreachable"] += 1
+            log.debug("fetching round %d from %s failed (%d/%d): %s: %s", round, publisher, n,
+                      MAX_FETCH_FAILURES, type(e).__name__, e)
+            return None
+        self._seen[round].add(key)
+        if hashlib.sha256(data).hexdigest() != record["sha256"]:
+            self.rejected["hash_mismatch"] += 1
+            return None
+        return Delivery(round, publisher, data)
+
+    async def _download(self, peer, round: int) -> bytes:
+        _, reader, writer = await self._node.p2p.call_binary_stream_handler(peer, _handler_name(self.swarm))
+        try:
+            writer.write(_U64.pack(round))
+            await writer.drain()
+            (size,) = _U64.unpack(await reader.readexactly(_U64.size))
+            if size > MAX_ENVELOPE_SIZE:  # refuse before buffering a byte of it
+                raise _Oversized(size)
+            if size == 0:
+                raise LookupError("the publisher no longer holds this round")
+            return await reader.readexactly(size)
+        finally:
+            writer.close()
+
+    async def close(self) -> None:
+        node, self._node = self._node, None
+        if node is not None:
+            try:
+                await node.p2p.remove_binary_stream_handler(_handler_name(self.swarm))
+            except Exception:  # noqa: BLE001 - the daemon may already be gone
+                pass
+            await node.shutdown()
+
+    def info(self) -> dict:
+        info = {"transport": "hivemind", "maddrs": self.maddrs}
+        if self._node is not None:
+            info["routing_peers"] = len(self._node.protocol.routing_table.uid_to_peer_id)
+        return info
+
+
+class _Oversized(Exception):
+    def __init__(self, size: int):
+        super().__init__(f"declared {size} bytes")
