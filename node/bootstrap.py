@@ -13,7 +13,7 @@ import logging
 import signal
 from pathlib import Path
 
-from node.transport.hivemind_dht import start_dht_node
+from node.transport.hivemind_dht import start_dht_node, stop_dht_node
 from policies.default_model import default_home
 
 log = logging.getLogger(__name__)
@@ -53,6 +53,6 @@ async def run_bootstrap(*, host: str, port: int, announce: list[str], initial_pe
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
-        await node.shutdown()
+        await stop_dht_node(node, timeout=5.0)
     log.info("bootstrap peer stopped")
     return 0

@@ -36,7 +36,7 @@ from node.transport.base import MAX_ENVELOPE_SIZE, Delivery, Transport, Transpor
 
 log = logging.getLogger(__name__)
 
-__all__ = ["HivemindTransport", "start_dht_node"]
+__all__ = ["HivemindTransport", "start_dht_node", "stop_dht_node"]
 
 _U64 = struct.Struct(">Q")
 FETCH_TIMEOUT_S = 10.0
@@ -98,6 +98,23 @@ async def start_dht_node(*, initial_peers: list[str], host_maddrs: list[str],
         await asyncio.sleep(delay)
         delay *= 2
     raise AssertionError("unreachable")
+
+
+async def stop_dht_node(node, timeout: float = 10.0) -> None:
+    """Shut a DHTNode and its p2pd down, even when the daemon is already gone.
+
+    A Ctrl-C in a terminal signals the whole process group, so p2pd often dies before the node
+    shuts down; ``DHTNode.shutdown`` then waits forever on the dead daemon's control socket.
+    Give it ``timeout`` seconds, then stop the daemon directly.
+    """
+    try:
+        await asyncio.wait_for(node.shutdown(), timeout)
+    except (asyncio.TimeoutError, ConnectionError, OSError) as e:
+        log.debug("DHT node shutdown did not finish (%s); stopping p2pd directly", type(e).__name__)
+        try:
+            await asyncio.wait_for(node.p2p.shutdown(), timeout)
+        except (asyncio.TimeoutError, ConnectionError, OSError):
+            log.warning("p2pd did not stop within %.0f s", timeout)
 
 
 @dataclass
@@ -233,10 +250,10 @@ class HivemindTransport(Transport):
         node, self._node = self._node, None
         if node is not None:
             try:
-                await node.p2p.remove_binary_stream_handler(_handler_name(self.swarm))
+                await asyncio.wait_for(node.p2p.remove_binary_stream_handler(_handler_name(self.swarm)), 2.0)
             except Exception:  # noqa: BLE001 - the daemon may already be gone
                 pass
-            await node.shutdown()
+            await stop_dht_node(node)
 
     def info(self) -> dict:
         info = {"transport": "hivemind", "maddrs": self.maddrs}

@@ -6,49 +6,13 @@ import asyncio
 import json
 from pathlib import Path
 
-from node.config import load_config
-from node.trainer import TrainingNode
-from node.transport.memory import MemoryHub, MemoryTransport
-
-
-def swarm_cfg(model_dir: Path, run_dir: Path, **over):
-    base = {
-        "model.name": str(model_dir),
-        "run.dir": str(run_dir),
-        "run.progress": "off",
-        "run.plot": False,
-        "run.checkpoint_every": 0,
-        "generation.prompts_per_step": 4,
-        "generation.num_generations": 4,
-        "generation.max_completion_length": 8,
-        "learner.learning_rate": 3e-3,
-        "train.steps": 4,
-        "train.threads": 1,
-        "swarm.transport": "memory",
-        "swarm.external_groups": 2,
-        "swarm.round_seconds": 0.6,
-        "swarm.poll_seconds": 0.05,
-    }
-    base.update(over)
-    return load_config(None, base)
+from node.transport.memory import MemoryHub
+from swarm_helpers import create_node, run_all, swarm_cfg
 
 
 async def run_nodes(cfgs, hub):
-    nodes = []
-    for i, cfg in enumerate(cfgs):
-        t = None
-        if hub is not None:
-            # identity is created by the node; the transport is keyed by its peer id
-            from protocol.identity import load_or_create_identity
-            from node.trainer import identity_path
-            ident = load_or_create_identity(identity_path(cfg))
-            t = MemoryTransport(swarm=cfg.swarm.name, publisher=ident.peer_id, hub=hub)
-        nodes.append(await TrainingNode.create(cfg, transport=t))
-    try:
-        return await asyncio.gather(*(n.run() for n in nodes)), nodes
-    finally:
-        for n in nodes:
-            await n.close()
+    nodes = [await create_node(cfg, hub) for cfg in cfgs]
+    return await run_all(nodes), nodes
 
 
 def test_three_nodes_train_on_each_others_rollouts(warm_tiny_model_dir, tmp_path):

@@ -1,0 +1,220 @@
+"""SwarmExchange admission and sampling, one rule at a time, over the in-memory transport."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import msgpack
+import pytest
+
+from node.clock import RoundClock
+from node.swarm import REJECT_REASONS, SwarmExchange
+from node.transport.base import MAX_ENVELOPE_SIZE, Delivery
+from node.transport.memory import MemoryHub, MemoryTransport
+from protocol.codec import encode
+from protocol.identity import Identity
+from protocol.messages import Announcement, RolloutBatch, RolloutRecord
+from protocol.signing import Envelope, canonical_bytes, envelope_to_bytes, sign
+
+VOCAB = 50
+TOK_FP = "tok-fp"
+
+
+def decode_text(ids) -> str:
+    # A stand-in tokenizer: one letter per id (the real one is used in test_attacks.py).
+    return "".join(chr(97 + i % 26) for i in ids)
+
+
+def clock_at(r: int, round_seconds: float = 10.0) -> RoundClock:
+    t = time.time()
+    # An epoch that puts the current time in the middle of round r.
+    return RoundClock(round_seconds, epoch=t - (r + 0.5) * round_seconds)
+
+
+def make_exchange(hub: MemoryHub, ident: Identity, clock: RoundClock, **kw) -> SwarmExchange:
+    t = MemoryTransport(swarm="s", publisher=ident.peer_id, hub=hub)
+    return SwarmExchange(t, ident, clock, tokenizer_fingerprint=TOK_FP, model_fingerprint="m",
+                         vocab_size=VOCAB, decode_text=decode_text, poll_seconds=0.01, **kw)
+
+
+def record(task="arithmetic:1:1", ids=(1, 2, 3)) -> RolloutRecord:
+    return RolloutRecord(task_id=task, completion_ids=tuple(ids), completion_text=decode_text(ids),
+                         behaviour_logprobs=tuple(-0.5 for _ in ids), truncated=False)
+
+
+def batch(ident: Identity, r: int, records=None, **over) -> RolloutBatch:
+    fields = dict(sender=ident.peer_id, round=r, policy_version=3, model_fingerprint="m",
+                  tokenizer_fingerprint=TOK_FP, created_at=time.time(),
+                  rollouts=tuple(records or [record("arithmetic:1:1"), record("arithmetic:1:1", (4, 5)),
+                                             record("lists:2:1")]))
+    fields.update(over)
+    return RolloutBatch(**fields)
+
+
+def envelope(ident: Identity, payload: bytes, seq: int = 1, now: float | None = None) -> bytes:
+    return envelope_to_bytes(sign(payload, ident, seq, now=now))
+
+
+def tamper_body(payload: bytes, fn) -> bytes:
+    obj = msgpack.unpackb(payload, raw=False)
+    fn(obj)
+    return msgpack.packb(obj, use_bin_type=True)
+
+
+@pytest.fixture
+def setup():
+    hub = MemoryHub()
+    me, peer = Identity.generate(), Identity.generate()
+    clock = clock_at(10)
+    return hub, me, peer, clock, make_exchange(hub, me, clock)
+
+
+def test_valid_batch_is_admitted_as_groups(setup):
+    hub, me, peer, clock, ex = setup
+    ex.admit(Delivery(10, peer.peer_id, envelope(peer, encode(batch(peer, 10)))))
+    assert ex.stats.rejected == {}
+    assert ex.available(10) == 2  # two tasks -> two groups
+    groups = ex.take(5, 10)
+    assert sorted(len(g.records) for g in groups) == [1, 2]
+    assert all(g.sender == peer.peer_id and g.round == 10 and g.policy_version == 3 for g in groups)
+    assert ex.available(10) == 0  # each group is used once
+    assert ex.stats.groups_used[peer.peer_id] == 2
+
+
+def _reject_cases(me, peer, other):
+    good = encode(batch(peer, 10))
+    env = sign(good, peer, 7)
+    # Signed by `other`, claiming to be `peer`: the key does not hash to the peer id.
+    forged_sender = Envelope(peer.peer_id, other.public_key_bytes, 8, b"\x01" * 16, time.time(), good,
+                             other.sign(canonical_bytes(peer.peer_id, other.public_key_bytes, 8,
+                                                        b"\x01" * 16, time.time(), good)))
+    bad_sig = envelope_to_bytes(env)[:-1] + bytes([envelope_to_bytes(env)[-1] ^ 1])
+    return {
+        "malformed_envelope": (peer.peer_id, 10, b"\x93not an envelope"),
+        "bad_signature": (peer.peer_id, 10, bad_sig),
+        "sender_mismatch": (peer.peer_id, 10, envelope_to_bytes(forged_sender)),
+        "stale_clock": (peer.peer_id, 10, envelope(peer, good, now=time.time() - 3600)),
+        "malformed": (peer.peer_id, 10, envelope(peer, b"\xc1garbage")),
+        "unknown_field": (peer.peer_id, 10, envelope(peer, tamper_body(
+            good, lambda o: o["body"]["rollouts"][0].__setitem__("reward", 1.0)))),
+        "unsupported_version": (peer.peer_id, 10, envelope(peer, tamper_body(good, lambda o: o.__setitem__("v", 99)))),
+        "wrong_kind": (peer.peer_id, 10, envelope(peer, encode(Announcement(
+            sender=peer.peer_id, round=10, policy_version=0, model_fingerprint="m",
+            tokenizer_fingerprint=TOK_FP, created_at=time.time(), addrs=()))))
+        ,
+        "wrong_round": (peer.peer_id, 9, envelope(peer, good)),
+        "bad_task": (peer.peer_id, 10, envelope(peer, encode(batch(peer, 10, [record("nosuch:1:1")])))),
+        "bad_tokens": (peer.peer_id, 10, envelope(peer, encode(batch(peer, 10, [record(ids=(1, VOCAB))])))),
+        "text_mismatch": (peer.peer_id, 10, envelope(peer, encode(batch(peer, 10, [RolloutRecord(
+            "arithmetic:1:1", (1, 2), "<answer>42</answer>", (-0.1, -0.1), False)])))),
+    }
+
+
+@pytest.mark.parametrize("reason", ["malformed_envelope", "bad_signature", "sender_mismatch",
+                                    "stale_clock", "malformed", "unknown_field", "unsupported_version",
+                                    "wrong_kind", "wrong_round", "bad_task", "bad_tokens", "text_mismatch"])
+def test_each_rejection_is_counted_under_its_reason(setup, reason):
+    hub, me, peer, clock, ex = setup
+    publisher, r, data = _reject_cases(me, peer, Identity.generate())[reason]
+    assert ex.admit(Delivery(r, publisher, data)) == 0
+    assert ex.stats.rejected == {reason: 1}
+    assert ex.available(10) == 0
+    assert reason in REJECT_REASONS
+
+
+def test_header_sender_and_publisher_must_be_the_signer(setup):
+    hub, me, peer, clock, ex = setup
+    other = Identity.generate()
+    # Envelope honestly signed by peer, but the batch inside names another sender.
+    ex.admit(Delivery(10, peer.peer_id, envelope(peer, encode(batch(peer, 10, sender=other.peer_id)))))
+    # Published under other's key by peer.
+    ex.admit(Delivery(10, other.peer_id, envelope(peer, encode(batch(peer, 10)), seq=2)))
+    assert ex.stats.rejected == {"sender_mismatch": 2}
+
+
+def test_replayed_envelope_is_rejected(setup):
+    hub, me, peer, clock, ex = setup
+    data = envelope(peer, encode(batch(peer, 10)))
+    assert ex.admit(Delivery(10, peer.peer_id, data)) == 2
+    assert ex.admit(Delivery(10, peer.peer_id, data)) == 0
+    assert ex.stats.rejected == {"replay": 1}
+
+
+def test_future_round_is_rejected(setup):
+    hub, me, peer, clock, ex = setup
+    ex.admit(Delivery(14, peer.peer_id, envelope(peer, encode(batch(peer, 14)))))
+    assert ex.stats.rejected == {"wrong_round": 1}
+
+
+def test_other_tokenizer_skips_token_checks(setup):
+    hub, me, peer, clock, ex = setup
+    rec = RolloutRecord("arithmetic:1:1", (999_999,), "<answer>3</answer>", (-0.2,), False)
+    ex.admit(Delivery(10, peer.peer_id, envelope(peer, encode(batch(peer, 10, [rec], tokenizer_fingerprint="other")))))
+    assert ex.stats.rejected == {}
+    assert ex.available(10) == 1
+
+
+def test_stale_groups_are_dropped_and_counted(setup):
+    hub, me, peer, clock, ex = setup
+    ex.admit(Delivery(10, peer.peer_id, envelope(peer, encode(batch(peer, 10)))))
+    assert ex.available(10 + ex.max_round_lag) == 2
+    assert ex.available(11 + ex.max_round_lag) == 0
+    assert ex.stats.dropped_stale == 2
+
+
+def test_take_prefers_fresh_rounds_and_spreads_across_peers(setup):
+    hub, me, peer, clock, ex = setup
+    p2 = Identity.generate()
+    many = [record(f"arithmetic:{i}:1") for i in range(6)]
+    ex.admit(Delivery(9, peer.peer_id, envelope(peer, encode(batch(peer, 9, many)))))
+    ex.admit(Delivery(10, peer.peer_id, envelope(peer, encode(batch(peer, 10, many[:2])), seq=2)))
+    ex.admit(Delivery(10, p2.peer_id, envelope(p2, encode(batch(p2, 10, many[:2])))))
+    picked = ex.take(4, 10)
+    assert [g.round for g in picked] == [10, 10, 10, 10]
+    assert {g.sender for g in picked} == {peer.peer_id, p2.peer_id}
+    nxt = ex.take(3, 10)
+    assert [g.round for g in nxt] == [9, 9, 9]
+
+
+def test_publish_and_poll_through_the_hub():
+    hub = MemoryHub()
+    a, b = Identity.generate(), Identity.generate()
+    clock = clock_at(5)
+
+    async def go():
+        ea, eb = make_exchange(hub, a, clock), make_exchange(hub, b, clock)
+        await ea.start(), await eb.start()
+        try:
+            assert await ea.publish(5, 1, [record(), record("lists:3:1")])
+            got = await eb.wait_for(2, time.time() + 5)
+            assert got == 2
+            assert await ea.wait_for(1, time.time() + 0.1) == 0  # a never receives its own
+            return eb.status()
+        finally:
+            await ea.close(), await eb.close()
+
+    st = asyncio.run(go())
+    assert st["groups_in"] == 2 and st["peers_heard"] == 1 and st["rejected_total"] == 0
+
+
+def test_restarted_node_is_not_taken_for_a_replayer(setup):
+    # A restarted node has the same key but a fresh process: its sequence numbers are time-based,
+    # so a receiver that remembers its old ones still admits the new envelopes.
+    hub, me, peer, clock, ex = setup
+    sender1 = make_exchange(MemoryHub(), peer, clock)
+    ex.admit(Delivery(10, peer.peer_id, sender1.make_envelope(10, 1, [record()])))
+    sender2 = make_exchange(MemoryHub(), peer, clock)
+    ex.admit(Delivery(10, peer.peer_id, sender2.make_envelope(10, 1, [record("lists:1:1")])))
+    assert ex.stats.rejected == {} and ex.stats.envelopes_in == 2
+
+
+def test_oversized_frames_never_reach_the_node():
+    hub = MemoryHub()
+    a = Identity.generate()
+    t = MemoryTransport(swarm="s", publisher=a.peer_id, hub=hub)
+    hub.put("s", 3, "sn1attacker", b"x" * (MAX_ENVELOPE_SIZE + 1), time.time() + 60)
+    assert asyncio.run(t.poll([3])) == []
+    assert t.rejected == {"oversized": 1}
+    with pytest.raises(ValueError, match="limit"):
+        asyncio.run(t.publish(3, b"x" * (MAX_ENVELOPE_SIZE + 1), 60))

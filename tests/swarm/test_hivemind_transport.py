@@ -1,0 +1,116 @@
+"""The hivemind transport on loopback: real DHT nodes and p2p daemons, in one event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import struct
+
+import pytest
+
+from node.transport.base import MAX_ENVELOPE_SIZE, TransportError
+from node.transport.hivemind_dht import HivemindTransport, _handler_name, _round_key, start_dht_node
+
+LOOPBACK = dict(host_maddrs=["/ip4/127.0.0.1/tcp/0"], use_relay=False, nat_port_map=False)
+
+
+async def _bootstrap():
+    node = await start_dht_node(initial_peers=[], retries=0, **LOOPBACK)
+    return node, [str(m) for m in await node.p2p.get_visible_maddrs()]
+
+
+def _transport(name: str, maddrs, **kw) -> HivemindTransport:
+    return HivemindTransport(swarm="t", publisher=name, initial_peers=maddrs, join_retries=0,
+                             **LOOPBACK, **kw)
+
+
+def test_peers_exchange_envelopes_through_dht_index_and_streams():
+    async def go():
+        boot, maddrs = await _bootstrap()
+        ts = [_transport(f"sn1node{i}", maddrs) for i in range(3)]
+        try:
+            for t in ts:
+                await t.start()
+            for i, t in enumerate(ts):
+                await t.publish(7, bytes([i]) * 200_000, expires_in=60)  # > DHT value limits
+            got = [await t.poll([6, 7]) for t in ts]
+            again = [await t.poll([6, 7]) for t in ts]
+            return got, again
+        finally:
+            for t in ts:
+                await t.close()
+            await boot.shutdown()
+
+    got, again = asyncio.run(go())
+    for i, deliveries in enumerate(got):
+        assert sorted(d.publisher for d in deliveries) == sorted(f"sn1node{j}" for j in range(3) if j != i)
+        assert all(d.round == 7 and d.data == bytes([int(d.publisher[-1])]) * 200_000 for d in deliveries)
+    assert again == [[], [], []]  # each envelope is delivered once
+
+
+async def _hostile_server(maddrs, reply: bytes, index: dict):
+    """A peer that publishes an index record and answers fetches with ``reply`` (raw)."""
+    node = await start_dht_node(initial_peers=maddrs, retries=0, **LOOPBACK)
+
+    async def serve(info, reader, writer):
+        await reader.readexactly(8)
+        writer.write(reply)
+        await writer.drain()
+        writer.close()
+
+    await node.p2p.add_binary_stream_handler(_handler_name("t"), serve)
+    from hivemind.utils import get_dht_time
+
+    record = {"p2p": node.p2p.peer_id.to_base58(), **index}
+    await node.store(_round_key("t", 3), record, get_dht_time() + 60, subkey="sn1hostile")
+    return node
+
+
+@pytest.mark.parametrize("case", ["declared_oversized", "indexed_oversized", "hash_mismatch", "vanishes_mid_transfer"])
+def test_hostile_publishers_are_refused_without_buffering(case):
+    body = b"x" * 1000
+    sha = hashlib.sha256(body).hexdigest()
+    reply, index = {
+        # The stream header claims more than any envelope may be: refused before reading.
+        "declared_oversized": (struct.pack(">Q", 2**40), {"size": 1000, "sha256": sha}),
+        "indexed_oversized": (b"", {"size": MAX_ENVELOPE_SIZE + 1, "sha256": sha}),
+        "hash_mismatch": (struct.pack(">Q", 1000) + b"y" * 1000, {"size": 1000, "sha256": sha}),
+        "vanishes_mid_transfer": (struct.pack(">Q", 1000) + b"x" * 10, {"size": 1000, "sha256": sha}),
+    }[case]
+
+    async def go():
+        boot, maddrs = await _bootstrap()
+        hostile = await _hostile_server(maddrs, reply, index)
+        t = _transport("sn1victim", maddrs)
+        try:
+            await t.start()
+            polls = [await t.poll([3]) for _ in range(4)]
+            return polls, t.rejected
+        finally:
+            await t.close()
+            await hostile.shutdown()
+            await boot.shutdown()
+
+    polls, rejected = asyncio.run(go())
+    assert polls == [[], [], [], []]
+    expected = {"declared_oversized": "oversized", "indexed_oversized": "oversized",
+                "hash_mismatch": "hash_mismatch", "vanishes_mid_transfer": "unreachable"}[case]
+    assert rejected == {expected: 1}  # counted once, then never fetched again
+
+
+def test_unreachable_bootstrap_fails_with_a_clear_message_after_retries(caplog):
+    async def go():
+        boot, maddrs = await _bootstrap()
+        peer_id = maddrs[0].rsplit("/p2p/", 1)[1]
+        await boot.shutdown()  # nobody answers at this address any more
+        dead = [f"/ip4/127.0.0.1/tcp/1/p2p/{peer_id}"]
+        return await start_dht_node(initial_peers=dead, retries=1, backoff=0.1, **LOOPBACK)
+
+    with pytest.raises(TransportError, match="no bootstrap peer answered.*reachable"):
+        asyncio.run(go())
+    assert any("retrying in" in r.message for r in caplog.records)
+
+
+def test_daemon_startup_timeout_names_the_setting():
+    with pytest.raises(TransportError, match="startup_timeout"):
+        asyncio.run(start_dht_node(initial_peers=[], retries=0, startup_timeout=0.001, **LOOPBACK))
