@@ -21,6 +21,9 @@ Admission, in order; each rejection is counted under the reason shown (``stats.r
     token ids outside this vocabulary, empty      bad_tokens
     text ≠ decode(token ids) (same tokenizer)     text_mismatch
 
+Transports add their own before any of this: ``oversized`` (a frame over the limit, refused
+before it is read) and ``hash_mismatch`` (a body that is not what its index record announced).
+
 Nothing a peer claims about quality is used: the protocol has no reward or ground-truth fields
 (a message carrying one fails as ``unknown_field``) and the trainer re-scores every admitted
 completion from the task id. Groups older than ``max_round_lag`` rounds are dropped and counted
@@ -55,6 +58,7 @@ REJECT_REASONS = (
     "malformed_envelope", "bad_signature", "sender_mismatch", "stale_clock", "replay", "oversized",
     "malformed", "unknown_field", "unsupported_version", "wrong_kind", "wrong_round", "bad_task",
     "bad_tokens", "text_mismatch",
+    "hash_mismatch",  # counted by a transport: the body does not match its index record
 )
 
 _VERIFY_REASON = {

@@ -1,0 +1,114 @@
+"""Launching real swarm-node processes (bootstrap and join) on loopback for the slow tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+LOOPBACK_FLAGS = [
+    "--swarm.host_maddrs", '["/ip4/127.0.0.1/tcp/0"]',
+    "--swarm.use_relay", "false",
+    "--swarm.nat_port_map", "false",
+]
+
+
+def _env() -> dict:
+    env = dict(os.environ)
+    env["OMP_NUM_THREADS"] = "1"  # several torch processes on 2 cores: oversubscription stalls
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+class Procs:
+    """Owns every process a test starts; ``close`` leaves none behind."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.procs: list[subprocess.Popen] = []
+
+    def _spawn(self, args: list[str], log: Path) -> subprocess.Popen:
+        f = log.open("ab")
+        p = subprocess.Popen([sys.executable, "-m", "node.cli", *args], stdout=f, stderr=subprocess.STDOUT,
+                             env=_env(), cwd=Path(__file__).resolve().parents[2])
+        f.close()
+        self.procs.append(p)
+        return p
+
+    def bootstrap(self, timeout: float = 60.0) -> tuple[subprocess.Popen, str]:
+        maddr_file = self.root / "bootstrap.maddr"
+        p = self._spawn(["bootstrap", "--host", "127.0.0.1", "--port", "0", "--no-nat", "--no-relay",
+                         "--identity", str(self.root / "bootstrap.key"), "--maddr-file", str(maddr_file)],
+                        self.root / "bootstrap.log")
+        wait_until(lambda: maddr_file.exists(), timeout, "bootstrap multiaddr", p)
+        return p, maddr_file.read_text().split()[0]
+
+    def node(self, name: str, maddr: str, model_dir: Path, *extra: str) -> subprocess.Popen:
+        run_dir = self.root / name
+        return self._spawn(["join", "--bootstrap", maddr, "--run.dir", str(run_dir),
+                            "--model.name", str(model_dir), *LOOPBACK_FLAGS,
+                            "--run.progress", "plain", "--run.plot", "false", "--train.threads", "1",
+                            "--generation.prompts_per_step", "4", "--generation.num_generations", "4",
+                            "--generation.max_completion_length", "8", "--swarm.external_groups", "2",
+                            "--learner.learning_rate", "3e-3", *extra],
+                           self.root / f"{name}.log")
+
+    def close(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        deadline = time.time() + 20
+        for p in self.procs:
+            try:
+                p.wait(timeout=max(0.1, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+def wait_until(cond, timeout: float, what: str, proc: subprocess.Popen | None = None) -> None:
+    deadline = time.time() + timeout
+    while not cond():
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"process exited (rc {proc.returncode}) while waiting for {what}")
+        if time.time() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.2)
+
+
+def metrics(run_dir: Path) -> list[dict]:
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            pass  # a line being written
+    return out
+
+
+def status(run_dir: Path) -> dict:
+    return json.loads((run_dir / "status.json").read_text())
+
+
+def p2pd_children_of(pids: list[int]) -> list[int]:
+    """p2pd processes whose parent is one of ``pids`` (for the no-orphans check)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+            cmd = (d / "cmdline").read_bytes()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if b"p2pd" in cmd and ppid in pids:
+            out.append(int(d.name))
+    return out
