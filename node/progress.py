@@ -54,13 +54,23 @@ class Progress:
         from rich.table import Table
 
         t = Table(title=self.title, expand=False)
-        for col in ("step", "reward", "correct", "ESS/B", "LR (x ESS factor)", "tok/s", "s/step", "ETA"):
+        swarm = "round" in m
+        cols = ["step", "reward", "correct", "ESS/B", "LR (x ESS factor)", "tok/s", "s/step", "ETA"]
+        if swarm:
+            cols += ["round", "peers", "groups in/used", "out", "rejected"]
+        for col in cols:
             t.add_column(col, justify="right")
         if m:
-            t.add_row(f"{m['step']}/{self.total}", f"{m.get('reward', 0):.3f}", f"{m.get('correct', 0):.3f}",
-                      f"{m.get('rho', 1):.3f}", f"{m.get('lr', 0):.2e} (x{m.get('lr_factor', 1):.2f})",
-                      f"{m.get('tokens_per_s', 0):.0f}", f"{m.get('step_time', 0):.2f}",
-                      _fmt_eta(self._eta(m["step"])))
+            row = [f"{m['step']}/{self.total}", f"{m.get('reward', 0):.3f}", f"{m.get('correct', 0):.3f}",
+                   f"{m.get('rho', 1):.3f}", f"{m.get('lr', 0):.2e} (x{m.get('lr_factor', 1):.2f})",
+                   f"{m.get('tokens_per_s', 0):.0f}", f"{m.get('step_time', 0):.2f}",
+                   _fmt_eta(self._eta(m["step"]))]
+            if swarm:
+                rejected = ", ".join(f"{k} {v}" for k, v in sorted((m.get("rejected") or {}).items()))
+                row += [f"{m['round']} (+{m.get('rounds_skipped', 0)} skipped)", str(m.get("peers_heard", 0)),
+                        f"{m.get('groups_in', 0)}/{m.get('groups_used', 0)}", str(m.get("rollouts_out", 0)),
+                        f"{m.get('rejected_total', 0)}" + (f" ({rejected})" if rejected else "")]
+            t.add_row(*row)
         return t
 
     def update(self, m: dict) -> None:
@@ -74,6 +84,11 @@ class Progress:
                          m["step"], self.total, m.get("reward", 0), m.get("correct", 0),
                          m.get("rho", 1), m.get("lr", 0), m.get("lr_factor", 1), m.get("tokens_per_s", 0),
                          _fmt_eta(self._eta(m["step"])), extra={"metrics": m})
+                if "round" in m:
+                    log.info("round %d: %d peers, groups in %d used %d (this step %d), rollouts out %d, "
+                             "rejected %d %s", m["round"], m.get("peers_heard", 0), m.get("groups_in", 0),
+                             m.get("groups_used", 0), m.get("external_groups", 0), m.get("rollouts_out", 0),
+                             m.get("rejected_total", 0), m.get("rejected") or "")
 
     def close(self) -> None:
         if self._live is not None:

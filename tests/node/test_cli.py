@@ -3,6 +3,8 @@ match of a longer flag (argparse's prefix matching is off)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from node.cli import main
@@ -43,3 +45,36 @@ def test_trust_region_bounds_are_checked_at_start(flag, value, capsys):
     assert main(["train", f"--{flag}", value]) == 2
     err = capsys.readouterr().err
     assert flag in err and err.count("+ flags") == 1
+
+
+def test_join_sets_the_hivemind_transport_and_bootstrap_peers(capsys):
+    m = "/ip4/10.0.0.1/tcp/31337/p2p/QmWyMywt33NGEr2d32nqvpPeQq36fd3tj9eZaiBj2CbKSM"
+    assert main(["join", "--bootstrap", m, "--print-config"]) == 0
+    cfg = json.loads(capsys.readouterr().out)
+    assert cfg["swarm"]["transport"] == "hivemind" and cfg["swarm"]["initial_peers"] == [m]
+
+
+def test_join_rejects_a_bootstrap_address_without_peer_id(capsys):
+    assert main(["join", "--bootstrap", "/ip4/10.0.0.1/tcp/31337", "--print-config"]) == 2
+    assert "/p2p/<peer id>" in capsys.readouterr().err
+
+
+def test_help_explains_joining(capsys):
+    with pytest.raises(SystemExit):
+        main(["join", "--help"])
+    out = capsys.readouterr().out
+    assert "--bootstrap MADDR" in out and "--swarm.external_groups" in out and "SAPO" in out
+    with pytest.raises(SystemExit):
+        main(["bootstrap", "--help"])
+    assert "--maddr-file" in capsys.readouterr().out
+
+
+def test_join_with_no_reachable_bootstrap_exits_with_a_clear_message(tiny_model_dir, tmp_path, capsys):
+    # A syntactically valid address where nothing listens: the node retries, then says what to check.
+    dead = "/ip4/127.0.0.1/tcp/9/p2p/QmWyMywt33NGEr2d32nqvpPeQq36fd3tj9eZaiBj2CbKSM"
+    rc = main(["join", "--bootstrap", dead, "--model.name", str(tiny_model_dir), "--run.dir", str(tmp_path / "r"),
+               "--swarm.host_maddrs", '["/ip4/127.0.0.1/tcp/0"]', "--swarm.use_relay", "false",
+               "--swarm.nat_port_map", "false", "--swarm.join_retries", "1", "--swarm.join_backoff", "0.1"])
+    assert rc == 1
+    err = capsys.readouterr().err
+    assert "could not join the swarm after 2 attempts" in err and "no bootstrap peer answered" in err

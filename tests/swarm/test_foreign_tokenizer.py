@@ -1,0 +1,55 @@
+"""Peers with another tokenizer: their rollouts enter through the sequence-level ratio."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import replace
+
+from conftest import TINY_RECIPE
+from node.swarm import PeerGroup
+from node.rollouts import external_samples
+from node.transport.memory import MemoryHub
+from policies.default_model import build_default_model
+from policies.policy import Policy
+from protocol.messages import RolloutRecord
+from rewards.registry import make_task
+from rewards.scoring import RewardConfig
+from swarm_helpers import create_node, run_all, swarm_cfg
+
+
+def test_foreign_group_is_retokenized_and_rescored(tiny_model_dir, tmp_path):
+    mine = Policy.load(str(tiny_model_dir))
+    task = make_task("arithmetic:4:1")
+    right, wrong = f"<answer>{task.answer}</answer>", "<answer>nope</answer>"
+    group = PeerGroup("sn1peer", 3, 9, "other-model", "other-tokenizer", str(task.id), (
+        RolloutRecord(str(task.id), (5, 6, 7), right, (-0.5, -0.25, -0.25), False),
+        RolloutRecord(str(task.id), (8, 9), wrong, (-1.0, -1.0), True)))
+    samples, correct = external_samples([group], mine, RewardConfig(format_weight=0.1), group_cap=8)
+    assert correct == [1.0, 0.0]  # scored here, from the regenerated ground truth
+    assert [s.reward for s in samples] == [1.1, 0.1]
+    a, b = samples
+    assert a.behaviour_logprobs is None and a.foreign_tokens  # no per-token ratios across vocabularies
+    assert a.behaviour_seq_logprob == -1.0 and b.behaviour_seq_logprob == -2.0
+    assert a.completion_ids == mine.encode_completion(right)  # re-tokenized, EOS appended
+    assert b.completion_ids == mine.encode_completion(wrong)[:-1]  # truncated: no EOS
+    assert a.group == b.group == "sn1peer/3/arithmetic:4:1" and not a.local
+    assert a.prompt_ids == mine.encode_prompts([task.prompt])[0]
+
+
+def test_nodes_with_different_tokenizers_train_together(warm_tiny_model_dir, tmp_path):
+    other_dir = build_default_model(tmp_path / "other", replace(TINY_RECIPE, vocab_size=300))
+    assert Policy.load(str(other_dir)).tokenizer_fingerprint != Policy.load(str(warm_tiny_model_dir)).tokenizer_fingerprint
+    hub = MemoryHub()
+
+    async def go():
+        nodes = [await create_node(swarm_cfg(d, tmp_path / f"n{i}", **{"train.seed": i, "train.steps": 5}), hub)
+                 for i, d in enumerate([warm_tiny_model_dir, other_dir])]
+        return await run_all(nodes), nodes
+
+    summaries, nodes = asyncio.run(go())
+    for s, n in zip(summaries, nodes):
+        assert s["swarm"]["rejected_total"] == 0 and s["swarm"]["groups_used"] >= 2
+        recs = [json.loads(l) for l in (n.run_dir / "metrics.jsonl").read_text().splitlines()]
+        used = [r for r in recs if r["external_groups"]]
+        assert used and all(r["loss"] == r["loss"] for r in used)  # finite updates with foreign samples
