@@ -67,7 +67,7 @@ class Progress:
                    _fmt_eta(self._eta(m["step"]))]
             if swarm:
                 rejected = ", ".join(f"{k} {v}" for k, v in sorted((m.get("rejected") or {}).items()))
-                row += [f"{m['round']} (+{m.get('rounds_skipped', 0)} skipped)", str(m.get("peers_heard", 0)),
+                row += [f"{m['round']} (+{m.get('rounds_skipped', 0)} skipped)", str(m.get("peers_alive", 0)),
                         f"{m.get('groups_in', 0)}/{m.get('groups_used', 0)}", str(m.get("rollouts_out", 0)),
                         f"{m.get('rejected_total', 0)}" + (f" ({rejected})" if rejected else "")]
             t.add_row(*row)
@@ -85,8 +85,8 @@ class Progress:
                          m.get("rho", 1), m.get("lr", 0), m.get("lr_factor", 1), m.get("tokens_per_s", 0),
                          _fmt_eta(self._eta(m["step"])), extra={"metrics": m})
                 if "round" in m:
-                    log.info("round %d: %d peers, groups in %d used %d (this step %d), rollouts out %d, "
-                             "rejected %d %s", m["round"], m.get("peers_heard", 0), m.get("groups_in", 0),
+                    log.info("round %d: %d peers alive, groups in %d used %d (this step %d), rollouts out %d, "
+                             "rejected %d %s", m["round"], m.get("peers_alive", 0), m.get("groups_in", 0),
                              m.get("groups_used", 0), m.get("external_groups", 0), m.get("rollouts_out", 0),
                              m.get("rejected_total", 0), m.get("rejected") or "")
 

@@ -45,7 +45,7 @@ from node.transport.base import Delivery, Transport
 from protocol.codec import decode, encode
 from protocol.errors import MalformedMessage, MessageTooLarge, ProtocolError, UnknownField, UnsupportedVersion
 from protocol.identity import Identity
-from protocol.messages import RolloutBatch, RolloutRecord
+from protocol.messages import Announcement, RolloutBatch, RolloutRecord
 from protocol.signing import Verifier, VerifyResult, envelope_from_bytes, envelope_to_bytes, sign
 from rewards.errors import TaskError
 from rewards.registry import make_task
@@ -135,6 +135,8 @@ class SwarmExchange:
         self._rng = random.Random(f"swarm-exchange:{seed}:{identity.peer_id}")
         self._seq = 0
         self._task: asyncio.Task | None = None
+        self.peers: dict[str, tuple[Announcement, float]] = {}  # sender -> (heartbeat, received at)
+        self._last_heartbeat_poll = 0.0
 
     @property
     def peer_id(self) -> str:
@@ -184,6 +186,28 @@ class SwarmExchange:
         self.stats.rollouts_out += len(records)
         return True
 
+    @property
+    def heartbeat_ttl(self) -> float:
+        return 3 * self.clock.round_seconds
+
+    async def announce(self, round: int, policy_version: int) -> None:
+        """Publish a signed heartbeat: alive, at this round and policy version, at these addresses."""
+        addrs = tuple(str(a)[:256] for a in self.transport.info().get("maddrs", [])[:16])
+        msg = Announcement(sender=self.peer_id, round=round, policy_version=policy_version,
+                           model_fingerprint=self.model_fingerprint,
+                           tokenizer_fingerprint=self.tokenizer_fingerprint, created_at=time.time(),
+                           addrs=addrs)
+        data = envelope_to_bytes(sign(encode(msg), self.identity, self._next_seq()))
+        try:
+            await self.transport.announce(data, self.heartbeat_ttl)
+        except Exception as e:  # noqa: BLE001 - a missed heartbeat is harmless
+            self.stats.publish_errors += 1
+            log.debug("heartbeat failed: %s: %s", type(e).__name__, e)
+
+    def peers_alive(self) -> int:
+        now = time.time()
+        return sum(1 for _, t in self.peers.values() if now - t <= self.heartbeat_ttl)
+
     # -- incoming -------------------------------------------------------------------------------
     def window(self, current: int | None = None) -> range:
         r = self.clock.current() if current is None else current
@@ -207,7 +231,36 @@ class SwarmExchange:
         admitted = sum(self.admit(d) for d in deliveries)
         if admitted:
             self._arrived.set()
+        if time.time() - self._last_heartbeat_poll >= self.clock.round_seconds / 2:
+            self._last_heartbeat_poll = time.time()
+            try:
+                for d in await self.transport.poll_announcements():
+                    self.admit_announcement(d)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # noqa: BLE001
+                self.stats.poll_errors += 1
+                log.debug("polling heartbeats failed: %s: %s", type(e).__name__, e)
         return admitted
+
+    def admit_announcement(self, d: Delivery) -> bool:
+        """Verify a heartbeat (same signature, replay and schema rules as rollouts)."""
+        env = envelope_from_bytes(d.data)
+        if env is None:
+            return bool(self._reject("malformed_envelope", d))
+        verdict = self.verifier.verify(env)
+        if verdict is not VerifyResult.ACCEPTED:
+            return bool(self._reject(_VERIFY_REASON[verdict], d))
+        try:
+            msg = decode(env.payload)
+        except ProtocolError as e:
+            return bool(self._reject(_decode_reason(e), d, str(e)))
+        if not isinstance(msg, Announcement):
+            return bool(self._reject("wrong_kind", d, type(msg).__name__))
+        if not (env.sender == d.publisher == msg.sender):
+            return bool(self._reject("sender_mismatch", d))
+        self.peers[msg.sender] = (msg, time.time())
+        return True
 
     def _reject(self, reason: str, d: Delivery, detail: str = "") -> int:
         self.stats.rejected[reason] += 1
@@ -313,6 +366,7 @@ class SwarmExchange:
         s = self.stats
         return {
             "peer_id": self.peer_id,
+            "peers_alive": self.peers_alive(),
             "peers_heard": len(s.groups_in),
             "peers_used": len(s.groups_used),
             "envelopes_in": s.envelopes_in,

@@ -301,6 +301,7 @@ class TrainingNode:
         rollouts, version, t_gen = await asyncio.to_thread(
             self._generate, self.step, self.cfg.local_groups, f"{self.cfg.train.seed}:{sw.peer_id}")
         await sw.publish(r, version, to_records(rollouts))
+        await sw.announce(r, self.learner.version)
         j = scfg.external_groups
         deadline = time.time() + scfg.collect_seconds if scfg.collect_seconds > 0 else clock.end_of(r)
         await sw.wait_for(j, deadline)
@@ -310,6 +311,7 @@ class TrainingNode:
         record.update({
             "round": r,
             "rounds_skipped": self.rounds_skipped,
+            "peers_alive": st["peers_alive"],
             "peers_heard": st["peers_heard"],
             "peers_used": st["peers_used"],
             "rollouts_out": st["rollouts_out"],
@@ -399,7 +401,7 @@ class TrainingNode:
         if self.swarm is not None:
             st = self.swarm.status()
             summary["swarm"] = {k: st[k] for k in (
-                "peer_id", "peers_heard", "peers_used", "groups_used_by_peer", "rollouts_out",
+                "peer_id", "peers_alive", "peers_heard", "peers_used", "groups_used_by_peer", "rollouts_out",
                 "groups_in", "groups_used", "dropped_stale", "rejected", "rejected_total")}
             summary["swarm"]["rounds_skipped"] = self.rounds_skipped
         if summary["correct_first"]:

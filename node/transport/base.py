@@ -2,7 +2,9 @@
 
 A transport moves opaque bytes (signed envelopes, ``protocol.signing``) keyed by
 ``(round, publisher)``: ``publish`` makes this node's envelope for a round available to the
-swarm, ``poll`` returns envelopes of other nodes that this node has not seen yet. It never
+swarm, ``poll`` returns envelopes of other nodes that this node has not seen yet. Heartbeats
+(``announce`` / ``poll_announcements``) are one small envelope per publisher, replaced each
+time, so a node can tell who is alive without downloading anything. It never
 interprets or trusts what it carries: the publisher name is the carrier's claim, and the
 node's verifier decides whether the bytes are authentic. Transports only enforce what must be
 enforced before bytes are buffered (the frame size limit) and count what they refused.
@@ -18,7 +20,11 @@ from typing import Iterable
 from protocol.errors import SwarmError
 from protocol.signing import MAX_ENVELOPE_SIZE
 
-__all__ = ["Delivery", "Transport", "TransportError", "MAX_ENVELOPE_SIZE"]
+__all__ = ["Delivery", "Transport", "TransportError", "MAX_ENVELOPE_SIZE", "MAX_ANNOUNCEMENT_SIZE"]
+
+# A heartbeat is a few hundred bytes; it lives in the DHT itself, which must stay small (hivemind
+# values above ~64 KB break the DHT's process pipe).
+MAX_ANNOUNCEMENT_SIZE = 8 * 1024
 
 
 class TransportError(SwarmError):
@@ -52,6 +58,14 @@ class Transport(abc.ABC):
     @abc.abstractmethod
     async def poll(self, rounds: Iterable[int]) -> list[Delivery]:
         """Envelopes of other publishers for ``rounds`` that this node has not received yet."""
+
+    @abc.abstractmethod
+    async def announce(self, data: bytes, expires_in: float) -> None:
+        """Make ``data`` (a signed announcement) this node's heartbeat for ``expires_in`` seconds."""
+
+    @abc.abstractmethod
+    async def poll_announcements(self) -> list[Delivery]:
+        """Other publishers' heartbeats that changed since the last call (``round`` = -1)."""
 
     @abc.abstractmethod
     async def close(self) -> None:

@@ -9,6 +9,10 @@ holds only small index records; envelope bodies travel over a libp2p stream from
     value   {"p2p": <libp2p peer id>, "size": <bytes>, "sha256": <hex>}
     expires (max_round_lag + 2) round lengths after publishing
 
+    key     swarm-node/<swarm>/peers                    heartbeats
+    subkey  <peer id>
+    value   signed Announcement envelope (<= 8 KiB; the only body kept in the DHT itself)
+
     stream  /swarm-node/<swarm>/rollouts                request: u64 round (big-endian)
                                                         reply:   u64 length | envelope bytes
 
@@ -34,7 +38,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Iterable, Optional
 
-from node.transport.base import MAX_ENVELOPE_SIZE, Delivery, Transport, TransportError
+from node.transport.base import MAX_ANNOUNCEMENT_SIZE, MAX_ENVELOPE_SIZE, Delivery, Transport, TransportError
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +51,10 @@ MAX_FETCH_FAILURES = 3  # give up on an index entry whose publisher does not ans
 
 def _round_key(swarm: str, round: int) -> str:
     return f"swarm-node/{swarm}/rollouts/{round}"
+
+
+def _peers_key(swarm: str) -> str:
+    return f"swarm-node/{swarm}/peers"
 
 
 def _handler_name(swarm: str) -> str:
@@ -134,6 +142,7 @@ class HivemindTransport(Transport):
     _outbox: dict = field(default_factory=dict, init=False, repr=False)  # round -> (bytes, expires_at)
     _seen: dict = field(default_factory=dict, init=False, repr=False)  # round -> {(publisher, sha)}
     _failures: dict = field(default_factory=dict, init=False, repr=False)  # (round, publisher, sha) -> n
+    _heard: dict = field(default_factory=dict, init=False, repr=False)  # publisher -> last heartbeat sha
     maddrs: list = field(default_factory=list, init=False)
     fetch_failures: int = field(default=0, init=False)  # bodies given up on (peer gone, cut off)
     store_unconfirmed: int = field(default=0, init=False)
@@ -253,6 +262,36 @@ class HivemindTransport(Transport):
             return await reader.readexactly(size)
         finally:
             writer.close()
+
+    # -- heartbeats: small signed envelopes stored in the DHT itself ---------------------------
+    async def announce(self, data: bytes, expires_in: float) -> None:
+        from hivemind.utils import get_dht_time
+
+        if len(data) > MAX_ANNOUNCEMENT_SIZE:
+            raise ValueError(f"announcement of {len(data)} bytes is over the {MAX_ANNOUNCEMENT_SIZE}-byte limit")
+        if not await self._node.store(_peers_key(self.swarm), bytes(data), get_dht_time() + expires_in,
+                                      subkey=self.publisher):
+            self.store_unconfirmed += 1
+
+    async def poll_announcements(self) -> list[Delivery]:
+        found = await self._node.get(_peers_key(self.swarm), latest=True)
+        entries = found.value if found is not None and isinstance(found.value, dict) else {}
+        self._heard = {p: h for p, h in self._heard.items() if p in entries}
+        out = []
+        for publisher, entry in entries.items():
+            data = getattr(entry, "value", None)
+            if publisher == self.publisher or not isinstance(publisher, str):
+                continue
+            if not isinstance(data, bytes) or len(data) > MAX_ANNOUNCEMENT_SIZE:
+                if self._heard.get(publisher, b"") is not None:  # count a bad entry once
+                    self.rejected["oversized" if isinstance(data, bytes) else "malformed_envelope"] += 1
+                self._heard[publisher] = None
+                continue
+            digest = hashlib.sha256(data).digest()
+            if self._heard.get(publisher) != digest:
+                self._heard[publisher] = digest
+                out.append(Delivery(-1, publisher, data))
+        return out
 
     async def close(self) -> None:
         node, self._node = self._node, None

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from node.transport.base import MAX_ENVELOPE_SIZE, Delivery, Transport
+from node.transport.base import MAX_ANNOUNCEMENT_SIZE, MAX_ENVELOPE_SIZE, Delivery, Transport
 
 __all__ = ["MemoryHub", "MemoryTransport", "PROCESS_HUB"]
 
@@ -21,12 +21,13 @@ __all__ = ["MemoryHub", "MemoryTransport", "PROCESS_HUB"]
 class MemoryHub:
     """What a DHT would hold: per swarm and round, each publisher's latest envelope."""
 
-    records: dict = field(default_factory=dict)  # (swarm, round) -> {publisher: (bytes, expires_at)}
+    # (swarm, round or "peers") -> {publisher: (bytes, expires_at)}
+    records: dict = field(default_factory=dict)
 
-    def put(self, swarm: str, round: int, publisher: str, data: bytes, expires_at: float) -> None:
+    def put(self, swarm: str, round: int | str, publisher: str, data: bytes, expires_at: float) -> None:
         self.records.setdefault((swarm, round), {})[publisher] = (data, expires_at)
 
-    def get(self, swarm: str, round: int, now: float) -> dict[str, bytes]:
+    def get(self, swarm: str, round: int | str, now: float) -> dict[str, bytes]:
         entries = self.records.get((swarm, round), {})
         return {p: d for p, (d, exp) in entries.items() if exp > now}
 
@@ -48,6 +49,7 @@ class MemoryTransport(Transport):
     hub: MemoryHub = field(default_factory=lambda: PROCESS_HUB)
     _seen: dict = field(default_factory=dict, init=False)  # round -> {(publisher, sha256)}
     _started: bool = field(default=False, init=False)
+    _heard: dict = field(default_factory=dict, init=False)  # publisher -> sha256 of its last heartbeat
 
     async def start(self) -> None:
         self._started = True
@@ -79,6 +81,24 @@ class MemoryTransport(Transport):
                     self.rejected["oversized"] += 1
                     continue
                 out.append(Delivery(r, publisher, data))
+        return out
+
+    async def announce(self, data: bytes, expires_in: float) -> None:
+        self.hub.put(self.swarm, "peers", self.publisher, bytes(data), time.time() + expires_in)
+
+    async def poll_announcements(self) -> list[Delivery]:
+        out = []
+        current = self.hub.get(self.swarm, "peers", time.time())
+        self._heard = {p: h for p, h in self._heard.items() if p in current}
+        for publisher, data in current.items():
+            digest = hashlib.sha256(data).digest()
+            if publisher == self.publisher or self._heard.get(publisher) == digest:
+                continue
+            self._heard[publisher] = digest
+            if len(data) > MAX_ANNOUNCEMENT_SIZE:
+                self.rejected["oversized"] += 1
+                continue
+            out.append(Delivery(-1, publisher, data))
         return out
 
     async def close(self) -> None:

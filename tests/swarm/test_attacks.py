@@ -73,7 +73,8 @@ def test_attacks_are_rejected_counted_and_never_reach_the_learner(warm_tiny_mode
                 await asyncio.sleep(0.05)
             r = victim.swarm.clock.current()
             # The earliest honest round: the victim admitted it (it admits in publishing order).
-            honest_round = min(k[1] for k in hub.records if honest.swarm.peer_id in hub.records[k])
+            honest_round = min(k[1] for k in hub.records
+                               if isinstance(k[1], int) and honest.swarm.peer_id in hub.records[k])
             honest_bytes = hub.records[(swarm, honest_round)][honest.swarm.peer_id][0]
             attackers = {name: Identity.generate() for name in (
                 "malformed", "oversized", "bad_signature", "replay", "forged_reward",

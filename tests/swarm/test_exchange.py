@@ -218,3 +218,27 @@ def test_oversized_frames_never_reach_the_node():
     assert t.rejected == {"oversized": 1}
     with pytest.raises(ValueError, match="limit"):
         asyncio.run(t.publish(3, b"x" * (MAX_ENVELOPE_SIZE + 1), 60))
+
+
+def test_heartbeats_show_who_is_alive_and_forged_ones_are_rejected():
+    hub = MemoryHub()
+    a, b, mallory = Identity.generate(), Identity.generate(), Identity.generate()
+    clock = clock_at(5)
+
+    async def go():
+        ea, eb = make_exchange(hub, a, clock), make_exchange(hub, b, clock)
+        await ea.announce(5, 2)
+        # Mallory signs a heartbeat claiming to be a, and stores it under its own key.
+        forged = Announcement(sender=a.peer_id, round=5, policy_version=0, model_fingerprint="m",
+                              tokenizer_fingerprint=TOK_FP, created_at=time.time(), addrs=())
+        hub.put("s", "peers", mallory.peer_id, envelope(mallory, encode(forged)), time.time() + 60)
+        for d in await eb.transport.poll_announcements():
+            eb.admit_announcement(d)
+        again = await eb.transport.poll_announcements()  # unchanged heartbeats are not re-delivered
+        return eb, again
+
+    eb, again = asyncio.run(go())
+    assert eb.peers_alive() == 1 and set(eb.peers) == {a.peer_id}
+    assert eb.peers[a.peer_id][0].policy_version == 2
+    assert eb.stats.rejected == {"sender_mismatch": 1}
+    assert again == []

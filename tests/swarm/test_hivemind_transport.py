@@ -117,3 +117,25 @@ def test_unreachable_bootstrap_fails_with_a_clear_message_after_retries(caplog):
 def test_daemon_startup_timeout_names_the_setting():
     with pytest.raises(TransportError, match="startup_timeout"):
         asyncio.run(start_dht_node(initial_peers=[], retries=0, startup_timeout=0.001, **LOOPBACK))
+
+
+def test_heartbeats_live_in_the_dht():
+    async def go():
+        boot, maddrs = await _bootstrap()
+        a, b = _transport("sn1a", maddrs), _transport("sn1b", maddrs)
+        try:
+            await a.start(), await b.start()
+            await a.announce(b"heartbeat-1", expires_in=60)
+            first = await b.poll_announcements()
+            same = await b.poll_announcements()
+            await a.announce(b"heartbeat-2", expires_in=60)
+            second = await b.poll_announcements()
+            return first, same, second
+        finally:
+            await a.close(), await b.close()
+            await boot.shutdown()
+
+    first, same, second = asyncio.run(go())
+    assert [(d.publisher, d.data) for d in first] == [("sn1a", b"heartbeat-1")]
+    assert same == []
+    assert [(d.publisher, d.data) for d in second] == [("sn1a", b"heartbeat-2")]
