@@ -128,7 +128,7 @@ class RunConfig(_Section):
 class SwarmConfig(_Section):
     transport: Literal["none", "memory", "hivemind"] = Field("none", description="none (train alone), hivemind (the public/private swarm over the hivemind DHT) or memory (in-process, for tests and simulation)")
     name: str = Field("swarm-node", description="swarm name: nodes only exchange rollouts with nodes of the same name")
-    initial_peers: list[str] = Field([], description="multiaddrs of bootstrap peers (hivemind), e.g. /ip4/1.2.3.4/tcp/31337/p2p/12D3...; empty = start a new swarm")
+    initial_peers: list[str] = Field([], description="multiaddrs of bootstrap peers (hivemind), e.g. /ip4/1.2.3.4/tcp/31337/p2p/Qm...; empty = start a new swarm")
     host_maddrs: list[str] = Field(["/ip4/0.0.0.0/tcp/0"], description="addresses the hivemind daemon listens on (tests use /ip4/127.0.0.1/tcp/0)")
     announce_maddrs: list[str] = Field([], description="public addresses to announce when behind NAT/port-forwarding (hivemind)")
     identity: str = Field("", description="Ed25519 key file of this node (created 0600 on first run, reused after; its public key is the peer id); empty = <run.dir>/identity.pem")
@@ -137,7 +137,7 @@ class SwarmConfig(_Section):
     collect_seconds: float = Field(0.0, ge=0, description="after publishing, wait at most this long for J peer groups (0 = until the round ends)")
     max_round_lag: int = Field(4, ge=0, description="peer rollouts from rounds older than this many rounds are dropped (counted as stale)")
     poll_seconds: float = Field(0.25, gt=0, description="how often the node looks for new peer rollouts")
-    max_clock_skew: float = Field(30.0, gt=0, description="envelopes whose signed timestamp is further than this from the local clock are rejected (seconds)")
+    max_clock_skew: float = Field(30.0, gt=0, description="envelopes whose signed timestamp is further than this from the local clock are rejected (seconds); the staleness window, (max_round_lag + 1) rounds, is allowed on top, since a peer's envelope may be fetched that much later")
     startup_timeout: float = Field(30.0, gt=0, description="seconds the p2p daemon may take to start (hivemind); rl-swarm's fixed 15 s is the most reported failure")
     join_retries: int = Field(5, ge=0, description="retries (with exponential back-off) when the daemon fails to start or no bootstrap peer answers")
     join_backoff: float = Field(2.0, gt=0, description="first back-off in seconds; doubles each retry")
