@@ -196,8 +196,10 @@ class TrainingNode:
                 log.info("resumed from %s (step %d, policy v%d)", path, state.step, state.policy_version)
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.json").write_text(cfg.to_json())
+        if transport is not None and cfg.swarm.transport == "none":
+            raise ConfigError("a transport was given but swarm.transport is 'none'")
         swarm = None
-        if cfg.swarm.transport != "none" or transport is not None:
+        if cfg.swarm.transport != "none":
             swarm = await build_exchange(cfg, policy, run_dir, transport)
         return cls(cfg, policy, learner, run_dir, start_step, swarm)
 
