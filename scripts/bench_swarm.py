@@ -31,7 +31,7 @@ generated for real by the embedded default model the way the trainer does it
 
    - ``hivemind``: real hivemind DHT nodes, each with its own p2pd daemon, on 127.0.0.1 (one
      bootstrap node + the publisher + N receivers). The publisher stores a small index record in
-     the DHT; a receiver finds it with a DHT get per polled round and fetches the body over a
+     the DHT; a receiver finds it with one DHT get_many over the polled rounds and fetches the body over a
      libp2p stream from the publisher.
    - ``memory``: the in-process ``MemoryTransport`` through a shared ``MemoryHub``: the same
      exchange code, poll loop and admission, no network. ``hivemind / memory`` (and the difference
@@ -396,8 +396,8 @@ def markdown(result: dict) -> list[str]:
     md += [
         "",
         "*publish call*: until `transport.publish` returned (hivemind: the DHT store of the index "
-        "record). *empty poll*: one receiver poll that found nothing new (hivemind: one DHT get per "
-        "round of the window, one after the other). *process CPU*: CPU time of the one Python "
+        "record). *empty poll*: one receiver poll that found nothing new (hivemind: one DHT "
+        "get_many over the rounds of the window). *process CPU*: CPU time of the one Python "
         "process that runs every node over wall time during the trials (one core = 100%; the p2pd "
         "daemons are separate processes). *machine CPU*: share of all cores busy (every process, "
         "p2pd daemons included). Where either nears 100%, polls and fetches wait for the CPU "

@@ -198,8 +198,13 @@ class HivemindTransport(Transport):
             del self._seen[old]
         self._failures = {k: v for k, v in self._failures.items() if not rounds or k[0] >= min(rounds)}
         todo = []
-        for r in rounds:
-            found = await self._node.get(_round_key(self.swarm, r), latest=True)
+        # One traversal for the whole window: sequential gets cost one DHT search per round.
+        keys = {_round_key(self.swarm, r): r for r in rounds}
+        # sufficient_expiration_time=inf is what get(latest=True) does: ask until the newest is found.
+        found_by_key = (await self._node.get_many(list(keys), sufficient_expiration_time=float("inf"))
+                        if keys else {})
+        for key, r in keys.items():
+            found = found_by_key.get(key)
             if found is None or not isinstance(found.value, dict):
                 continue
             seen = self._seen.setdefault(r, set())
