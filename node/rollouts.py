@@ -76,16 +76,19 @@ def to_records(rollouts: list[Rollout]) -> list[RolloutRecord]:
 
 
 def external_samples(groups: list[PeerGroup], policy: Policy, reward_cfg: RewardConfig,
-                     group_cap: int) -> tuple[list[TrainSample], list[float]]:
+                     group_cap: int, max_tokens: int) -> tuple[list[TrainSample], list[float], int]:
     """Learner samples from peers' groups, scored here from the regenerated ground truth.
 
     Same tokenizer: the peer's token ids and per-token behaviour log-probs are used as sent (the
     exchange has checked the text is their decoding). Another tokenizer: the text is re-tokenized
     for this policy and only the sequence log-prob Σ log μ transfers, so the learner applies the
-    sequence-level ratio. Each group keeps at most ``group_cap`` completions (this node's G).
-    Returns the samples and their correctness rewards (for metrics).
+    sequence-level ratio. Each group keeps at most ``group_cap`` completions (this node's group
+    size), and completions longer than ``max_tokens`` in this node's tokens (its own
+    ``max_completion_length``) are left out: a peer's longer limit, or a hostile one, must not
+    grow the learner's batch beyond what this node budgets for. Returns the samples, their
+    correctness (for metrics) and how many completions were left out for length.
     """
-    samples, correct = [], []
+    samples, correct, too_long = [], [], 0
     for g in groups:
         task = make_task(g.task_id)
         prompt_ids = policy.encode_prompts([task.prompt])[0]
@@ -97,6 +100,9 @@ def external_samples(groups: list[PeerGroup], policy: Policy, reward_cfg: Reward
                 ids, lps = policy.encode_completion(rec.completion_text), None
                 if rec.truncated:  # it never ended: no EOS to learn
                     ids = ids[:-1] or ids
+            if len(ids) > max_tokens:
+                too_long += 1
+                continue
             reward = score(task, rec.completion_text, reward_cfg)
             correct.append(reward.correctness)
             samples.append(TrainSample(group=g.key, prompt_ids=prompt_ids, completion_ids=ids,
@@ -104,4 +110,4 @@ def external_samples(groups: list[PeerGroup], policy: Policy, reward_cfg: Reward
                                        behaviour_seq_logprob=float(sum(rec.behaviour_logprobs)),
                                        reward=reward.total, policy_version=g.policy_version,
                                        local=False))
-    return samples, correct
+    return samples, correct, too_long

@@ -11,15 +11,24 @@ baseline). ``take`` hands out up to J groups, freshest first and spread across p
 Admission, in order; each rejection is counted under the reason shown (``stats.rejected``)::
 
     envelope framing unreadable                   malformed_envelope
-    signature / key / peer id / clock / replay    bad_signature, sender_mismatch, stale_clock, replay
     publisher key ≠ signer                        sender_mismatch
+    signature / key / peer id / clock / replay    bad_signature, sender_mismatch, stale_clock, replay
     payload: size, msgpack, schema, version       oversized, malformed, unknown_field, unsupported_version
     not a rollout batch                           wrong_kind
     header sender ≠ signer                        sender_mismatch
     header round ≠ published round / future       wrong_round
+    a second batch from this sender this round    duplicate_round
+    more than MAX_GROUPS_PER_BATCH tasks          too_many_groups
     task id names no task                         bad_task
     token ids outside this vocabulary, empty      bad_tokens
     text ≠ decode(token ids) (same tokenizer)     text_mismatch
+
+The envelope is remembered for replay detection only once every check has passed, so a copy of an
+honest envelope that fails a later check (re-published under another round) cannot get the
+honest delivery refused as a replay. Memory is bounded whatever peers send: one batch per sender
+and round, at most ``MAX_GROUPS_PER_BATCH`` groups per batch and ``group_cap`` completions per
+group, at most ``MAX_POOL_GROUPS`` groups pooled (oldest evicted first), per-peer counters for
+at most ``MAX_TRACKED_PEERS`` peers.
 
 Transports add their own before any of this: ``oversized`` (a frame over the limit, refused
 before it is read) and ``hash_mismatch`` (a body that is not what its index record announced).
@@ -43,10 +52,10 @@ from typing import Callable, Sequence
 from node.clock import RoundClock
 from node.transport.base import Delivery, Transport
 from protocol.codec import decode, encode
-from protocol.errors import MalformedMessage, MessageTooLarge, ProtocolError, UnknownField, UnsupportedVersion
+from protocol.errors import MessageTooLarge, ProtocolError, UnknownField, UnsupportedVersion
 from protocol.identity import Identity
 from protocol.messages import Announcement, RolloutBatch, RolloutRecord
-from protocol.signing import Verifier, VerifyResult, envelope_from_bytes, envelope_to_bytes, sign
+from protocol.signing import Envelope, Verifier, VerifyResult, envelope_from_bytes, envelope_to_bytes, sign
 from rewards.errors import TaskError
 from rewards.registry import make_task
 
@@ -54,10 +63,15 @@ log = logging.getLogger(__name__)
 
 __all__ = ["PeerGroup", "SwarmStats", "SwarmExchange", "REJECT_REASONS"]
 
+MAX_GROUPS_PER_BATCH = 64  # tasks in one peer batch (an honest node publishes prompts_per_step - J)
+MAX_POOL_GROUPS = 4096  # admitted, unused groups kept at once
+MAX_TRACKED_PEERS = 1024  # per-peer counters kept; the rest are summed under "(other)"
+OTHER_PEERS = "(other)"
+
 REJECT_REASONS = (
     "malformed_envelope", "bad_signature", "sender_mismatch", "stale_clock", "replay", "oversized",
     "malformed", "unknown_field", "unsupported_version", "wrong_kind", "wrong_round", "bad_task",
-    "bad_tokens", "text_mismatch",
+    "bad_tokens", "text_mismatch", "duplicate_round", "too_many_groups",
     "hash_mismatch",  # counted by a transport: the body does not match its index record
 )
 
@@ -106,17 +120,29 @@ class SwarmStats:
     groups_in: collections.Counter = field(default_factory=collections.Counter)  # by sender
     groups_used: collections.Counter = field(default_factory=collections.Counter)  # by sender
     dropped_stale: int = 0  # admitted groups that aged out of the window before use
+    dropped_full: int = 0  # admitted groups evicted because the pool was full
     envelopes_out: int = 0
     rollouts_out: int = 0
     publish_errors: int = 0
+    heartbeat_errors: int = 0
     poll_errors: int = 0
+    internal_errors: int = 0  # a check itself failed: a bug, logged with its traceback
+
+
+def _bump(counter: collections.Counter, key: str, n: int = 1) -> None:
+    """Count per peer, with bounded memory: peer ids cost an attacker nothing to make."""
+    if key in counter or len(counter) < MAX_TRACKED_PEERS:
+        counter[key] += n
+    else:
+        counter[OTHER_PEERS] += n
 
 
 class SwarmExchange:
     def __init__(self, transport: Transport, identity: Identity, clock: RoundClock, *,
                  tokenizer_fingerprint: str, model_fingerprint: str, vocab_size: int,
-                 decode_text: Callable[[Sequence[int]], str], max_round_lag: int = 4,
-                 poll_seconds: float = 0.25, max_clock_skew: float = 30.0, seed: int = 0):
+                 decode_text: Callable[[Sequence[int]], str], group_cap: int = 64,
+                 max_round_lag: int = 4, poll_seconds: float = 0.25, max_clock_skew: float = 30.0,
+                 seed: int = 0):
         self.transport = transport
         self.identity = identity
         self.clock = clock
@@ -124,18 +150,20 @@ class SwarmExchange:
         self.model_fingerprint = model_fingerprint
         self.vocab_size = vocab_size
         self.decode_text = decode_text
+        self.group_cap = group_cap  # completions kept per group: this node's group size
         self.max_round_lag = max_round_lag
         self.poll_seconds = poll_seconds
         # An honest envelope may be fetched up to the whole window after it was signed, so the
         # clock check allows the window on top of the configured skew.
         self.verifier = Verifier(max_skew_s=max_clock_skew + (max_round_lag + 1) * clock.round_seconds)
         self.stats = SwarmStats()
-        self._pool: dict[str, PeerGroup] = {}  # key -> group, insertion order = arrival order
+        self._pool: dict[str, PeerGroup] = {}  # key -> group, in admission order
+        self._batches: set[tuple[str, int]] = set()  # (sender, round) admitted, inside the window
         self._arrived = asyncio.Event()
         self._rng = random.Random(f"swarm-exchange:{seed}:{identity.peer_id}")
         self._seq = 0
         self._task: asyncio.Task | None = None
-        self.peers: dict[str, tuple[Announcement, float]] = {}  # sender -> (heartbeat, received at)
+        self.peers: dict[str, Announcement] = {}  # sender -> latest verified heartbeat
         self._last_heartbeat_poll = 0.0
 
     @property
@@ -146,16 +174,27 @@ class SwarmExchange:
     async def start(self) -> None:
         await self.transport.start()
         self._task = asyncio.create_task(self._receive_loop(), name="swarm-receive")
+        self._task.add_done_callback(self._receive_ended)
+
+    @staticmethod
+    def _receive_ended(task: asyncio.Task) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            log.error("the swarm receive task died: no more peer rollouts will arrive",
+                      exc_info=task.exception())
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
-        await self.transport.close()
+        try:
+            if self._task is not None:
+                self._task.cancel()
+                try:
+                    await self._task
+                except asyncio.CancelledError:
+                    pass
+                except Exception:  # noqa: BLE001 - already logged by _receive_ended
+                    pass
+                self._task = None
+        finally:
+            await self.transport.close()
 
     # -- outgoing -------------------------------------------------------------------------------
     def _next_seq(self) -> int:
@@ -164,12 +203,14 @@ class SwarmExchange:
         self._seq = max(self._seq + 1, time.time_ns() // 1000)
         return self._seq
 
+    def _seal(self, msg: RolloutBatch | Announcement) -> bytes:
+        return envelope_to_bytes(sign(encode(msg), self.identity, self._next_seq()))
+
     def make_envelope(self, round: int, policy_version: int, records: Sequence[RolloutRecord]) -> bytes:
-        batch = RolloutBatch(sender=self.peer_id, round=round, policy_version=policy_version,
-                             model_fingerprint=self.model_fingerprint,
-                             tokenizer_fingerprint=self.tokenizer_fingerprint,
-                             created_at=time.time(), rollouts=tuple(records))
-        return envelope_to_bytes(sign(encode(batch), self.identity, self._next_seq()))
+        return self._seal(RolloutBatch(
+            sender=self.peer_id, round=round, policy_version=policy_version,
+            model_fingerprint=self.model_fingerprint, tokenizer_fingerprint=self.tokenizer_fingerprint,
+            created_at=time.time(), rollouts=tuple(records)))
 
     async def publish(self, round: int, policy_version: int, records: Sequence[RolloutRecord]) -> bool:
         """Sign and publish this round's rollouts; a failure is logged and counted, not raised:
@@ -193,20 +234,22 @@ class SwarmExchange:
     async def announce(self, round: int, policy_version: int) -> None:
         """Publish a signed heartbeat: alive, at this round and policy version, at these addresses."""
         addrs = tuple(str(a)[:256] for a in self.transport.info().get("maddrs", [])[:16])
-        msg = Announcement(sender=self.peer_id, round=round, policy_version=policy_version,
-                           model_fingerprint=self.model_fingerprint,
-                           tokenizer_fingerprint=self.tokenizer_fingerprint, created_at=time.time(),
-                           addrs=addrs)
-        data = envelope_to_bytes(sign(encode(msg), self.identity, self._next_seq()))
+        data = self._seal(Announcement(
+            sender=self.peer_id, round=round, policy_version=policy_version,
+            model_fingerprint=self.model_fingerprint, tokenizer_fingerprint=self.tokenizer_fingerprint,
+            created_at=time.time(), addrs=addrs))
         try:
             await self.transport.announce(data, self.heartbeat_ttl)
         except Exception as e:  # noqa: BLE001 - a missed heartbeat is harmless
-            self.stats.publish_errors += 1
+            self.stats.heartbeat_errors += 1
             log.debug("heartbeat failed: %s: %s", type(e).__name__, e)
 
     def peers_alive(self) -> int:
+        """Peers whose latest verified heartbeat was signed less than ``heartbeat_ttl`` ago."""
         now = time.time()
-        return sum(1 for _, t in self.peers.values() if now - t <= self.heartbeat_ttl)
+        for sender in [s for s, a in self.peers.items() if now - a.created_at > self.heartbeat_ttl]:
+            del self.peers[sender]
+        return len(self.peers)
 
     # -- incoming -------------------------------------------------------------------------------
     def window(self, current: int | None = None) -> range:
@@ -219,48 +262,33 @@ class SwarmExchange:
             await asyncio.sleep(self.poll_seconds)
 
     async def poll_once(self) -> int:
-        """Fetch and admit new envelopes; returns how many groups were admitted."""
+        """Fetch and admit new envelopes (and, every half round, heartbeats); returns how many
+        groups were admitted. Never raises: the network comes and goes, and a failing check is
+        counted and logged rather than ending the receive task."""
+        admitted = 0
         try:
-            deliveries = await self.transport.poll(self.window())
+            for d in await self.transport.poll(self.window()):
+                admitted += self._guarded(self.admit, d)
+            if time.time() - self._last_heartbeat_poll >= self.clock.round_seconds / 2:
+                self._last_heartbeat_poll = time.time()
+                for d in await self.transport.poll_announcements():
+                    self._guarded(self.admit_announcement, d)
         except asyncio.CancelledError:
             raise
-        except Exception as e:  # noqa: BLE001 - the network comes and goes; keep polling
+        except Exception as e:  # noqa: BLE001
             self.stats.poll_errors += 1
             log.warning("polling the swarm failed (%s: %s); retrying", type(e).__name__, e)
-            return 0
-        admitted = sum(self.admit(d) for d in deliveries)
         if admitted:
             self._arrived.set()
-        if time.time() - self._last_heartbeat_poll >= self.clock.round_seconds / 2:
-            self._last_heartbeat_poll = time.time()
-            try:
-                for d in await self.transport.poll_announcements():
-                    self.admit_announcement(d)
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:  # noqa: BLE001
-                self.stats.poll_errors += 1
-                log.debug("polling heartbeats failed: %s: %s", type(e).__name__, e)
         return admitted
 
-    def admit_announcement(self, d: Delivery) -> bool:
-        """Verify a heartbeat (same signature, replay and schema rules as rollouts)."""
-        env = envelope_from_bytes(d.data)
-        if env is None:
-            return bool(self._reject("malformed_envelope", d))
-        verdict = self.verifier.verify(env)
-        if verdict is not VerifyResult.ACCEPTED:
-            return bool(self._reject(_VERIFY_REASON[verdict], d))
+    def _guarded(self, check: Callable[[Delivery], int], d: Delivery) -> int:
         try:
-            msg = decode(env.payload)
-        except ProtocolError as e:
-            return bool(self._reject(_decode_reason(e), d, str(e)))
-        if not isinstance(msg, Announcement):
-            return bool(self._reject("wrong_kind", d, type(msg).__name__))
-        if not (env.sender == d.publisher == msg.sender):
-            return bool(self._reject("sender_mismatch", d))
-        self.peers[msg.sender] = (msg, time.time())
-        return True
+            return int(check(d))
+        except Exception:  # noqa: BLE001 - a bug in a check must not let the message in or stop us
+            self.stats.internal_errors += 1
+            log.exception("admission check failed on a message from %.48s; message dropped", d.publisher)
+            return 0
 
     def _reject(self, reason: str, d: Delivery, detail: str = "") -> int:
         self.stats.rejected[reason] += 1
@@ -268,29 +296,53 @@ class SwarmExchange:
                  f" ({detail})" if detail else "")
         return 0
 
-    def admit(self, d: Delivery) -> int:
-        """Run one delivery through every admission check; returns the groups admitted."""
+    def _open(self, d: Delivery, kind: type) -> tuple[Envelope, RolloutBatch | Announcement] | None:
+        """The checks every message passes: framing, publisher, signature, clock, replay (not yet
+        remembered), decoding, kind and header sender. None (counted) when one fails."""
         env = envelope_from_bytes(d.data)
         if env is None:
-            return self._reject("malformed_envelope", d)
-        verdict = self.verifier.verify(env)
-        if verdict is not VerifyResult.ACCEPTED:
-            return self._reject(_VERIFY_REASON[verdict], d)
+            return self._reject("malformed_envelope", d) or None
         if env.sender != d.publisher:
-            return self._reject("sender_mismatch", d, f"published under {d.publisher}, signed by {env.sender}")
+            return self._reject("sender_mismatch", d, f"published under {d.publisher}, signed by {env.sender}") or None
+        verdict = self.verifier.verify(env, commit=False)
+        if verdict is not VerifyResult.ACCEPTED:
+            return self._reject(_VERIFY_REASON[verdict], d) or None
         try:
             msg = decode(env.payload)
         except ProtocolError as e:
-            return self._reject(_decode_reason(e), d, str(e))
-        if not isinstance(msg, RolloutBatch):
-            return self._reject("wrong_kind", d, type(msg).__name__)
+            return self._reject(_decode_reason(e), d, str(e)) or None
+        if not isinstance(msg, kind):
+            return self._reject("wrong_kind", d, type(msg).__name__) or None
         if msg.sender != env.sender:
-            return self._reject("sender_mismatch", d, f"header says {msg.sender}")
+            return self._reject("sender_mismatch", d, f"header says {msg.sender}") or None
+        return env, msg
+
+    def admit_announcement(self, d: Delivery) -> bool:
+        """Verify a heartbeat (same signature, replay and schema rules as rollouts)."""
+        opened = self._open(d, Announcement)
+        if opened is None:
+            return False
+        env, msg = opened
+        if not self.verifier.commit(env):
+            return bool(self._reject("replay", d))
+        self.peers[msg.sender] = msg
+        return True
+
+    def admit(self, d: Delivery) -> int:
+        """Run one delivery through every admission check; returns the groups admitted."""
+        opened = self._open(d, RolloutBatch)
+        if opened is None:
+            return 0
+        env, msg = opened
         if msg.round != d.round or msg.round > self.clock.current() + 1:
             return self._reject("wrong_round", d, f"batch says round {msg.round}")
+        if (msg.sender, msg.round) in self._batches:
+            return self._reject("duplicate_round", d)
         groups: dict[str, list[RolloutRecord]] = {}
         for rec in msg.rollouts:
             groups.setdefault(rec.task_id, []).append(rec)
+        if len(groups) > MAX_GROUPS_PER_BATCH:
+            return self._reject("too_many_groups", d, f"{len(groups)} tasks")
         same_tokenizer = msg.tokenizer_fingerprint == self.tokenizer_fingerprint
         for task_id, records in groups.items():  # the whole batch is refused if any record fails
             try:
@@ -307,12 +359,18 @@ class SwarmExchange:
                         return self._reject("bad_tokens", d, f"task {task_id}: ids do not decode")
                     if text != rec.completion_text:
                         return self._reject("text_mismatch", d, f"task {task_id}")
+        if not self.verifier.commit(env):
+            return self._reject("replay", d)
+        self._batches.add((msg.sender, msg.round))
         self.stats.envelopes_in += 1
         for task_id, records in groups.items():
             g = PeerGroup(msg.sender, msg.round, msg.policy_version, msg.model_fingerprint,
-                          msg.tokenizer_fingerprint, task_id, tuple(records))
+                          msg.tokenizer_fingerprint, task_id, tuple(records[:self.group_cap]))
             self._pool[g.key] = g
-            self.stats.groups_in[msg.sender] += 1
+            _bump(self.stats.groups_in, msg.sender)
+        while len(self._pool) > MAX_POOL_GROUPS:
+            del self._pool[next(iter(self._pool))]  # the oldest admitted
+            self.stats.dropped_full += 1
         return len(groups)
 
     # -- sampling -------------------------------------------------------------------------------
@@ -322,6 +380,7 @@ class SwarmExchange:
         for k in stale:
             del self._pool[k]
         self.stats.dropped_stale += len(stale)
+        self._batches = {b for b in self._batches if b[1] >= oldest}
 
     def available(self, current: int | None = None) -> int:
         r = self.clock.current() if current is None else current
@@ -329,18 +388,20 @@ class SwarmExchange:
         return len(self._pool)
 
     async def wait_for(self, n: int, deadline: float) -> int:
-        """Wait until ``n`` groups are available or the wall clock reaches ``deadline``."""
-        while (have := self.available()) < n and (left := deadline - time.time()) > 0:
+        """Wait until ``n`` groups are available or the wall clock reaches ``deadline``;
+        returns how many are available then."""
+        while self.available() < n and (left := deadline - time.time()) > 0:
             self._arrived.clear()
             try:
                 await asyncio.wait_for(self._arrived.wait(), timeout=min(left, self.poll_seconds))
             except asyncio.TimeoutError:
                 pass
-        return have
+        return self.available()
 
     def take(self, n: int, current: int | None = None) -> list[PeerGroup]:
-        """Up to ``n`` unused groups: freshest round first, one peer at a time round-robin (so a
-        fast or flooding peer cannot fill the batch), random within a peer's round."""
+        """Up to ``n`` unused groups: freshest round first, one sender at a time round-robin (so
+        one fast or flooding key cannot fill the batch; keys are free, so this is fairness between
+        keys, not a defence against one operator with many), random within a sender's round."""
         r = self.clock.current() if current is None else current
         self._prune(r)
         by_sender: dict[str, list[PeerGroup]] = collections.defaultdict(list)
@@ -350,7 +411,7 @@ class SwarmExchange:
             by_sender[g.sender].append(g)
         senders = list(by_sender)
         self._rng.shuffle(senders)
-        # Peers whose freshest group is newest go first.
+        # Senders whose freshest group is newest go first.
         senders.sort(key=lambda s: -by_sender[s][0].round)
         picked: list[PeerGroup] = []
         while len(picked) < n and any(by_sender.values()):
@@ -359,7 +420,7 @@ class SwarmExchange:
                     picked.append(by_sender[s].pop(0))
         for g in picked:
             del self._pool[g.key]
-            self.stats.groups_used[g.sender] += 1
+            _bump(self.stats.groups_used, g.sender)
         return picked
 
     def status(self) -> dict:
@@ -377,9 +438,12 @@ class SwarmExchange:
             "groups_used_by_peer": dict(s.groups_used),
             "pool": len(self._pool),
             "dropped_stale": s.dropped_stale,
+            "dropped_full": s.dropped_full,
             "rejected": dict(s.rejected + self.transport.rejected),
             "rejected_total": sum(s.rejected.values()) + sum(self.transport.rejected.values()),
             "publish_errors": s.publish_errors,
+            "heartbeat_errors": s.heartbeat_errors,
             "poll_errors": s.poll_errors,
+            "internal_errors": s.internal_errors,
             **self.transport.info(),
         }

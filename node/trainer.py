@@ -77,12 +77,16 @@ def build_learner(policy: Policy, cfg: NodeConfig) -> Learner:
                         max_completion_length=cfg.generation.max_completion_length))
 
 
+def _group_size(cfg: NodeConfig) -> int:
+    # MC-GRPO samples G+1 so the median is one real completion (the pivot), left out of the loss.
+    return cfg.generation.num_generations + (1 if cfg.learner.baseline == "median" else 0)
+
+
 def identity_path(cfg: NodeConfig) -> Path:
     return Path(cfg.swarm.identity) if cfg.swarm.identity else Path(cfg.run.dir) / "identity.pem"
 
 
-async def build_exchange(cfg: NodeConfig, policy: Policy, run_dir: Path,
-                         transport: Transport | None = None) -> SwarmExchange:
+async def build_exchange(cfg: NodeConfig, policy: Policy, transport: Transport | None = None) -> SwarmExchange:
     """This node's identity, transport and exchange, started (joins the swarm)."""
     sc = cfg.swarm
     ident = load_or_create_identity(identity_path(cfg))
@@ -104,7 +108,7 @@ async def build_exchange(cfg: NodeConfig, policy: Policy, run_dir: Path,
         tokenizer_fingerprint=policy.tokenizer_fingerprint,
         model_fingerprint=policy.model_fingerprint, vocab_size=min(len(tok), embeddings),
         decode_text=lambda ids: tok.decode(list(ids), skip_special_tokens=True),
-        max_round_lag=sc.max_round_lag, poll_seconds=sc.poll_seconds,
+        group_cap=_group_size(cfg), max_round_lag=sc.max_round_lag, poll_seconds=sc.poll_seconds,
         max_clock_skew=sc.max_clock_skew, seed=cfg.train.seed)
     await exchange.start()
     log.info("joined swarm %r over %s as %s", sc.name, type(transport).__name__, ident.peer_id)
@@ -200,8 +204,13 @@ class TrainingNode:
             raise ConfigError("a transport was given but swarm.transport is 'none'")
         swarm = None
         if cfg.swarm.transport != "none":
-            swarm = await build_exchange(cfg, policy, run_dir, transport)
-        return cls(cfg, policy, learner, run_dir, start_step, swarm)
+            swarm = await build_exchange(cfg, policy, transport)
+        try:
+            return cls(cfg, policy, learner, run_dir, start_step, swarm)
+        except BaseException:
+            if swarm is not None:  # joined already: leave the swarm, stop the daemon
+                await swarm.close()
+            raise
 
     @staticmethod
     def _restore(policy: Policy, learner: Learner, state: CheckpointState) -> None:
@@ -235,8 +244,7 @@ class TrainingNode:
 
     @property
     def group_size(self) -> int:
-        # MC-GRPO samples G+1 so the median is one real completion (the pivot), left out of the loss.
-        return self.cfg.generation.num_generations + (1 if self.cfg.learner.baseline == "median" else 0)
+        return _group_size(self.cfg)
 
     def _learn(self, step: int, rollouts: list, version: int, t_gen: float,
                groups: list[PeerGroup] | None = None) -> dict:
@@ -250,7 +258,8 @@ class TrainingNode:
         dropped = len(local) - len(samples)
         ext_correct: list[float] = []
         if groups:
-            ext, ext_correct = external_samples(groups, self.policy, self.reward_cfg, self.group_size)
+            ext, ext_correct, too_long = external_samples(
+                groups, self.policy, self.reward_cfg, self.group_size, cfg.generation.max_completion_length)
             samples += ext
         learn = self.learner.step(samples) if samples else {}
         self.lagged.push(self.learner.version)
@@ -274,6 +283,7 @@ class TrainingNode:
             record["external_groups"] = len(groups)
             record["external_samples"] = len(samples) - (len(local) - dropped)
             record["external_correct"] = float(np.mean(ext_correct)) if ext_correct else None
+            record["external_too_long"] = too_long
             record["external_by_peer"] = dict(collections.Counter(g.sender for g in groups))
         return record
 
@@ -417,6 +427,8 @@ class TrainingNode:
     async def close(self) -> None:
         if not self._closed:
             self._closed = True
-            if self.swarm is not None:
-                await self.swarm.close()
-            self.metrics.close()
+            try:
+                if self.swarm is not None:
+                    await self.swarm.close()
+            finally:
+                self.metrics.close()

@@ -238,14 +238,29 @@ class Verifier:
         self.counts: collections.Counter[str] = collections.Counter()
         self._senders: collections.OrderedDict[str, _SenderState] = collections.OrderedDict()
 
-    def verify(self, env: Envelope, now: float | None = None) -> VerifyResult:
-        """Classify ``env``; records it for replay detection only when ACCEPTED. Never raises."""
+    def verify(self, env: Envelope, now: float | None = None, *, commit: bool = True) -> VerifyResult:
+        """Classify ``env``; never raises. With ``commit`` (the default) an ACCEPTED envelope is
+        remembered for replay detection at once. A caller that runs more checks after this one
+        passes ``commit=False`` and calls ``commit(env)`` only once every check has passed:
+        otherwise a copy of an honest envelope that fails a later check (re-published under the
+        wrong round, say) would be remembered, and the honest delivery then refused as a replay.
+        """
         result = self._check(env, time.time() if now is None else now)
         self.counts[result.value] += 1
         if result is not VerifyResult.ACCEPTED:
             sender = env.sender if isinstance(env, Envelope) else None
             logger.debug("rejected envelope from %.64r: %s", sender, result.value)
+        elif commit:
+            self._remember(env)
         return result
+
+    def commit(self, env: Envelope) -> bool:
+        """Remember an envelope that ``verify(..., commit=False)`` accepted; False (and nothing
+        remembered) if it has become a replay in between."""
+        if self._is_replay(env):
+            return False
+        self._remember(env)
+        return True
 
     def _check(self, env: Envelope, now: float) -> VerifyResult:
         if not _well_formed(env):
@@ -268,7 +283,6 @@ class Verifier:
             return VerifyResult.STALE_CLOCK
         if self._is_replay(env):
             return VerifyResult.REPLAY
-        self._remember(env)
         return VerifyResult.ACCEPTED
 
     def _is_replay(self, env: Envelope) -> bool:

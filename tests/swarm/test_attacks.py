@@ -68,16 +68,18 @@ def test_attacks_are_rejected_counted_and_never_reach_the_learner(warm_tiny_mode
         right = make_task("arithmetic:5:1").answer
 
         async def attack():
-            # Wait until the victim has admitted an honest envelope we can replay.
-            while victim.swarm is None or victim.swarm.stats.envelopes_in == 0:
+            # Wait until the victim has admitted two honest rounds k < k2: re-publishing k's bytes
+            # under (k2, honest) is a replay (a new index entry, an envelope already seen).
+            def admitted_rounds():
+                return sorted(r for (sender, r) in victim.swarm._batches if sender == honest.swarm.peer_id)
+
+            while len(admitted_rounds()) < 2:
                 await asyncio.sleep(0.05)
+            k, k2 = admitted_rounds()[:2]
             r = victim.swarm.clock.current()
-            # The earliest honest round: the victim admitted it (it admits in publishing order).
-            honest_round = min(k[1] for k in hub.records
-                               if isinstance(k[1], int) and honest.swarm.peer_id in hub.records[k])
-            honest_bytes = hub.records[(swarm, honest_round)][honest.swarm.peer_id][0]
+            honest_bytes = hub.records[(swarm, k)][honest.swarm.peer_id][0]
             attackers = {name: Identity.generate() for name in (
-                "malformed", "oversized", "bad_signature", "replay", "forged_reward",
+                "malformed", "oversized", "bad_signature", "forged_reward",
                 "forged_reward_text", "forged_ground_truth", "unknown_task", "impersonation")}
             a = attackers
             good = lambda who, text=wrong: encode(_honest_looking_batch(victim, a[who], r, text))  # noqa: E731
@@ -94,7 +96,6 @@ def test_attacks_are_rejected_counted_and_never_reach_the_learner(warm_tiny_mode
                 "malformed": _env(a["malformed"], b"\x92\xc1\xff not msgpack"),
                 "oversized": b"\0" * (MAX_ENVELOPE_SIZE + 1),
                 "bad_signature": bytes(bad_sig),
-                "replay": honest_bytes,
                 "forged_reward": _env(a["forged_reward"], _with_extra_field(good("forged_reward", right), "reward", 1.0)),
                 "forged_reward_text": _env(a["forged_reward_text"], encode(text_lie)),
                 "forged_ground_truth": _env(a["forged_ground_truth"], _with_extra_field(
@@ -105,6 +106,7 @@ def test_attacks_are_rejected_counted_and_never_reach_the_learner(warm_tiny_mode
             }
             for name, data in payloads.items():
                 hub.put(swarm, r, a[name].peer_id, data, time.time() + 30)
+            hub.put(swarm, k2, honest.swarm.peer_id, honest_bytes, time.time() + 30)
             return {n: i.peer_id for n, i in a.items()}
 
         summaries = await run_all([victim, honest], attack())

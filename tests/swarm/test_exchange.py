@@ -203,7 +203,7 @@ def test_restarted_node_is_not_taken_for_a_replayer(setup):
     # so a receiver that remembers its old ones still admits the new envelopes.
     hub, me, peer, clock, ex = setup
     sender1 = make_exchange(MemoryHub(), peer, clock)
-    ex.admit(Delivery(10, peer.peer_id, sender1.make_envelope(10, 1, [record()])))
+    ex.admit(Delivery(9, peer.peer_id, sender1.make_envelope(9, 1, [record()])))
     sender2 = make_exchange(MemoryHub(), peer, clock)
     ex.admit(Delivery(10, peer.peer_id, sender2.make_envelope(10, 1, [record("lists:1:1")])))
     assert ex.stats.rejected == {} and ex.stats.envelopes_in == 2
@@ -239,6 +239,82 @@ def test_heartbeats_show_who_is_alive_and_forged_ones_are_rejected():
 
     eb, again = asyncio.run(go())
     assert eb.peers_alive() == 1 and set(eb.peers) == {a.peer_id}
-    assert eb.peers[a.peer_id][0].policy_version == 2
+    assert eb.peers[a.peer_id].policy_version == 2
     assert eb.stats.rejected == {"sender_mismatch": 1}
     assert again == []
+
+
+def test_a_copy_under_the_wrong_round_cannot_get_the_real_one_refused(setup):
+    # The copy fails a check after the signature; the envelope must not be remembered by then.
+    hub, me, peer, clock, ex = setup
+    data = envelope(peer, encode(batch(peer, 10)))
+    assert ex.admit(Delivery(9, peer.peer_id, data)) == 0
+    assert ex.admit(Delivery(10, peer.peer_id, data)) == 2
+    assert ex.stats.rejected == {"wrong_round": 1}
+
+
+def test_one_batch_per_sender_and_round(setup):
+    hub, me, peer, clock, ex = setup
+    assert ex.admit(Delivery(10, peer.peer_id, envelope(peer, encode(batch(peer, 10)), seq=1))) == 2
+    # A second, different, validly signed batch for the same round: refused, so a peer cannot
+    # flood the pool or get a group trained on twice by re-sending it.
+    assert ex.admit(Delivery(10, peer.peer_id, envelope(peer, encode(batch(peer, 10)), seq=2))) == 0
+    assert ex.stats.rejected == {"duplicate_round": 1}
+    assert ex.admit(Delivery(9, peer.peer_id, envelope(peer, encode(batch(peer, 9)), seq=3))) == 2  # another round
+
+
+def test_batches_and_groups_are_capped():
+    from node.swarm import MAX_GROUPS_PER_BATCH
+
+    hub, me, peer = MemoryHub(), Identity.generate(), Identity.generate()
+    ex = make_exchange(hub, me, clock_at(10), group_cap=2)
+    many = [record(f"arithmetic:{i}:1") for i in range(MAX_GROUPS_PER_BATCH + 1)]
+    assert ex.admit(Delivery(10, peer.peer_id, envelope(peer, encode(batch(peer, 10, many))))) == 0
+    assert ex.stats.rejected == {"too_many_groups": 1}
+    five = [record("arithmetic:1:1", (i + 1,)) for i in range(5)]
+    assert ex.admit(Delivery(10, peer.peer_id, envelope(peer, encode(batch(peer, 10, five)), seq=2))) == 1
+    assert len(ex.take(1, 10)[0].records) == 2  # this node's group size
+
+
+def test_pool_is_bounded(monkeypatch):
+    import node.swarm as swarm
+
+    monkeypatch.setattr(swarm, "MAX_POOL_GROUPS", 3)
+    hub, me = MemoryHub(), Identity.generate()
+    ex = make_exchange(hub, me, clock_at(10))
+    for i in range(3):
+        p = Identity.generate()
+        ex.admit(Delivery(10, p.peer_id, envelope(p, encode(batch(p, 10)))))  # 2 groups each
+    assert ex.available(10) == 3 and ex.stats.dropped_full == 3
+
+
+def test_per_peer_counters_are_bounded(monkeypatch):
+    import node.swarm as swarm
+
+    monkeypatch.setattr(swarm, "MAX_TRACKED_PEERS", 2)
+    hub, me = MemoryHub(), Identity.generate()
+    ex = make_exchange(hub, me, clock_at(10))
+    for i in range(4):
+        p = Identity.generate()
+        ex.admit(Delivery(10, p.peer_id, envelope(p, encode(batch(p, 10)))))
+    assert len(ex.stats.groups_in) == 3 and ex.stats.groups_in[swarm.OTHER_PEERS] == 4
+
+
+def test_a_failing_check_is_counted_and_does_not_stop_polling(setup, monkeypatch):
+    import node.swarm as swarm
+
+    hub, me, peer, clock, ex = setup
+    real = swarm.make_task
+
+    def flaky(task_id):  # a bug in a task family (an exception that is not a TaskError)
+        if task_id.startswith("lists"):
+            raise RuntimeError("bug in a generator")
+        return real(task_id)
+
+    monkeypatch.setattr(swarm, "make_task", flaky)
+    hub.put("s", 10, peer.peer_id, envelope(peer, encode(batch(peer, 10))), time.time() + 60)
+    p2 = Identity.generate()
+    hub.put("s", 10, p2.peer_id, envelope(p2, encode(batch(p2, 10, [record()]))), time.time() + 60)
+    assert asyncio.run(ex.poll_once()) == 1  # the other peer's batch still got in
+    assert ex.stats.internal_errors == 1 and ex.stats.rejected == {}
+    assert set(g.sender for g in ex.take(5, 10)) == {p2.peer_id}

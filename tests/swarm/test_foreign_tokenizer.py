@@ -25,8 +25,9 @@ def test_foreign_group_is_retokenized_and_rescored(tiny_model_dir, tmp_path):
     group = PeerGroup("sn1peer", 3, 9, "other-model", "other-tokenizer", str(task.id), (
         RolloutRecord(str(task.id), (5, 6, 7), right, (-0.5, -0.25, -0.25), False),
         RolloutRecord(str(task.id), (8, 9), wrong, (-1.0, -1.0), True)))
-    samples, correct = external_samples([group], mine, RewardConfig(format_weight=0.1), group_cap=8)
-    assert correct == [1.0, 0.0]  # scored here, from the regenerated ground truth
+    samples, correct, too_long = external_samples([group], mine, RewardConfig(format_weight=0.1),
+                                                  group_cap=8, max_tokens=64)
+    assert correct == [1.0, 0.0] and too_long == 0  # scored here, from the regenerated ground truth
     assert [s.reward for s in samples] == [1.1, 0.1]
     a, b = samples
     assert a.behaviour_logprobs is None and a.foreign_tokens  # no per-token ratios across vocabularies
@@ -53,3 +54,18 @@ def test_nodes_with_different_tokenizers_train_together(warm_tiny_model_dir, tmp
         recs = [json.loads(l) for l in (n.run_dir / "metrics.jsonl").read_text().splitlines()]
         used = [r for r in recs if r["external_groups"]]
         assert used and all(r["loss"] == r["loss"] for r in used)  # finite updates with foreign samples
+
+
+def test_peer_completions_longer_than_this_nodes_limit_are_left_out(tiny_model_dir):
+    mine = Policy.load(str(tiny_model_dir))
+    task = make_task("arithmetic:4:1")
+    long_text = "<answer>" + "1" * 200 + "</answer>"
+    group = PeerGroup("sn1peer", 3, 9, "m", "other-tokenizer", str(task.id), (
+        RolloutRecord(str(task.id), (5,), long_text, (-0.5,), False),
+        RolloutRecord(str(task.id), (5,), "<answer>1</answer>", (-0.5,), False)))
+    samples, correct, too_long = external_samples([group], mine, RewardConfig(), group_cap=8, max_tokens=16)
+    assert too_long == 1 and len(samples) == 1 and len(samples[0].completion_ids) <= 16
+    # The cap counts this node's tokens and holds for same-tokenizer peers too.
+    same = PeerGroup("sn1peer", 3, 9, "m", mine.tokenizer_fingerprint, str(task.id), (
+        RolloutRecord(str(task.id), tuple(range(5, 25)), "x", tuple(-0.1 for _ in range(20)), True),))
+    assert external_samples([same], mine, RewardConfig(), group_cap=8, max_tokens=16)[2] == 1

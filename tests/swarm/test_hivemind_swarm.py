@@ -112,7 +112,7 @@ def test_attacks_over_hivemind_are_rejected_by_a_running_node(procs, warm_tiny_m
         return RolloutBatch(**fields)
 
     async def attack():
-        attackers = {n: Identity.generate() for n in ("valid", "replay", "bad_sig", "garbage", "reward", "impostor")}
+        attackers = {n: Identity.generate() for n in ("valid", "bad_sig", "garbage", "reward", "impostor")}
         ts = {}
         for name, ident in attackers.items():
             ts[name] = HivemindTransport(swarm="swarm-node", publisher=ident.peer_id, initial_peers=[maddr],
@@ -125,7 +125,7 @@ def test_attacks_over_hivemind_are_rejected_by_a_running_node(procs, warm_tiny_m
             await ts["valid"].publish(r, valid, 30)
             await asyncio.sleep(3 * round_s)  # the victim admits it...
             r = clock.current()
-            await ts["replay"].publish(r, valid, 30)  # ...and must refuse it the second time
+            await ts["valid"].publish(r, valid, 30)  # ...and must refuse it the second time
             bad = bytearray(envelope_to_bytes(sign(encode(batch(attackers["bad_sig"], r)), attackers["bad_sig"], 1)))
             bad[-3] ^= 0xFF
             await ts["bad_sig"].publish(r, bytes(bad), 30)
