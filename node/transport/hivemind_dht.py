@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import random
 import struct
 from dataclasses import dataclass, field
 from typing import Iterable, Optional
@@ -46,7 +47,10 @@ __all__ = ["HivemindTransport", "start_dht_node", "stop_dht_node"]
 
 _U64 = struct.Struct(">Q")
 FETCH_TIMEOUT_S = 10.0
+FETCH_WAIT_S = 1.0  # a poll returns what arrived by then; slower fetches are delivered by a later poll
 MAX_FETCH_FAILURES = 3  # give up on an index entry whose publisher does not answer this often
+MAX_INFLIGHT_FETCHES = 16  # bodies downloading at once (x 4 MiB at most each)
+MAX_CONCURRENT_SERVES = 16  # peers downloading our envelopes at once; more are turned away
 
 
 def _round_key(swarm: str, round: int) -> str:
@@ -70,7 +74,7 @@ def _no_bootstrap(initial_peers: list[str]) -> str:
 async def start_dht_node(*, initial_peers: list[str], host_maddrs: list[str],
                          announce_maddrs: list[str] | None = None, identity_path: str | None = None,
                          startup_timeout: float = 30.0, retries: int = 5, backoff: float = 2.0,
-                         use_relay: bool = True, nat_port_map: bool = True, relay_hop: bool = False):
+                         use_relay: bool = True, nat_port_map: bool = True):
     """Start a DHTNode with health checks; retries with back-off, then a clear ``TransportError``."""
     from hivemind.dht.node import DHTNode
     from hivemind.p2p import P2PDaemonError
@@ -143,6 +147,10 @@ class HivemindTransport(Transport):
     _seen: dict = field(default_factory=dict, init=False, repr=False)  # round -> {(publisher, sha)}
     _failures: dict = field(default_factory=dict, init=False, repr=False)  # (round, publisher, sha) -> n
     _heard: dict = field(default_factory=dict, init=False, repr=False)  # publisher -> last heartbeat sha
+    _inflight: dict = field(default_factory=dict, init=False, repr=False)  # (round, publisher, sha) -> task
+    _ready: list = field(default_factory=list, init=False, repr=False)  # fetched, not yet returned
+    _serving: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(MAX_CONCURRENT_SERVES),
+                                        init=False, repr=False)
     maddrs: list = field(default_factory=list, init=False)
     fetch_failures: int = field(default=0, init=False)  # bodies given up on (peer gone, cut off)
     store_unconfirmed: int = field(default=0, init=False)
@@ -153,8 +161,12 @@ class HivemindTransport(Transport):
             announce_maddrs=self.announce_maddrs, identity_path=self.p2p_identity_path,
             startup_timeout=self.startup_timeout, retries=self.join_retries,
             backoff=self.join_backoff, use_relay=self.use_relay, nat_port_map=self.nat_port_map)
-        await self._node.p2p.add_binary_stream_handler(_handler_name(self.swarm), self._serve)
-        self.maddrs = [str(m) for m in await self._node.p2p.get_visible_maddrs()]
+        try:
+            await self._node.p2p.add_binary_stream_handler(_handler_name(self.swarm), self._serve)
+            self.maddrs = [str(m) for m in await self._node.p2p.get_visible_maddrs()]
+        except BaseException:
+            await self.close()
+            raise
         log.info("hivemind transport up: %s", ", ".join(self.maddrs))
 
     @property
@@ -163,15 +175,20 @@ class HivemindTransport(Transport):
 
     # -- serving our envelopes ------------------------------------------------------------------
     async def _serve(self, info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            (round,) = _U64.unpack(await asyncio.wait_for(reader.readexactly(_U64.size), FETCH_TIMEOUT_S))
-            data = self._outbox.get(round, (b"", 0))[0]
-            writer.write(_U64.pack(len(data)) + data)
-            await writer.drain()
-        except (asyncio.TimeoutError, asyncio.IncompleteReadError, ConnectionError) as e:
-            log.debug("rollout request from %s failed: %s", info.peer_id, e)
-        finally:
+        if self._serving.locked():  # bounded: slow or hostile downloaders cannot pile up
             writer.close()
+            return
+        async with self._serving:
+            try:
+                (round,) = _U64.unpack(await asyncio.wait_for(reader.readexactly(_U64.size), FETCH_TIMEOUT_S))
+                data = self._outbox.get(round, (b"", 0))[0]
+                writer.write(_U64.pack(len(data)))
+                writer.write(data)  # no concatenated copy of a body of up to 4 MiB
+                await asyncio.wait_for(writer.drain(), FETCH_TIMEOUT_S)
+            except (asyncio.TimeoutError, asyncio.IncompleteReadError, ConnectionError) as e:
+                log.debug("rollout request from %s failed: %s", info.peer_id, e)
+            finally:
+                writer.close()
 
     async def publish(self, round: int, data: bytes, expires_in: float) -> None:
         from hivemind.utils import get_dht_time
@@ -194,34 +211,43 @@ class HivemindTransport(Transport):
     # -- fetching peers' envelopes ---------------------------------------------------------------
     async def poll(self, rounds: Iterable[int]) -> list[Delivery]:
         rounds = list(rounds)
-        for old in [r for r in self._seen if rounds and r < min(rounds)]:
+        oldest = min(rounds) if rounds else 0
+        for old in [r for r in self._seen if r < oldest]:
             del self._seen[old]
-        self._failures = {k: v for k, v in self._failures.items() if not rounds or k[0] >= min(rounds)}
-        todo = []
+        self._failures = {k: v for k, v in self._failures.items() if k[0] >= oldest}
         # One traversal for the whole window: sequential gets cost one DHT search per round.
-        keys = {_round_key(self.swarm, r): r for r in rounds}
         # sufficient_expiration_time=inf is what get(latest=True) does: ask until the newest is found.
-        found_by_key = (await self._node.get_many(list(keys), sufficient_expiration_time=float("inf"))
-                        if keys else {})
-        for key, r in keys.items():
-            found = found_by_key.get(key)
+        round_of = {_round_key(self.swarm, r): r for r in rounds}
+        found_by_key = (await self._node.get_many(list(round_of), sufficient_expiration_time=float("inf"))
+                        if round_of else {})
+        started = []
+        for dht_key, r in round_of.items():
+            found = found_by_key.get(dht_key)
             if found is None or not isinstance(found.value, dict):
                 continue
             seen = self._seen.setdefault(r, set())
-            for publisher, entry in found.value.items():
+            entries = list(found.value.items())
+            random.shuffle(entries)  # many junk entries must not always crowd out the same honest ones
+            for publisher, entry in entries:
                 record = getattr(entry, "value", None)
-                if publisher == self.publisher or not self._valid_index(record):
+                if publisher == self.publisher or not isinstance(publisher, str) or not self._valid_index(record):
                     continue
-                key = (publisher, record["sha256"])
-                if key in seen:
+                ident = (r, publisher, record["sha256"])
+                if ident[1:] in seen or ident in self._inflight:
                     continue
                 if record["size"] > MAX_ENVELOPE_SIZE:
-                    seen.add(key)
+                    seen.add(ident[1:])
                     self.rejected["oversized"] += 1
                     continue
-                todo.append((r, publisher, record))
-        results = await asyncio.gather(*(self._fetch(*t) for t in todo))
-        return [d for d in results if d is not None]
+                if len(self._inflight) >= MAX_INFLIGHT_FETCHES:
+                    break  # bounded memory; the rest is fetched by later polls
+                task = asyncio.create_task(self._fetch(r, publisher, record))
+                self._inflight[ident] = task
+                started.append(task)
+        if started:  # fast fetches come back in this poll; a stalling peer cannot hold it long
+            await asyncio.wait(started, timeout=FETCH_WAIT_S)
+        ready, self._ready = self._ready, []
+        return ready
 
     @staticmethod
     def _valid_index(record: object) -> bool:
@@ -229,30 +255,36 @@ class HivemindTransport(Transport):
                 and isinstance(record.get("size"), int) and isinstance(record.get("sha256"), str)
                 and len(record["sha256"]) == 64)
 
-    async def _fetch(self, round: int, publisher: str, record: dict) -> Delivery | None:
+    async def _fetch(self, round: int, publisher: str, record: dict) -> None:
+        """Download one body in the background; a verified-size, hash-matching one goes to
+        ``_ready`` for the next ``poll`` to return."""
         from hivemind.p2p import PeerID
 
-        key = (publisher, record["sha256"])
+        ident = (publisher, record["sha256"])
         try:
             data = await asyncio.wait_for(self._download(PeerID.from_base58(record["p2p"]), round),
                                           FETCH_TIMEOUT_S)
         except _Oversized:
-            self._seen[round].add(key)
+            self._seen.setdefault(round, set()).add(ident)
             self.rejected["oversized"] += 1
-            return None
+            return
+        except asyncio.CancelledError:
+            raise
         except Exception as e:  # noqa: BLE001 - a peer that vanished mid-transfer is routine
-            n = self._failures[(round, *key)] = self._failures.get((round, *key), 0) + 1
+            n = self._failures[(round, *ident)] = self._failures.get((round, *ident), 0) + 1
             if n >= MAX_FETCH_FAILURES:
-                self._seen[round].add(key)
+                self._seen.setdefault(round, set()).add(ident)
                 self.fetch_failures += 1
             log.debug("fetching round %d from %s failed (%d/%d): %s: %s", round, publisher, n,
                       MAX_FETCH_FAILURES, type(e).__name__, e)
-            return None
-        self._seen[round].add(key)
+            return
+        finally:
+            self._inflight.pop((round, *ident), None)
+        self._seen.setdefault(round, set()).add(ident)
         if hashlib.sha256(data).hexdigest() != record["sha256"]:
             self.rejected["hash_mismatch"] += 1
-            return None
-        return Delivery(round, publisher, data)
+            return
+        self._ready.append(Delivery(round, publisher, data))
 
     async def _download(self, peer, round: int) -> bytes:
         _, reader, writer = await self._node.p2p.call_binary_stream_handler(peer, _handler_name(self.swarm))
@@ -299,6 +331,9 @@ class HivemindTransport(Transport):
         return out
 
     async def close(self) -> None:
+        for task in list(self._inflight.values()):
+            task.cancel()
+        self._inflight.clear()
         node, self._node = self._node, None
         if node is not None:
             try:

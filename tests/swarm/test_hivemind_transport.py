@@ -9,7 +9,7 @@ import struct
 import pytest
 
 from node.transport.base import MAX_ENVELOPE_SIZE, TransportError
-from node.transport.hivemind_dht import HivemindTransport, _handler_name, _round_key, start_dht_node
+from node.transport.hivemind_dht import HivemindTransport, _handler_name, _round_key, start_dht_node, stop_dht_node
 
 LOOPBACK = dict(host_maddrs=["/ip4/127.0.0.1/tcp/0"], use_relay=False, nat_port_map=False)
 
@@ -139,3 +139,33 @@ def test_heartbeats_live_in_the_dht():
     assert [(d.publisher, d.data) for d in first] == [("sn1a", b"heartbeat-1")]
     assert same == []
     assert [(d.publisher, d.data) for d in second] == [("sn1a", b"heartbeat-2")]
+
+
+def test_a_stalling_publisher_does_not_hold_up_honest_deliveries():
+    async def go():
+        boot, maddrs = await _bootstrap()
+        node = await start_dht_node(initial_peers=maddrs, retries=0, **LOOPBACK)
+
+        async def stall(info, reader, writer):  # accepts the request, never answers
+            await asyncio.sleep(60)
+
+        await node.p2p.add_binary_stream_handler(_handler_name("t"), stall)
+        from hivemind.utils import get_dht_time
+
+        await node.store(_round_key("t", 3), {"p2p": node.p2p.peer_id.to_base58(), "size": 10,
+                                               "sha256": "0" * 64}, get_dht_time() + 60, subkey="sn1staller")
+        honest, victim = _transport("sn1honest", maddrs), _transport("sn1victim", maddrs)
+        try:
+            await honest.start(), await victim.start()
+            await honest.publish(3, b"honest body", expires_in=60)
+            t0 = asyncio.get_running_loop().time()
+            got = await victim.poll([3])
+            return got, asyncio.get_running_loop().time() - t0
+        finally:
+            await honest.close(), await victim.close()
+            await stop_dht_node(node)
+            await boot.shutdown()
+
+    got, elapsed = asyncio.run(go())
+    assert [(d.publisher, d.data) for d in got] == [("sn1honest", b"honest body")]
+    assert elapsed < 5  # bounded by FETCH_WAIT_S, not by the staller's 60 s
