@@ -99,7 +99,8 @@ async def build_exchange(cfg: NodeConfig, policy: Policy, transport: Transport |
                           p2p_identity_path=str(identity_path(cfg)) + ".p2p",
                           startup_timeout=sc.startup_timeout, join_retries=sc.join_retries,
                           join_backoff=sc.join_backoff, use_relay=sc.use_relay,
-                          nat_port_map=sc.nat_port_map)
+                          nat_port_map=sc.nat_port_map, round_seconds=sc.round_seconds,
+                          max_round_lag=sc.max_round_lag)
         transport = create_transport(sc.transport, swarm=sc.name, publisher=ident.peer_id, **kwargs)
     embeddings = policy.model.get_input_embeddings().num_embeddings
     tok = policy.tokenizer

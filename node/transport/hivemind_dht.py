@@ -35,15 +35,23 @@ import asyncio
 import hashlib
 import logging
 import random
+import re
 import struct
 from dataclasses import dataclass, field
 from typing import Iterable, Optional
+
+from hivemind.dht.node import DHTNode
+from hivemind.dht.protocol import DHTProtocol
+from hivemind.dht.routing import DHTID
+from hivemind.dht.validation import DHTRecord, RecordValidatorBase
+from hivemind.p2p import P2PDaemonError, PeerID
+from hivemind.utils import get_dht_time
 
 from node.transport.base import MAX_ANNOUNCEMENT_SIZE, MAX_ENVELOPE_SIZE, Delivery, Transport, TransportError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["HivemindTransport", "start_dht_node", "stop_dht_node"]
+__all__ = ["HivemindTransport", "SwarmRecordValidator", "start_dht_node", "stop_dht_node"]
 
 _U64 = struct.Struct(">Q")
 FETCH_TIMEOUT_S = 10.0
@@ -71,14 +79,90 @@ def _no_bootstrap(initial_peers: list[str]) -> str:
             f"is running and that its port is reachable from here (firewall, NAT)")
 
 
+MAX_RECORD_TTL_S = 3600.0  # no swarm-node record lives longer; see SwarmRecordValidator
+_CLOCK_SLACK_S = 60.0
+_PEER_ID_RE = re.compile(r"sn1[a-z2-7]{32}")
+_SHA256_RE = re.compile(r"[0-9a-f]{64}")
+
+
+class SwarmRecordValidator(RecordValidatorBase):
+    """What honest nodes of a swarm accept into (and from) the DHT.
+
+    hivemind keeps records unauthenticated: without this, one store of a plain value under a
+    round's key, with a far-future expiry, would replace every peer's index entry for that round
+    (or every heartbeat) and make later honest stores fail. So each node checks every record it
+    is asked to store and every record a lookup returns:
+
+    - any record: expires within ``MAX_RECORD_TTL_S`` (an hour; ours live a few rounds), so
+      nothing can be planted long in advance;
+    - this swarm's round keys, for every round from the staleness window to beyond that hour, and
+      its heartbeat key: the subkey is a peer id (``sn1…``), never a plain value; round values are
+      exactly ``{"p2p": str, "size": int, "sha256": 64 hex}``, heartbeats are bytes up to 8 KiB.
+
+    Key ids are hashes, so the rounds to recognise are computed ahead (and refreshed as the clock
+    moves). Not covered: one key claiming another peer id's subkey (index entries are not signed;
+    such an entry only points at bytes that then fail the node's checks), and DHT peers that do
+    not run this validator (a bootstrap peer, another program): their stores are not refused, but
+    what lookups return from them is still checked here.
+    """
+
+    def __init__(self, swarm: str, round_seconds: float, max_round_lag: int):
+        self.swarm = swarm
+        self.round_seconds = round_seconds
+        self.max_round_lag = max_round_lag
+        self._serializer = DHTProtocol.serializer
+        self._reserved = set(DHTProtocol.RESERVED_SUBKEYS)
+        self._peers_key = self._key_id(_peers_key(swarm))
+        self._round_of: dict[bytes, int] = {}
+        self._span: tuple[int, int] = (0, -1)
+
+    @staticmethod
+    def _key_id(raw: str) -> bytes:
+        return DHTID.generate(source=raw).to_bytes()
+
+    def _refresh(self, now: float) -> None:
+        current = int(now // self.round_seconds)
+        lo = current - self.max_round_lag - 2
+        hi = current + int((MAX_RECORD_TTL_S + 2 * _CLOCK_SLACK_S) // self.round_seconds) + 2
+        if (lo, hi) == self._span:
+            return
+        _, old_hi = self._span
+        self._round_of = {k: r for k, r in self._round_of.items() if r >= lo}
+        for r in range(max(lo, old_hi + 1), hi + 1):
+            self._round_of[self._key_id(_round_key(self.swarm, r))] = r
+        self._span = (lo, hi)
+
+    def validate(self, record: DHTRecord) -> bool:
+        now = get_dht_time()
+        if record.expiration_time > now + MAX_RECORD_TTL_S + _CLOCK_SLACK_S:
+            return False
+        self._refresh(now)
+        is_peers = record.key == self._peers_key
+        if not is_peers and record.key not in self._round_of:
+            return True  # not one of this swarm's keys
+        if record.subkey in self._reserved:
+            return False  # a plain value would replace every peer's entry
+        try:
+            subkey = self._serializer.loads(record.subkey)
+            value = self._serializer.loads(record.value)
+        except Exception:  # noqa: BLE001 - hostile bytes
+            return False
+        if not (isinstance(subkey, str) and _PEER_ID_RE.fullmatch(subkey)):
+            return False
+        if is_peers:
+            return isinstance(value, bytes) and len(value) <= MAX_ANNOUNCEMENT_SIZE
+        return (isinstance(value, dict) and set(value) == {"p2p", "size", "sha256"}
+                and isinstance(value["p2p"], str) and len(value["p2p"]) <= 128
+                and type(value["size"]) is int and 0 <= value["size"] <= MAX_ENVELOPE_SIZE
+                and isinstance(value["sha256"], str) and _SHA256_RE.fullmatch(value["sha256"]) is not None)
+
+
 async def start_dht_node(*, initial_peers: list[str], host_maddrs: list[str],
                          announce_maddrs: list[str] | None = None, identity_path: str | None = None,
                          startup_timeout: float = 30.0, retries: int = 5, backoff: float = 2.0,
-                         use_relay: bool = True, nat_port_map: bool = True):
+                         use_relay: bool = True, nat_port_map: bool = True,
+                         record_validator: RecordValidatorBase | None = None):
     """Start a DHTNode with health checks; retries with back-off, then a clear ``TransportError``."""
-    from hivemind.dht.node import DHTNode
-    from hivemind.p2p import P2PDaemonError
-
     kwargs = dict(host_maddrs=host_maddrs, startup_timeout=startup_timeout, use_relay=use_relay,
                   nat_port_map=nat_port_map, auto_nat=nat_port_map)
     if announce_maddrs:
@@ -89,7 +173,8 @@ async def start_dht_node(*, initial_peers: list[str], host_maddrs: list[str],
     for attempt in range(retries + 1):
         try:
             return await DHTNode.create(initial_peers=initial_peers or None,
-                                        ensure_bootstrap_success=bool(initial_peers), **kwargs)
+                                        ensure_bootstrap_success=bool(initial_peers),
+                                        record_validator=record_validator, **kwargs)
         except P2PDaemonError as e:
             if "already taken" in str(e):
                 raise TransportError(
@@ -142,6 +227,8 @@ class HivemindTransport(Transport):
     join_backoff: float = 2.0
     use_relay: bool = True
     nat_port_map: bool = True
+    round_seconds: float = 5.0  # for the record validator: which DHT keys are this swarm's rounds
+    max_round_lag: int = 4
     _node: object = field(default=None, init=False, repr=False)
     _outbox: dict = field(default_factory=dict, init=False, repr=False)  # round -> (bytes, expires_at)
     _seen: dict = field(default_factory=dict, init=False, repr=False)  # round -> {(publisher, sha)}
@@ -160,7 +247,8 @@ class HivemindTransport(Transport):
             initial_peers=self.initial_peers, host_maddrs=self.host_maddrs,
             announce_maddrs=self.announce_maddrs, identity_path=self.p2p_identity_path,
             startup_timeout=self.startup_timeout, retries=self.join_retries,
-            backoff=self.join_backoff, use_relay=self.use_relay, nat_port_map=self.nat_port_map)
+            backoff=self.join_backoff, use_relay=self.use_relay, nat_port_map=self.nat_port_map,
+            record_validator=SwarmRecordValidator(self.swarm, self.round_seconds, self.max_round_lag))
         try:
             await self._node.p2p.add_binary_stream_handler(_handler_name(self.swarm), self._serve)
             self.maddrs = [str(m) for m in await self._node.p2p.get_visible_maddrs()]
@@ -191,8 +279,6 @@ class HivemindTransport(Transport):
                 writer.close()
 
     async def publish(self, round: int, data: bytes, expires_in: float) -> None:
-        from hivemind.utils import get_dht_time
-
         if len(data) > MAX_ENVELOPE_SIZE:
             raise ValueError(f"envelope of {len(data)} bytes is over the {MAX_ENVELOPE_SIZE}-byte limit")
         now = get_dht_time()
@@ -258,8 +344,6 @@ class HivemindTransport(Transport):
     async def _fetch(self, round: int, publisher: str, record: dict) -> None:
         """Download one body in the background; a verified-size, hash-matching one goes to
         ``_ready`` for the next ``poll`` to return."""
-        from hivemind.p2p import PeerID
-
         ident = (publisher, record["sha256"])
         try:
             data = await asyncio.wait_for(self._download(PeerID.from_base58(record["p2p"]), round),
@@ -302,8 +386,6 @@ class HivemindTransport(Transport):
 
     # -- heartbeats: small signed envelopes stored in the DHT itself ---------------------------
     async def announce(self, data: bytes, expires_in: float) -> None:
-        from hivemind.utils import get_dht_time
-
         if len(data) > MAX_ANNOUNCEMENT_SIZE:
             raise ValueError(f"announcement of {len(data)} bytes is over the {MAX_ANNOUNCEMENT_SIZE}-byte limit")
         if not await self._node.store(_peers_key(self.swarm), bytes(data), get_dht_time() + expires_in,

@@ -7,11 +7,21 @@ import hashlib
 import struct
 
 import pytest
+from hivemind.dht.protocol import DHTProtocol
+from hivemind.dht.routing import DHTID
 
 from node.transport.base import MAX_ENVELOPE_SIZE, TransportError
 from node.transport.hivemind_dht import HivemindTransport, _handler_name, _round_key, start_dht_node, stop_dht_node
 
 LOOPBACK = dict(host_maddrs=["/ip4/127.0.0.1/tcp/0"], use_relay=False, nat_port_map=False)
+
+
+def pid(name: str) -> str:
+    """A well-formed peer id per name (the DHT validator only accepts those as subkeys)."""
+    from protocol.identity import peer_id_from_public_key
+    import hashlib as _h
+
+    return peer_id_from_public_key(_h.sha256(name.encode()).digest())
 
 
 async def _bootstrap():
@@ -27,7 +37,7 @@ def _transport(name: str, maddrs, **kw) -> HivemindTransport:
 def test_peers_exchange_envelopes_through_dht_index_and_streams():
     async def go():
         boot, maddrs = await _bootstrap()
-        ts = [_transport(f"sn1node{i}", maddrs) for i in range(3)]
+        ts = [_transport(pid(f"node{i}"), maddrs) for i in range(3)]
         try:
             for t in ts:
                 await t.start()
@@ -42,9 +52,10 @@ def test_peers_exchange_envelopes_through_dht_index_and_streams():
             await boot.shutdown()
 
     got, again = asyncio.run(go())
+    ids = [pid(f"node{i}") for i in range(3)]
     for i, deliveries in enumerate(got):
-        assert sorted(d.publisher for d in deliveries) == sorted(f"sn1node{j}" for j in range(3) if j != i)
-        assert all(d.round == 7 and d.data == bytes([int(d.publisher[-1])]) * 200_000 for d in deliveries)
+        assert sorted(d.publisher for d in deliveries) == sorted(ids[j] for j in range(3) if j != i)
+        assert all(d.round == 7 and d.data == bytes([ids.index(d.publisher)]) * 200_000 for d in deliveries)
     assert again == [[], [], []]  # each envelope is delivered once
 
 
@@ -62,7 +73,7 @@ async def _hostile_server(maddrs, reply: bytes, index: dict):
     from hivemind.utils import get_dht_time
 
     record = {"p2p": node.p2p.peer_id.to_base58(), **index}
-    await node.store(_round_key("t", 3), record, get_dht_time() + 60, subkey="sn1hostile")
+    await node.store(_round_key("t", 3), record, get_dht_time() + 60, subkey=pid("hostile"))
     return node
 
 
@@ -81,7 +92,7 @@ def test_hostile_publishers_are_refused_without_buffering(case):
     async def go():
         boot, maddrs = await _bootstrap()
         hostile = await _hostile_server(maddrs, reply, index)
-        t = _transport("sn1victim", maddrs)
+        t = _transport(pid("victim"), maddrs)
         try:
             await t.start()
             polls = [await t.poll([3]) for _ in range(4)]
@@ -122,7 +133,7 @@ def test_daemon_startup_timeout_names_the_setting():
 def test_heartbeats_live_in_the_dht():
     async def go():
         boot, maddrs = await _bootstrap()
-        a, b = _transport("sn1a", maddrs), _transport("sn1b", maddrs)
+        a, b = _transport(pid("a"), maddrs), _transport(pid("b"), maddrs)
         try:
             await a.start(), await b.start()
             await a.announce(b"heartbeat-1", expires_in=60)
@@ -136,9 +147,9 @@ def test_heartbeats_live_in_the_dht():
             await boot.shutdown()
 
     first, same, second = asyncio.run(go())
-    assert [(d.publisher, d.data) for d in first] == [("sn1a", b"heartbeat-1")]
+    assert [(d.publisher, d.data) for d in first] == [(pid("a"), b"heartbeat-1")]
     assert same == []
-    assert [(d.publisher, d.data) for d in second] == [("sn1a", b"heartbeat-2")]
+    assert [(d.publisher, d.data) for d in second] == [(pid("a"), b"heartbeat-2")]
 
 
 def test_a_stalling_publisher_does_not_hold_up_honest_deliveries():
@@ -153,8 +164,8 @@ def test_a_stalling_publisher_does_not_hold_up_honest_deliveries():
         from hivemind.utils import get_dht_time
 
         await node.store(_round_key("t", 3), {"p2p": node.p2p.peer_id.to_base58(), "size": 10,
-                                               "sha256": "0" * 64}, get_dht_time() + 60, subkey="sn1staller")
-        honest, victim = _transport("sn1honest", maddrs), _transport("sn1victim", maddrs)
+                                               "sha256": "0" * 64}, get_dht_time() + 60, subkey=pid("staller"))
+        honest, victim = _transport(pid("honest"), maddrs), _transport(pid("victim"), maddrs)
         try:
             await honest.start(), await victim.start()
             await honest.publish(3, b"honest body", expires_in=60)
@@ -167,5 +178,64 @@ def test_a_stalling_publisher_does_not_hold_up_honest_deliveries():
             await boot.shutdown()
 
     got, elapsed = asyncio.run(go())
-    assert [(d.publisher, d.data) for d in got] == [("sn1honest", b"honest body")]
+    assert [(d.publisher, d.data) for d in got] == [(pid("honest"), b"honest body")]
     assert elapsed < 5  # bounded by FETCH_WAIT_S, not by the staller's 60 s
+
+
+def test_record_validator_refuses_what_could_censor_a_round():
+    from hivemind.dht.validation import DHTRecord
+    from hivemind.utils import get_dht_time
+
+    from node.transport.hivemind_dht import MAX_RECORD_TTL_S, SwarmRecordValidator, _peers_key
+
+    v = SwarmRecordValidator("t", round_seconds=5.0, max_round_lag=4)
+    ser = DHTProtocol.serializer
+    now = get_dht_time()
+    r = int(now // 5)
+    key = lambda raw: DHTID.generate(source=raw).to_bytes()  # noqa: E731
+    good = {"p2p": "Qm", "size": 10, "sha256": "a" * 64}
+
+    def ok(raw_key, subkey, value, ttl=60.0):
+        sub = DHTProtocol.IS_REGULAR_VALUE if subkey is None else ser.dumps(subkey)
+        return v.validate(DHTRecord(key(raw_key), sub, ser.dumps(value), now + ttl))
+
+    assert ok(_round_key("t", r), pid("x"), good)
+    assert ok(_round_key("t", r + 100), pid("x"), good)  # ahead, within the hour
+    assert not ok(_round_key("t", r), None, b"junk", ttl=1e9)  # the plain-value overwrite
+    assert not ok(_round_key("t", r), None, good)
+    assert not ok(_round_key("t", r), "sn1hostile", good)  # not a peer id
+    assert not ok(_round_key("t", r), pid("x"), {**good, "extra": 1})
+    assert not ok(_round_key("t", r), pid("x"), {**good, "size": MAX_ENVELOPE_SIZE + 1})
+    assert not ok(_round_key("t", r), pid("x"), {**good, "sha256": "zz"})
+    assert ok(_peers_key("t"), pid("x"), b"heartbeat")
+    assert not ok(_peers_key("t"), pid("x"), b"x" * 9000)
+    assert not ok(_peers_key("t"), None, b"junk")
+    assert ok("someone/else", None, b"anything")  # other keys: only the TTL rule
+    assert not ok("someone/else", None, b"anything", ttl=MAX_RECORD_TTL_S * 3)  # nothing planted for later
+
+
+def test_junk_stored_under_a_round_key_does_not_stop_the_exchange():
+    import time
+
+    r = int(time.time() // 5)  # a current round of the transports' clock (round_seconds 5)
+
+    async def go():
+        boot, maddrs = await _bootstrap()
+        # An attacker's DHT node without the validator stores a plain value under the round key.
+        attacker = await start_dht_node(initial_peers=maddrs, retries=0, **LOOPBACK)
+        from hivemind.utils import get_dht_time
+
+        await attacker.store(_round_key("t", r), b"junk", get_dht_time() + 3000)
+        a, b = _transport(pid("a"), maddrs), _transport(pid("b"), maddrs)
+        try:
+            await a.start(), await b.start()
+            await attacker.store(_round_key("t", r), b"junk", get_dht_time() + 3000)
+            await a.publish(r, b"body of a", expires_in=60)
+            return await b.poll([r])
+        finally:
+            await a.close(), await b.close()
+            await stop_dht_node(attacker)
+            await boot.shutdown()
+
+    got = asyncio.run(go())
+    assert [(d.publisher, d.data) for d in got] == [(pid("a"), b"body of a")]
