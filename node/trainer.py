@@ -258,6 +258,7 @@ class TrainingNode:
         samples = [s for s in local if self.learner.version - s.policy_version <= cfg.learner.max_off_policy_steps]
         dropped = len(local) - len(samples)
         ext_correct: list[float] = []
+        too_long = 0
         if groups:
             ext, ext_correct, too_long = external_samples(
                 groups, self.policy, self.reward_cfg, self.group_size, cfg.generation.max_completion_length)

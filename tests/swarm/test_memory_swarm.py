@@ -33,3 +33,13 @@ def test_three_nodes_train_on_each_others_rollouts(warm_tiny_model_dir, tmp_path
         status = json.loads((Path(n.run_dir) / "status.json").read_text())
         assert status["swarm"]["peer_id"] == n.swarm.peer_id
         assert max(r["peers_alive"] for r in recs) == 2  # both heartbeats verified (while all ran)
+
+
+def test_a_node_alone_in_a_swarm_trains_on_its_own_groups(warm_tiny_model_dir, tmp_path):
+    # No peer publishes: every step waits until the round ends, then learns from its I groups.
+    summaries, nodes = asyncio.run(run_nodes([swarm_cfg(warm_tiny_model_dir, tmp_path / "alone",
+                                                        **{"train.steps": 2})], MemoryHub()))
+    recs = [json.loads(l) for l in (nodes[0].run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["external_groups"] for r in recs] == [0, 0]
+    assert all(r["batch_size"] == 2 * 4 for r in recs)  # I = 4 - 2 groups of G = 4
+    assert summaries[0]["steps"] == 2
