@@ -123,6 +123,13 @@ class RunConfig(_Section):
     progress: Literal["auto", "rich", "plain", "off"] = Field("auto", description="live progress display")
     log_format: Literal["text", "json"] = Field("text", description="log line format on stderr")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="log level")
+    metrics_port: Optional[int] = Field(None, ge=0, le=65535, description="serve Prometheus metrics on this port (/metrics; 0 = any free port, logged); none = off")
+    metrics_host: str = Field("127.0.0.1", description="address the metrics endpoint binds (0.0.0.0 to let another machine scrape it)")
+
+    @field_validator("metrics_port", mode="before")
+    @classmethod
+    def _nullable_port(cls, v: Any) -> Any:
+        return _none_words(v)
 
 
 class SwarmConfig(_Section):

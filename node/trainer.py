@@ -34,6 +34,7 @@ from node.checkpoint import CheckpointState, capture_rng, load_latest, restore_r
 from node.config import NodeConfig
 from node.errors import CheckpointError, ConfigError
 from node.metrics import MetricsWriter
+from node.metrics_endpoint import MetricsEndpoint
 from node.plots import plot_reward_curve
 from node.progress import Progress
 from node.rollouts import external_samples, generate_rollouts, round_task_ids, to_records, to_train_samples
@@ -153,7 +154,8 @@ class _LaggedBehaviour:
 
 class TrainingNode:
     def __init__(self, cfg: NodeConfig, policy: Policy, learner: Learner, run_dir: Path,
-                 start_step: int, swarm: SwarmExchange | None = None):
+                 start_step: int, swarm: SwarmExchange | None = None,
+                 endpoint: MetricsEndpoint | None = None):
         self.cfg = cfg
         self.policy = policy
         self.learner = learner
@@ -169,6 +171,7 @@ class TrainingNode:
                                        top_p=cfg.generation.top_p, top_k=cfg.generation.top_k)
         self.reward_cfg = RewardConfig(format_weight=cfg.tasks.format_weight)
         self.swarm = swarm
+        self.endpoint = endpoint
         self.clock = swarm.clock if swarm is not None else None
         self.last_round: int | None = None
         self.rounds_skipped = 0
@@ -203,14 +206,24 @@ class TrainingNode:
         (run_dir / "config.json").write_text(cfg.to_json())
         if transport is not None and cfg.swarm.transport == "none":
             raise ConfigError("a transport was given but swarm.transport is 'none'")
+        endpoint = None
+        if cfg.run.metrics_port is not None:
+            endpoint = MetricsEndpoint(cfg.run.metrics_host, cfg.run.metrics_port)
+            try:
+                endpoint.start()
+            except OSError as e:
+                raise ConfigError(f"cannot serve metrics on {cfg.run.metrics_host}:{cfg.run.metrics_port}: "
+                                  f"{e.strerror or e}; choose another --run.metrics_port (0 = any free port)") from e
         swarm = None
-        if cfg.swarm.transport != "none":
-            swarm = await build_exchange(cfg, policy, transport)
         try:
-            return cls(cfg, policy, learner, run_dir, start_step, swarm)
+            if cfg.swarm.transport != "none":
+                swarm = await build_exchange(cfg, policy, transport)
+            return cls(cfg, policy, learner, run_dir, start_step, swarm, endpoint)
         except BaseException:
             if swarm is not None:  # joined already: leave the swarm, stop the daemon
                 await swarm.close()
+            if endpoint is not None:
+                endpoint.close()
             raise
 
     @staticmethod
@@ -339,13 +352,15 @@ class TrainingNode:
 
     def _write_status(self, record: dict) -> None:
         """status.json: the node's live state for people and tools (replaced atomically)."""
-        status = {"step": self.step, "total_steps": self.cfg.train.steps, "last": record,
-                  "updated_at": time.time()}
+        status = {"step": self.step, "total_steps": self.cfg.train.steps, "model": self.cfg.model.name,
+                  "last": record, "updated_at": time.time()}
         if self.swarm is not None:
             status["swarm"] = self.swarm.status()
         tmp = self.run_dir / "status.json.tmp"
         tmp.write_text(json.dumps(status, indent=2, default=str))
         tmp.replace(self.run_dir / "status.json")
+        if self.endpoint is not None:  # the same snapshot: the endpoint and the file agree
+            self.endpoint.update(status)
 
     # -- the loop ---------------------------------------------------------------------------
     def request_stop(self) -> None:
@@ -433,4 +448,6 @@ class TrainingNode:
                 if self.swarm is not None:
                     await self.swarm.close()
             finally:
+                if self.endpoint is not None:
+                    self.endpoint.close()
                 self.metrics.close()
