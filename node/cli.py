@@ -118,6 +118,29 @@ def build_parser() -> argparse.ArgumentParser:
     boot.add_argument("--startup-timeout", type=float, default=30.0, help="seconds p2pd may take to start")
     boot.add_argument("--maddr-file", type=Path, help="also write the multiaddrs to this file")
 
+    sim = sub.add_parser(
+        "sim", help="run a whole swarm on this machine (N node processes) with one live status table",
+        allow_abbrev=False,
+        description="Start N nodes on 127.0.0.1 (over hivemind: a bootstrap peer and N `swarm-node "
+                    "join` processes; over memory: N nodes in one process sharing an in-memory hub), "
+                    "show one status table, stop them all on Ctrl-C or when they finish, and write "
+                    "summary.md/json and reward.png/ess.png into --run.dir. Every other "
+                    "--section.key flag (or --config) applies to every node; node i gets seed "
+                    "--train.seed + i and the folder RUN_DIR/node<i>.",
+        epilog="example: swarm-node sim --nodes 4 --train.steps 200 --swarm.round_seconds 1.5",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    sim.add_argument("--nodes", type=int, default=4, help="number of nodes (default 4)")
+    sim.add_argument("--transport", choices=["hivemind", "memory"], default="hivemind",
+                     help="hivemind: real processes and daemons on loopback (default); memory: in one process")
+    sim.add_argument("--config", type=Path, help="TOML config for every node")
+    sim.add_argument("--resume", action="store_true", help="resume every node from its newest checkpoint")
+
+    worker = sub.add_parser("sim-worker", help=argparse.SUPPRESS)  # the memory simulation's process
+    worker.add_argument("--nodes", type=int, required=True)
+    worker.add_argument("--run-dir", type=Path, required=True)
+    worker.add_argument("--seed", type=int, default=0)
+    worker.add_argument("--config", type=Path)
+
     build = sub.add_parser("build-model", help="build and cache the embedded default model")
     build.add_argument("--out", type=Path, help="write the model here instead of the cache")
 
@@ -140,11 +163,43 @@ async def _train(cfg) -> dict:
         await node.close()
 
 
+def _simulate(args: argparse.Namespace, unknown: list[str]) -> int:
+    from node.log_setup import setup_logging
+    from node.sim import SimSpec, run_sim, run_worker
+
+    overrides = _overrides(argparse.Namespace(), unknown)
+    if args.command == "sim-worker":
+        setup_logging()
+        return asyncio.run(run_worker(args.nodes, args.run_dir, args.seed, args.config, overrides))
+    if args.nodes < 1:
+        raise ConfigError("--nodes must be at least 1")
+    # The simulator's own keys; everything else goes to every node.
+    run_dir = Path(str(overrides.pop("run.dir", "runs/sim")))
+    seed = overrides.pop("train.seed", 0)
+    progress = overrides.pop("run.progress", "auto")
+    if args.resume:
+        overrides["run.resume"] = True
+    # Fail here, before anything starts, on a config no node would accept.
+    load_config(args.config, {**overrides, "swarm.transport": args.transport, "run.dir": str(run_dir / "node0")})
+    setup_logging()
+    raw = {k: (v if isinstance(v, str) else json.dumps(v)) for k, v in overrides.items()}
+    spec = SimSpec(nodes=args.nodes, transport=args.transport, run_dir=run_dir, config=args.config,
+                   overrides=raw, seed=int(seed), progress=str(progress))
+    summary = asyncio.run(run_sim(spec))
+    print((run_dir / "summary.md").read_text())
+    for plot in summary.get("plots", []):
+        print(f"plot: {plot}")
+    if summary["failed"]:
+        print(f"swarm-node: nodes failed: {summary['failed']} (see their node.log)", file=sys.stderr)
+        return 1
+    return 130 if summary["interrupted"] else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     # Prefix abbreviations are off: --learner.learning_rat must be an error, never learning_rate.
     args, unknown = parser.parse_known_args(argv)
-    if unknown and args.command not in ("train", "join"):
+    if unknown and args.command not in ("train", "join", "sim", "sim-worker"):
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.command is None:
         parser.print_help()
@@ -170,6 +225,8 @@ def main(argv: list[str] | None = None) -> int:
             log.info("summary: %s", json.dumps(summary))
             print(json.dumps(summary, indent=2))
             return 130 if summary.get("stopped_early") else 0
+        if args.command in ("sim", "sim-worker"):
+            return _simulate(args, unknown)
         setup_logging()
         if args.command == "bootstrap":
             from node.bootstrap import run_bootstrap

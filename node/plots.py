@@ -7,7 +7,7 @@ from pathlib import Path
 from node.errors import NodeError
 from node.metrics import read_metrics
 
-__all__ = ["plot_reward_curve", "rolling_mean"]
+__all__ = ["plot_reward_curve", "plot_swarm", "rolling_mean"]
 
 
 def rolling_mean(xs: list[float], window: int) -> list[float]:
@@ -54,3 +54,40 @@ def plot_reward_curve(metrics_path: Path, out_path: Path, title: str = "", windo
     fig.savefig(out_path, dpi=100)
     plt.close(fig)
     return out_path
+
+
+def plot_swarm(run_dir: Path, n_nodes: int, window: int = 10) -> list[Path]:
+    """``reward.png`` (correctness per node, rolling mean) and ``ess.png`` (ESS/B per node) for a
+    simulated swarm's run folder; nodes without metrics are skipped."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    series = {}
+    for i in range(n_nodes):
+        recs = [r for r in read_metrics(run_dir / f"node{i}" / "metrics.jsonl") if "step" in r]
+        if recs:
+            series[f"node{i}"] = recs
+    if not series:
+        return []
+    out = []
+    for key, fname, label, smooth in (("correct", "reward.png", f"correctness ({window}-step mean)", True),
+                                      ("rho", "ess.png", "ESS / B", False)):
+        fig, ax = plt.subplots(figsize=(8, 4))
+        for name, recs in series.items():
+            ys = [r.get(key) if r.get(key) is not None else float("nan") for r in recs]
+            ax.plot([r["step"] for r in recs], rolling_mean([0.0 if y != y else y for y in ys], window) if smooth else ys,
+                    label=name, linewidth=1.2)
+        ax.set_xlabel("step")
+        ax.set_ylabel(label)
+        ax.set_ylim(0, 1.05)
+        ax.grid(alpha=0.3)
+        ax.legend(loc="lower right", fontsize="small")
+        ax.set_title(f"{run_dir.name}: {label} per node")
+        fig.tight_layout()
+        path = run_dir / fname
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        out.append(path)
+    return out

@@ -368,9 +368,13 @@ class TrainingNode:
             log.warning("stop requested: finishing step %d, then checkpointing", self.step + 1)
         self.stop_requested = True
 
-    async def run(self) -> dict:
+    async def run(self, handle_signals: bool = True) -> dict:
+        """Train to ``train.steps``. With ``handle_signals`` (one node per process), SIGINT and
+        SIGTERM stop it after the current step; a host running several nodes handles signals
+        itself and calls ``request_stop`` on each."""
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        signals = (signal.SIGINT, signal.SIGTERM) if handle_signals else ()
+        for sig in signals:
             try:
                 loop.add_signal_handler(sig, self.request_stop)
             except (NotImplementedError, RuntimeError):  # not the main thread / not POSIX
@@ -393,7 +397,7 @@ class TrainingNode:
                     saved_at = self.step
         finally:
             progress.close()
-            for sig in (signal.SIGINT, signal.SIGTERM):
+            for sig in signals:
                 try:
                     loop.remove_signal_handler(sig)
                 except (NotImplementedError, RuntimeError):

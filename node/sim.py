@@ -1,0 +1,311 @@
+"""``swarm-node sim``: a whole swarm on one machine, with one live status table.
+
+Over ``hivemind`` the simulator starts a bootstrap peer and N ``swarm-node join`` processes on
+127.0.0.1, exactly as users run them, each with its own run folder, identity and seed. The
+in-process ``memory`` transport cannot cross processes, so with it the N nodes run in one child
+process sharing a hub (``swarm-node sim-worker``). Either way the simulator itself only launches,
+watches (each node's ``status.json``) and stops; it trains nothing.
+
+Every child runs in its own session (so a terminal's Ctrl-C reaches the simulator alone, which
+then stops the nodes in order: SIGTERM, each checkpoints, SIGKILL after a grace period) and is
+told by the kernel to exit if the simulator dies (``PR_SET_PDEATHSIG``): no orphans, even after
+``kill -9`` of the simulator.
+
+Run folder::
+
+    sim.json             the command, nodes, transport, start/end
+    node0/ … nodeN-1/    each node's own run folder (metrics.jsonl, status.json, checkpoints, log)
+    summary.json, summary.md   one row per node: steps, correctness first/last, groups, rejections
+    reward.png, ess.png  correctness and ESS/B per node over steps
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+__all__ = ["SimSpec", "run_sim"]
+
+GRACE_S = 30.0  # how long a node may take to checkpoint and exit after SIGTERM
+_PR_SET_PDEATHSIG = 1
+LOOPBACK = ["--swarm.host_maddrs", '["/ip4/127.0.0.1/tcp/0"]', "--swarm.use_relay", "false",
+            "--swarm.nat_port_map", "false"]
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    os.setsid()
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except OSError:  # not Linux: the session and the simulator's own cleanup still apply
+        pass
+
+
+@dataclass
+class SimSpec:
+    nodes: int
+    transport: str  # "hivemind" | "memory"
+    run_dir: Path
+    config: Path | None = None
+    overrides: dict[str, str] = field(default_factory=dict)  # --section.key flags for every node (raw text)
+    seed: int = 0
+    progress: str = "auto"
+    startup_timeout: float = 120.0
+
+
+class _Children:
+    """The processes the simulator owns."""
+
+    def __init__(self) -> None:
+        self.procs: list[tuple[str, subprocess.Popen]] = []
+
+    def spawn(self, name: str, args: list[str], log_path: Path) -> subprocess.Popen:
+        env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+        with log_path.open("ab") as f:
+            p = subprocess.Popen([sys.executable, "-m", "node.cli", *args], stdout=f, stderr=subprocess.STDOUT,
+                                 stdin=subprocess.DEVNULL, env=env, preexec_fn=_die_with_parent,
+                                 cwd=Path(__file__).resolve().parents[1])
+        self.procs.append((name, p))
+        return p
+
+    def signal_all(self, sig: int, names: set[str] | None = None) -> None:
+        for name, p in self.procs:
+            if p.poll() is None and (names is None or name in names):
+                try:
+                    p.send_signal(sig)
+                except ProcessLookupError:
+                    pass
+
+    def stop(self, grace: float = GRACE_S) -> None:
+        """Nodes first (they checkpoint on SIGTERM), then the bootstrap; SIGKILL what lingers."""
+        nodes = {n for n, _ in self.procs if n != "bootstrap"}
+        for group in (nodes, {"bootstrap"}):
+            self.signal_all(signal.SIGTERM, group)
+            deadline = time.time() + grace
+            for name, p in self.procs:
+                if name in group:
+                    try:
+                        p.wait(timeout=max(0.1, deadline - time.time()))
+                    except subprocess.TimeoutExpired:
+                        log.warning("%s did not stop in %.0f s: killing it", name, grace)
+                        p.kill()
+                        p.wait()
+
+    def alive(self) -> list[str]:
+        return [n for n, p in self.procs if p.poll() is None]
+
+
+def _flags(overrides: dict[str, str]) -> list[str]:
+    out = []
+    for k, v in overrides.items():
+        out += [f"--{k}", v]
+    return out
+
+
+def _node_args(spec: SimSpec, i: int) -> list[str]:
+    node_dir = spec.run_dir / f"node{i}"
+    args = ["--run.dir", str(node_dir), "--run.progress", "off", "--train.threads", "1",
+            "--train.seed", str(spec.seed + i), "--run.plot", "false"]
+    if spec.config is not None:
+        args = ["--config", str(spec.config), *args]
+    return args + _flags(spec.overrides)
+
+
+def read_status(node_dir: Path) -> dict | None:
+    try:
+        return json.loads((node_dir / "status.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def status_rows(spec: SimSpec) -> list[dict]:
+    rows = []
+    for i in range(spec.nodes):
+        st = read_status(spec.run_dir / f"node{i}") or {}
+        last, sw = st.get("last") or {}, st.get("swarm") or {}
+        rows.append({
+            "node": f"node{i}", "round": last.get("round"), "step": st.get("step", 0),
+            "total": st.get("total_steps"), "reward": last.get("reward"), "correct": last.get("correct"),
+            "ess": last.get("rho"), "lr_factor": last.get("lr_factor"),
+            "in": sw.get("groups_used"), "out": sw.get("rollouts_out"), "peers": sw.get("peers_alive"),
+            "rejected": sw.get("rejected_total"), "rejected_by": sw.get("rejected") or {},
+        })
+    return rows
+
+
+def _fmt(v, spec: str = "") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def render_table(rows: list[dict], title: str):
+    from rich.table import Table
+
+    t = Table(title=title)
+    for col in ("node", "round", "step", "reward", "correct", "ESS/B", "LR factor", "groups in", "rollouts out",
+                "peers", "rejected"):
+        t.add_column(col, justify="right")
+    for r in rows:
+        rej = ", ".join(f"{k} {v}" for k, v in sorted(r["rejected_by"].items()))
+        t.add_row(r["node"], _fmt(r["round"]), f"{r['step']}/{_fmt(r['total'])}", _fmt(r["reward"], ".3f"),
+                  _fmt(r["correct"], ".3f"), _fmt(r["ess"], ".3f"), _fmt(r["lr_factor"], ".2f"), _fmt(r["in"]),
+                  _fmt(r["out"]), _fmt(r["peers"]), _fmt(r["rejected"]) + (f" ({rej})" if rej else ""))
+    return t
+
+
+async def _start_bootstrap(spec: SimSpec, kids: _Children) -> str:
+    maddr_file = spec.run_dir / "bootstrap.maddr"
+    p = kids.spawn("bootstrap", ["bootstrap", "--host", "127.0.0.1", "--port", "0", "--no-nat", "--no-relay",
+                                 "--identity", str(spec.run_dir / "bootstrap.p2p.key"),
+                                 "--maddr-file", str(maddr_file)], spec.run_dir / "bootstrap.log")
+    deadline = time.time() + spec.startup_timeout
+    while not maddr_file.exists():
+        if p.poll() is not None:
+            raise RuntimeError(f"the bootstrap peer exited (rc {p.returncode}); see {spec.run_dir / 'bootstrap.log'}")
+        if time.time() > deadline:
+            raise RuntimeError(f"the bootstrap peer did not start in {spec.startup_timeout:.0f} s")
+        await asyncio.sleep(0.2)
+    return maddr_file.read_text().split()[0]
+
+
+async def run_sim(spec: SimSpec) -> dict:
+    """Launch, watch and stop the swarm; returns the summary (also written to the run folder)."""
+    spec.run_dir.mkdir(parents=True, exist_ok=True)
+    kids = _Children()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    t0 = time.time()
+    meta = {"nodes": spec.nodes, "transport": spec.transport, "argv": sys.argv, "started_at": t0,
+            "overrides": spec.overrides, "config": str(spec.config) if spec.config else None}
+    (spec.run_dir / "sim.json").write_text(json.dumps(meta, indent=2))
+    mode = spec.progress
+    if mode == "auto":
+        mode = "rich" if sys.stderr.isatty() else "plain"
+    live = None
+    interrupted = False
+    try:
+        if spec.transport == "hivemind":
+            maddr = await _start_bootstrap(spec, kids)
+            for i in range(spec.nodes):
+                (spec.run_dir / f"node{i}").mkdir(exist_ok=True)
+                kids.spawn(f"node{i}", ["join", "--bootstrap", maddr, *LOOPBACK, *_node_args(spec, i)],
+                           spec.run_dir / f"node{i}" / "node.log")
+        else:
+            kids.spawn("nodes", ["sim-worker", "--nodes", str(spec.nodes), "--run-dir", str(spec.run_dir),
+                                 "--seed", str(spec.seed), *(["--config", str(spec.config)] if spec.config else []),
+                                 *_flags(spec.overrides)], spec.run_dir / "nodes.log")
+        if mode == "rich":
+            from rich.console import Console
+            from rich.live import Live
+
+            live = Live(render_table(status_rows(spec), "swarm-node sim"), console=Console(stderr=True),
+                        refresh_per_second=2)
+            live.start()
+        last_plain = 0.0
+        node_names = {n for n, _ in kids.procs if n != "bootstrap"}
+        while not stop.is_set() and node_names & set(kids.alive()):
+            rows = status_rows(spec)
+            if live is not None:
+                live.update(render_table(rows, f"swarm-node sim · {spec.transport} · {spec.nodes} nodes"))
+            elif mode == "plain" and time.time() - last_plain > 10:
+                last_plain = time.time()
+                log.info("sim: %s", "; ".join(f"{r['node']} step {r['step']} correct {_fmt(r['correct'], '.3f')} "
+                                              f"ESS/B {_fmt(r['ess'], '.3f')} in {_fmt(r['in'])} rejected {_fmt(r['rejected'])}"
+                                              for r in rows))
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=0.5)
+            except asyncio.TimeoutError:
+                pass
+        interrupted = stop.is_set()
+    finally:
+        if live is not None:
+            live.stop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+        await asyncio.to_thread(kids.stop)
+    failed = {n: p.returncode for n, p in kids.procs if n != "bootstrap" and p.returncode not in (0, 130)}
+    summary = write_summary(spec, time.time() - t0, interrupted, failed)
+    return summary
+
+
+def write_summary(spec: SimSpec, wall_s: float, interrupted: bool, failed: dict) -> dict:
+    from node.metrics import read_metrics
+    from node.plots import plot_swarm
+
+    nodes = []
+    for i in range(spec.nodes):
+        d = spec.run_dir / f"node{i}"
+        recs = read_metrics(d / "metrics.jsonl")
+        correct = [r.get("correct") or 0.0 for r in recs]
+        w = min(20, max(1, len(correct) // 2))
+        st = read_status(d) or {}
+        sw = st.get("swarm") or {}
+        nodes.append({
+            "node": f"node{i}", "peer_id": sw.get("peer_id"), "steps": len(recs),
+            "correct_first": sum(correct[:w]) / w if correct else None,
+            "correct_last": sum(correct[-w:]) / w if correct else None,
+            "groups_used": sw.get("groups_used"), "peers_used": sw.get("peers_used"),
+            "rollouts_out": sw.get("rollouts_out"), "rejected": sw.get("rejected", {}),
+            "rejected_total": sw.get("rejected_total"), "rounds_skipped": (st.get("last") or {}).get("rounds_skipped"),
+        })
+    summary = {"nodes": nodes, "transport": spec.transport, "wall_s": round(wall_s, 1),
+               "interrupted": interrupted, "failed": failed, "run_dir": str(spec.run_dir)}
+    summary["plots"] = [str(p) for p in plot_swarm(spec.run_dir, spec.nodes)]
+    lines = [f"# swarm-node sim: {spec.nodes} nodes over {spec.transport}", "",
+             "| node | steps | correct first 20 | correct last 20 | peer groups used | peers used | rollouts out | rejected |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for n in nodes:
+        lines.append(f"| {n['node']} | {n['steps']} | {_fmt(n['correct_first'], '.3f')} | {_fmt(n['correct_last'], '.3f')} | "
+                     f"{_fmt(n['groups_used'])} | {_fmt(n['peers_used'])} | {_fmt(n['rollouts_out'])} | "
+                     f"{_fmt(n['rejected_total'])} |")
+    (spec.run_dir / "summary.md").write_text("\n".join(lines) + "\n")
+    (spec.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    meta = json.loads((spec.run_dir / "sim.json").read_text())
+    meta["ended_at"] = time.time()
+    (spec.run_dir / "sim.json").write_text(json.dumps(meta, indent=2))
+    return summary
+
+
+async def run_worker(n: int, run_dir: Path, seed: int, config: Path | None, overrides: dict) -> int:
+    """``sim-worker``: N nodes in this one process over a shared in-memory hub."""
+    from node.config import load_config
+    from node.trainer import TrainingNode, identity_path
+    from node.transport.memory import MemoryHub, MemoryTransport
+    from protocol.identity import load_or_create_identity
+
+    hub = MemoryHub()
+    nodes: list[TrainingNode] = []
+    loop = asyncio.get_running_loop()
+
+    def stop_all() -> None:
+        for node in nodes:
+            node.request_stop()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop_all)
+    try:
+        for i in range(n):
+            cfg = load_config(config, {**overrides, "swarm.transport": "memory",
+                                       "run.dir": str(run_dir / f"node{i}"), "train.seed": seed + i,
+                                       "run.progress": "off", "run.plot": False, "train.threads": 1})
+            ident = load_or_create_identity(identity_path(cfg))
+            t = MemoryTransport(swarm=cfg.swarm.name, publisher=ident.peer_id, hub=hub)
+            nodes.append(await TrainingNode.create(cfg, transport=t))
+        results = await asyncio.gather(*(node.run(handle_signals=False) for node in nodes))
+    finally:
+        for node in nodes:
+            await node.close()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+    return 130 if any(r.get("stopped_early") for r in results) else 0

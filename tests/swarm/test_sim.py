@@ -1,0 +1,123 @@
+"""``swarm-node sim``: whole swarms on one machine; they finish, stop on Ctrl-C, and leave no
+process behind, even when the simulator itself is killed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from procs import wait_until
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+SMALL = ["--generation.prompts_per_step", "4", "--generation.num_generations", "4",
+         "--generation.max_completion_length", "8", "--swarm.external_groups", "2",
+         "--learner.learning_rate", "3e-3", "--run.progress", "plain"]
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live process below ``pid`` (children, grandchildren: nodes and their p2pd daemons)."""
+    children: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(d.name))
+    out, todo = set(), [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.add(c)
+            todo.append(c)
+    return out
+
+
+def alive(pids: set[int]) -> set[int]:
+    out = set()
+    for p in pids:
+        try:
+            state = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            out.add(p)
+    return out
+
+
+def start_sim(tmp_path: Path, model_dir: Path, *args: str) -> subprocess.Popen:
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    log = (tmp_path / "sim.log").open("wb")
+    return subprocess.Popen([sys.executable, "-m", "node.cli", "sim", "--run.dir", str(tmp_path / "sim"),
+                             "--model.name", str(model_dir), *SMALL, *args],
+                            stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
+
+
+def watch_tree(p: subprocess.Popen, seen: set[int]) -> None:
+    seen |= descendants(p.pid)
+
+
+@pytest.mark.parametrize("transport", ["hivemind", "memory"])
+def test_sim_runs_a_swarm_to_the_end_and_writes_its_folder(transport, warm_tiny_model_dir, tmp_path):
+    p = start_sim(tmp_path, warm_tiny_model_dir, "--nodes", "3", "--transport", transport,
+                  "--train.steps", "6", "--swarm.round_seconds", "1.5")
+    seen: set[int] = set()
+    deadline = time.time() + 300
+    while p.poll() is None and time.time() < deadline:
+        watch_tree(p, seen)
+        time.sleep(0.3)
+    assert p.wait(timeout=10) == 0, (tmp_path / "sim.log").read_text()[-3000:]
+    run = tmp_path / "sim"
+    summary = json.loads((run / "summary.json").read_text())
+    assert [n["steps"] for n in summary["nodes"]] == [6, 6, 6]
+    assert all(n["groups_used"] and n["peers_used"] == 2 and n["rejected_total"] == 0 for n in summary["nodes"])
+    assert (run / "reward.png").stat().st_size > 0 and (run / "ess.png").stat().st_size > 0
+    assert "| node0 | 6 |" in (run / "summary.md").read_text()
+    assert len(seen) >= (1 if transport == "memory" else 4)  # it did start processes...
+    assert alive(seen) == set()  # ...and none is left
+
+
+def test_ctrl_c_stops_every_node_with_a_checkpoint(warm_tiny_model_dir, tmp_path):
+    p = start_sim(tmp_path, warm_tiny_model_dir, "--nodes", "3", "--train.steps", "500",
+                  "--swarm.round_seconds", "1.0", "--run.checkpoint_every", "1000")
+    run = tmp_path / "sim"
+    seen: set[int] = set()
+
+    def all_training() -> bool:
+        watch_tree(p, seen)
+        return all((run / f"node{i}" / "status.json").exists() for i in range(3))
+
+    wait_until(all_training, 180, "3 nodes to train", p)
+    p.send_signal(signal.SIGINT)
+    assert p.wait(timeout=120) == 130
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["interrupted"] and not summary["failed"]
+    for i in range(3):  # each node checkpointed what it had when told to stop
+        ckpts = list((run / f"node{i}" / "checkpoints").glob("step_*"))
+        assert ckpts, f"node{i} wrote no checkpoint"
+    assert alive(seen) == set()
+
+
+def test_killing_the_simulator_takes_its_nodes_with_it(warm_tiny_model_dir, tmp_path):
+    p = start_sim(tmp_path, warm_tiny_model_dir, "--nodes", "2", "--train.steps", "500",
+                  "--swarm.round_seconds", "1.0")
+    run = tmp_path / "sim"
+    seen: set[int] = set()
+
+    def training() -> bool:
+        watch_tree(p, seen)
+        return all((run / f"node{i}" / "status.json").exists() for i in range(2))
+
+    wait_until(training, 180, "2 nodes to train", p)
+    watch_tree(p, seen)
+    p.send_signal(signal.SIGKILL)  # no cleanup code runs in the simulator
+    p.wait(timeout=10)
+    wait_until(lambda: not alive(seen), 60, "the orphaned nodes and daemons to exit")
