@@ -1,5 +1,6 @@
 # Two commands on a fresh machine:
-#   make demo   train the embedded default (small local model, built once) and print the summary
+#   make demo   a local swarm: 4 nodes train the embedded default (small local model, built once)
+#               and share rollouts over hivemind on 127.0.0.1; prints the summary and the plot paths
 #   make test   run the whole test suite
 # Both create .venv and install what they need. torch is installed first, pinned, so pip never
 # pulls a multi-GB CUDA build to satisfy the project's range (override: make TORCH=torch==X test).
@@ -10,7 +11,7 @@ TORCH ?= torch==2.13.0
 PY := $(VENV)/bin/python
 PIP_FLAGS ?= -q
 
-.PHONY: demo test test-fast install clean
+.PHONY: demo demo-solo test test-fast install clean
 
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +23,9 @@ $(VENV)/.installed: pyproject.toml Makefile
 install: $(VENV)/.installed
 
 demo: $(VENV)/.installed
+	$(VENV)/bin/swarm-node sim --nodes 4 --config docs/examples/swarm_demo.toml
+
+demo-solo: $(VENV)/.installed
 	$(VENV)/bin/swarm-node train --config docs/examples/demo.toml
 
 test: $(VENV)/.installed

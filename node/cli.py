@@ -173,18 +173,20 @@ def _simulate(args: argparse.Namespace, unknown: list[str]) -> int:
         return asyncio.run(run_worker(args.nodes, args.run_dir, args.seed, args.config, overrides))
     if args.nodes < 1:
         raise ConfigError("--nodes must be at least 1")
-    # The simulator's own keys; everything else goes to every node.
-    run_dir = Path(str(overrides.pop("run.dir", "runs/sim")))
-    seed = overrides.pop("train.seed", 0)
-    progress = overrides.pop("run.progress", "auto")
+    # The simulator's own keys (from the flags, else the config file): its folder, the base seed
+    # (node i gets seed + i) and its display. Everything else goes to every node.
     if args.resume:
         overrides["run.resume"] = True
+    sim_keys = {k: overrides.pop(k) for k in ("run.dir", "train.seed", "run.progress") if k in overrides}
     # Fail here, before anything starts, on a config no node would accept.
-    load_config(args.config, {**overrides, "swarm.transport": args.transport, "run.dir": str(run_dir / "node0")})
+    base = load_config(args.config, {**overrides, "swarm.transport": args.transport})
+    run_dir = Path(str(sim_keys.get("run.dir", base.run.dir if args.config else "runs/sim")))
+    seed = int(sim_keys.get("train.seed", base.train.seed))
+    progress = str(sim_keys.get("run.progress", base.run.progress))
     setup_logging()
     raw = {k: (v if isinstance(v, str) else json.dumps(v)) for k, v in overrides.items()}
     spec = SimSpec(nodes=args.nodes, transport=args.transport, run_dir=run_dir, config=args.config,
-                   overrides=raw, seed=int(seed), progress=str(progress))
+                   overrides=raw, seed=seed, progress=progress)
     summary = asyncio.run(run_sim(spec))
     print((run_dir / "summary.md").read_text())
     for plot in summary.get("plots", []):

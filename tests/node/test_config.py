@@ -301,3 +301,12 @@ def test_cli_truncated_flag_is_not_taken_for_the_full_key():
     args, unknown = build_parser().parse_known_args(["train", "--learner.learning_rat", "1e-3"])
     assert "learner.learning_rate" not in vars(args)
     assert unknown == ["--learner.learning_rat", "1e-3"]
+
+
+@pytest.mark.parametrize("name", ["demo.toml", "swarm_demo.toml"])
+def test_example_configs_validate(name):
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "docs" / "examples" / name
+    cfg = load_config(path, {"swarm.transport": "hivemind"} if name == "swarm_demo.toml" else None)
+    assert cfg.model.name == "default" and cfg.run.resume
