@@ -135,6 +135,20 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--config", type=Path, help="TOML config for every node")
     sim.add_argument("--resume", action="store_true", help="resume every node from its newest checkpoint")
 
+    sim.add_argument("--faults", type=Path, help="TOML file of faults to inject (hivemind only): per-node "
+                                                 "overrides (stale, heterogeneous nodes), kills with restart, "
+                                                 "malicious peers; see docs/running.md")
+
+    adv = sub.add_parser(
+        "adversary", allow_abbrev=False,
+        help="join a swarm as a malicious peer that publishes hostile messages (for testing a swarm)",
+        description="Join like a node (same config and flags) and publish one hostile message per "
+                    "round, cycling through --attacks. Honest nodes must reject them all. It trains "
+                    "nothing; RUN_DIR/status.json counts what it sent.")
+    adv.add_argument("--bootstrap", action="append", default=[], metavar="MADDR", help="as for join")
+    adv.add_argument("--attacks", default="all", help="comma-separated attacks, or all (see node/adversary.py)")
+    _add_config_flags(adv)
+
     worker = sub.add_parser("sim-worker", help=argparse.SUPPRESS)  # the memory simulation's process
     worker.add_argument("--nodes", type=int, required=True)
     worker.add_argument("--run-dir", type=Path, required=True)
@@ -165,7 +179,7 @@ async def _train(cfg) -> dict:
 
 def _simulate(args: argparse.Namespace, unknown: list[str]) -> int:
     from node.log_setup import setup_logging
-    from node.sim import SimSpec, run_sim, run_worker
+    from node.sim import SimSpec, load_faults, run_sim, run_worker
 
     overrides = _overrides(argparse.Namespace(), unknown)
     if args.command == "sim-worker":
@@ -183,10 +197,12 @@ def _simulate(args: argparse.Namespace, unknown: list[str]) -> int:
     run_dir = Path(str(sim_keys.get("run.dir", base.run.dir if args.config else "runs/sim")))
     seed = int(sim_keys.get("train.seed", base.train.seed))
     progress = str(sim_keys.get("run.progress", base.run.progress))
+    faults = load_faults(args.faults)
+    faults.check(args.nodes, args.transport)
     setup_logging()
     raw = {k: (v if isinstance(v, str) else json.dumps(v)) for k, v in overrides.items()}
     spec = SimSpec(nodes=args.nodes, transport=args.transport, run_dir=run_dir, config=args.config,
-                   overrides=raw, seed=seed, progress=progress)
+                   overrides=raw, seed=seed, progress=progress, faults=faults)
     summary = asyncio.run(run_sim(spec))
     print((run_dir / "summary.md").read_text())
     for plot in summary.get("plots", []):
@@ -201,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     # Prefix abbreviations are off: --learner.learning_rat must be an error, never learning_rate.
     args, unknown = parser.parse_known_args(argv)
-    if unknown and args.command not in ("train", "join", "sim", "sim-worker"):
+    if unknown and args.command not in ("train", "join", "sim", "sim-worker", "adversary"):
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.command is None:
         parser.print_help()
@@ -229,6 +245,17 @@ def main(argv: list[str] | None = None) -> int:
             return 130 if summary.get("stopped_early") else 0
         if args.command in ("sim", "sim-worker"):
             return _simulate(args, unknown)
+        if args.command == "adversary":
+            from node.adversary import ATTACKS, run_adversary
+
+            overrides = _overrides(args, unknown)
+            if args.bootstrap:
+                overrides["swarm.transport"] = "hivemind"
+                overrides["swarm.initial_peers"] = list(overrides.get("swarm.initial_peers", [])) + args.bootstrap
+            cfg = load_config(args.config, overrides)
+            setup_logging(cfg.run.log_level, cfg.run.log_format)
+            attacks = list(ATTACKS) if args.attacks == "all" else [a.strip() for a in args.attacks.split(",")]
+            return asyncio.run(run_adversary(cfg, attacks))
         setup_logging()
         if args.command == "bootstrap":
             from node.bootstrap import run_bootstrap

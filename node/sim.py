@@ -32,10 +32,21 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from node.adversary import ATTACKS
+from node.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 log = logging.getLogger(__name__)
 
-__all__ = ["SimSpec", "run_sim"]
+__all__ = ["SimSpec", "SimFaults", "load_faults", "run_sim"]
 
 GRACE_S = 30.0  # how long a node may take to checkpoint and exit after SIGTERM
 _PR_SET_PDEATHSIG = 1
@@ -51,6 +62,55 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
         pass
 
 
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class NodeOverride(_Strict):
+    index: int = Field(ge=0, description="which node")
+    flags: dict[str, Any] = Field(description="--section.key values for this node only, e.g. "
+                                               "train.behaviour_lag = 8 (stale) or model.name = PATH (heterogeneous)")
+
+
+class KillFault(_Strict):
+    node: int = Field(ge=0)
+    at_step: int = Field(ge=1, description="kill -9 the node once it has trained this many steps")
+    down_seconds: float = Field(5.0, ge=0, description="then restart it with --resume after this long")
+
+
+class MaliciousFault(_Strict):
+    attacks: list[str] = Field(default_factory=lambda: list(ATTACKS), description="attacks to cycle through")
+
+
+class SimFaults(_Strict):
+    """A ``--faults`` file: ``[[node]]``, ``[[kill]]`` and ``[[malicious]]`` tables."""
+
+    node: list[NodeOverride] = []
+    kill: list[KillFault] = []
+    malicious: list[MaliciousFault] = []
+
+    def check(self, n_nodes: int, transport: str) -> None:
+        bad = [x.index for x in self.node if x.index >= n_nodes] + [k.node for k in self.kill if k.node >= n_nodes]
+        if bad:
+            raise ConfigError(f"faults name nodes {bad}, but there are only {n_nodes} (node0..node{n_nodes - 1})")
+        unknown = [a for m in self.malicious for a in m.attacks if a not in ATTACKS]
+        if unknown:
+            raise ConfigError(f"unknown attacks {unknown}; choose from {', '.join(ATTACKS)}")
+        if (self.kill or self.malicious or self.node) and transport != "hivemind":
+            raise ConfigError("faults need --transport hivemind (the memory simulation runs every node in one process)")
+
+
+def load_faults(path: Path | None) -> SimFaults:
+    if path is None:
+        return SimFaults()
+    try:
+        return SimFaults.model_validate(tomllib.loads(path.read_text()))
+    except FileNotFoundError as e:
+        raise ConfigError(f"faults file not found: {path}") from e
+    except (tomllib.TOMLDecodeError, ValidationError) as e:
+        raise ConfigError(f"faults file {path}: {e}") from e
+
+
 @dataclass
 class SimSpec:
     nodes: int
@@ -61,6 +121,7 @@ class SimSpec:
     seed: int = 0
     progress: str = "auto"
     startup_timeout: float = 120.0
+    faults: SimFaults = field(default_factory=SimFaults)
 
 
 class _Children:
@@ -77,6 +138,12 @@ class _Children:
                                  cwd=Path(__file__).resolve().parents[1])
         self.procs.append((name, p))
         return p
+
+    def kill(self, name: str) -> None:
+        for n, p in self.procs:
+            if n == name and p.poll() is None:
+                p.kill()
+                p.wait()
 
     def signal_all(self, sig: int, names: set[str] | None = None) -> None:
         for name, p in self.procs:
@@ -112,13 +179,18 @@ def _flags(overrides: dict[str, str]) -> list[str]:
     return out
 
 
+def _raw(v: Any) -> str:
+    return v if isinstance(v, str) else json.dumps(v)
+
+
 def _node_args(spec: SimSpec, i: int) -> list[str]:
     node_dir = spec.run_dir / f"node{i}"
     args = ["--run.dir", str(node_dir), "--run.progress", "off", "--train.threads", "1",
             "--train.seed", str(spec.seed + i), "--run.plot", "false"]
     if spec.config is not None:
         args = ["--config", str(spec.config), *args]
-    return args + _flags(spec.overrides)
+    per_node = {k: _raw(v) for o in spec.faults.node if o.index == i for k, v in o.flags.items()}
+    return args + _flags({**spec.overrides, **per_node})
 
 
 def read_status(node_dir: Path) -> dict | None:
@@ -128,7 +200,7 @@ def read_status(node_dir: Path) -> dict | None:
         return None
 
 
-def status_rows(spec: SimSpec) -> list[dict]:
+def status_rows(spec: SimSpec, faults: "_Faults | None" = None) -> list[dict]:
     rows = []
     for i in range(spec.nodes):
         st = read_status(spec.run_dir / f"node{i}") or {}
@@ -139,7 +211,13 @@ def status_rows(spec: SimSpec) -> list[dict]:
             "ess": last.get("rho"), "lr_factor": last.get("lr_factor"),
             "in": sw.get("groups_used"), "out": sw.get("rollouts_out"), "peers": sw.get("peers_alive"),
             "rejected": sw.get("rejected_total"), "rejected_by": sw.get("rejected") or {},
+            "restarts": faults.restarts[i] if faults is not None else 0,
+            "down": faults is not None and i in faults.down,
         })
+    for j in range(len(spec.faults.malicious)):
+        st = read_status(spec.run_dir / f"adversary{j}") or {}
+        rows.append({"node": f"adversary{j}", "adversary": True, "peer_id": st.get("peer_id"),
+                     "sent": st.get("sent", {})})
     return rows
 
 
@@ -152,13 +230,18 @@ def render_table(rows: list[dict], title: str):
 
     t = Table(title=title)
     for col in ("node", "round", "step", "reward", "correct", "ESS/B", "LR factor", "groups in", "rollouts out",
-                "peers", "rejected"):
+                "peers", "rejected", "faults"):
         t.add_column(col, justify="right")
     for r in rows:
+        if r.get("adversary"):
+            sent = ", ".join(f"{k} {v}" for k, v in sorted(r["sent"].items()) if v)
+            t.add_row(r["node"], *["-"] * 10, f"malicious: sent {sum(r['sent'].values())} ({sent})")
+            continue
         rej = ", ".join(f"{k} {v}" for k, v in sorted(r["rejected_by"].items()))
+        fault = ("DOWN " if r["down"] else "") + (f"restarted {r['restarts']}x" if r["restarts"] else "")
         t.add_row(r["node"], _fmt(r["round"]), f"{r['step']}/{_fmt(r['total'])}", _fmt(r["reward"], ".3f"),
                   _fmt(r["correct"], ".3f"), _fmt(r["ess"], ".3f"), _fmt(r["lr_factor"], ".2f"), _fmt(r["in"]),
-                  _fmt(r["out"]), _fmt(r["peers"]), _fmt(r["rejected"]) + (f" ({rej})" if rej else ""))
+                  _fmt(r["out"]), _fmt(r["peers"]), _fmt(r["rejected"]) + (f" ({rej})" if rej else ""), fault)
     return t
 
 
@@ -177,6 +260,39 @@ async def _start_bootstrap(spec: SimSpec, kids: _Children) -> str:
     return maddr_file.read_text().split()[0]
 
 
+class _Faults:
+    """Carries out ``[[kill]]`` faults: kill -9 at a step, restart with --resume after a pause."""
+
+    def __init__(self, spec: SimSpec, kids: _Children, node_cmd):
+        self.spec = spec
+        self.kids = kids
+        self.node_cmd = node_cmd  # i -> (args, log path)
+        self.pending = list(spec.faults.kill)
+        self.down: dict[int, float] = {}  # node -> restart time
+        self.restarts: dict[int, int] = {i: 0 for i in range(spec.nodes)}
+
+    def step(self) -> None:
+        now = time.time()
+        for k in list(self.pending):
+            st = read_status(self.spec.run_dir / f"node{k.node}") or {}
+            if st.get("step", 0) >= k.at_step and k.node not in self.down:
+                self.kids.kill(f"node{k.node}")
+                log.info("fault: killed node%d at step %d; restart in %.0f s", k.node, st["step"], k.down_seconds)
+                self.down[k.node] = now + k.down_seconds
+                self.pending.remove(k)
+        for i, when in list(self.down.items()):
+            if now >= when:
+                args, log_path = self.node_cmd(i)
+                self.kids.spawn(f"node{i}", [*args, "--resume"], log_path)
+                self.restarts[i] += 1
+                del self.down[i]
+                log.info("fault: restarted node%d", i)
+
+    @property
+    def waiting(self) -> bool:
+        return bool(self.down)
+
+
 async def run_sim(spec: SimSpec) -> dict:
     """Launch, watch and stop the swarm; returns the summary (also written to the run folder)."""
     spec.run_dir.mkdir(parents=True, exist_ok=True)
@@ -187,20 +303,34 @@ async def run_sim(spec: SimSpec) -> dict:
         loop.add_signal_handler(sig, stop.set)
     t0 = time.time()
     meta = {"nodes": spec.nodes, "transport": spec.transport, "argv": sys.argv, "started_at": t0,
-            "overrides": spec.overrides, "config": str(spec.config) if spec.config else None}
+            "overrides": spec.overrides, "config": str(spec.config) if spec.config else None,
+            "faults": spec.faults.model_dump()}
     (spec.run_dir / "sim.json").write_text(json.dumps(meta, indent=2))
     mode = spec.progress
     if mode == "auto":
         mode = "rich" if sys.stderr.isatty() else "plain"
     live = None
     interrupted = False
+    faults = None
     try:
         if spec.transport == "hivemind":
             maddr = await _start_bootstrap(spec, kids)
+
+            def node_cmd(i: int) -> tuple[list[str], Path]:
+                return (["join", "--bootstrap", maddr, *LOOPBACK, *_node_args(spec, i)],
+                        spec.run_dir / f"node{i}" / "node.log")
+
             for i in range(spec.nodes):
                 (spec.run_dir / f"node{i}").mkdir(exist_ok=True)
-                kids.spawn(f"node{i}", ["join", "--bootstrap", maddr, *LOOPBACK, *_node_args(spec, i)],
-                           spec.run_dir / f"node{i}" / "node.log")
+                kids.spawn(f"node{i}", *node_cmd(i))
+            for j, m in enumerate(spec.faults.malicious):
+                d = spec.run_dir / f"adversary{j}"
+                d.mkdir(exist_ok=True)
+                base = ["--config", str(spec.config)] if spec.config else []
+                kids.spawn(f"adversary{j}", ["adversary", "--bootstrap", maddr, *LOOPBACK, *base,
+                                              *_flags(spec.overrides), "--run.dir", str(d),
+                                              "--attacks", ",".join(m.attacks)], d / "adversary.log")
+            faults = _Faults(spec, kids, node_cmd)
         else:
             kids.spawn("nodes", ["sim-worker", "--nodes", str(spec.nodes), "--run-dir", str(spec.run_dir),
                                  "--seed", str(spec.seed), *(["--config", str(spec.config)] if spec.config else []),
@@ -213,16 +343,23 @@ async def run_sim(spec: SimSpec) -> dict:
                         refresh_per_second=2)
             live.start()
         last_plain = 0.0
-        node_names = {n for n, _ in kids.procs if n != "bootstrap"}
-        while not stop.is_set() and node_names & set(kids.alive()):
-            rows = status_rows(spec)
+        node_names = {n for n, _ in kids.procs if n.startswith("node")}
+
+        def running() -> bool:
+            return bool(node_names & set(kids.alive())) or (faults is not None and faults.waiting)
+
+        while not stop.is_set() and running():
+            if faults is not None:
+                faults.step()
+            rows = status_rows(spec, faults)
             if live is not None:
                 live.update(render_table(rows, f"swarm-node sim · {spec.transport} · {spec.nodes} nodes"))
             elif mode == "plain" and time.time() - last_plain > 10:
                 last_plain = time.time()
-                log.info("sim: %s", "; ".join(f"{r['node']} step {r['step']} correct {_fmt(r['correct'], '.3f')} "
-                                              f"ESS/B {_fmt(r['ess'], '.3f')} in {_fmt(r['in'])} rejected {_fmt(r['rejected'])}"
-                                              for r in rows))
+                log.info("sim: %s", "; ".join(
+                    f"{r['node']} step {r['step']} correct {_fmt(r['correct'], '.3f')} ESS/B {_fmt(r['ess'], '.3f')} "
+                    f"in {_fmt(r['in'])} rejected {_fmt(r['rejected'])} restarts {r['restarts']}"
+                    if not r.get("adversary") else f"{r['node']} sent {r['sent']}" for r in rows))
             try:
                 await asyncio.wait_for(stop.wait(), timeout=0.5)
             except asyncio.TimeoutError:
@@ -234,12 +371,15 @@ async def run_sim(spec: SimSpec) -> dict:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
         await asyncio.to_thread(kids.stop)
-    failed = {n: p.returncode for n, p in kids.procs if n != "bootstrap" and p.returncode not in (0, 130)}
-    summary = write_summary(spec, time.time() - t0, interrupted, failed)
+    # A killed node's first process ends with -9 by design; judge each node by its last process.
+    last_rc = {n: p.returncode for n, p in kids.procs if n.startswith("node")}
+    failed = {n: rc for n, rc in last_rc.items() if rc not in (0, 130)}
+    summary = write_summary(spec, time.time() - t0, interrupted, failed, faults)
     return summary
 
 
-def write_summary(spec: SimSpec, wall_s: float, interrupted: bool, failed: dict) -> dict:
+def write_summary(spec: SimSpec, wall_s: float, interrupted: bool, failed: dict,
+                  faults: "_Faults | None" = None) -> dict:
     from node.metrics import read_metrics
     from node.plots import plot_swarm
 
@@ -258,17 +398,32 @@ def write_summary(spec: SimSpec, wall_s: float, interrupted: bool, failed: dict)
             "groups_used": sw.get("groups_used"), "peers_used": sw.get("peers_used"),
             "rollouts_out": sw.get("rollouts_out"), "rejected": sw.get("rejected", {}),
             "rejected_total": sw.get("rejected_total"), "rounds_skipped": (st.get("last") or {}).get("rounds_skipped"),
+            "groups_used_by_peer": sw.get("groups_used_by_peer", {}),
+            "restarts": faults.restarts[i] if faults is not None else 0,
         })
-    summary = {"nodes": nodes, "transport": spec.transport, "wall_s": round(wall_s, 1),
-               "interrupted": interrupted, "failed": failed, "run_dir": str(spec.run_dir)}
+    adversaries = []
+    for j in range(len(spec.faults.malicious)):
+        st = read_status(spec.run_dir / f"adversary{j}") or {}
+        pid = st.get("peer_id")
+        adversaries.append({"name": f"adversary{j}", "peer_id": pid, "sent": st.get("sent", {}),
+                            # groups of the adversary any honest node trained on: must be 0
+                            "used_by_honest": sum(n["groups_used_by_peer"].get(pid, 0) for n in nodes)})
+    summary = {"nodes": nodes, "adversaries": adversaries, "transport": spec.transport,
+               "wall_s": round(wall_s, 1), "interrupted": interrupted, "failed": failed,
+               "run_dir": str(spec.run_dir)}
     summary["plots"] = [str(p) for p in plot_swarm(spec.run_dir, spec.nodes)]
     lines = [f"# swarm-node sim: {spec.nodes} nodes over {spec.transport}", "",
-             "| node | steps | correct first 20 | correct last 20 | peer groups used | peers used | rollouts out | rejected |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "| node | steps | correct first 20 | correct last 20 | peer groups used | peers used | rollouts out | rejected | restarts |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for n in nodes:
+        rej = ", ".join(f"{k} {v}" for k, v in sorted(n["rejected"].items()))
         lines.append(f"| {n['node']} | {n['steps']} | {_fmt(n['correct_first'], '.3f')} | {_fmt(n['correct_last'], '.3f')} | "
                      f"{_fmt(n['groups_used'])} | {_fmt(n['peers_used'])} | {_fmt(n['rollouts_out'])} | "
-                     f"{_fmt(n['rejected_total'])} |")
+                     f"{_fmt(n['rejected_total'])}{f' ({rej})' if rej else ''} | {n['restarts']} |")
+    for a in adversaries:
+        sent = ", ".join(f"{k} {v}" for k, v in sorted(a["sent"].items()) if v)
+        lines += ["", f"{a['name']} (malicious, {a['peer_id']}): sent {sum(a['sent'].values())} hostile messages "
+                      f"({sent}); groups of it any honest node trained on: {a['used_by_honest']}"]
     (spec.run_dir / "summary.md").write_text("\n".join(lines) + "\n")
     (spec.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     meta = json.loads((spec.run_dir / "sim.json").read_text())

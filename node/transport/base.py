@@ -55,6 +55,11 @@ class Transport(abc.ABC):
         """Make ``data`` this node's envelope for ``round`` (replacing an earlier one) for
         ``expires_in`` seconds."""
 
+    async def publish_as(self, publisher: str, round: int, data: bytes, expires_in: float) -> None:
+        """Publish under another publisher's key. Only simulated adversaries do this (the index is
+        not authenticated, so a real attacker can too); receivers' checks must catch it."""
+        raise NotImplementedError(f"{type(self).__name__} cannot publish under another key")
+
     @abc.abstractmethod
     async def poll(self, rounds: Iterable[int]) -> list[Delivery]:
         """Envelopes of other publishers for ``rounds`` that this node has not received yet."""

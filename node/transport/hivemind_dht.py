@@ -279,14 +279,17 @@ class HivemindTransport(Transport):
                 writer.close()
 
     async def publish(self, round: int, data: bytes, expires_in: float) -> None:
+        await self.publish_as(self.publisher, round, data, expires_in)
+
+    async def publish_as(self, publisher: str, round: int, data: bytes, expires_in: float) -> None:
         if len(data) > MAX_ENVELOPE_SIZE:
             raise ValueError(f"envelope of {len(data)} bytes is over the {MAX_ENVELOPE_SIZE}-byte limit")
         now = get_dht_time()
-        self._outbox = {r: v for r, v in self._outbox.items() if v[1] > now}
+        for r in [r for r, (_, exp) in self._outbox.items() if exp <= now]:
+            del self._outbox[r]
         self._outbox[round] = (bytes(data), now + expires_in)
         record = {"p2p": self.p2p_peer_id, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-        ok = await self._node.store(_round_key(self.swarm, round), record, now + expires_in,
-                                    subkey=self.publisher)
+        ok = await self._node.store(_round_key(self.swarm, round), record, now + expires_in, subkey=publisher)
         if not ok:
             # hivemind reports the answer of whichever replica answered last, so False means "some
             # replica refused or did not answer" (routine while a dead peer is still in routing

@@ -61,6 +61,9 @@ class MemoryTransport(Transport):
         self.hub.prune(now)
         self.hub.put(self.swarm, round, self.publisher, bytes(data), now + expires_in)
 
+    async def publish_as(self, publisher: str, round: int, data: bytes, expires_in: float) -> None:
+        self.hub.put(self.swarm, round, publisher, bytes(data), time.time() + expires_in)
+
     async def poll(self, rounds: Iterable[int]) -> list[Delivery]:
         out = []
         now = time.time()

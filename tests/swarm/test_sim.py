@@ -121,3 +121,42 @@ def test_killing_the_simulator_takes_its_nodes_with_it(warm_tiny_model_dir, tmp_
     p.send_signal(signal.SIGKILL)  # no cleanup code runs in the simulator
     p.wait(timeout=10)
     wait_until(lambda: not alive(seen), 60, "the orphaned nodes and daemons to exit")
+
+
+ATTACK_REASON = {"garbage": "malformed_envelope", "bad_signature": "bad_signature",
+                 "forged_reward": "unknown_field", "forged_truth": "unknown_field",
+                 "text_mismatch": "text_mismatch", "impersonation": "sender_mismatch", "replay": "replay"}
+
+
+def test_sim_with_a_killed_node_and_a_malicious_peer(warm_tiny_model_dir, tmp_path):
+    faults = tmp_path / "faults.toml"
+    faults.write_text("""
+[[kill]]
+node = 1
+at_step = 4
+down_seconds = 3
+
+[[malicious]]
+attacks = ["garbage", "bad_signature", "forged_reward", "forged_truth", "text_mismatch", "impersonation", "replay"]
+""")
+    p = start_sim(tmp_path, warm_tiny_model_dir, "--nodes", "3", "--train.steps", "16",
+                  "--swarm.round_seconds", "1.5", "--faults", str(faults), "--run.checkpoint_every", "2")
+    seen: set[int] = set()
+    deadline = time.time() + 400
+    while p.poll() is None and time.time() < deadline:
+        watch_tree(p, seen)
+        time.sleep(0.3)
+    assert p.wait(timeout=10) == 0, (tmp_path / "sim.log").read_text()[-4000:]
+    summary = json.loads((tmp_path / "sim" / "summary.json").read_text())
+    nodes = summary["nodes"]
+    assert [n["steps"] for n in nodes] == [16, 16, 16]  # the honest nodes kept training to the end
+    assert [n["restarts"] for n in nodes] == [0, 1, 0]
+    [adv] = summary["adversaries"]
+    sent = {k: v for k, v in adv["sent"].items() if v}
+    assert len(sent) >= 5, sent  # it got through most of its attacks
+    assert adv["used_by_honest"] == 0  # nothing it sent was ever trained on
+    reasons = set().union(*(n["rejected"] for n in nodes))
+    assert {ATTACK_REASON[a] for a in sent} <= reasons, (sent, reasons)
+    assert all(n["peers_used"] == 2 for n in nodes)  # honest peers still shared with each other
+    assert "adversary0 (malicious" in (tmp_path / "sim" / "summary.md").read_text()
+    assert alive(seen) == set()
