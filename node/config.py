@@ -167,6 +167,18 @@ class SwarmConfig(_Section):
         return self
 
 
+class FaultsConfig(_Section):
+    delay_seconds: float = Field(0.0, ge=0, description="fault injection (simulations): hold every delivery from peers this long, as if this node's links were slow")
+    jitter_seconds: float = Field(0.0, ge=0, description="fault injection: plus a uniform random extra delay up to this long")
+    blocked_peers: list[str] = Field([], description="fault injection: peer ids whose messages this node drops between blocked_from and blocked_until (a partition)")
+    blocked_from: float = Field(0.0, ge=0, description="fault injection: unix time the partition starts")
+    blocked_until: float = Field(0.0, ge=0, description="fault injection: unix time the partition ends")
+
+    @property
+    def active(self) -> bool:
+        return bool(self.delay_seconds or self.jitter_seconds or self.blocked_peers)
+
+
 class NodeConfig(_Section):
     model: ModelConfig = ModelConfig()
     tasks: TasksConfig = TasksConfig()
@@ -175,6 +187,7 @@ class NodeConfig(_Section):
     train: TrainConfig = TrainConfig()
     run: RunConfig = RunConfig()
     swarm: SwarmConfig = SwarmConfig()
+    faults: FaultsConfig = FaultsConfig()
 
     @model_validator(mode="after")
     def _local_groups_left(self) -> "NodeConfig":

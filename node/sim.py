@@ -78,6 +78,18 @@ class KillFault(_Strict):
     down_seconds: float = Field(5.0, ge=0, description="then restart it with --resume after this long")
 
 
+class PartitionFault(_Strict):
+    groups: list[list[int]] = Field(description="node indices on each side, e.g. [[0, 1], [2, 3]]")
+    after_seconds: float = Field(ge=0, description="the partition starts this long after the nodes are launched")
+    duration_seconds: float = Field(gt=0, description="and lasts this long")
+
+
+class LatencyFault(_Strict):
+    node: int = Field(ge=0)
+    delay_seconds: float = Field(ge=0, description="every delivery to this node is held this long")
+    jitter_seconds: float = Field(0.0, ge=0, description="plus up to this long, uniformly at random")
+
+
 class MaliciousFault(_Strict):
     attacks: list[str] = Field(default_factory=lambda: list(ATTACKS), description="attacks to cycle through")
 
@@ -88,15 +100,21 @@ class SimFaults(_Strict):
     node: list[NodeOverride] = []
     kill: list[KillFault] = []
     malicious: list[MaliciousFault] = []
+    partition: list[PartitionFault] = []
+    latency: list[LatencyFault] = []
 
     def check(self, n_nodes: int, transport: str) -> None:
-        bad = [x.index for x in self.node if x.index >= n_nodes] + [k.node for k in self.kill if k.node >= n_nodes]
+        named = ([x.index for x in self.node] + [k.node for k in self.kill] + [x.node for x in self.latency]
+                 + [i for p in self.partition for g in p.groups for i in g])
+        bad = sorted({i for i in named if i >= n_nodes})
         if bad:
             raise ConfigError(f"faults name nodes {bad}, but there are only {n_nodes} (node0..node{n_nodes - 1})")
         unknown = [a for m in self.malicious for a in m.attacks if a not in ATTACKS]
         if unknown:
             raise ConfigError(f"unknown attacks {unknown}; choose from {', '.join(ATTACKS)}")
-        if (self.kill or self.malicious or self.node) and transport != "hivemind":
+        if len(self.partition) > 1:
+            raise ConfigError("one [[partition]] at a time is supported")
+        if (self.kill or self.malicious or self.node or self.partition or self.latency) and transport != "hivemind":
             raise ConfigError("faults need --transport hivemind (the memory simulation runs every node in one process)")
 
 
@@ -122,6 +140,8 @@ class SimSpec:
     progress: str = "auto"
     startup_timeout: float = 120.0
     faults: SimFaults = field(default_factory=SimFaults)
+    peer_ids: list[str] = field(default_factory=list)  # node i's peer id (identities made up front)
+    partition_start: float | None = None  # unix time the nodes were launched
 
 
 class _Children:
@@ -190,6 +210,16 @@ def _node_args(spec: SimSpec, i: int) -> list[str]:
     if spec.config is not None:
         args = ["--config", str(spec.config), *args]
     per_node = {k: _raw(v) for o in spec.faults.node if o.index == i for k, v in o.flags.items()}
+    for lat in spec.faults.latency:
+        if lat.node == i:
+            per_node |= {"faults.delay_seconds": _raw(lat.delay_seconds), "faults.jitter_seconds": _raw(lat.jitter_seconds)}
+    for part in spec.faults.partition:  # node i drops the other side's messages during the window
+        mine = next((g for g in part.groups if i in g), None)
+        if mine is not None and spec.partition_start is not None:
+            others = [spec.peer_ids[j] for g in part.groups if g is not mine for j in g]
+            start = spec.partition_start + part.after_seconds
+            per_node |= {"faults.blocked_peers": json.dumps(others), "faults.blocked_from": _raw(start),
+                         "faults.blocked_until": _raw(start + part.duration_seconds)}
     return args + _flags({**spec.overrides, **per_node})
 
 
@@ -213,6 +243,8 @@ def status_rows(spec: SimSpec, faults: "_Faults | None" = None) -> list[dict]:
             "rejected": sw.get("rejected_total"), "rejected_by": sw.get("rejected") or {},
             "restarts": faults.restarts[i] if faults is not None else 0,
             "down": faults is not None and i in faults.down,
+            "partitioned": bool(sw.get("partitioned")), "fault_dropped": sw.get("fault_dropped", 0),
+            "delay": sw.get("fault_delay_s", 0.0), "stale": (last.get("staleness") or 0),
         })
     for j in range(len(spec.faults.malicious)):
         st = read_status(spec.run_dir / f"adversary{j}") or {}
@@ -238,7 +270,10 @@ def render_table(rows: list[dict], title: str):
             t.add_row(r["node"], *["-"] * 10, f"malicious: sent {sum(r['sent'].values())} ({sent})")
             continue
         rej = ", ".join(f"{k} {v}" for k, v in sorted(r["rejected_by"].items()))
-        fault = ("DOWN " if r["down"] else "") + (f"restarted {r['restarts']}x" if r["restarts"] else "")
+        fault = " ".join(x for x in (
+            "DOWN" if r["down"] else "", f"restarted {r['restarts']}x" if r["restarts"] else "",
+            "PARTITIONED" if r["partitioned"] else "", f"dropped {r['fault_dropped']}" if r["fault_dropped"] else "",
+            f"+{r['delay']:g}s latency" if r["delay"] else "", f"stale {r['stale']:g}" if r["stale"] else "") if x)
         t.add_row(r["node"], _fmt(r["round"]), f"{r['step']}/{_fmt(r['total'])}", _fmt(r["reward"], ".3f"),
                   _fmt(r["correct"], ".3f"), _fmt(r["ess"], ".3f"), _fmt(r["lr_factor"], ".2f"), _fmt(r["in"]),
                   _fmt(r["out"]), _fmt(r["peers"]), _fmt(r["rejected"]) + (f" ({rej})" if rej else ""), fault)
@@ -320,8 +355,14 @@ async def run_sim(spec: SimSpec) -> dict:
                 return (["join", "--bootstrap", maddr, *LOOPBACK, *_node_args(spec, i)],
                         spec.run_dir / f"node{i}" / "node.log")
 
+            # Identities up front: a partition names the peers on the other side by peer id.
+            from protocol.identity import load_or_create_identity
+
             for i in range(spec.nodes):
                 (spec.run_dir / f"node{i}").mkdir(exist_ok=True)
+                spec.peer_ids.append(load_or_create_identity(spec.run_dir / f"node{i}" / "identity.pem").peer_id)
+            spec.partition_start = time.time()
+            for i in range(spec.nodes):
                 kids.spawn(f"node{i}", *node_cmd(i))
             for j, m in enumerate(spec.faults.malicious):
                 d = spec.run_dir / f"adversary{j}"
@@ -378,6 +419,13 @@ async def run_sim(spec: SimSpec) -> dict:
     return summary
 
 
+def _fault_text(n: dict) -> str:
+    parts = [f"restarted {n['restarts']}x" if n["restarts"] else "",
+             f"{n['fault_dropped']} messages dropped (partition)" if n["fault_dropped"] else "",
+             f"{n['fault_delayed']} deliveries delayed" if n["fault_delayed"] else ""]
+    return ", ".join(p for p in parts if p) or "-"
+
+
 def write_summary(spec: SimSpec, wall_s: float, interrupted: bool, failed: dict,
                   faults: "_Faults | None" = None) -> dict:
     from node.metrics import read_metrics
@@ -400,6 +448,7 @@ def write_summary(spec: SimSpec, wall_s: float, interrupted: bool, failed: dict,
             "rejected_total": sw.get("rejected_total"), "rounds_skipped": (st.get("last") or {}).get("rounds_skipped"),
             "groups_used_by_peer": sw.get("groups_used_by_peer", {}),
             "restarts": faults.restarts[i] if faults is not None else 0,
+            "fault_dropped": sw.get("fault_dropped", 0), "fault_delayed": sw.get("fault_delayed", 0),
         })
     adversaries = []
     for j in range(len(spec.faults.malicious)):
@@ -413,13 +462,13 @@ def write_summary(spec: SimSpec, wall_s: float, interrupted: bool, failed: dict,
                "run_dir": str(spec.run_dir)}
     summary["plots"] = [str(p) for p in plot_swarm(spec.run_dir, spec.nodes)]
     lines = [f"# swarm-node sim: {spec.nodes} nodes over {spec.transport}", "",
-             "| node | steps | correct first 20 | correct last 20 | peer groups used | peers used | rollouts out | rejected | restarts |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| node | steps | correct first 20 | correct last 20 | peer groups used | peers used | rollouts out | rejected | faults |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for n in nodes:
         rej = ", ".join(f"{k} {v}" for k, v in sorted(n["rejected"].items()))
         lines.append(f"| {n['node']} | {n['steps']} | {_fmt(n['correct_first'], '.3f')} | {_fmt(n['correct_last'], '.3f')} | "
                      f"{_fmt(n['groups_used'])} | {_fmt(n['peers_used'])} | {_fmt(n['rollouts_out'])} | "
-                     f"{_fmt(n['rejected_total'])}{f' ({rej})' if rej else ''} | {n['restarts']} |")
+                     f"{_fmt(n['rejected_total'])}{f' ({rej})' if rej else ''} | {_fault_text(n)} |")
     for a in adversaries:
         sent = ", ".join(f"{k} {v}" for k, v in sorted(a["sent"].items()) if v)
         lines += ["", f"{a['name']} (malicious, {a['peer_id']}): sent {sum(a['sent'].values())} hostile messages "

@@ -103,6 +103,15 @@ async def build_exchange(cfg: NodeConfig, policy: Policy, transport: Transport |
                           nat_port_map=sc.nat_port_map, round_seconds=sc.round_seconds,
                           max_round_lag=sc.max_round_lag)
         transport = create_transport(sc.transport, swarm=sc.name, publisher=ident.peer_id, **kwargs)
+    if cfg.faults.active:
+        from node.transport.faulty import FaultyTransport
+
+        f = cfg.faults
+        transport = FaultyTransport(swarm=sc.name, publisher=ident.peer_id, inner=transport,
+                                    delay_seconds=f.delay_seconds, jitter_seconds=f.jitter_seconds,
+                                    blocked_peers=frozenset(f.blocked_peers), blocked_from=f.blocked_from,
+                                    blocked_until=f.blocked_until, seed=cfg.train.seed)
+        log.warning("fault injection on: %s", f.model_dump())
     embeddings = policy.model.get_input_embeddings().num_embeddings
     tok = policy.tokenizer
     exchange = SwarmExchange(

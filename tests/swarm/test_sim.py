@@ -160,3 +160,33 @@ attacks = ["garbage", "bad_signature", "forged_reward", "forged_truth", "text_mi
     assert all(n["peers_used"] == 2 for n in nodes)  # honest peers still shared with each other
     assert "adversary0 (malicious" in (tmp_path / "sim" / "summary.md").read_text()
     assert alive(seen) == set()
+
+
+def test_sim_with_a_partition_latency_and_a_stale_node(warm_tiny_model_dir, tmp_path):
+    faults = tmp_path / "faults.toml"
+    faults.write_text("""
+[[partition]]
+groups = [[0], [1, 2]]
+after_seconds = 0
+duration_seconds = 12
+
+[[latency]]
+node = 2
+delay_seconds = 0.4
+jitter_seconds = 0.2
+
+[[node]]
+index = 1
+flags = { "train.behaviour_lag" = 3 }
+""")
+    p = start_sim(tmp_path, warm_tiny_model_dir, "--nodes", "3", "--train.steps", "20",
+                  "--swarm.round_seconds", "1.5", "--faults", str(faults))
+    assert p.wait(timeout=400) == 0, (tmp_path / "sim.log").read_text()[-4000:]
+    nodes = {n["node"]: n for n in json.loads((tmp_path / "sim" / "summary.json").read_text())["nodes"]}
+    # During the partition node0 dropped what 1 and 2 sent, and they dropped node0's...
+    assert nodes["node0"]["fault_dropped"] > 0 and nodes["node1"]["fault_dropped"] > 0
+    # ...yet after it healed everyone trained on everyone.
+    assert all(n["peers_used"] == 2 and n["steps"] == 20 for n in nodes.values())
+    assert nodes["node2"]["fault_delayed"] > 0 and nodes["node0"]["fault_delayed"] == 0
+    stale = [json.loads(l)["staleness"] for l in (tmp_path / "sim" / "node1" / "metrics.jsonl").read_text().splitlines()]
+    assert max(stale) == 3
