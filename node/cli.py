@@ -26,6 +26,7 @@ examples:
   swarm-node train --config configs/solo.toml --train.steps 500
   swarm-node train --run.dir runs/a --resume          # continue after Ctrl-C or a crash
   swarm-node train --learner.baseline median --generation.num_generations 4
+  swarm-node sim --nodes 4 --train.steps 200        # a local swarm: 4 nodes, one live table, plots
   swarm-node bootstrap --port 31337                  # run a bootstrap peer; prints its multiaddr
   swarm-node join --bootstrap /ip4/1.2.3.4/tcp/31337/p2p/12D3Koo...   # train in a public swarm
   swarm-node build-model                             # build/cache the embedded default model

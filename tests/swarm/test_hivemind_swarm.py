@@ -82,7 +82,6 @@ def test_killed_node_restarts_and_rejoins_with_the_same_peer_id(procs, warm_tiny
 def test_attacks_over_hivemind_are_rejected_by_a_running_node(procs, warm_tiny_model_dir, tmp_path):
     """An attacker joins the DHT from this process and publishes hostile envelopes."""
     from node.clock import RoundClock
-    from node.swarm import SwarmExchange
     from node.transport.hivemind_dht import HivemindTransport
     from policies.policy import Policy
     from protocol.codec import encode
