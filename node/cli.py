@@ -150,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     adv.add_argument("--attacks", default="all", help="comma-separated attacks, or all (see node/adversary.py)")
     _add_config_flags(adv)
 
-    worker = sub.add_parser("sim-worker", help=argparse.SUPPRESS)  # the memory simulation's process
+    worker = sub.add_parser("sim-worker")  # the memory simulation's process; no help: not for users
     worker.add_argument("--nodes", type=int, required=True)
     worker.add_argument("--run-dir", type=Path, required=True)
     worker.add_argument("--seed", type=int, default=0)
