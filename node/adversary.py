@@ -59,7 +59,7 @@ class Adversary:
         self.out = out
         self.clock = RoundClock(cfg.swarm.round_seconds)
         self.sent: dict[str, int] = {a: 0 for a in attacks}
-        self.victims: dict[str, tuple[int, bytes]] = {}  # peer -> (round, an envelope it published)
+        self.victims: dict[str, dict[int, bytes]] = {}  # peer -> {round: envelope}, recent rounds only
         self._seq = 0
 
     def _seq_next(self) -> int:
@@ -121,20 +121,26 @@ class Adversary:
         index is unsigned, so anyone can write it; the envelope inside is authentic, which is
         exactly what the replay check is for. Receivers already have the peer's real envelope of
         that round; a later expiry than the peer's own entry makes this one the entry they see."""
-        old = [(p, rr, d) for p, (rr, d) in self.victims.items() if rr < r - 1]
+        # The newest envelope older than r - 1: old enough to be a replay, fresh enough to pass the
+        # clock check (which comes first) so that it is caught as what it is.
+        old = [(rr, p, d) for p, by_round in self.victims.items() for rr, d in by_round.items() if rr < r - 1]
         if not old:
             return False
-        peer, _, data = old[0]
+        _, peer, data = max(old)
         outlive = (self.cfg.swarm.max_round_lag + 3) * self.clock.round_seconds
         await self.transport.publish_as(peer, r - 1, data, outlive)
         return True
 
     async def learn_victims(self) -> None:
-        """Keep one envelope of each honest peer (for impersonation and replay)."""
-        for d in await self.transport.poll(range(max(0, self.clock.current() - 2), self.clock.current() + 1)):
+        """Keep the last few rounds' envelopes of each honest peer (for impersonation and replay)."""
+        r = self.clock.current()
+        for d in await self.transport.poll(range(max(0, r - 2), r + 1)):
             env = envelope_from_bytes(d.data)
-            if env is not None and env.sender == d.publisher and d.publisher not in self.victims:
-                self.victims[d.publisher] = (d.round, d.data)
+            if env is not None and env.sender == d.publisher:
+                self.victims.setdefault(d.publisher, {})[d.round] = d.data
+        for by_round in self.victims.values():
+            for old in [rr for rr in by_round if rr < r - 4]:
+                del by_round[old]
 
     def write_status(self) -> None:
         status = {"adversary": True, "peer_id": self.identity.peer_id, "sent": self.sent,

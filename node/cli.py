@@ -138,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sim.add_argument("--faults", type=Path, help="TOML file of faults to inject (hivemind only): per-node "
                                                  "overrides (stale, heterogeneous nodes), kills with restart, "
-                                                 "malicious peers; see docs/running.md")
+                                                 "partitions, latency, malicious peers; see docs/running.md")
 
     adv = sub.add_parser(
         "adversary", allow_abbrev=False,
@@ -178,6 +178,15 @@ async def _train(cfg) -> dict:
         await node.close()
 
 
+def _raw_flags(unknown: list[str]) -> dict[str, str]:
+    """``--section.key value`` pairs as written (``_overrides`` has already checked their form)."""
+    out, it = {}, iter(unknown)
+    for arg in it:
+        key, eq, value = arg[2:].partition("=")
+        out[key] = value if eq else next(it)
+    return out
+
+
 def _simulate(args: argparse.Namespace, unknown: list[str]) -> int:
     from node.log_setup import setup_logging
     from node.sim import SimSpec, load_faults, run_sim, run_worker
@@ -195,14 +204,23 @@ def _simulate(args: argparse.Namespace, unknown: list[str]) -> int:
     sim_keys = {k: overrides.pop(k) for k in ("run.dir", "train.seed", "run.progress") if k in overrides}
     # Fail here, before anything starts, on a config no node would accept.
     base = load_config(args.config, {**overrides, "swarm.transport": args.transport})
-    run_dir = Path(str(sim_keys.get("run.dir", base.run.dir if args.config else "runs/sim")))
+    run_dir = Path(str(sim_keys.get("run.dir", base.run.dir if args.config and base.run.dir != "runs/solo" else "runs/sim")))
     seed = int(sim_keys.get("train.seed", base.train.seed))
     progress = str(sim_keys.get("run.progress", base.run.progress))
     faults = load_faults(args.faults)
     faults.check(args.nodes, args.transport)
+    for o in faults.node:  # each node's own settings must be valid too
+        load_config(args.config, {**overrides, "swarm.transport": args.transport, **o.flags})
+    for k in faults.kill:
+        if k.at_step > base.train.steps:
+            raise ConfigError(f"[[kill]] node {k.node} at_step {k.at_step}: the run has only {base.train.steps} steps")
     setup_logging()
-    raw = {k: (v if isinstance(v, str) else json.dumps(v)) for k, v in overrides.items()}
-    spec = SimSpec(nodes=args.nodes, transport=args.transport, run_dir=run_dir, config=args.config,
+    # The children get the flags as the user wrote them (TOML text), not re-serialized values.
+    raw = {k: v for k, v in _raw_flags(unknown).items() if k not in sim_keys}
+    if args.resume:
+        raw["run.resume"] = "true"
+    spec = SimSpec(nodes=args.nodes, transport=args.transport, run_dir=run_dir.resolve(),
+                   config=args.config.resolve() if args.config else None,
                    overrides=raw, seed=seed, progress=progress, faults=faults)
     summary = asyncio.run(run_sim(spec))
     print((run_dir / "summary.md").read_text())

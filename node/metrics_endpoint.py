@@ -7,7 +7,7 @@ node has its own registry, so several nodes in one process (tests, simulation) d
 
 Exposed (prefix ``swarm_node_``; totals are counters, the rest gauges)::
 
-    info{peer_id, model, transport} 1      step, total_steps, policy_version
+    node_info{peer_id, model, transport} 1   step, total_steps, policy_version
     reward, correct, rho, lr_factor, lr, tokens_per_second, step_seconds     (last step)
     round, rounds_skipped_total, peers_alive, peers_heard, pool_groups       (in a swarm)
     rollouts_out_total, groups_in_total, groups_used_total, groups_dropped_total{why}

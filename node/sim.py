@@ -54,12 +54,15 @@ LOOPBACK = ["--swarm.host_maddrs", '["/ip4/127.0.0.1/tcp/0"]', "--swarm.use_rela
             "--swarm.nat_port_map", "false"]
 
 
+try:  # resolved here, in the parent: the child between fork and exec must not load libraries
+    _prctl = ctypes.CDLL("libc.so.6", use_errno=True).prctl
+except (OSError, AttributeError):  # not Linux: the sessions and the simulator's own cleanup still apply
+    _prctl = None
+
+
 def _die_with_parent() -> None:  # runs in the child between fork and exec
-    os.setsid()
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-    except OSError:  # not Linux: the session and the simulator's own cleanup still apply
-        pass
+    if _prctl is not None:
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 class _Strict(BaseModel):
@@ -91,11 +94,12 @@ class LatencyFault(_Strict):
 
 
 class MaliciousFault(_Strict):
-    attacks: list[str] = Field(default_factory=lambda: list(ATTACKS), description="attacks to cycle through")
+    attacks: list[str] = Field(default_factory=lambda: list(ATTACKS), min_length=1, description="attacks to cycle through")
 
 
 class SimFaults(_Strict):
-    """A ``--faults`` file: ``[[node]]``, ``[[kill]]`` and ``[[malicious]]`` tables."""
+    """A ``--faults`` file: ``[[node]]``, ``[[kill]]``, ``[[malicious]]``, ``[[partition]]`` and
+    ``[[latency]]`` tables (docs/running.md)."""
 
     node: list[NodeOverride] = []
     kill: list[KillFault] = []
@@ -114,6 +118,10 @@ class SimFaults(_Strict):
             raise ConfigError(f"unknown attacks {unknown}; choose from {', '.join(ATTACKS)}")
         if len(self.partition) > 1:
             raise ConfigError("one [[partition]] at a time is supported")
+        for p in self.partition:
+            members = [i for g in p.groups for i in g]
+            if len(p.groups) < 2 or len(members) != len(set(members)):
+                raise ConfigError(f"[[partition]] groups {p.groups}: at least two groups, no node in two")
         if (self.kill or self.malicious or self.node or self.partition or self.latency) and transport != "hivemind":
             raise ConfigError("faults need --transport hivemind (the memory simulation runs every node in one process)")
 
@@ -149,21 +157,39 @@ class _Children:
 
     def __init__(self) -> None:
         self.procs: list[tuple[str, subprocess.Popen]] = []
+        self.started: dict[int, float] = {}  # id(proc) -> launch time
+        self.killed: set[int] = set()  # id(proc) of processes killed on purpose (faults)
+        self.terminated = False  # the simulator has sent SIGTERM to stop the run
 
     def spawn(self, name: str, args: list[str], log_path: Path) -> subprocess.Popen:
         env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+        # The children share the simulator's working directory, so relative paths mean the same.
         with log_path.open("ab") as f:
             p = subprocess.Popen([sys.executable, "-m", "node.cli", *args], stdout=f, stderr=subprocess.STDOUT,
-                                 stdin=subprocess.DEVNULL, env=env, preexec_fn=_die_with_parent,
-                                 cwd=Path(__file__).resolve().parents[1])
+                                 stdin=subprocess.DEVNULL, env=env, start_new_session=True,
+                                 preexec_fn=_die_with_parent)
         self.procs.append((name, p))
+        self.started[id(p)] = time.time()
         return p
 
-    def kill(self, name: str) -> None:
+    @staticmethod
+    def _kill_group(p: subprocess.Popen) -> None:
+        # Each child leads its own session: the group holds its p2p daemon too, which would
+        # otherwise outlive a kill -9 (and keep the p2p identity busy for a restart).
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            p.kill()
+        p.wait()
+
+    def kill(self, name: str) -> bool:
+        """kill -9 the live process called ``name`` (and its daemon); False if none was alive."""
         for n, p in self.procs:
             if n == name and p.poll() is None:
-                p.kill()
-                p.wait()
+                self._kill_group(p)
+                self.killed.add(id(p))
+                return True
+        return False
 
     def signal_all(self, sig: int, names: set[str] | None = None) -> None:
         for name, p in self.procs:
@@ -176,6 +202,7 @@ class _Children:
     def stop(self, grace: float = GRACE_S) -> None:
         """Nodes first (they checkpoint on SIGTERM), then the bootstrap; SIGKILL what lingers."""
         nodes = {n for n, _ in self.procs if n != "bootstrap"}
+        self.terminated = True
         for group in (nodes, {"bootstrap"}):
             self.signal_all(signal.SIGTERM, group)
             deadline = time.time() + grace
@@ -185,8 +212,7 @@ class _Children:
                         p.wait(timeout=max(0.1, deadline - time.time()))
                     except subprocess.TimeoutExpired:
                         log.warning("%s did not stop in %.0f s: killing it", name, grace)
-                        p.kill()
-                        p.wait()
+                        self._kill_group(p)
 
     def alive(self) -> list[str]:
         return [n for n, p in self.procs if p.poll() is None]
@@ -200,7 +226,12 @@ def _flags(overrides: dict[str, str]) -> list[str]:
 
 
 def _raw(v: Any) -> str:
-    return v if isinstance(v, str) else json.dumps(v)
+    """A config value as flag text the child parses back to the same value (TOML syntax)."""
+    if isinstance(v, str):
+        return v
+    if isinstance(v, float) and (v != v or v in (float("inf"), float("-inf"))):
+        return "nan" if v != v else ("inf" if v > 0 else "-inf")
+    return json.dumps(v, ensure_ascii=False)
 
 
 def _node_args(spec: SimSpec, i: int) -> list[str]:
@@ -210,6 +241,9 @@ def _node_args(spec: SimSpec, i: int) -> list[str]:
     if spec.config is not None:
         args = ["--config", str(spec.config), *args]
     per_node = {k: _raw(v) for o in spec.faults.node if o.index == i for k, v in o.flags.items()}
+    port = spec.overrides.get("run.metrics_port")
+    if port and port.lower() not in ("0", "none", "off", "null"):  # one port per node
+        per_node["run.metrics_port"] = str(int(port) + i)
     for lat in spec.faults.latency:
         if lat.node == i:
             per_node |= {"faults.delay_seconds": _raw(lat.delay_seconds), "faults.jitter_seconds": _raw(lat.jitter_seconds)}
@@ -280,19 +314,25 @@ def render_table(rows: list[dict], title: str):
     return t
 
 
-async def _start_bootstrap(spec: SimSpec, kids: _Children) -> str:
+async def _start_bootstrap(spec: SimSpec, kids: _Children, stop: asyncio.Event) -> str | None:
     maddr_file = spec.run_dir / "bootstrap.maddr"
     p = kids.spawn("bootstrap", ["bootstrap", "--host", "127.0.0.1", "--port", "0", "--no-nat", "--no-relay",
                                  "--identity", str(spec.run_dir / "bootstrap.p2p.key"),
                                  "--maddr-file", str(maddr_file)], spec.run_dir / "bootstrap.log")
     deadline = time.time() + spec.startup_timeout
     while not maddr_file.exists():
+        if stop.is_set():
+            return None
         if p.poll() is not None:
             raise RuntimeError(f"the bootstrap peer exited (rc {p.returncode}); see {spec.run_dir / 'bootstrap.log'}")
         if time.time() > deadline:
             raise RuntimeError(f"the bootstrap peer did not start in {spec.startup_timeout:.0f} s")
         await asyncio.sleep(0.2)
     return maddr_file.read_text().split()[0]
+
+
+class _Stopped(Exception):
+    """Ctrl-C before the nodes were launched."""
 
 
 class _Faults:
@@ -306,15 +346,27 @@ class _Faults:
         self.down: dict[int, float] = {}  # node -> restart time
         self.restarts: dict[int, int] = {i: 0 for i in range(spec.nodes)}
 
+    def _current_step(self, i: int) -> int:
+        """Node i's step, from a status written by its current process (not a predecessor's)."""
+        live = [p for n, p in self.kids.procs if n == f"node{i}"]
+        st = read_status(self.spec.run_dir / f"node{i}") or {}
+        if not live or st.get("updated_at", 0) < self.kids.started[id(live[-1])]:
+            return 0
+        return int(st.get("step", 0))
+
     def step(self) -> None:
         now = time.time()
         for k in list(self.pending):
-            st = read_status(self.spec.run_dir / f"node{k.node}") or {}
-            if st.get("step", 0) >= k.at_step and k.node not in self.down:
-                self.kids.kill(f"node{k.node}")
-                log.info("fault: killed node%d at step %d; restart in %.0f s", k.node, st["step"], k.down_seconds)
-                self.down[k.node] = now + k.down_seconds
+            if k.node in self.down:
+                continue
+            step = self._current_step(k.node)
+            if step >= k.at_step:
                 self.pending.remove(k)
+                if self.kids.kill(f"node{k.node}"):
+                    log.info("fault: killed node%d at step %d; restart in %.0f s", k.node, step, k.down_seconds)
+                    self.down[k.node] = now + k.down_seconds
+                else:
+                    log.warning("fault: node%d had already exited at step %d; not killed or restarted", k.node, step)
         for i, when in list(self.down.items()):
             if now >= when:
                 args, log_path = self.node_cmd(i)
@@ -349,7 +401,9 @@ async def run_sim(spec: SimSpec) -> dict:
     faults = None
     try:
         if spec.transport == "hivemind":
-            maddr = await _start_bootstrap(spec, kids)
+            maddr = await _start_bootstrap(spec, kids, stop)
+            if maddr is None:  # Ctrl-C while the bootstrap peer was starting
+                raise _Stopped()
 
             def node_cmd(i: int) -> tuple[list[str], Path]:
                 return (["join", "--bootstrap", maddr, *LOOPBACK, *_node_args(spec, i)],
@@ -406,15 +460,19 @@ async def run_sim(spec: SimSpec) -> dict:
             except asyncio.TimeoutError:
                 pass
         interrupted = stop.is_set()
+    except _Stopped:
+        interrupted = True
     finally:
         if live is not None:
             live.stop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
         await asyncio.to_thread(kids.stop)
-    # A killed node's first process ends with -9 by design; judge each node by its last process.
-    last_rc = {n: p.returncode for n, p in kids.procs if n.startswith("node")}
-    failed = {n: rc for n, rc in last_rc.items() if rc not in (0, 130)}
+    # Judge each node by its last process; a process the simulator killed (fault) or stopped
+    # (SIGTERM before the node could install its handler: -15) did not fail.
+    ok = {0, 130} | ({-signal.SIGTERM} if kids.terminated else set())
+    last = {n: p for n, p in kids.procs if n.startswith("node")}
+    failed = {n: p.returncode for n, p in last.items() if id(p) not in kids.killed and p.returncode not in ok}
     summary = write_summary(spec, time.time() - t0, interrupted, failed, faults)
     return summary
 
@@ -454,9 +512,12 @@ def write_summary(spec: SimSpec, wall_s: float, interrupted: bool, failed: dict,
     for j in range(len(spec.faults.malicious)):
         st = read_status(spec.run_dir / f"adversary{j}") or {}
         pid = st.get("peer_id")
+        # Groups of the adversary any honest node trained on (must be 0), from every step's record:
+        # status.json only covers a node's last process, and a node may have been restarted.
+        used = sum((r.get("external_by_peer") or {}).get(pid, 0)
+                   for i in range(spec.nodes) for r in read_metrics(spec.run_dir / f"node{i}" / "metrics.jsonl"))
         adversaries.append({"name": f"adversary{j}", "peer_id": pid, "sent": st.get("sent", {}),
-                            # groups of the adversary any honest node trained on: must be 0
-                            "used_by_honest": sum(n["groups_used_by_peer"].get(pid, 0) for n in nodes)})
+                            "used_by_honest": used})
     summary = {"nodes": nodes, "adversaries": adversaries, "transport": spec.transport,
                "wall_s": round(wall_s, 1), "interrupted": interrupted, "failed": failed,
                "run_dir": str(spec.run_dir)}
@@ -491,8 +552,11 @@ async def run_worker(n: int, run_dir: Path, seed: int, config: Path | None, over
     hub = MemoryHub()
     nodes: list[TrainingNode] = []
     loop = asyncio.get_running_loop()
+    stopping = False
 
     def stop_all() -> None:
+        nonlocal stopping
+        stopping = True
         for node in nodes:
             node.request_stop()
 
@@ -500,16 +564,25 @@ async def run_worker(n: int, run_dir: Path, seed: int, config: Path | None, over
         loop.add_signal_handler(sig, stop_all)
     try:
         for i in range(n):
-            cfg = load_config(config, {**overrides, "swarm.transport": "memory",
-                                       "run.dir": str(run_dir / f"node{i}"), "train.seed": seed + i,
-                                       "run.progress": "off", "run.plot": False, "train.threads": 1})
+            node_overrides = {**overrides, "swarm.transport": "memory", "run.dir": str(run_dir / f"node{i}"),
+                              "train.seed": seed + i, "run.progress": "off", "run.plot": False, "train.threads": 1}
+            if overrides.get("run.metrics_port"):  # one port per node
+                node_overrides["run.metrics_port"] = int(overrides["run.metrics_port"]) + i
+            cfg = load_config(config, node_overrides)
             ident = load_or_create_identity(identity_path(cfg))
             t = MemoryTransport(swarm=cfg.swarm.name, publisher=ident.peer_id, hub=hub)
             nodes.append(await TrainingNode.create(cfg, transport=t))
-        results = await asyncio.gather(*(node.run(handle_signals=False) for node in nodes))
+            if stopping:  # a stop that came while this node was being built
+                nodes[-1].request_stop()
+        results = await asyncio.gather(*(node.run(handle_signals=False) for node in nodes), return_exceptions=True)
     finally:
         for node in nodes:
             await node.close()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
+    errors = [r for r in results if isinstance(r, BaseException)]
+    for e in errors:
+        log.error("a node failed: %s: %s", type(e).__name__, e)
+    if errors:
+        return 1
     return 130 if any(r.get("stopped_early") for r in results) else 0
