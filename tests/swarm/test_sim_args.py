@@ -1,0 +1,36 @@
+"""What the simulator passes to each node (no processes started)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from node.config import parse_flag_value
+from node.sim import SimFaults, SimSpec, _node_args, _raw
+
+
+def _flags(args: list[str]) -> dict[str, str]:
+    return {args[i][2:]: args[i + 1] for i in range(0, len(args), 2) if args[i].startswith("--")}
+
+
+def test_values_round_trip_through_flag_text():
+    for v in (8, 3e-4, True, [1, 2], ["a", "é"], float("inf")):
+        assert parse_flag_value(_raw(v)) == v
+    assert _raw("path/x") == "path/x"
+
+
+def test_per_node_faults_become_that_nodes_flags():
+    faults = SimFaults.model_validate({
+        "node": [{"index": 1, "flags": {"train.behaviour_lag": 8}}],
+        "latency": [{"node": 2, "delay_seconds": 0.5, "jitter_seconds": 0.25}],
+        "partition": [{"groups": [[0], [1, 2]], "after_seconds": 10, "duration_seconds": 5}],
+    })
+    spec = SimSpec(nodes=3, transport="hivemind", run_dir=Path("/r"), overrides={"run.metrics_port": "9400"},
+                   faults=faults, peer_ids=["sn1a", "sn1b", "sn1c"], partition_start=1000.0)
+    a = [_flags(_node_args(spec, i)) for i in range(3)]
+    assert [x["train.seed"] for x in a] == ["0", "1", "2"] and a[1]["run.dir"] == "/r/node1"
+    assert a[1]["train.behaviour_lag"] == "8" and "train.behaviour_lag" not in a[0]
+    assert a[2]["faults.delay_seconds"] == "0.5" and a[2]["faults.jitter_seconds"] == "0.25"
+    assert parse_flag_value(a[0]["faults.blocked_peers"]) == ["sn1b", "sn1c"]
+    assert parse_flag_value(a[1]["faults.blocked_peers"]) == ["sn1a"]
+    assert (a[1]["faults.blocked_from"], a[1]["faults.blocked_until"]) == ("1010.0", "1015.0")
+    assert [x["run.metrics_port"] for x in a] == ["9400", "9401", "9402"]
