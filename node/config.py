@@ -100,6 +100,7 @@ class LearnerConfig(_Section):
     rho_ref: float = Field(1.0, gt=0, le=1, description="ESS fraction at which the LR is unscaled")
     lr_floor: float = Field(0.0, ge=0, le=1, description="lowest LR factor the ESS rule may give")
     max_off_policy_steps: int = Field(32, ge=0, description="drop rollouts from policies more than this many versions old")
+    off_policy_correction: bool = Field(True, description="false = treat every rollout as sampled by the current policy (naive sharing, as rl-swarm does): no importance ratios, ESS = B; for comparison experiments only")
 
     @field_validator("epsilon_high", "delta", "m2po_tau", mode="before")
     @classmethod

@@ -72,6 +72,7 @@ def build_learner(policy: Policy, cfg: NodeConfig) -> Learner:
         max_grad_norm=lc.max_grad_norm, num_iterations=lc.num_iterations, baseline=lc.baseline,
         scale_rewards=lc.scale_rewards, lr_rule=lc.lr_rule, rho_ref=lc.rho_ref,
         lr_floor=lc.lr_floor, warmup_steps=lc.warmup_steps, temperature=cfg.generation.temperature,
+        off_policy_correction=lc.off_policy_correction,
         loss=LossConfig(importance_sampling_level=lc.importance_sampling_level,
                         epsilon=lc.epsilon, epsilon_high=lc.epsilon_high, delta=lc.delta,
                         m2po_tau=lc.m2po_tau, weight_cap=lc.weight_cap, loss_type=lc.loss_type,

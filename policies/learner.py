@@ -55,7 +55,7 @@ class Learner:
                  max_grad_norm: float = 1.0, num_iterations: int = 1, baseline: str = "mean",
                  scale_rewards: str = "none", lr_rule: str = "sqrt", rho_ref: float = 1.0,
                  lr_floor: float = 0.0, warmup_steps: int = 0, temperature: float = 1.0,
-                 loss: LossConfig = LossConfig()):
+                 loss: LossConfig = LossConfig(), off_policy_correction: bool = True):
         self.policy = policy
         self.params = [p for p in policy.model.parameters() if p.requires_grad]
         if not self.params:
@@ -73,6 +73,9 @@ class Learner:
         self.warmup_steps = warmup_steps
         self.temperature = temperature
         self.loss_cfg = loss
+        # False: every sample is treated as drawn from the current policy (naive sharing, as
+        # rl-swarm does): no importance ratios against μ, ESS = B. For comparisons only.
+        self.off_policy_correction = off_policy_correction
         self.version = 0  # number of optimizer updates applied to the policy
 
     def _batch(self, samples: list[TrainSample]):
@@ -128,6 +131,10 @@ class Learner:
         factor = 1.0
         for it in range(self.num_iterations):
             logp = self.policy.completion_logprobs(batch, self.temperature)  # (B, T)
+            if it == 0 and not self.off_policy_correction:
+                # Pretend μ = π_θ as this step begins: every ratio and sequence weight starts at 1.
+                beh = logp.detach() * batch.completion_mask
+                seq_beh = beh.sum(-1)
             # The loss's sequence weights follow π_θ through the iterations, as token ratios do.
             w = sequence_weights(logp, batch.completion_mask, seq_beh, self.loss_cfg.weight_cap)
             if adv is None:

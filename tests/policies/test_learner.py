@@ -271,3 +271,17 @@ def test_non_finite_gradient_skips_the_update(policy, rollouts, caplog):
     assert not math.isfinite(m["grad_norm"]) and "update skipped" in caplog.text
     after = _snapshot(policy)
     assert all(torch.equal(a, b) for a, b in zip(before, after))  # the weights were left unchanged
+
+
+def test_naive_sharing_ignores_the_behaviour_policy(policy, rollouts):
+    # The same shifted batch as above: with the correction off, every weight and ratio is 1.
+    samples = _samples(rollouts, [1, 0, 0, 0, 1, 1])
+    s0 = samples[0]
+    lps = tuple(lp - 1.0 for lp in s0.behaviour_logprobs)  # μ far from π_θ, token by token too
+    samples[0] = TrainSample(**{**s0.__dict__, "behaviour_logprobs": lps,
+                                "behaviour_seq_logprob": s0.behaviour_seq_logprob - math.log(4)})
+    m = Learner(policy, learning_rate=1e-3, off_policy_correction=False).step(samples)
+    assert m["rho"] == pytest.approx(1.0) and m["lr_factor"] == pytest.approx(1.0)
+    assert m["weight_mean"] == pytest.approx(1.0) and m["ratio_mean"] == pytest.approx(1.0, abs=1e-5)
+    corrected = Learner(policy, learning_rate=1e-3).step(samples)
+    assert corrected["rho"] < 0.9
