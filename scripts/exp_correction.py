@@ -1,0 +1,159 @@
+"""The correction study: a swarm with stale and heterogeneous peers, trained three ways.
+
+    python scripts/exp_correction.py                         # 4 nodes, 3 seeds, 200 steps
+    python scripts/exp_correction.py --seeds 0 --steps 40 --tag quick
+
+The swarm (``swarm-node sim --nodes 4 --faults``, hivemind on loopback): node0 and node1 are
+ordinary; node2 is stale (it generates with a policy ``--lag`` updates old); node3 is
+heterogeneous (another model: a default-recipe variant with a different width and vocabulary,
+so another tokenizer, built once under ``--runs``). Every node trains 4 local + 4 peer groups per
+step. Variants, the same swarm and seeds otherwise:
+
+- ``naive``: peers' rollouts treated as on-policy (``learner.off_policy_correction false``), as
+  rl-swarm does: no importance ratios, ESS = B;
+- ``corrected``: off-policy-corrected GRPO without the ESS learning-rate rule (``lr_rule none``);
+- ``corrected_ess``: off-policy-corrected GRPO with the ESS learning-rate rule (``lr_rule sqrt``).
+
+Reported for the ordinary nodes (node0, node1: they learn from the stale and heterogeneous
+peers): final correctness (last 20 steps; mean and spread over seeds), the worst dip (the largest
+fall of the 20-step rolling mean below its running peak: a collapse shows as a large dip), and
+mean ESS/B. Writes ``exp_correction[-TAG].md``/``.json``/``.png`` into ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from node.metrics import read_metrics  # noqa: E402
+from node.plots import rolling_mean  # noqa: E402
+
+WINDOW = 20
+VARIANTS = {
+    "naive": ["--learner.off_policy_correction", "false", "--learner.lr_rule", "none"],
+    "corrected": ["--learner.lr_rule", "none"],
+    "corrected_ess": ["--learner.lr_rule", "sqrt"],
+}
+ORDINARY = (0, 1)
+
+
+def other_model(runs: Path) -> Path:
+    """A heterogeneous peer's model: the default recipe, narrower and with another vocabulary."""
+    from policies.default_model import DefaultModelRecipe, build_default_model
+
+    path = runs / "heterogeneous-model"
+    if not (path / "config.json").exists():
+        build_default_model(path, replace(DefaultModelRecipe(), hidden_size=128, vocab_size=352))
+    return path
+
+
+def run_one(args, variant: str, seed: int, model: Path) -> Path:
+    run_dir = args.runs / f"{variant}-s{seed}"
+    if (run_dir / "summary.json").exists() and not args.rerun:
+        print(f"{run_dir}: done already (--rerun to redo)", flush=True)
+        return run_dir
+    faults = args.runs / "faults.toml"
+    faults.write_text(f'[[node]]\nindex = 2\nflags = {{ "train.behaviour_lag" = {args.lag} }}\n\n'
+                      f'[[node]]\nindex = 3\nflags = {{ "model.name" = "{model}" }}\n')
+    cmd = [sys.executable, "-m", "node.cli", "sim", "--nodes", "4", "--faults", str(faults),
+           "--run.dir", str(run_dir), "--train.steps", str(args.steps), "--train.seed", str(seed * 100),
+           "--swarm.round_seconds", str(args.round_seconds), "--run.progress", "plain",
+           "--run.checkpoint_every", "0", *VARIANTS[variant]]
+    t0 = time.time()
+    print(f"{variant} seed {seed}", flush=True)
+    subprocess.run(cmd, check=True, cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1"), stdout=subprocess.DEVNULL)
+    print(f"  {time.time() - t0:.0f} s", flush=True)
+    return run_dir
+
+
+def worst_dip(curve: list[float]) -> float:
+    smooth, peak, dip = rolling_mean(curve, WINDOW), 0.0, 0.0
+    for i, v in enumerate(smooth):
+        if i + 1 >= WINDOW:
+            peak = max(peak, v)
+            dip = max(dip, peak - v)
+    return dip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--lag", type=int, default=8, help="the stale node's behaviour lag (updates)")
+    ap.add_argument("--round-seconds", type=float, default=1.2)
+    ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    ap.add_argument("--runs", type=Path, default=ROOT / "runs" / "exp_correction")
+    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "results")
+    ap.add_argument("--tag", default="")
+    ap.add_argument("--rerun", action="store_true")
+    args = ap.parse_args()
+    args.runs.mkdir(parents=True, exist_ok=True)
+    model = other_model(args.runs)
+
+    result: dict = {"args": {k: str(v) for k, v in vars(args).items()}, "variants": {}}
+    curves = {}
+    for v in args.variants:
+        per_seed = []
+        for seed in args.seeds:
+            run_dir = run_one(args, v, seed, model)
+            recs = [read_metrics(run_dir / f"node{i}" / "metrics.jsonl") for i in ORDINARY]
+            cs = [[r.get("correct") or 0.0 for r in rr] for rr in recs]
+            curves.setdefault(v, []).extend(cs)
+            per_seed.append({
+                "final": statistics.mean(statistics.mean(c[-WINDOW:]) for c in cs),
+                "dip": max(worst_dip(c) for c in cs),
+                "rho": statistics.mean(r.get("rho") or 1.0 for rr in recs for r in rr),
+            })
+        result["variants"][v] = {"per_seed": per_seed,
+                                 **{k: statistics.mean(p[k] for p in per_seed) for k in ("final", "dip", "rho")},
+                                 "final_sd": statistics.pstdev(p["final"] for p in per_seed)}
+    tag = f"-{args.tag}" if args.tag else ""
+    md = ["# Correction study: stale and heterogeneous peers", "",
+          f"`python scripts/exp_correction.py {' '.join(sys.argv[1:])}`", "",
+          f"4 nodes over hivemind on loopback, {args.steps} steps, seeds {args.seeds}: node2 stale "
+          f"(behaviour lag {args.lag}), node3 heterogeneous (another width and tokenizer). Each step 4 "
+          "local + 4 peer groups. Numbers for the ordinary nodes (node0, node1), means over seeds.", "",
+          "| variant | final correctness (last 20) | spread over seeds (sd) | worst dip of the 20-step mean | mean ESS/B |",
+          "|---|---:|---:|---:|---:|"]
+    for v, r in result["variants"].items():
+        md.append(f"| {v} | {r['final']:.3f} | {r['final_sd']:.3f} | {r['dip']:.3f} | {r['rho']:.3f} |")
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"exp_correction{tag}.json").write_text(json.dumps(result, indent=2))
+    plot(curves, args, args.out / f"exp_correction{tag}.png")
+    md.append(f"\n![correctness per variant](exp_correction{tag}.png)")
+    (args.out / f"exp_correction{tag}.md").write_text("\n".join(md) + "\n")
+    print("\n".join(md))
+
+
+def plot(curves: dict, args, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for v, cs in curves.items():
+        n = min(len(c) for c in cs)
+        mean = [statistics.mean(c[i] for c in cs) for i in range(n)]
+        ax.plot(range(1, n + 1), rolling_mean(mean, WINDOW), label=v)
+    ax.set_xlabel("step")
+    ax.set_ylabel(f"correctness of node0/node1 ({WINDOW}-step mean)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    main()
