@@ -65,16 +65,30 @@ def watch_tree(p: subprocess.Popen, seen: set[int]) -> None:
     seen |= descendants(p.pid)
 
 
+def wait_watching(p: subprocess.Popen, seen: set[int], timeout: float) -> int:
+    """Wait for the simulator to exit, recording every process below it on the way."""
+    deadline = time.time() + timeout
+    while p.poll() is None and time.time() < deadline:
+        watch_tree(p, seen)
+        time.sleep(0.3)
+    return p.wait(timeout=10)
+
+
+def wait_training(p: subprocess.Popen, run: Path, nodes: int, seen: set[int]) -> None:
+    """Wait until every node has written a status (it trains), recording the process tree."""
+    def training() -> bool:
+        watch_tree(p, seen)
+        return all((run / f"node{i}" / "status.json").exists() for i in range(nodes))
+
+    wait_until(training, 180, f"{nodes} nodes to train", p)
+
+
 @pytest.mark.parametrize("transport", ["hivemind", "memory"])
 def test_sim_runs_a_swarm_to_the_end_and_writes_its_folder(transport, warm_tiny_model_dir, tmp_path):
     p = start_sim(tmp_path, warm_tiny_model_dir, "--nodes", "3", "--transport", transport,
                   "--train.steps", "6", "--swarm.round_seconds", "1.5")
     seen: set[int] = set()
-    deadline = time.time() + 300
-    while p.poll() is None and time.time() < deadline:
-        watch_tree(p, seen)
-        time.sleep(0.3)
-    assert p.wait(timeout=10) == 0, (tmp_path / "sim.log").read_text()[-3000:]
+    assert wait_watching(p, seen, 300) == 0, (tmp_path / "sim.log").read_text()[-3000:]
     run = tmp_path / "sim"
     summary = json.loads((run / "summary.json").read_text())
     assert [n["steps"] for n in summary["nodes"]] == [6, 6, 6]
@@ -90,12 +104,7 @@ def test_ctrl_c_stops_every_node_with_a_checkpoint(warm_tiny_model_dir, tmp_path
                   "--swarm.round_seconds", "1.0", "--run.checkpoint_every", "1000")
     run = tmp_path / "sim"
     seen: set[int] = set()
-
-    def all_training() -> bool:
-        watch_tree(p, seen)
-        return all((run / f"node{i}" / "status.json").exists() for i in range(3))
-
-    wait_until(all_training, 180, "3 nodes to train", p)
+    wait_training(p, run, 3, seen)
     p.send_signal(signal.SIGINT)
     assert p.wait(timeout=120) == 130
     summary = json.loads((run / "summary.json").read_text())
@@ -111,12 +120,7 @@ def test_killing_the_simulator_takes_its_nodes_with_it(warm_tiny_model_dir, tmp_
                   "--swarm.round_seconds", "1.0")
     run = tmp_path / "sim"
     seen: set[int] = set()
-
-    def training() -> bool:
-        watch_tree(p, seen)
-        return all((run / f"node{i}" / "status.json").exists() for i in range(2))
-
-    wait_until(training, 180, "2 nodes to train", p)
+    wait_training(p, run, 2, seen)
     watch_tree(p, seen)
     p.send_signal(signal.SIGKILL)  # no cleanup code runs in the simulator
     p.wait(timeout=10)
@@ -142,11 +146,7 @@ attacks = ["garbage", "bad_signature", "forged_reward", "forged_truth", "text_mi
     p = start_sim(tmp_path, warm_tiny_model_dir, "--nodes", "3", "--train.steps", "16",
                   "--swarm.round_seconds", "1.5", "--faults", str(faults), "--run.checkpoint_every", "2")
     seen: set[int] = set()
-    deadline = time.time() + 400
-    while p.poll() is None and time.time() < deadline:
-        watch_tree(p, seen)
-        time.sleep(0.3)
-    assert p.wait(timeout=10) == 0, (tmp_path / "sim.log").read_text()[-4000:]
+    assert wait_watching(p, seen, 400) == 0, (tmp_path / "sim.log").read_text()[-4000:]
     summary = json.loads((tmp_path / "sim" / "summary.json").read_text())
     nodes = summary["nodes"]
     assert [n["steps"] for n in nodes] == [16, 16, 16]  # the honest nodes kept training to the end
