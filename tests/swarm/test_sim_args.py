@@ -34,3 +34,27 @@ def test_per_node_faults_become_that_nodes_flags():
     assert parse_flag_value(a[1]["faults.blocked_peers"]) == ["sn1a"]
     assert (a[1]["faults.blocked_from"], a[1]["faults.blocked_until"]) == ("1010.0", "1015.0")
     assert [x["run.metrics_port"] for x in a] == ["9400", "9401", "9402"]
+
+
+def test_bad_faults_files_are_refused_with_a_reason(tmp_path):
+    import pytest
+
+    from node.errors import ConfigError
+    from node.sim import load_faults
+
+    with pytest.raises(ConfigError, match="not found"):
+        load_faults(tmp_path / "missing.toml")
+    cases = {
+        "[[partition]]\ngroups = [[0, 1]]\nafter_seconds = 1\nduration_seconds = 2\n": "at least two groups",
+        "[[kill]]\nnode = 5\nat_step = 3\n": "only 3",
+        "[[malicious]]\nattacks = [\"nosuch\"]\n": "unknown attacks",
+        "[[bogus]]\nx = 1\n": "faults file",
+    }
+    for text, needle in cases.items():
+        f = tmp_path / "f.toml"
+        f.write_text(text)
+        with pytest.raises(ConfigError, match=needle):
+            load_faults(f).check(3, "hivemind")
+    f.write_text("[[kill]]\nnode = 0\nat_step = 3\n")
+    with pytest.raises(ConfigError, match="hivemind"):
+        load_faults(f).check(3, "memory")
