@@ -132,6 +132,9 @@ class Learner:
         for it in range(self.num_iterations):
             logp = self.policy.completion_logprobs(batch, self.temperature)  # (B, T)
             if it == 0 and not self.off_policy_correction:
+                # What the batch's ESS really is, for the record: naive sharing ignores it.
+                true_w = sequence_weights(logp.detach(), batch.completion_mask, seq_beh, self.loss_cfg.weight_cap)
+                metrics["behaviour_rho"] = ess_fraction(true_w)
                 # Pretend μ = π_θ as this step begins: every ratio and sequence weight starts at 1.
                 beh = logp.detach() * batch.completion_mask
                 seq_beh = beh.sum(-1)
@@ -144,6 +147,7 @@ class Learner:
                 factor = lr_factor(rho, self.lr_rule, self.rho_ref, self.lr_floor)
                 adv = group_advantages(rewards, gids, self.baseline, self.scale_rewards,
                                        seq_weights=w, grad_sq_norms=g2)
+                metrics.setdefault("behaviour_rho", rho)
                 metrics.update(ess=rho * len(samples), rho=rho, lr_factor=factor,
                                lr=self.base_lr * factor * self._warmup())
             out = policy_loss(LossInputs(logp=logp, behaviour_logp=beh, behaviour_seq_logp=seq_beh,

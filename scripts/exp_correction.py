@@ -17,7 +17,7 @@ step. Variants, the same swarm and seeds otherwise:
 Reported for the ordinary nodes (node0, node1: they learn from the stale and heterogeneous
 peers): final correctness (last 20 steps; mean and spread over seeds), the worst dip (the largest
 fall of the 20-step rolling mean below its running peak: a collapse shows as a large dip), and
-mean ESS/B. Writes ``exp_correction[-TAG].md``/``.json``/``.png`` into ``--out``.
+mean ESS/B (the one the learner used, 1 for naive, and the batches' true one). Writes ``exp_correction[-TAG].md``/``.json``/``.png`` into ``--out``.
 """
 
 from __future__ import annotations
@@ -113,9 +113,12 @@ def main() -> None:
                 "final": statistics.mean(statistics.mean(c[-WINDOW:]) for c in cs),
                 "dip": max(worst_dip(c) for c in cs),
                 "rho": statistics.mean(r.get("rho") or 1.0 for rr in recs for r in rr),
+                # the batch's real ESS/B against its behaviour policies (naive sharing ignores it)
+                "behaviour_rho": statistics.mean(r.get("behaviour_rho", r.get("rho")) or 1.0
+                                                 for rr in recs for r in rr),
             })
         result["variants"][v] = {"per_seed": per_seed,
-                                 **{k: statistics.mean(p[k] for p in per_seed) for k in ("final", "dip", "rho")},
+                                 **{k: statistics.mean(p[k] for p in per_seed) for k in ("final", "dip", "rho", "behaviour_rho")},
                                  "final_sd": statistics.pstdev(p["final"] for p in per_seed)}
     tag = f"-{args.tag}" if args.tag else ""
     md = ["# Correction study: stale and heterogeneous peers", "",
@@ -123,10 +126,11 @@ def main() -> None:
           f"4 nodes over hivemind on loopback, {args.steps} steps, seeds {args.seeds}: node2 stale "
           f"(behaviour lag {args.lag}), node3 heterogeneous (another width and tokenizer). Each step 4 "
           "local + 4 peer groups. Numbers for the ordinary nodes (node0, node1), means over seeds.", "",
-          "| variant | final correctness (last 20) | spread over seeds (sd) | worst dip of the 20-step mean | mean ESS/B |",
-          "|---|---:|---:|---:|---:|"]
+          "| variant | final correctness (last 20) | spread over seeds (sd) | worst dip of the 20-step mean "
+          "| ESS/B the learner used | true ESS/B of the batches |",
+          "|---|---:|---:|---:|---:|---:|"]
     for v, r in result["variants"].items():
-        md.append(f"| {v} | {r['final']:.3f} | {r['final_sd']:.3f} | {r['dip']:.3f} | {r['rho']:.3f} |")
+        md.append(f"| {v} | {r['final']:.3f} | {r['final_sd']:.3f} | {r['dip']:.3f} | {r['rho']:.3f} | {r['behaviour_rho']:.3f} |")
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"exp_correction{tag}.json").write_text(json.dumps(result, indent=2))
     plot(curves, args, args.out / f"exp_correction{tag}.png")

@@ -283,5 +283,6 @@ def test_naive_sharing_ignores_the_behaviour_policy(policy, rollouts):
     m = Learner(policy, learning_rate=1e-3, off_policy_correction=False).step(samples)
     assert m["rho"] == pytest.approx(1.0) and m["lr_factor"] == pytest.approx(1.0)
     assert m["weight_mean"] == pytest.approx(1.0) and m["ratio_mean"] == pytest.approx(1.0, abs=1e-5)
+    assert m["behaviour_rho"] < 0.9  # the ESS the batch really had is still recorded
     corrected = Learner(policy, learning_rate=1e-3).step(samples)
-    assert corrected["rho"] < 0.9
+    assert corrected["rho"] < 0.9 and corrected["behaviour_rho"] == corrected["rho"]
