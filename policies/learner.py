@@ -171,6 +171,8 @@ class Learner:
         metrics.update(
             reward_mean=float(rewards.mean()),
             adv_abs_mean=float(adv.advantages.abs().mean()),
+            # trained samples whose advantage is 0 carry no gradient (a group whose rewards agree)
+            zero_adv_frac=float((adv.advantages[adv.loss_mask].abs() < 1e-9).float().mean()),
             completion_len=float(batch.completion_mask.sum(-1).mean()),
             batch_size=float(len(samples)),
             policy_version=float(self.version),

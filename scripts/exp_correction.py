@@ -24,21 +24,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from exp_common import ROOT, correctness, final, plot_mean_curves, run_cli, worst_dip
 
-from node.metrics import read_metrics  # noqa: E402
-from node.plots import rolling_mean  # noqa: E402
+from node.metrics import read_metrics
 
-WINDOW = 20
 VARIANTS = {
     "naive": ["--learner.off_policy_correction", "false", "--learner.lr_rule", "none"],
     "corrected": ["--learner.lr_rule", "none"],
@@ -58,31 +52,13 @@ def other_model(runs: Path) -> Path:
 
 
 def run_one(args, variant: str, seed: int, model: Path) -> Path:
-    run_dir = args.runs / f"{variant}-s{seed}"
-    if (run_dir / "summary.json").exists() and not args.rerun:
-        print(f"{run_dir}: done already (--rerun to redo)", flush=True)
-        return run_dir
     faults = args.runs / "faults.toml"
     faults.write_text(f'[[node]]\nindex = 2\nflags = {{ "train.behaviour_lag" = {args.lag} }}\n\n'
                       f'[[node]]\nindex = 3\nflags = {{ "model.name" = "{model}" }}\n')
-    cmd = [sys.executable, "-m", "node.cli", "sim", "--nodes", "4", "--faults", str(faults),
-           "--run.dir", str(run_dir), "--train.steps", str(args.steps), "--train.seed", str(seed * 100),
-           "--swarm.round_seconds", str(args.round_seconds), "--run.progress", "plain",
-           "--run.checkpoint_every", "0", *VARIANTS[variant]]
-    t0 = time.time()
-    print(f"{variant} seed {seed}", flush=True)
-    subprocess.run(cmd, check=True, cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1"), stdout=subprocess.DEVNULL)
-    print(f"  {time.time() - t0:.0f} s", flush=True)
-    return run_dir
-
-
-def worst_dip(curve: list[float]) -> float:
-    smooth, peak, dip = rolling_mean(curve, WINDOW), 0.0, 0.0
-    for i, v in enumerate(smooth):
-        if i + 1 >= WINDOW:
-            peak = max(peak, v)
-            dip = max(dip, peak - v)
-    return dip
+    return run_cli(["sim", "--nodes", "4", "--transport", "hivemind", "--faults", str(faults),
+                    "--train.steps", str(args.steps), "--train.seed", str(seed * 100),
+                    "--swarm.round_seconds", str(args.round_seconds), "--run.progress", "plain",
+                    *VARIANTS[variant]], args.runs / f"{variant}-s{seed}", "summary.json", args.rerun)
 
 
 def main() -> None:
@@ -107,10 +83,10 @@ def main() -> None:
         for seed in args.seeds:
             run_dir = run_one(args, v, seed, model)
             recs = [read_metrics(run_dir / f"node{i}" / "metrics.jsonl") for i in ORDINARY]
-            cs = [[r.get("correct") or 0.0 for r in rr] for rr in recs]
+            cs = [correctness(rr) for rr in recs]
             curves.setdefault(v, []).extend(cs)
             per_seed.append({
-                "final": statistics.mean(statistics.mean(c[-WINDOW:]) for c in cs),
+                "final": statistics.mean(final(c) for c in cs),
                 "dip": max(worst_dip(c) for c in cs),
                 "rho": statistics.mean(r.get("rho") or 1.0 for rr in recs for r in rr),
                 # the batch's real ESS/B against its behaviour policies (naive sharing ignores it)
@@ -133,30 +109,10 @@ def main() -> None:
         md.append(f"| {v} | {r['final']:.3f} | {r['final_sd']:.3f} | {r['dip']:.3f} | {r['rho']:.3f} | {r['behaviour_rho']:.3f} |")
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"exp_correction{tag}.json").write_text(json.dumps(result, indent=2))
-    plot(curves, args, args.out / f"exp_correction{tag}.png")
+    plot_mean_curves(curves, args.out / f"exp_correction{tag}.png", "correctness of node0/node1")
     md.append(f"\n![correctness per variant](exp_correction{tag}.png)")
     (args.out / f"exp_correction{tag}.md").write_text("\n".join(md) + "\n")
     print("\n".join(md))
-
-
-def plot(curves: dict, args, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8, 4))
-    for v, cs in curves.items():
-        n = min(len(c) for c in cs)
-        mean = [statistics.mean(c[i] for c in cs) for i in range(n)]
-        ax.plot(range(1, n + 1), rolling_mean(mean, WINDOW), label=v)
-    ax.set_xlabel("step")
-    ax.set_ylabel(f"correctness of node0/node1 ({WINDOW}-step mean)")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
 
 
 if __name__ == "__main__":

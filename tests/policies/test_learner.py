@@ -85,6 +85,7 @@ def test_on_policy_step_has_full_ess(policy, rollouts):
     assert learner.optimizer.param_groups[0]["lr"] == pytest.approx(base_lr, rel=1e-3)
     # group means: p0 (1,0,0) → 1/3, p1 (0,1,1) → 2/3; |A| = 2/3,1/3,1/3,2/3,1/3,1/3 → mean 4/9
     assert m["adv_abs_mean"] == pytest.approx(4 / 9, abs=1e-6)
+    assert m["zero_adv_frac"] == 0.0  # both groups have mixed rewards
     assert m["reward_mean"] == pytest.approx(0.5)
 
 
@@ -173,7 +174,7 @@ def test_all_equal_rewards_give_zero_update(policy, rollouts, monkeypatch):
     (_, _, adv), = adv_calls
     # R − mean(R) = 0 for every row
     assert adv.advantages.abs().max().item() == 0.0
-    assert m["loss"] == 0.0 and m["adv_abs_mean"] == 0.0
+    assert m["loss"] == 0.0 and m["adv_abs_mean"] == 0.0 and m["zero_adv_frac"] == 1.0
     # every gradient is exactly 0 → grad_norm 0, and a fresh AdamW (m = v = 0) moves nothing
     assert m["grad_norm"] == 0.0
     assert all(p.grad is None or p.grad.abs().max().item() == 0.0 for p in policy.model.parameters())
