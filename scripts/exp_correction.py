@@ -1,6 +1,6 @@
 """The correction study: a swarm with stale and heterogeneous peers, trained three ways.
 
-    python scripts/exp_correction.py                         # 4 nodes, 3 seeds, 200 steps
+    python scripts/exp_correction.py                         # 4 nodes, 3 seeds, 150 steps
     python scripts/exp_correction.py --seeds 0 --steps 40 --tag quick
 
 The swarm (``swarm-node sim --nodes 4 --faults``, hivemind on loopback): node0 and node1 are
@@ -29,7 +29,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from exp_common import ROOT, correctness, final, plot_mean_curves, run_cli, worst_dip
+from exp_common import ROOT, WINDOW, correctness, final, plot_mean_curves, run_cli, worst_dip
 
 from node.metrics import read_metrics
 
@@ -39,6 +39,7 @@ VARIANTS = {
     "corrected_ess": ["--learner.lr_rule", "sqrt"],
 }
 ORDINARY = (0, 1)
+ROLES = {"ordinary (node0, node1)": ORDINARY, "stale (node2)": (2,), "heterogeneous (node3)": (3,)}
 
 
 def other_model(runs: Path) -> Path:
@@ -64,7 +65,7 @@ def run_one(args, variant: str, seed: int, model: Path) -> Path:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--steps", type=int, default=150)
     ap.add_argument("--lag", type=int, default=8, help="the stale node's behaviour lag (updates)")
     ap.add_argument("--round-seconds", type=float, default=1.2)
     ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
@@ -79,14 +80,20 @@ def main() -> None:
     result: dict = {"args": {k: str(v) for k, v in vars(args).items()}, "variants": {}}
     curves = {}
     for v in args.variants:
-        per_seed = []
+        per_seed, by_role = [], {role: [] for role in ROLES}
         for seed in args.seeds:
             run_dir = run_one(args, v, seed, model)
-            recs = [read_metrics(run_dir / f"node{i}" / "metrics.jsonl") for i in ORDINARY]
+            every = [read_metrics(run_dir / f"node{i}" / "metrics.jsonl") for i in range(4)]
+            for role, idx in ROLES.items():
+                by_role[role] += [final(correctness(every[i])) for i in idx]
+            recs = [every[i] for i in ORDINARY]
             cs = [correctness(rr) for rr in recs]
             curves.setdefault(v, []).extend(cs)
             per_seed.append({
+                "start": statistics.mean(statistics.mean(c[:WINDOW]) for c in cs),
                 "final": statistics.mean(final(c) for c in cs),
+                # a node that ends below where it started (first 20 steps) has collapsed
+                "collapsed": sum(final(c) < statistics.mean(c[:WINDOW]) for c in cs),
                 "dip": max(worst_dip(c) for c in cs),
                 "rho": statistics.mean(r.get("rho") or 1.0 for rr in recs for r in rr),
                 # the batch's real ESS/B against its behaviour policies (naive sharing ignores it)
@@ -94,19 +101,28 @@ def main() -> None:
                                                  for rr in recs for r in rr),
             })
         result["variants"][v] = {"per_seed": per_seed,
-                                 **{k: statistics.mean(p[k] for p in per_seed) for k in ("final", "dip", "rho", "behaviour_rho")},
-                                 "final_sd": statistics.pstdev(p["final"] for p in per_seed)}
+                                 **{k: statistics.mean(p[k] for p in per_seed)
+                                    for k in ("start", "final", "dip", "rho", "behaviour_rho")},
+                                 "collapsed": sum(p["collapsed"] for p in per_seed),
+                                 "final_sd": statistics.pstdev(p["final"] for p in per_seed),
+                                 "final_by_role": {role: statistics.mean(f) for role, f in by_role.items()}}
     tag = f"-{args.tag}" if args.tag else ""
     md = ["# Correction study: stale and heterogeneous peers", "",
           f"`python scripts/exp_correction.py {' '.join(sys.argv[1:])}`", "",
           f"4 nodes over hivemind on loopback, {args.steps} steps, seeds {args.seeds}: node2 stale "
           f"(behaviour lag {args.lag}), node3 heterogeneous (another width and tokenizer). Each step 4 "
           "local + 4 peer groups. Numbers for the ordinary nodes (node0, node1), means over seeds.", "",
-          "| variant | final correctness (last 20) | spread over seeds (sd) | worst dip of the 20-step mean "
-          "| ESS/B the learner used | true ESS/B of the batches |",
-          "|---|---:|---:|---:|---:|---:|"]
+          "| variant | first 20 steps | final correctness (last 20) | spread over seeds (sd) | nodes that ended below their start "
+          "| worst dip of the 20-step mean | ESS/B the learner used | true ESS/B of the batches |",
+          "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    n_ordinary = len(ORDINARY) * len(args.seeds)
     for v, r in result["variants"].items():
-        md.append(f"| {v} | {r['final']:.3f} | {r['final_sd']:.3f} | {r['dip']:.3f} | {r['rho']:.3f} | {r['behaviour_rho']:.3f} |")
+        md.append(f"| {v} | {r['start']:.3f} | {r['final']:.3f} | {r['final_sd']:.3f} | {r['collapsed']}/{n_ordinary} "
+                  f"| {r['dip']:.3f} | {r['rho']:.3f} | {r['behaviour_rho']:.3f} |")
+    md += ["", "Final correctness (last 20 steps) by node, means over seeds:", "",
+           "| variant | " + " | ".join(ROLES) + " |", "|---|" + "---:|" * len(ROLES)]
+    for v, r in result["variants"].items():
+        md.append(f"| {v} | " + " | ".join(f"{r['final_by_role'][role]:.3f}" for role in ROLES) + " |")
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"exp_correction{tag}.json").write_text(json.dumps(result, indent=2))
     plot_mean_curves(curves, args.out / f"exp_correction{tag}.png", "correctness of node0/node1")
