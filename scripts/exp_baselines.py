@@ -21,11 +21,10 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from exp_common import ROOT, WINDOW, correctness, final, plot_mean_curves, run_cli
+from exp_common import ROOT, WINDOW, command_line, correctness, final, plot_mean_curves, run_cli, write_report
 
 from node.metrics import read_metrics
 
@@ -84,7 +83,7 @@ def main() -> None:
 
     tag = f"-{args.tag}" if args.tag else ""
     md = ["# Baselines at small groups: mean vs median (MC-GRPO) vs OPOB", "",
-          f"`python scripts/exp_baselines.py {' '.join(sys.argv[1:])}`", "",
+          f"`{command_line()}`", "",
           f"Solo node on the embedded default, {args.steps} steps, seeds {args.seeds}, rollouts from a "
           f"policy {args.lag} updates old, {BATCH} completions trained per step ({BATCH} / G prompts × G). "
           "Means over seeds (± spread over seeds).", "",
@@ -100,8 +99,7 @@ def main() -> None:
     plot_mean_curves(curves, args.out / f"exp_baselines{tag}.png", "correctness",
                      f"baselines, mean over seeds (window {WINDOW})")
     md.append(f"\n![correctness per G and baseline](exp_baselines{tag}.png)")
-    (args.out / f"exp_baselines{tag}.md").write_text("\n".join(md) + "\n")
-    print("\n".join(md))
+    write_report(args.out / f"exp_baselines{tag}.md", md)
 
 
 if __name__ == "__main__":

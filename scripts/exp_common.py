@@ -18,6 +18,11 @@ from node.plots import rolling_mean  # noqa: E402
 
 WINDOW = 20  # steps in the rolling mean and in "final" (the last WINDOW steps)
 
+def command_line() -> str:
+    """How this report was made: ``python scripts/NAME.py ARGS``."""
+    return " ".join(["python", f"scripts/{Path(sys.argv[0]).name}", *sys.argv[1:]])
+
+
 def run_cli(args: list[str], run_dir: Path, done_file: str, rerun: bool = False) -> Path:
     """Run ``swarm-node ARGS --run.dir RUN_DIR`` (one torch thread, output to the log) unless
     ``RUN_DIR/DONE_FILE`` exists already, which a finished run leaves behind."""
@@ -54,6 +59,20 @@ def worst_dip(curve: list[float]) -> float:
             peak = max(peak, v)
             dip = max(dip, peak - v)
     return dip
+
+NOTES = "## What this shows"
+
+
+def write_report(path: Path, lines: list[str]) -> None:
+    """Write the markdown report; a hand-written "## What this shows" section already at the end
+    of the file (the reading of the numbers) is kept, so rerunning a script does not erase it."""
+    notes = ""
+    if path.exists() and NOTES in (old := path.read_text()):
+        notes = "\n" + old[old.index(NOTES):]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n" + notes)
+    print("\n".join(lines))
+
 
 def plot_mean_curves(curves: dict[str, list[list[float]]], path: Path, ylabel: str, title: str = "") -> None:
     """One line per label: the rolling mean of the step-wise mean over that label's curves."""

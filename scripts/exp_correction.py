@@ -25,11 +25,11 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 from dataclasses import replace
 from pathlib import Path
 
-from exp_common import ROOT, WINDOW, correctness, final, plot_mean_curves, run_cli, worst_dip
+from exp_common import (ROOT, WINDOW, command_line, correctness,
+                        final, plot_mean_curves, run_cli, worst_dip, write_report)
 
 from node.metrics import read_metrics
 
@@ -108,7 +108,7 @@ def main() -> None:
                                  "final_by_role": {role: statistics.mean(f) for role, f in by_role.items()}}
     tag = f"-{args.tag}" if args.tag else ""
     md = ["# Correction study: stale and heterogeneous peers", "",
-          f"`python scripts/exp_correction.py {' '.join(sys.argv[1:])}`", "",
+          f"`{command_line()}`", "",
           f"4 nodes over hivemind on loopback, {args.steps} steps, seeds {args.seeds}: node2 stale "
           f"(behaviour lag {args.lag}), node3 heterogeneous (another width and tokenizer). Each step 4 "
           "local + 4 peer groups. Numbers for the ordinary nodes (node0, node1), means over seeds.", "",
@@ -127,8 +127,7 @@ def main() -> None:
     (args.out / f"exp_correction{tag}.json").write_text(json.dumps(result, indent=2))
     plot_mean_curves(curves, args.out / f"exp_correction{tag}.png", "correctness of node0/node1")
     md.append(f"\n![correctness per variant](exp_correction{tag}.png)")
-    (args.out / f"exp_correction{tag}.md").write_text("\n".join(md) + "\n")
-    print("\n".join(md))
+    write_report(args.out / f"exp_correction{tag}.md", md)
 
 
 if __name__ == "__main__":

@@ -27,11 +27,11 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 from dataclasses import replace
 from pathlib import Path
 
-from exp_common import ROOT, correctness, final, first_reach, plot_mean_curves, run_cli
+from exp_common import (ROOT, command_line, correctness, final,
+                        first_reach, plot_mean_curves, run_cli, write_report)
 
 from node.metrics import read_metrics
 
@@ -111,7 +111,7 @@ def main() -> None:
     base = result["splits"]["8/0"]
     tag = f"-{args.tag}" if args.tag else ""
     md = [f"# SAPO split study: {args.nodes} nodes, embedded default model, level-1 tasks", "",
-          f"`python scripts/exp_sapo_splits.py {' '.join(sys.argv[1:])}`", "",
+          f"`{command_line()}`", "",
           f"{args.steps} steps per run, seeds {args.seeds}, transport {args.transport}, rounds of "
           f"{args.round_seconds} s. Each step a node trains on 8 groups of 8 completions: I its own, J its peers'. "
           + ("Every node starts from its own warm start (the default recipe with seed 1234 + i). "
@@ -136,14 +136,12 @@ def main() -> None:
                "reward for 8/0 / 6/2 / 4/4 / 2/6 on its task and models."]
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"exp_sapo_splits{tag}.json").write_text(json.dumps(result, indent=2))
-    (args.out / f"exp_sapo_splits{tag}.md").write_text("\n".join(md) + "\n")
     plot_mean_curves({f"{s} (local/external)": [c for nodes in by_seed.values() for c in nodes]
                       for s, by_seed in curves.items()},
                      args.out / f"exp_sapo_splits{tag}.png", "correctness",
                      f"SAPO splits: {args.nodes} nodes, mean over nodes and seeds")
     md.append(f"\n![correctness per split](exp_sapo_splits{tag}.png)")
-    (args.out / f"exp_sapo_splits{tag}.md").write_text("\n".join(md) + "\n")
-    print("\n".join(md))
+    write_report(args.out / f"exp_sapo_splits{tag}.md", md)
 
 
 if __name__ == "__main__":
