@@ -1,0 +1,51 @@
+"""The experiment and benchmark scripts stay runnable: each answers --help, and the statistics the
+experiment reports are built from give hand-computed numbers."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import exp_common  # noqa: E402
+
+SCRIPTS = sorted(p.name for p in (ROOT / "scripts").glob("*.py") if p.stem.startswith(("exp_", "bench_"))
+                 and p.stem not in ("exp_common", "bench_common"))
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_script_answers_help(script):
+    r = subprocess.run([sys.executable, f"scripts/{script}", "--help"], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "usage:" in r.stdout
+
+
+def test_final_and_first_reach_use_the_rolling_window(monkeypatch):
+    monkeypatch.setattr(exp_common, "WINDOW", 2)
+    curve = [0.0, 0.0, 1.0, 1.0, 0.0]
+    assert exp_common.final(curve) == pytest.approx(0.5)  # the mean of the last WINDOW steps
+    # 2-step rolling means: -, 0, 0.5, 1, 0.5 → 0.5 first reached at step 3, 1.0 at step 4
+    assert exp_common.first_reach(curve, 0.5) == 3
+    assert exp_common.first_reach(curve, 1.0) == 4
+    assert exp_common.first_reach(curve, 1.1) is None
+
+
+def test_worst_dip_is_the_largest_fall_below_the_running_peak(monkeypatch):
+    monkeypatch.setattr(exp_common, "WINDOW", 1)
+    assert exp_common.worst_dip([0.1, 0.5, 0.2, 0.4, 0.1, 0.6]) == pytest.approx(0.4)
+    assert exp_common.worst_dip([0.1, 0.2, 0.3]) == 0.0  # never falls
+
+
+def test_rerunning_a_report_keeps_its_hand_written_reading(tmp_path, capsys):
+    report = tmp_path / "exp.md"
+    exp_common.write_report(report, ["# old", "| 1 |"])
+    report.write_text(report.read_text() + "\n## What this shows\n\n- a reading\n")
+    exp_common.write_report(report, ["# new", "| 2 |"])
+    text = report.read_text()
+    assert text.startswith("# new\n| 2 |\n") and "| 1 |" not in text
+    assert text.count("## What this shows") == 1 and text.endswith("- a reading\n")
