@@ -12,8 +12,8 @@ generates (G + 1) / G as many.
 
 Reported per (G, baseline), means over seeds: final correctness (last 20 steps) and its spread
 over seeds, cumulative correctness, the share of samples with a zero advantage (they carry no
-gradient: at G = 2 every group whose two rewards agree), and the mean gradient norm before
-clipping. Writes ``exp_baselines[-TAG].md``/``.json``/``.png`` into ``--out``.
+gradient: at G = 2 every group whose two rewards agree), the mean gradient norm before
+clipping, and the learner's time per step (exact OPOB pays one backward pass per sample). Writes ``exp_baselines[-TAG].md``/``.json``/``.png`` into ``--out``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import statistics
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from exp_common import ROOT, WINDOW, command_line, correctness, final, plot_mean_curves, run_cli, write_report
+from exp_common import ROOT, command_line, correctness, final, plot_panels, run_cli, write_report
 
 from node.metrics import read_metrics
 
@@ -62,18 +62,19 @@ def main() -> None:
         run_dirs = dict(zip(configs, pool.map(lambda c: run(*c), configs)))
 
     result: dict = {"args": {k: str(v) for k, v in vars(args).items()}, "runs": {}}
-    curves: dict[str, list[list[float]]] = {}
+    curves: dict[str, dict[str, list[list[float]]]] = {}
     for g in args.groups:
         for b in args.baselines:
             per_seed = []
             for seed in args.seeds:
                 recs = read_metrics(run_dirs[g, b, seed] / "metrics.jsonl")
                 c = correctness(recs)
-                curves.setdefault(f"G={g} {b}", []).append(c)
+                curves.setdefault(f"G = {g}", {}).setdefault(b, []).append(c)
                 per_seed.append({
                     "final": final(c), "cumulative": sum(c),
                     "zero_adv": statistics.mean(r.get("zero_adv_frac", 0.0) for r in recs),
                     "grad_norm": statistics.mean(r["grad_norm"] for r in recs if "grad_norm" in r),
+                    "learn_ms": 1000 * statistics.mean(r["learn_time"] for r in recs),
                 })
             result["runs"][f"G{g}-{b}"] = {
                 "G": g, "baseline": b, "per_seed": per_seed,
@@ -87,17 +88,16 @@ def main() -> None:
           f"Solo node on the embedded default, {args.steps} steps, seeds {args.seeds}, rollouts from a "
           f"policy {args.lag} updates old, {BATCH} completions trained per step ({BATCH} / G prompts × G). "
           "Means over seeds (± spread over seeds).", "",
-          "| G | baseline | final correctness (last 20) | cumulative | vs mean at this G | zero-advantage samples | mean grad norm |",
-          "|---:|---|---:|---:|---:|---:|---:|"]
+          "| G | baseline | final correctness (last 20) | cumulative | vs mean at this G | zero-advantage samples | mean grad norm | learner step (ms) |",
+          "|---:|---|---:|---:|---:|---:|---:|---:|"]
     for r in result["runs"].values():
         ref = result["runs"].get(f"G{r['G']}-mean")
         vs = f"{r['cumulative'] / ref['cumulative']:.2f}x" if ref else "-"
         md.append(f"| {r['G']} | {r['baseline']} | {r['final']:.3f} ± {r['final_sd']:.3f} | {r['cumulative']:.1f} | "
-                  f"{vs} | {r['zero_adv']:.2f} | {r['grad_norm']:.3f} |")
+                  f"{vs} | {r['zero_adv']:.2f} | {r['grad_norm']:.3f} | {r['learn_ms']:.0f} |")
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"exp_baselines{tag}.json").write_text(json.dumps(result, indent=2))
-    plot_mean_curves(curves, args.out / f"exp_baselines{tag}.png", "correctness",
-                     f"baselines, mean over seeds (window {WINDOW})")
+    plot_panels(curves, args.out / f"exp_baselines{tag}.png", "correctness, mean over seeds")
     md.append(f"\n![correctness per G and baseline](exp_baselines{tag}.png)")
     write_report(args.out / f"exp_baselines{tag}.md", md)
 

@@ -76,22 +76,30 @@ def write_report(path: Path, lines: list[str]) -> None:
 
 def plot_mean_curves(curves: dict[str, list[list[float]]], path: Path, ylabel: str, title: str = "") -> None:
     """One line per label: the rolling mean of the step-wise mean over that label's curves."""
+    plot_panels({title: curves}, path, ylabel)
+
+
+def plot_panels(panels: dict[str, dict[str, list[list[float]]]], path: Path, ylabel: str) -> None:
+    """Side-by-side panels (title → label → curves), each drawn as in ``plot_mean_curves``, on a
+    shared y axis so the panels compare."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 4))
-    for label, cs in curves.items():
-        n = min(len(c) for c in cs)
-        mean = [statistics.mean(c[i] for c in cs) for i in range(n)]
-        ax.plot(range(1, n + 1), rolling_mean(mean, WINDOW), label=label)
-    ax.set_xlabel("step")
-    ax.set_ylabel(f"{ylabel} ({WINDOW}-step mean)")
-    if title:
-        ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend()
+    fig, axes = plt.subplots(1, len(panels), figsize=(8 if len(panels) == 1 else 4.5 * len(panels), 4),
+                             sharey=True, squeeze=False)
+    for ax, (title, curves) in zip(axes[0], panels.items()):
+        for label, cs in curves.items():
+            n = min(len(c) for c in cs)
+            mean = [statistics.mean(c[i] for c in cs) for i in range(n)]
+            ax.plot(range(1, n + 1), rolling_mean(mean, WINDOW), label=label)
+        ax.set_xlabel("step")
+        if title:
+            ax.set_title(title)
+        ax.grid(alpha=0.3)
+        ax.legend()
+    axes[0][0].set_ylabel(f"{ylabel} ({WINDOW}-step mean)")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
