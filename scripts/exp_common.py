@@ -18,6 +18,7 @@ from node.plots import rolling_mean  # noqa: E402
 
 WINDOW = 20  # steps in the rolling mean and in "final" (the last WINDOW steps)
 
+
 def command_line() -> str:
     """How this report was made: ``python scripts/NAME.py ARGS``."""
     return " ".join(["python", f"scripts/{Path(sys.argv[0]).name}", *sys.argv[1:]])
@@ -37,12 +38,16 @@ def run_cli(args: list[str], run_dir: Path, done_file: str, rerun: bool = False)
     print(f"  {time.time() - t0:.0f} s", flush=True)
     return run_dir
 
+
 def correctness(recs: list[dict]) -> list[float]:
     """Per step, the mean correctness of the node's own completions."""
     return [r.get("correct") or 0.0 for r in recs]
 
+
 def final(curve: list[float]) -> float:
+    """The mean of the last WINDOW steps: a run's final reward."""
     return statistics.mean(curve[-WINDOW:])
+
 
 def first_reach(curve: list[float], target: float) -> int | None:
     """The first step whose WINDOW-step rolling mean reaches ``target``, or None."""
@@ -50,6 +55,7 @@ def first_reach(curve: list[float], target: float) -> int | None:
         if i + 1 >= WINDOW and v >= target:
             return i + 1
     return None
+
 
 def worst_dip(curve: list[float]) -> float:
     """The largest fall of the rolling mean below its running peak: a collapse shows as a large dip."""
@@ -59,6 +65,7 @@ def worst_dip(curve: list[float]) -> float:
             peak = max(peak, v)
             dip = max(dip, peak - v)
     return dip
+
 
 NOTES = "## What this shows"
 
