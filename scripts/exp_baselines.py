@@ -13,7 +13,8 @@ generates (G + 1) / G as many.
 Reported per (G, baseline), means over seeds: final correctness (last 20 steps) and its spread
 over seeds, cumulative correctness, the share of samples with a zero advantage (they carry no
 gradient: at G = 2 every group whose two rewards agree), the mean gradient norm before
-clipping, and the learner's time per step (exact OPOB pays one backward pass per sample). Writes ``exp_baselines[-TAG].md``/``.json``/``.png`` into ``--out``.
+clipping, and the learner's time per step (exact OPOB pays one backward pass per sample).
+Writes ``exp_baselines[-TAG].md``/``.json``/``.png`` into ``--out``.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from pathlib import Path
 
 from exp_common import ROOT, command_line, correctness, final, plot_panels, run_cli, write_report
 
-from node.metrics import read_metrics
+from node.metrics import read_metrics  # importable: exp_common puts the repo root on sys.path
 
 BATCH = 32
 BASELINES = ["mean", "median", "opob", "opob_approx"]
