@@ -20,7 +20,6 @@ Writes ``exp_baselines[-TAG].md``/``.json``/``.png`` into ``--out``.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -96,11 +95,8 @@ def main() -> None:
         vs = f"{r['cumulative'] / ref['cumulative']:.2f}x" if ref else "-"
         md.append(f"| {r['G']} | {r['baseline']} | {r['final']:.3f} ± {r['final_sd']:.3f} | {r['cumulative']:.1f} | "
                   f"{vs} | {r['zero_adv']:.2f} | {r['grad_norm']:.3f} | {r['learn_ms']:.0f} |")
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"exp_baselines{tag}.json").write_text(json.dumps(result, indent=2))
     plot_panels(curves, args.out / f"exp_baselines{tag}.png", "correctness, mean over seeds")
-    md.append(f"\n![correctness per G and baseline](exp_baselines{tag}.png)")
-    write_report(args.out / f"exp_baselines{tag}.md", md)
+    write_report(args.out, f"exp_baselines{tag}", md, result, "correctness per G and baseline")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ use, and the plot of mean curves per variant."""
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
 import subprocess
@@ -70,13 +71,17 @@ def worst_dip(curve: list[float]) -> float:
 NOTES = "## What this shows"
 
 
-def write_report(path: Path, lines: list[str]) -> None:
-    """Write the markdown report; a hand-written "## What this shows" section already at the end
-    of the file (the reading of the numbers) is kept, so rerunning a script does not erase it."""
-    notes = ""
+def write_report(out: Path, stem: str, lines: list[str], result: dict, plot_alt: str) -> None:
+    """Write ``STEM.json`` (the numbers) and ``STEM.md`` (the report's lines, then the plot
+    ``STEM.png`` the script drew). A hand-written "## What this shows" section already at the end
+    of the markdown file (the reading of the numbers) is kept, so rerunning a script does not
+    erase it."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stem}.json").write_text(json.dumps(result, indent=2))
+    lines = [*lines, f"\n![{plot_alt}]({stem}.png)"]
+    path, notes = out / f"{stem}.md", ""
     if path.exists() and NOTES in (old := path.read_text()):
         notes = "\n" + old[old.index(NOTES):]
-    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n" + notes)
     print("\n".join(lines))
 

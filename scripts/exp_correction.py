@@ -23,7 +23,6 @@ mean ESS/B (the one the learner used, 1 for naive, and the batches' true one). W
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 from dataclasses import replace
 from pathlib import Path
@@ -123,11 +122,8 @@ def main() -> None:
            "| variant | " + " | ".join(ROLES) + " |", "|---|" + "---:|" * len(ROLES)]
     for v, r in result["variants"].items():
         md.append(f"| {v} | " + " | ".join(f"{r['final_by_role'][role]:.3f}" for role in ROLES) + " |")
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"exp_correction{tag}.json").write_text(json.dumps(result, indent=2))
     plot_mean_curves(curves, args.out / f"exp_correction{tag}.png", "correctness of node0/node1")
-    md.append(f"\n![correctness per variant](exp_correction{tag}.png)")
-    write_report(args.out / f"exp_correction{tag}.md", md)
+    write_report(args.out, f"exp_correction{tag}", md, result, "correctness per variant")
 
 
 if __name__ == "__main__":

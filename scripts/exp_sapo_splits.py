@@ -25,7 +25,6 @@ every run folder under ``--runs``.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 from dataclasses import replace
 from pathlib import Path
@@ -131,17 +130,15 @@ def main() -> None:
                "final correctness of the same seed (1.00 = never within the run); 8/0 itself reaches its "
                "own final by definition late in the run. \"Steps vs 8/0\" divides the two fractions (the "
                "issue's target is 0.6x or less); a node that never got there counts as the whole run (an "
-               "underestimate, which favours the splits where fewer nodes got there). \"Own rollouts generated\" multiplies it by I / 8: a sharing node "
-               "generates I groups a step instead of 8. SAPO reported 562 / 854 / 1093 / 946 cumulative "
-               "reward for 8/0 / 6/2 / 4/4 / 2/6 on its task and models."]
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"exp_sapo_splits{tag}.json").write_text(json.dumps(result, indent=2))
+               "underestimate, which favours the splits where fewer nodes got there). \"Own rollouts "
+               "generated\" multiplies it by I / 8: a sharing node generates I groups a step instead of "
+               "8. SAPO reported 562 / 854 / 1093 / 946 cumulative reward for 8/0 / 6/2 / 4/4 / 2/6 on "
+               "its task and models."]
     plot_mean_curves({f"{s} (local/external)": [c for nodes in by_seed.values() for c in nodes]
                       for s, by_seed in curves.items()},
                      args.out / f"exp_sapo_splits{tag}.png", "correctness",
                      f"SAPO splits: {args.nodes} nodes, mean over nodes and seeds")
-    md.append(f"\n![correctness per split](exp_sapo_splits{tag}.png)")
-    write_report(args.out / f"exp_sapo_splits{tag}.md", md)
+    write_report(args.out, f"exp_sapo_splits{tag}", md, result, "correctness per split")
 
 
 if __name__ == "__main__":

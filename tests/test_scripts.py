@@ -3,6 +3,7 @@ experiment reports are built from give hand-computed numbers."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -43,9 +44,10 @@ def test_worst_dip_is_the_largest_fall_below_the_running_peak(monkeypatch):
 
 def test_rerunning_a_report_keeps_its_hand_written_reading(tmp_path, capsys):
     report = tmp_path / "exp.md"
-    exp_common.write_report(report, ["# old", "| 1 |"])
+    exp_common.write_report(tmp_path, "exp", ["# old", "| 1 |"], {"x": 1}, "plot")
     report.write_text(report.read_text() + "\n## What this shows\n\n- a reading\n")
-    exp_common.write_report(report, ["# new", "| 2 |"])
+    exp_common.write_report(tmp_path, "exp", ["# new", "| 2 |"], {"x": 2}, "plot")
     text = report.read_text()
-    assert text.startswith("# new\n| 2 |\n") and "| 1 |" not in text
+    assert text.startswith("# new\n| 2 |\n\n![plot](exp.png)\n") and "| 1 |" not in text
     assert text.count("## What this shows") == 1 and text.endswith("- a reading\n")
+    assert json.loads((tmp_path / "exp.json").read_text()) == {"x": 2}
