@@ -51,3 +51,15 @@ def test_rerunning_a_report_keeps_its_hand_written_reading(tmp_path, capsys):
     assert text.startswith("# new\n| 2 |\n\n![plot](exp.png)\n") and "| 1 |" not in text
     assert text.count("## What this shows") == 1 and text.endswith("- a reading\n")
     assert json.loads((tmp_path / "exp.json").read_text()) == {"x": 2}
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["exp_baselines.py", "--groups", "3"], "every G must divide 32"),
+    (["exp_sapo_splits.py", "--splits", "4/4"], "the 8/0 split is the baseline"),
+    (["exp_sapo_splits.py", "--distinct-models"], "use --transport hivemind"),
+])
+def test_experiments_refuse_settings_they_cannot_run(argv, says, tmp_path):
+    r = subprocess.run([sys.executable, f"scripts/{argv[0]}", *argv[1:], "--runs", str(tmp_path / "runs"),
+                        "--out", str(tmp_path / "out")], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 2 and says in r.stderr
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "out").exists()  # refused before any work
