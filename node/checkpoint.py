@@ -299,15 +299,52 @@ def _publish(tmp: Path, final: Path) -> None:
 
 
 def _prune(root: Path, keep_last: int, just_written: Path) -> None:
-    dirs = [p for _, p in _step_dirs(root)]
-    for p in dirs[:-keep_last]:
+    """Keep the ``keep_last`` newest *valid* checkpoints (``just_written`` always among them).
+
+    A corrupt or incomplete checkpoint never takes a slot: if it did, a corrupt newest one would
+    push the last good one out (resume would then have nothing to fall back to). Corrupt ones
+    are removed, with the reason logged, since resume skips them anyway.
+    """
+    valid, broken = [], []
+    for _, p in _step_dirs(root):
         if p == just_written:
+            valid.append(p)
             continue
+        try:
+            _verify_cached(p)
+            valid.append(p)
+        except CheckpointError as e:
+            broken.append((p, e))
+    keep = set(valid[-keep_last:]) | {just_written}
+    doomed_dirs = [p for p in valid if p not in keep]
+    for p, e in broken:
+        logger.warning("removing unusable checkpoint %s: %s", p.name, e)
+        doomed_dirs.append(p)
+    for p in doomed_dirs:
         # Rename first so a kill mid-delete never leaves a half-deleted step_* dir visible.
         doomed = p.with_name(f"{p.name}.del-{os.getpid()}")
         os.replace(p, doomed)
         shutil.rmtree(doomed)
+        _verified.pop(str(p), None)
         logger.debug("pruned checkpoint %s", p.name)
+
+
+# Checkpoints this process has verified, by path -> (name, mtime_ns, size) of each file: pruning
+# checks every kept checkpoint at each save, and rehashing gigabytes each time would be wasteful;
+# any change to a file (a rewrite, a truncation) changes its stamp and forces a new check.
+_verified: dict[str, tuple] = {}
+
+
+def _verify_cached(path: Path) -> None:
+    try:
+        stamp = tuple(sorted((f.name, f.stat().st_mtime_ns, f.stat().st_size) for f in path.iterdir()))
+    except OSError:
+        stamp = None
+    if stamp is not None and _verified.get(str(path)) == stamp:
+        return
+    _verify(path)
+    if stamp is not None:
+        _verified[str(path)] = stamp
 
 
 def list_checkpoints(ckpt_root: Path) -> list[Path]:

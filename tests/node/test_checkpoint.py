@@ -336,8 +336,8 @@ def test_corruption_is_reported_and_load_latest_falls_back(tmp_path, caplog, cor
 
 
 def test_all_corrupt_raises_listing_each(tmp_path, caplog):
-    for step in (1, 2):
-        _flip(save_checkpoint(tmp_path, _small_state(step)[0]))
+    for path in [save_checkpoint(tmp_path, _small_state(step)[0]) for step in (1, 2)]:
+        _flip(path)
     with pytest.raises(CheckpointError) as info:
         load_latest(tmp_path)
     assert isinstance(info.value, NodeError)
@@ -357,6 +357,35 @@ def test_keep_last_prunes_oldest(tmp_path):
     assert [p.name for p in list_checkpoints(tmp_path)] == ["step_000003", "step_000005"]
     with pytest.raises(ValueError):
         save_checkpoint(tmp_path, _small_state(6)[0], keep_last=0)
+
+
+def test_retention_never_lets_a_corrupt_checkpoint_displace_a_good_one(tmp_path, caplog):
+    # The newest checkpoint is corrupt: resume falls back to step 10, the node trains on and
+    # saves step 15. keep_last=2 must keep 10 and 15 (the good ones), not 15 and the corrupt 20.
+    save_checkpoint(tmp_path, _small_state(10)[0], keep_last=2)
+    _flip(save_checkpoint(tmp_path, _small_state(20)[0], keep_last=2))
+    state, path = load_latest(tmp_path)
+    assert state.step == 10
+    caplog.set_level(logging.WARNING, logger="node.checkpoint")
+    save_checkpoint(tmp_path, _small_state(15)[0], keep_last=2)
+    assert [p.name for p in _step_dirs_named(tmp_path)] == ["step_000010", "step_000015"]
+    assert any("step_000020" in r.getMessage() and "hash mismatch" in r.getMessage() for r in caplog.records)
+    # With keep_last=1 the newest valid one (the one just written) is what stays.
+    save_checkpoint(tmp_path, _small_state(16)[0], keep_last=1)
+    assert [p.name for p in _step_dirs_named(tmp_path)] == ["step_000016"]
+    assert load_latest(tmp_path)[0].step == 16
+
+
+def test_retention_notices_a_checkpoint_corrupted_after_it_was_verified(tmp_path):
+    save_checkpoint(tmp_path, _small_state(1)[0], keep_last=3)
+    save_checkpoint(tmp_path, _small_state(2)[0], keep_last=3)  # verifies (and remembers) step 1
+    _truncate(tmp_path / "step_000001")
+    save_checkpoint(tmp_path, _small_state(3)[0], keep_last=3)
+    assert [p.name for p in _step_dirs_named(tmp_path)] == ["step_000002", "step_000003"]
+
+
+def _step_dirs_named(root):
+    return sorted(p for p in root.iterdir() if re.fullmatch(r"step_\d+", p.name))
 
 
 def test_resaving_same_step_replaces_it(tmp_path):
