@@ -14,7 +14,7 @@ import logging
 import sys
 from pathlib import Path
 
-from node.config import flag_fields, load_config, parse_flag_value, string_keys
+from node.config import flag_fields, load_config, parse_flag_value, show_value, string_keys
 from node.errors import ConfigError
 from protocol.errors import SwarmError
 
@@ -23,14 +23,14 @@ log = logging.getLogger("swarm_node")
 EXAMPLES = """\
 examples:
   swarm-node train                                   # embedded default model and tasks, solo node
-  swarm-node train --config configs/solo.toml --train.steps 500
+  swarm-node train --config docs/examples/demo.toml --train.steps 500
   swarm-node train --run.dir runs/a --resume          # continue after Ctrl-C or a crash
   swarm-node train --learner.baseline median --generation.num_generations 4
   swarm-node sim --nodes 4 --train.steps 200        # a local swarm: 4 nodes, one live table, plots
   swarm-node bootstrap --port 31337                  # run a bootstrap peer; prints its multiaddr
-  swarm-node join --bootstrap /ip4/1.2.3.4/tcp/31337/p2p/12D3Koo...   # train in a public swarm
+  swarm-node join --bootstrap /ip4/1.2.3.4/tcp/31337/p2p/QmWyMy...   # train in a public swarm
   swarm-node build-model                             # build/cache the embedded default model
-  swarm-node plot runs/solo                          # (re)draw reward_curve.png
+  swarm-node plot runs/solo                          # (re)draw reward_curve.png (or a sim folder's plots)
 
 Every [section] key of the config file is also a flag --section.key (values in TOML syntax).
 """
@@ -39,11 +39,11 @@ Every [section] key of the config file is also a flag --section.key (values in T
 def _add_config_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", type=Path, help="TOML config file (flags override it)")
     groups: dict[str, argparse._ArgumentGroup] = {}
-    for section, name, default, help_ in flag_fields():
+    for section, name, default, help_, choices in flag_fields():
         g = groups.get(section) or groups.setdefault(section, p.add_argument_group(f"[{section}]"))
-        shown = json.dumps(default) if not isinstance(default, str) else default
+        allowed = f"; one of: {', '.join(map(show_value, choices))}" if choices else ""
         g.add_argument(f"--{section}.{name}", dest=f"{section}.{name}", metavar="V",
-                       default=argparse.SUPPRESS, help=f"{help_} (default: {shown})")
+                       default=argparse.SUPPRESS, help=f"{help_} (default: {show_value(default)}{allowed})")
 
 
 def _overrides(ns: argparse.Namespace, unknown: list[str]) -> dict:
@@ -159,8 +159,10 @@ def build_parser() -> argparse.ArgumentParser:
     build = sub.add_parser("build-model", help="build and cache the embedded default model")
     build.add_argument("--out", type=Path, help="write the model here instead of the cache")
 
-    plot = sub.add_parser("plot", help="draw reward_curve.png for a run folder")
-    plot.add_argument("run_dir", type=Path)
+    plot = sub.add_parser("plot", help="draw reward_curve.png for a run folder (or a sim folder's plots)",
+                          description="Redraw a run folder's reward_curve.png from its metrics.jsonl; for a "
+                                      "`swarm-node sim` folder, its reward.png and ess.png and each node's curve.")
+    plot.add_argument("run_dir", type=Path, help="a run folder (--run.dir) or a sim folder")
     return parser
 
 
@@ -189,7 +191,7 @@ def _raw_flags(unknown: list[str]) -> dict[str, str]:
 
 def _simulate(args: argparse.Namespace, unknown: list[str]) -> int:
     from node.log_setup import setup_logging
-    from node.sim import SimSpec, load_faults, run_sim, run_worker
+    from node.sim import SimSpec, check_prior_run, load_faults, run_sim, run_worker, startup_warnings
 
     overrides = _overrides(argparse.Namespace(), unknown)
     if args.command == "sim-worker":
@@ -219,9 +221,21 @@ def _simulate(args: argparse.Namespace, unknown: list[str]) -> int:
     raw = {k: v for k, v in _raw_flags(unknown).items() if k not in sim_keys}
     if args.resume:
         raw["run.resume"] = "true"
+    models = {base.model.name} | {str(o.flags.get("model.name", base.model.name)) for o in faults.node}
     spec = SimSpec(nodes=args.nodes, transport=args.transport, run_dir=run_dir.resolve(),
                    config=args.config.resolve() if args.config else None,
-                   overrides=raw, seed=seed, progress=progress, faults=faults)
+                   overrides=raw, seed=seed, progress=progress, faults=faults,
+                   build_default_model="default" in models)
+    steps = [int(next((o.flags["train.steps"] for o in faults.node if o.index == i and "train.steps" in o.flags),
+                      base.train.steps)) for i in range(args.nodes)]
+    done = check_prior_run(spec, steps, base.run.resume)
+    if done is not None:
+        print(f"swarm-node: {done}", file=sys.stderr)
+        if (run_dir / "summary.md").exists():
+            print((run_dir / "summary.md").read_text())
+        return 0
+    for warning in startup_warnings(spec, base.run.checkpoint_every, base.local_groups, base.swarm.external_groups):
+        log.warning("%s", warning)
     summary = asyncio.run(run_sim(spec))
     print((run_dir / "summary.md").read_text())
     for plot in summary.get("plots", []):
@@ -290,13 +304,23 @@ def main(argv: list[str] | None = None) -> int:
             print(path)
             return 0
         if args.command == "plot":
-            from node.plots import plot_reward_curve
+            from node.errors import NodeError
+            from node.plots import plot_folder
 
-            print(plot_reward_curve(args.run_dir / "metrics.jsonl", args.run_dir / "reward_curve.png"))
+            try:
+                for path in plot_folder(args.run_dir):
+                    print(path)
+            except NodeError as e:  # a folder that is not a run: the user's input, not a failure
+                raise ConfigError(str(e)) from None
             return 0
     except ConfigError as e:
         print(f"swarm-node: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        # Ctrl-C before the node's own handler is installed (loading the model, joining): the
+        # start is abandoned; a failed start leaves nothing behind (TrainingNode.create).
+        print("swarm-node: interrupted (Ctrl-C)", file=sys.stderr)
+        return 130
     except SwarmError as e:
         print(f"swarm-node: error: {e}", file=sys.stderr)
         return 1

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, get_args, get_origin
 
 from pydantic import (BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, ValidationError,
                       field_validator, model_validator)
@@ -26,7 +26,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["NodeConfig", "load_config", "parse_flag_value", "flag_fields", "string_keys"]
+__all__ = ["NodeConfig", "load_config", "read_toml", "parse_flag_value", "flag_fields", "show_value", "string_keys"]
 
 
 class _Section(BaseModel):
@@ -56,9 +56,11 @@ class TasksConfig(_Section):
     def _known_families(cls, v: list[str]) -> list[str]:
         from rewards.registry import all_families  # light: no torch
 
+        if not v:
+            raise ValueError(f"no task family chosen: name at least one of {', '.join(all_families())}")
         unknown = [f for f in v if f not in all_families()]
-        if unknown or not v:
-            raise ValueError(f"unknown task families {unknown}; choose from {all_families()}")
+        if unknown:
+            raise ValueError(f"unknown task families {unknown}; choose from {', '.join(all_families())}")
         return v
 
     @model_validator(mode="after")
@@ -158,7 +160,7 @@ class SwarmConfig(_Section):
         bad = [m for m in v if not (m.startswith("/") and "/p2p/" in m)]
         if bad:
             raise ValueError(f"{bad}: a bootstrap address is a full multiaddr ending in /p2p/<peer id>, "
-                             f"as `swarm-node bootstrap` prints it, e.g. /ip4/1.2.3.4/tcp/31337/p2p/12D3KooW...")
+                             f"as `swarm-node bootstrap` prints it, e.g. /ip4/1.2.3.4/tcp/31337/p2p/QmWyMy...")
         return v
 
     @model_validator(mode="after")
@@ -209,14 +211,28 @@ class NodeConfig(_Section):
         return json.dumps(self.model_dump(), indent=2, sort_keys=True)
 
 
-def flag_fields() -> list[tuple[str, str, Any, str]]:
-    """(section, field, default, help) for every config field, in declaration order."""
+def flag_fields() -> list[tuple[str, str, Any, str, tuple | None]]:
+    """(section, field, default, help, allowed values or None) for every config field, in
+    declaration order; the allowed values are those of a ``Literal`` field."""
     out = []
     for sec_name, sec_field in NodeConfig.model_fields.items():
         sec_cls = sec_field.annotation
         for name, f in sec_cls.model_fields.items():
-            out.append((sec_name, name, f.default, f.description or ""))
+            out.append((sec_name, name, f.default, f.description or "", _choices(f.annotation)))
     return out
+
+
+def _choices(annotation: Any) -> tuple | None:
+    if get_origin(annotation) is Literal:
+        return get_args(annotation)
+    return None
+
+
+def show_value(v: Any) -> str:
+    """A value as a user types it on the command line or in TOML (``None`` is ``none``)."""
+    if v is None:
+        return "none"
+    return v if isinstance(v, str) else json.dumps(v)
 
 
 def string_keys() -> set[str]:
@@ -238,14 +254,43 @@ def _format_errors(err: ValidationError, source: str) -> str:
     lines = [f"invalid configuration ({source}):"]
     for e in err.errors():
         key = ".".join(str(p) for p in e["loc"])
+        # pydantic prefixes the text of a ValueError raised by a validator; the reason is ours.
+        msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
             section = e["loc"][0] if len(e["loc"]) > 1 else None
             valid = (sorted(NodeConfig.model_fields[section].annotation.model_fields)
                      if section in NodeConfig.model_fields else sorted(NodeConfig.model_fields))
             lines.append(f"  {key}: unknown key (valid keys here: {', '.join(valid)})")
+        elif isinstance(e.get("input"), dict) or not key:
+            # A rule across fields (a model validator): its message names the fields; the input
+            # is a whole section (or the whole config), too long and no help to print.
+            lines.append(f"  {key + ': ' if key else ''}{msg}")
         else:
-            lines.append(f"  {key}: {e['msg']} (got {e.get('input')!r})")
+            lines.append(f"  {key}: {msg} (got {e.get('input')!r})")
     return "\n".join(lines)
+
+
+def read_toml(path: str | Path, what: str = "config file") -> dict:
+    """A TOML file's contents; every way reading it can fail becomes a ``ConfigError`` that says
+    what is wrong with the file (the config and the simulator's faults file both use it)."""
+    p = Path(path)
+    try:
+        text = p.read_bytes().decode("utf-8")
+        return tomllib.loads(text)
+    except FileNotFoundError as e:
+        raise ConfigError(f"{what} not found: {p}") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{what} {p} is a folder: pass the TOML file itself "
+                          f"(e.g. docs/examples/demo.toml)") from None
+    except PermissionError:
+        raise ConfigError(f"cannot read {what} {p}: permission denied") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{what} {p} is not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset "
+                          f"{e.start}): TOML files are UTF-8; is this the right file?") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{what} {p} is not valid TOML: {e}") from None
+    except OSError as e:
+        raise ConfigError(f"cannot read {what} {p}: {e.strerror or e}") from None
 
 
 def _merge(base: dict, override: dict) -> dict:
@@ -260,14 +305,8 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
     data: dict = {}
     source = "defaults"
     if path is not None:
-        p = Path(path)
-        source = str(p)
-        try:
-            data = tomllib.loads(p.read_text())
-        except FileNotFoundError as e:
-            raise ConfigError(f"config file not found: {p}") from e
-        except tomllib.TOMLDecodeError as e:
-            raise ConfigError(f"config file {p} is not valid TOML: {e}") from e
+        source = str(path)
+        data = read_toml(path)
     for dotted, value in (overrides or {}).items():
         section, _, key = dotted.partition(".")
         if not key:

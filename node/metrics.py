@@ -15,7 +15,9 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MetricsWriter", "read_metrics"]
+__all__ = ["MetricsWriter", "read_metrics", "summary_window", "SUMMARY_WINDOW"]
+
+SUMMARY_WINDOW = 20  # steps averaged for the first/last correctness of a summary
 
 
 def _clean(v: Any) -> Any:
@@ -23,6 +25,12 @@ def _clean(v: Any) -> Any:
     if isinstance(v, float) and not math.isfinite(v):
         return None
     return v
+
+
+def summary_window(n_steps: int) -> int:
+    """Steps averaged for a summary's "first" and "last" numbers: SUMMARY_WINDOW, or half the
+    run when it is shorter (so first and last never overlap); summaries print the number used."""
+    return min(SUMMARY_WINDOW, max(1, n_steps // 2))
 
 
 def read_metrics(path: Path) -> list[dict]:

@@ -7,7 +7,7 @@ from pathlib import Path
 from node.errors import NodeError
 from node.metrics import read_metrics
 
-__all__ = ["plot_reward_curve", "plot_swarm", "rolling_mean"]
+__all__ = ["plot_folder", "plot_reward_curve", "plot_swarm", "rolling_mean"]
 
 
 def rolling_mean(xs: list[float], window: int) -> list[float]:
@@ -92,3 +92,34 @@ def plot_swarm(run_dir: Path, n_nodes: int, window: int = 10) -> list[Path]:
         plt.close(fig)
         out.append(path)
     return out
+
+
+def plot_folder(run_dir: Path) -> list[Path]:
+    """``swarm-node plot``: redraw a run folder's plots, or a simulated swarm's (its reward.png
+    and ess.png, and each node's reward_curve.png); errors name what the folder is missing."""
+    import json
+
+    run_dir = Path(run_dir)
+    if not run_dir.exists():
+        raise NodeError(f"no such folder: {run_dir}")
+    if not run_dir.is_dir():
+        raise NodeError(f"{run_dir} is a file: pass a run folder (the --run.dir of a run)")
+    sim = run_dir / "sim.json"
+    if sim.exists():
+        try:
+            n = int(json.loads(sim.read_text())["nodes"])
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise NodeError(f"{sim} is unreadable ({e}): cannot tell how many nodes the simulation had") from None
+        out = plot_swarm(run_dir, n)
+        for i in range(n):
+            node = run_dir / f"node{i}"
+            if read_metrics(node / "metrics.jsonl"):
+                out.append(plot_reward_curve(node / "metrics.jsonl", node / "reward_curve.png"))
+        if not out:
+            raise NodeError(f"{run_dir} is a simulation folder whose nodes ({run_dir}/node0 ... node{n - 1}) "
+                            f"have no step records yet: nothing to plot")
+        return out
+    if not (run_dir / "metrics.jsonl").exists():
+        raise NodeError(f"{run_dir} has no metrics.jsonl: it is not a run folder (pass the --run.dir of "
+                        f"a train or join run, a node's folder such as runs/demo/node0, or a sim's folder)")
+    return [plot_reward_curve(run_dir / "metrics.jsonl", run_dir / "reward_curve.png")]

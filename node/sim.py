@@ -37,12 +37,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from node.adversary import ATTACKS
+from node.config import read_toml
 from node.errors import ConfigError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from node.status import describe_phase
 
 log = logging.getLogger(__name__)
 
@@ -129,11 +126,10 @@ class SimFaults(_Strict):
 def load_faults(path: Path | None) -> SimFaults:
     if path is None:
         return SimFaults()
+    data = read_toml(path, "faults file")
     try:
-        return SimFaults.model_validate(tomllib.loads(path.read_text()))
-    except FileNotFoundError as e:
-        raise ConfigError(f"faults file not found: {path}") from e
-    except (tomllib.TOMLDecodeError, ValidationError) as e:
+        return SimFaults.model_validate(data)
+    except ValidationError as e:
         raise ConfigError(f"faults file {path}: {e}") from e
 
 
@@ -148,8 +144,58 @@ class SimSpec:
     progress: str = "auto"
     startup_timeout: float = 120.0
     faults: SimFaults = field(default_factory=SimFaults)
+    build_default_model: bool = False  # build the embedded model once before starting the nodes
     peer_ids: list[str] = field(default_factory=list)  # node i's peer id (identities made up front)
     partition_start: float | None = None  # unix time the nodes were launched
+
+
+def newest_checkpoint_step(node_dir: Path) -> int | None:
+    """Step of a node folder's newest complete checkpoint (its manifest is there), None if none."""
+    from node.checkpoint import list_checkpoints
+
+    found = list_checkpoints(node_dir / "checkpoints")
+    return int(found[-1].name.removeprefix("step_")) if found else None
+
+
+def check_prior_run(spec: SimSpec, steps: list[int], resume: bool) -> str | None:
+    """What an earlier run in ``spec.run_dir`` means for this one, before anything starts.
+
+    Returns a message when every node has already trained its steps (the caller says so and
+    exits 0); raises ``ConfigError`` when the folder holds checkpoints and this run would start
+    over (every node would refuse); None when there is work to do.
+    """
+    done = [newest_checkpoint_step(spec.run_dir / f"node{i}") for i in range(spec.nodes)]
+    if not resume:
+        has = [f"node{i} (step {d})" for i, d in enumerate(done) if d is not None]
+        if has:
+            raise ConfigError(f"{spec.run_dir} already holds a run with checkpoints ({', '.join(has)}): pass "
+                              f"--resume (or run.resume = true) to continue it, or choose another --run.dir")
+        return None
+    if all(d is not None and d >= n for d, n in zip(done, steps)):
+        return (f"{spec.run_dir}: every node has already trained its {max(steps)} steps, so there is "
+                f"nothing to do. To train on, raise the step count (e.g. --train.steps {2 * max(steps)}, or "
+                f"make demo DEMO_ARGS=\"--train.steps {2 * max(steps)}\"); to start over, choose another "
+                f"--run.dir or delete {spec.run_dir}.")
+    return None
+
+
+def startup_warnings(spec: SimSpec, checkpoint_every: int, local_groups: int, external_groups: int) -> list[str]:
+    """Things about this run a user should know before it starts (not errors: it can run)."""
+    out = []
+    for k in spec.faults.kill:
+        if checkpoint_every == 0 or k.at_step < checkpoint_every:
+            first = "at the end" if checkpoint_every == 0 else f"at step {checkpoint_every}"
+            out.append(f"[[kill]] node{k.node} at step {k.at_step}: its first checkpoint is {first} "
+                       f"(run.checkpoint_every = {checkpoint_every}), so it restarts from step 0 and redoes "
+                       f"{k.at_step} steps; to resume where it was killed, pass --run.checkpoint_every "
+                       f"{max(1, k.at_step // 2)} or less")
+    peers = spec.nodes - 1
+    if peers >= 1 and external_groups >= peers * local_groups:
+        out.append(f"with {spec.nodes} nodes each generating {local_groups} groups and taking J = {external_groups} "
+                   f"from peers, every node trains on every group the swarm makes: nodes that start from the "
+                   f"same weights stay identical (ESS/B = 1). Use --swarm.external_groups "
+                   f"{max(1, peers * local_groups // 2)} or fewer, or more nodes")
+    return out
 
 
 class _Children:
@@ -279,6 +325,7 @@ def status_rows(spec: SimSpec, faults: "_Faults | None" = None) -> list[dict]:
             "down": faults is not None and i in faults.down,
             "partitioned": bool(sw.get("partitioned")), "fault_dropped": sw.get("fault_dropped", 0),
             "delay": sw.get("fault_delay_s", 0.0), "stale": (last.get("staleness") or 0),
+            "phase": describe_phase(st) if st else "starting", "note": st.get("note"),
         })
     for j in range(len(spec.faults.malicious)):
         st = read_status(spec.run_dir / f"adversary{j}") or {}
@@ -295,20 +342,21 @@ def render_table(rows: list[dict], title: str):
     from rich.table import Table
 
     t = Table(title=title)
-    for col in ("node", "round", "step", "reward", "correct", "ESS/B", "LR factor", "groups in", "rollouts out",
-                "peers", "rejected", "faults"):
-        t.add_column(col, justify="right")
+    for col in ("node", "phase", "round", "step", "reward", "correct", "ESS/B", "LR factor", "groups in",
+                "rollouts out", "peers", "rejected", "faults"):
+        t.add_column(col, justify="left" if col == "phase" else "right")
     for r in rows:
         if r.get("adversary"):
             sent = ", ".join(f"{k} {v}" for k, v in sorted(r["sent"].items()) if v)
-            t.add_row(r["node"], *["-"] * 10, f"malicious: sent {sum(r['sent'].values())} ({sent})")
+            t.add_row(r["node"], "malicious", *["-"] * 10, f"sent {sum(r['sent'].values())} ({sent})")
             continue
         rej = ", ".join(f"{k} {v}" for k, v in sorted(r["rejected_by"].items()))
         fault = " ".join(x for x in (
             "DOWN" if r["down"] else "", f"restarted {r['restarts']}x" if r["restarts"] else "",
             "PARTITIONED" if r["partitioned"] else "", f"dropped {r['fault_dropped']}" if r["fault_dropped"] else "",
             f"+{r['delay']:g}s latency" if r["delay"] else "", f"stale {r['stale']:g}" if r["stale"] else "") if x)
-        t.add_row(r["node"], _fmt(r["round"]), f"{r['step']}/{_fmt(r['total'])}", _fmt(r["reward"], ".3f"),
+        t.add_row(r["node"], "down" if r["down"] else r["phase"], _fmt(r["round"]), f"{r['step']}/{_fmt(r['total'])}",
+                  _fmt(r["reward"], ".3f"),
                   _fmt(r["correct"], ".3f"), _fmt(r["ess"], ".3f"), _fmt(r["lr_factor"], ".2f"), _fmt(r["in"]),
                   _fmt(r["out"]), _fmt(r["peers"]), _fmt(r["rejected"]) + (f" ({rej})" if rej else ""), fault)
     return t
@@ -316,6 +364,8 @@ def render_table(rows: list[dict], title: str):
 
 async def _start_bootstrap(spec: SimSpec, kids: _Children, stop: asyncio.Event) -> str | None:
     maddr_file = spec.run_dir / "bootstrap.maddr"
+    # An earlier run's file names that run's port: wait for this bootstrap peer's own.
+    maddr_file.unlink(missing_ok=True)
     p = kids.spawn("bootstrap", ["bootstrap", "--host", "127.0.0.1", "--port", "0", "--no-nat", "--no-relay",
                                  "--identity", str(spec.run_dir / "bootstrap.p2p.key"),
                                  "--maddr-file", str(maddr_file)], spec.run_dir / "bootstrap.log")
@@ -329,6 +379,49 @@ async def _start_bootstrap(spec: SimSpec, kids: _Children, stop: asyncio.Event) 
             raise RuntimeError(f"the bootstrap peer did not start in {spec.startup_timeout:.0f} s")
         await asyncio.sleep(0.2)
     return maddr_file.read_text().split()[0]
+
+
+async def _build_default_model(mode: str, stop: asyncio.Event) -> bool:
+    """Build (or find cached) the embedded default model once, here, before the nodes start:
+    N nodes building it at once would each spend N times as long on the same cores. False if
+    Ctrl-C came first (the build thread is abandoned; its temporary folder is cleaned next time)."""
+    from node.daemon_thread import run_in_daemon_thread
+    from policies.default_model import ensure_default_model
+
+    news = {"line": "starting", "since": time.time()}
+
+    def progress(line: str) -> None:
+        news["line"] = line
+
+    build = asyncio.ensure_future(run_in_daemon_thread(lambda: ensure_default_model(progress=progress)))
+    live = None
+    if mode == "rich":
+        from rich.console import Console
+        from rich.live import Live
+
+        live = Live("", console=Console(stderr=True), refresh_per_second=2)
+        live.start()
+    last_plain = 0.0
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        while not build.done():
+            text = f"building the embedded default model (once; cached after): {news['line']}, " \
+                   f"{time.time() - news['since']:.0f} s"
+            if live is not None:
+                live.update(text)
+            elif mode == "plain" and time.time() - last_plain >= 5:
+                last_plain = time.time()
+                log.info("sim: %s", text)
+            await asyncio.wait({build, stopped}, timeout=0.5, return_when=asyncio.FIRST_COMPLETED)
+            if stop.is_set():
+                return False
+    finally:
+        stopped.cancel()
+        if live is not None:
+            live.stop()
+    path = build.result()
+    log.info("sim: default model ready at %s (%.0f s)", path, time.time() - news["since"])
+    return True
 
 
 class _Stopped(Exception):
@@ -363,7 +456,9 @@ class _Faults:
             if step >= k.at_step:
                 self.pending.remove(k)
                 if self.kids.kill(f"node{k.node}"):
-                    log.info("fault: killed node%d at step %d; restart in %.0f s", k.node, step, k.down_seconds)
+                    ckpt = newest_checkpoint_step(self.spec.run_dir / f"node{k.node}")
+                    log.info("fault: killed node%d at step %d; restart in %.0f s, resuming from %s", k.node, step,
+                             k.down_seconds, f"step {ckpt}" if ckpt else "step 0 (no checkpoint yet)")
                     self.down[k.node] = now + k.down_seconds
                 else:
                     log.warning("fault: node%d had already exited at step %d; not killed or restarted", k.node, step)
@@ -400,6 +495,9 @@ async def run_sim(spec: SimSpec) -> dict:
     interrupted = False
     faults = None
     try:
+        if spec.build_default_model:
+            if not await _build_default_model(mode, stop):
+                raise _Stopped()
         if spec.transport == "hivemind":
             maddr = await _start_bootstrap(spec, kids, stop)
             if maddr is None:  # Ctrl-C while the bootstrap peer was starting
@@ -452,8 +550,9 @@ async def run_sim(spec: SimSpec) -> dict:
             elif mode == "plain" and time.time() - last_plain > 10:
                 last_plain = time.time()
                 log.info("sim: %s", "; ".join(
-                    f"{r['node']} step {r['step']} correct {_fmt(r['correct'], '.3f')} ESS/B {_fmt(r['ess'], '.3f')} "
-                    f"in {_fmt(r['in'])} rejected {_fmt(r['rejected'])} restarts {r['restarts']}"
+                    f"{r['node']} {r['phase']} step {r['step']} correct {_fmt(r['correct'], '.3f')} "
+                    f"ESS/B {_fmt(r['ess'], '.3f')} in {_fmt(r['in'])} rejected {_fmt(r['rejected'])} "
+                    f"restarts {r['restarts']}"
                     if not r.get("adversary") else f"{r['node']} sent {r['sent']}" for r in rows))
             try:
                 await asyncio.wait_for(stop.wait(), timeout=0.5)
@@ -486,15 +585,17 @@ def _fault_text(n: dict) -> str:
 
 def write_summary(spec: SimSpec, wall_s: float, interrupted: bool, failed: dict,
                   faults: "_Faults | None" = None) -> dict:
-    from node.metrics import read_metrics
+    from node.metrics import read_metrics, summary_window
     from node.plots import plot_swarm
 
     nodes = []
+    records = [read_metrics(spec.run_dir / f"node{i}" / "metrics.jsonl") for i in range(spec.nodes)]
+    # One window for every node, so their first/last columns compare like with like.
+    w = summary_window(min((len(r) for r in records), default=0))
     for i in range(spec.nodes):
         d = spec.run_dir / f"node{i}"
-        recs = read_metrics(d / "metrics.jsonl")
+        recs = records[i]
         correct = [r.get("correct") or 0.0 for r in recs]
-        w = min(20, max(1, len(correct) // 2))
         st = read_status(d) or {}
         sw = st.get("swarm") or {}
         nodes.append({
@@ -520,10 +621,10 @@ def write_summary(spec: SimSpec, wall_s: float, interrupted: bool, failed: dict,
                             "used_by_honest": used})
     summary = {"nodes": nodes, "adversaries": adversaries, "transport": spec.transport,
                "wall_s": round(wall_s, 1), "interrupted": interrupted, "failed": failed,
-               "run_dir": str(spec.run_dir)}
+               "run_dir": str(spec.run_dir), "window": w}
     summary["plots"] = [str(p) for p in plot_swarm(spec.run_dir, spec.nodes)]
     lines = [f"# swarm-node sim: {spec.nodes} nodes over {spec.transport}", "",
-             "| node | steps | correct first 20 | correct last 20 | peer groups used | peers used | rollouts out | rejected | faults |",
+             f"| node | steps | correct first {w} | correct last {w} | peer groups used | peers used | rollouts out | rejected | faults |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for n in nodes:
         rej = ", ".join(f"{k} {v}" for k, v in sorted(n["rejected"].items()))

@@ -1,4 +1,5 @@
-"""The node's round loop (solo for now): sample tasks, generate, score, learn, log, checkpoint.
+"""The node's round loop: sample tasks, generate, score, share and collect peers' rollouts, learn,
+log, checkpoint.
 
 ``TrainingNode`` owns the policy, the learner, the metrics file and the checkpoints of one run
 folder. Its asyncio loop keeps the event loop free for signals and status while each round's
@@ -32,12 +33,15 @@ import torch
 from node.clock import RoundClock
 from node.checkpoint import CheckpointState, capture_rng, load_latest, restore_rng, save_checkpoint
 from node.config import NodeConfig
+from node.daemon_thread import run_in_daemon_thread
 from node.errors import CheckpointError, ConfigError
 from node.metrics import MetricsWriter
 from node.metrics_endpoint import MetricsEndpoint
 from node.plots import plot_reward_curve
+from node.preflight import check_context, check_device, check_resume_matches, check_run_dir
 from node.progress import Progress
 from node.rollouts import external_samples, generate_rollouts, round_task_ids, to_records, to_train_samples
+from node.status import Phase, StatusFile
 from node.swarm import PeerGroup, SwarmExchange
 from node.transport import Transport, create_transport
 from protocol.identity import load_or_create_identity
@@ -50,16 +54,20 @@ log = logging.getLogger(__name__)
 
 __all__ = ["TrainingNode", "load_policy", "build_learner"]
 
-SUMMARY_WINDOW = 20  # steps averaged for the first/last reward in summary.json
 
 
-def load_policy(cfg: NodeConfig) -> Policy:
-    """The configured policy; ``default`` resolves to the embedded model (built once, cached)."""
+def load_policy(cfg: NodeConfig, phase: Phase | None = None) -> Policy:
+    """The configured policy; ``default`` resolves to the embedded model (built once, cached).
+    ``phase`` hears which start-up phase this is in (building, loading)."""
+    phase = phase or (lambda name, detail="": None)
     name = cfg.model.name
     if name == "default":
-        from policies.default_model import ensure_default_model
+        from policies.default_model import default_home, ensure_default_model
 
-        name = str(ensure_default_model())
+        name = str(ensure_default_model(progress=lambda d: phase("building the embedded default model", d)))
+        phase("loading the model", f"embedded default, cached in {default_home()}")
+    else:
+        phase("loading the model", name)
     return Policy.load(name, dtype=cfg.model.dtype, device=cfg.model.device,
                        lora_rank=cfg.model.lora_rank, lora_alpha=cfg.model.lora_alpha,
                        seed=cfg.train.seed)
@@ -88,8 +96,10 @@ def identity_path(cfg: NodeConfig) -> Path:
     return Path(cfg.swarm.identity) if cfg.swarm.identity else Path(cfg.run.dir) / "identity.pem"
 
 
-async def build_exchange(cfg: NodeConfig, policy: Policy, transport: Transport | None = None) -> SwarmExchange:
-    """This node's identity, transport and exchange, started (joins the swarm)."""
+async def build_exchange(cfg: NodeConfig, policy: Policy, transport: Transport | None = None,
+                         phase: Phase | None = None) -> SwarmExchange:
+    """This node's identity, transport and exchange, started (joins the swarm); ``phase`` hears
+    about join attempts."""
     sc = cfg.swarm
     ident = load_or_create_identity(identity_path(cfg))
     log.info("peer id %s (key %s)", ident.peer_id, identity_path(cfg))
@@ -102,7 +112,8 @@ async def build_exchange(cfg: NodeConfig, policy: Policy, transport: Transport |
                           startup_timeout=sc.startup_timeout, join_retries=sc.join_retries,
                           join_backoff=sc.join_backoff, use_relay=sc.use_relay,
                           nat_port_map=sc.nat_port_map, round_seconds=sc.round_seconds,
-                          max_round_lag=sc.max_round_lag)
+                          max_round_lag=sc.max_round_lag,
+                          on_retry=(lambda d: phase("joining the swarm", d)) if phase else None)
         transport = create_transport(sc.transport, swarm=sc.name, publisher=ident.peer_id, **kwargs)
     if cfg.faults.active:
         from node.transport.faulty import FaultyTransport
@@ -125,6 +136,47 @@ async def build_exchange(cfg: NodeConfig, policy: Policy, transport: Transport |
     await exchange.start()
     log.info("joined swarm %r over %s as %s", sc.name, type(transport).__name__, ident.peer_id)
     return exchange
+
+
+def _steps_recorded(run_dir: Path) -> int:
+    """The last step metrics.jsonl records (0 if none): what a restart may have lost."""
+    from node.metrics import read_metrics
+
+    recs = read_metrics(run_dir / "metrics.jsonl")
+    return max((int(r.get("step", 0)) for r in recs), default=0)
+
+
+# What a start writes into its run folder before it is up; a failed start that created the
+# folder removes them (and the folder, if nothing else is in it).
+_START_FILES = ("status.json", "status.json.tmp", "config.json", "identity.pem", "identity.pem.p2p")
+
+
+def _remove_failed_start(run_dir: Path) -> None:
+    for name in _START_FILES:
+        (run_dir / name).unlink(missing_ok=True)
+    try:
+        run_dir.rmdir()
+    except OSError:
+        log.info("left %s in place: it holds files this start did not write", run_dir)
+
+
+def _mismatch(model_state: dict, state: CheckpointState) -> str:
+    """What differs between a checkpoint's tensors and the model's, in a few lines (torch's own
+    message lists every key: kilobytes on one line for a LoRA/full fine-tuning mix-up)."""
+    have, want = set(state.model_state), set(model_state)
+    missing, unexpected = sorted(want - have), sorted(have - want)
+    shapes = sorted(k for k in have & want if tuple(state.model_state[k].shape) != tuple(model_state[k].shape))
+
+    def some(keys: list[str]) -> str:
+        return ", ".join(keys[:3]) + (f", ... ({len(keys)} in all)" if len(keys) > 3 else "")
+
+    parts = [f"{len(missing)} of the model's tensors are not in it (e.g. {some(missing)})" if missing else "",
+             f"{len(unexpected)} of its tensors are not in the model (e.g. {some(unexpected)})" if unexpected else "",
+             f"{len(shapes)} tensors differ in shape (e.g. {some(shapes)})" if shapes else ""]
+    saved = (state.extra.get("config") or {}).get("model") or {}
+    was = f" It was written with model.name {saved.get('name')!r}, lora_rank {saved.get('lora_rank')}." if saved else ""
+    return ("the checkpoint does not match the model: " + "; ".join(p for p in parts if p) + "." + was
+            + " Resume with the model settings it was written with, or use another --run.dir.")
 
 
 def _seed_everything(seed: int) -> None:
@@ -165,7 +217,7 @@ class _LaggedBehaviour:
 class TrainingNode:
     def __init__(self, cfg: NodeConfig, policy: Policy, learner: Learner, run_dir: Path,
                  start_step: int, swarm: SwarmExchange | None = None,
-                 endpoint: MetricsEndpoint | None = None):
+                 endpoint: MetricsEndpoint | None = None, status: StatusFile | None = None):
         self.cfg = cfg
         self.policy = policy
         self.learner = learner
@@ -186,54 +238,87 @@ class TrainingNode:
         self.last_round: int | None = None
         self.rounds_skipped = 0
         self._closed = False
+        self._coincide_warned = False
+        self.status = status or StatusFile(run_dir, cfg.train.steps, cfg.model.name, start_step)
 
     @classmethod
     async def create(cls, cfg: NodeConfig, transport: Transport | None = None) -> "TrainingNode":
         """Load the policy (building the default model if needed), resume if asked, and join the
-        swarm when ``swarm.transport`` is set (``transport`` overrides the configured one)."""
+        swarm when ``swarm.transport`` is set (``transport`` overrides the configured one).
+
+        Everything that can be checked without loading the model is checked first (the run
+        folder, the device, the checkpoint's settings). A start that fails leaves no trace in
+        a run folder it created, and ``config.json`` is written only once the node is up."""
         run_dir = Path(cfg.run.dir)
         ckpt_root = run_dir / "checkpoints"
+        check_run_dir(run_dir)
         if not cfg.run.resume and ckpt_root.exists() and any(ckpt_root.iterdir()):
             raise ConfigError(f"run folder {run_dir} already has checkpoints: pass --resume "
                               f"to continue it, or choose another --run.dir")
-        if cfg.train.threads:
-            torch.set_num_threads(cfg.train.threads)
-        policy = await asyncio.to_thread(load_policy, cfg)
-        # Seed after loading: building the default model on first use seeds its own recipe.
-        _seed_everything(cfg.train.seed)
-        learner = build_learner(policy, cfg)
-        start_step = 0
         if cfg.run.resume:
-            found = await asyncio.to_thread(load_latest, ckpt_root)
-            if found is None:
-                log.info("no checkpoint in %s yet: starting from step 0", ckpt_root)
-            else:
-                state, path = found
-                cls._restore(policy, learner, state)
-                start_step = state.step
-                log.info("resumed from %s (step %d, policy v%d)", path, state.step, state.policy_version)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.json").write_text(cfg.to_json())
+            check_resume_matches(ckpt_root, cfg.model.model_dump())
         if transport is not None and cfg.swarm.transport == "none":
             raise ConfigError("a transport was given but swarm.transport is 'none'")
-        endpoint = None
-        if cfg.run.metrics_port is not None:
-            endpoint = MetricsEndpoint(cfg.run.metrics_host, cfg.run.metrics_port)
-            try:
-                endpoint.start()
-            except OSError as e:
-                raise ConfigError(f"cannot serve metrics on {cfg.run.metrics_host}:{cfg.run.metrics_port}: "
-                                  f"{e.strerror or e}; choose another --run.metrics_port (0 = any free port)") from e
-        swarm = None
+        check_device(cfg.model.device)
+        if cfg.train.threads:
+            torch.set_num_threads(cfg.train.threads)
+        created = not run_dir.exists()
+        run_dir.mkdir(parents=True, exist_ok=True)
+        status = StatusFile(run_dir, cfg.train.steps, cfg.model.name)
+        endpoint = swarm = None
         try:
+            status.phase("checking the run folder and the device")
+            policy = await run_in_daemon_thread(load_policy, cfg, status.phase)
+            check_context(policy, cfg)
+            # Seed after loading: building the default model on first use seeds its own recipe.
+            _seed_everything(cfg.train.seed)
+            learner = build_learner(policy, cfg)
+            if cfg.learner.baseline == "opob":
+                log.warning("learner.baseline opob runs one backward pass per sample (%d a step here): measured "
+                            "about 20x the learner time of mean at 32 samples, growing with the batch "
+                            "(docs/results/exp_baselines.md); opob_approx costs what mean costs",
+                            cfg.generation.prompts_per_step * _group_size(cfg))
+            start_step = 0
+            if cfg.run.resume:
+                status.phase("restoring the newest checkpoint", str(ckpt_root))
+                found = await asyncio.to_thread(load_latest, ckpt_root)
+                if found is None:
+                    log.info("no checkpoint in %s yet: starting from step 0", ckpt_root)
+                    lost = _steps_recorded(run_dir)
+                    if lost:
+                        log.warning("%s records %d steps but no checkpoint was written: they are lost "
+                                    "and the node starts again from step 0 (run.checkpoint_every = %d)",
+                                    run_dir / "metrics.jsonl", lost, cfg.run.checkpoint_every)
+                else:
+                    state, path = found
+                    cls._restore(policy, learner, state)
+                    start_step = state.step
+                    lost = _steps_recorded(run_dir) - state.step
+                    log.info("resumed from %s (step %d, policy v%d)%s", path, state.step, state.policy_version,
+                             f"; the {lost} steps recorded after it are redone" if lost > 0 else "")
+            status.base["step"] = start_step
+            if cfg.run.metrics_port is not None:
+                endpoint = MetricsEndpoint(cfg.run.metrics_host, cfg.run.metrics_port)
+                try:
+                    endpoint.start()
+                except OSError as e:
+                    raise ConfigError(f"cannot serve metrics on {cfg.run.metrics_host}:{cfg.run.metrics_port}: "
+                                      f"{e.strerror or e}; choose another --run.metrics_port (0 = any free port)") from e
             if cfg.swarm.transport != "none":
-                swarm = await build_exchange(cfg, policy, transport)
-            return cls(cfg, policy, learner, run_dir, start_step, swarm, endpoint)
+                how = ("starting the p2p daemon, then contacting " + ", ".join(cfg.swarm.initial_peers)
+                       if cfg.swarm.transport == "hivemind" and transport is None and cfg.swarm.initial_peers
+                       else cfg.swarm.transport)
+                status.phase("joining the swarm", how)
+                swarm = await build_exchange(cfg, policy, transport, status.phase)
+            (run_dir / "config.json").write_text(cfg.to_json())
+            return cls(cfg, policy, learner, run_dir, start_step, swarm, endpoint, status)
         except BaseException:
             if swarm is not None:  # joined already: leave the swarm, stop the daemon
                 await swarm.close()
             if endpoint is not None:
                 endpoint.close()
+            if created:
+                _remove_failed_start(run_dir)
             raise
 
     @staticmethod
@@ -241,7 +326,7 @@ class TrainingNode:
         try:
             policy.model.load_state_dict(state.model_state, strict=True)
         except RuntimeError as e:  # missing/unexpected keys or shapes: another model or LoRA rank
-            raise CheckpointError(f"checkpoint does not match the model: {e}") from e
+            raise CheckpointError(_mismatch(policy.model.state_dict(), state)) from None
         if state.optimizer_state is not None:
             try:
                 learner.optimizer.load_state_dict(state.optimizer_state)
@@ -335,14 +420,20 @@ class TrainingNode:
         skipped = 0 if self.last_round is None else r - self.last_round - 1
         self.rounds_skipped += skipped
         self.last_round = r
+        first = self.step == self.start_step
+        if first:
+            self.status.phase("generating the first rollouts")
         rollouts, version, t_gen = await asyncio.to_thread(
             self._generate, self.step, self.cfg.local_groups, f"{self.cfg.train.seed}:{sw.peer_id}")
         await sw.publish(r, version, to_records(rollouts))
         await sw.announce(r, self.learner.version)
         j = scfg.external_groups
         deadline = time.time() + scfg.collect_seconds if scfg.collect_seconds > 0 else clock.end_of(r)
+        if first and j:
+            self.status.phase("waiting for peers", f"{j} peer groups, at most until round {r} ends")
         await sw.wait_for(j, deadline)
         groups = sw.take(j, r)
+        self._warn_if_batches_coincide(len(groups), sw.status()["peers_alive"])
         record = await asyncio.to_thread(self._learn, self.step, rollouts, version, t_gen, groups)
         st = sw.status()
         record.update({
@@ -362,13 +453,10 @@ class TrainingNode:
 
     def _write_status(self, record: dict) -> None:
         """status.json: the node's live state for people and tools (replaced atomically)."""
-        status = {"step": self.step, "total_steps": self.cfg.train.steps, "model": self.cfg.model.name,
-                  "last": record, "updated_at": time.time()}
+        fields = {"step": self.step, "last": record}
         if self.swarm is not None:
-            status["swarm"] = self.swarm.status()
-        tmp = self.run_dir / "status.json.tmp"
-        tmp.write_text(json.dumps(status, indent=2, default=str))
-        tmp.replace(self.run_dir / "status.json")
+            fields["swarm"] = self.swarm.status()
+        status = self.status.write(**fields)
         if self.endpoint is not None:  # the same snapshot: the endpoint and the file agree
             self.endpoint.update(status)
 
@@ -395,11 +483,16 @@ class TrainingNode:
         every = self.cfg.run.checkpoint_every
         saved_at = self.start_step
         t_start = time.monotonic()
+        if self.step >= total:
+            log.info("%s has already trained %d of %d steps: nothing to do (raise --train.steps to "
+                     "continue it)", self.run_dir, self.step, total)
+        self.status.phase("training" if self.swarm is None else "training (first step)")
         try:
             while self.step < total and not self.stop_requested:
                 record = await self._step()
                 self.step += 1
                 self.metrics.write(record)
+                self.status.phase("training", write=False)  # written with the record, next line
                 self._write_status(record)
                 progress.update(record)
                 if every and self.step % every == 0 and self.step < total:
@@ -413,8 +506,32 @@ class TrainingNode:
                 except (NotImplementedError, RuntimeError):
                     pass
         if self.step > saved_at:  # a stop right after a periodic checkpoint needs no second one
+            self.status.phase("stopping" if self.step < total else "finishing", "writing the final checkpoint")
             await asyncio.to_thread(self.checkpoint)
-        return await asyncio.to_thread(self._finish, time.monotonic() - t_start)
+        summary = await asyncio.to_thread(self._finish, time.monotonic() - t_start)
+        self.status.phase("stopped" if self.step < total else "finished")
+        return summary
+
+    def _warn_if_batches_coincide(self, taken: int, peers: int) -> None:
+        """Warn once when every node trains on every group the swarm produced this round.
+
+        With P peers each publishing I groups and J >= P * I, each node's batch is its own I
+        groups plus all of everyone else's: all nodes train on the same union, so nodes that
+        start from the same weights stay identical (ESS/B exactly 1) and sharing buys nothing
+        but a bigger batch (the README's two-node example, 4/4, is this case).
+        """
+        i, j = self.cfg.local_groups, self.cfg.swarm.external_groups
+        if self._coincide_warned or peers < 1 or j < peers * i or taken < peers * i:
+            return
+        self._coincide_warned = True
+        fit = max(1, (peers * i) // 2)
+        log.warning("every node trains on every group: %d peer(s) publish %d groups a round and J = %d, "
+                    "so all nodes train on the same batch and nodes that start from the same weights stay "
+                    "identical (ESS/B = 1). Take fewer peer groups (e.g. --swarm.external_groups %d), run "
+                    "more nodes, or start nodes from different weights (--model.name).",
+                    peers, i, j, fit)
+        self.status.extra["note"] = (f"every node trains on every group (J = {j} >= {peers} peers x I = {i}): "
+                                     f"same-start nodes stay identical")
 
     def checkpoint(self) -> Path:
         state = CheckpointState(
@@ -427,11 +544,11 @@ class TrainingNode:
         return path
 
     def _finish(self, wall_s: float) -> dict:
-        from node.metrics import read_metrics
+        from node.metrics import read_metrics, summary_window
 
         recs = read_metrics(self.run_dir / "metrics.jsonl")
         correct = [r.get("correct") or 0.0 for r in recs]
-        w = min(SUMMARY_WINDOW, max(1, len(correct) // 2))
+        w = summary_window(len(correct))
         summary = {
             "steps": self.step,
             "stopped_early": self.stop_requested and self.step < self.cfg.train.steps,

@@ -1,7 +1,7 @@
 """The embedded default policy: a few-million-parameter Qwen2 built locally, no download.
 
 ``ensure_default_model()`` returns the path of a Hugging Face checkpoint directory, building it
-the first time (about 20 seconds on 2 CPU cores) and caching it under
+the first time (about 20-30 seconds on 2 idle CPU cores) and caching it under
 ``$SWARM_NODE_HOME/models/`` (default ``~/.cache/swarm-node``), keyed by a hash of the recipe so a
 changed recipe rebuilds. The build:
 
@@ -18,6 +18,8 @@ across CPU kernels). ``Policy.load`` reads the result like any other local check
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import logging
@@ -28,6 +30,7 @@ import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -64,26 +67,47 @@ def default_home() -> Path:
 
 
 def ensure_default_model(recipe: DefaultModelRecipe = DefaultModelRecipe(),
-                         home: Path | None = None) -> Path:
-    """Path of the cached default model, built first if missing."""
+                         home: Path | None = None,
+                         progress: Callable[[str], None] | None = None) -> Path:
+    """Path of the cached default model, built first if missing.
+
+    Processes that start at once (a simulated swarm, a user's second node) build it once: the
+    first takes a lock and builds, the others wait for it and reuse the result instead of each
+    building the same weights on the same cores. ``progress`` gets a line of news as it goes.
+    """
     root = (home or default_home()) / "models"
     final = root / f"{DEFAULT_MODEL_NAME}-{recipe.digest()}"
     if (final / "BUILD_OK").exists():
         return final
     root.mkdir(parents=True, exist_ok=True)
-    tmp = root / f".{final.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    log.info("building the embedded default model (once, cached at %s)", final)
-    build_default_model(tmp, recipe)
-    (tmp / "BUILD_OK").write_text(json.dumps(asdict(recipe)))
-    try:
-        os.replace(tmp, final)
-    except OSError:
-        # Another process finished the same build first: theirs is as good as ours.
+    with _build_lock(root / f".{final.name}.lock", progress):
+        if (final / "BUILD_OK").exists():  # another process built it while we waited
+            return final
+        tmp = root / f".{final.name}.tmp-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
-        if not (final / "BUILD_OK").exists():
-            raise
+        for stale in root.glob(f".{final.name}.tmp-*"):  # a build that was killed (we hold the lock)
+            shutil.rmtree(stale, ignore_errors=True)
+        log.info("building the embedded default model (once, cached at %s)", final)
+        build_default_model(tmp, recipe, progress=progress)
+        (tmp / "BUILD_OK").write_text(json.dumps(asdict(recipe)))
+        os.replace(tmp, final)
     return final
+
+
+@contextlib.contextmanager
+def _build_lock(path: Path, progress: Callable[[str], None] | None):
+    with open(path, "a+b") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.info("another process is building the default model; waiting for it")
+            if progress is not None:
+                progress("waiting for another process that is building it")
+            fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _train_tokenizer(recipe: DefaultModelRecipe):
@@ -105,8 +129,10 @@ def _train_tokenizer(recipe: DefaultModelRecipe):
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>", pad_token="<pad>")
 
 
-def build_default_model(out_dir: Path, recipe: DefaultModelRecipe = DefaultModelRecipe()) -> Path:
+def build_default_model(out_dir: Path, recipe: DefaultModelRecipe = DefaultModelRecipe(),
+                        progress: Callable[[str], None] | None = None) -> Path:
     """Build tokenizer + model + supervised warm start into ``out_dir`` (a HF checkpoint dir)."""
+    say = progress or (lambda _: None)
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from policies.policy import Policy, TokenBatch
@@ -115,6 +141,7 @@ def build_default_model(out_dir: Path, recipe: DefaultModelRecipe = DefaultModel
     t0 = time.time()
     random.seed(recipe.seed)
     torch.manual_seed(recipe.seed)
+    say("training the tokenizer")
     tokenizer = _train_tokenizer(recipe)
     config = Qwen2Config(
         vocab_size=len(tokenizer),
@@ -153,9 +180,11 @@ def build_default_model(out_dir: Path, recipe: DefaultModelRecipe = DefaultModel
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+        say(f"warm start step {step + 1}/{recipe.sft_steps}")
         if step % 20 == 0 or step == recipe.sft_steps - 1:
             log.info("warm start step %d/%d loss %.3f", step + 1, recipe.sft_steps, loss.item())
     model.eval()
+    say("saving")
     out_dir.mkdir(parents=True, exist_ok=True)
     policy.save(out_dir)
     log.info("default model built in %.0fs", time.time() - t0)

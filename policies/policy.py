@@ -146,6 +146,13 @@ class Policy:
                 torch.manual_seed(seed)  # the adapter's init is random: make it reproducible
             model = get_peft_model(model, LoraConfig(r=lora_rank, lora_alpha=lora_alpha,
                                                      target_modules="all-linear"))
+        total = sum(p.numel() for p in model.parameters())
+        trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        if lora_rank > 0:
+            log.info("LoRA is on (rank %d, alpha %d, every linear layer): %s of %s parameters train "
+                     "(%.2f%%)", lora_rank, lora_alpha, f"{trained:,}", f"{total:,}", 100 * trained / max(total, 1))
+        else:
+            log.info("full fine-tuning: all %s parameters train", f"{trained:,}")
         return cls(model, tokenizer, str(name_or_path))
 
     @property

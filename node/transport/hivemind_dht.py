@@ -38,7 +38,7 @@ import random
 import re
 import struct
 from dataclasses import dataclass, field
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Optional
 
 from hivemind.dht.node import DHTNode
 from hivemind.dht.protocol import DHTProtocol
@@ -161,8 +161,10 @@ async def start_dht_node(*, initial_peers: list[str], host_maddrs: list[str],
                          announce_maddrs: list[str] | None = None, identity_path: str | None = None,
                          startup_timeout: float = 30.0, retries: int = 5, backoff: float = 2.0,
                          use_relay: bool = True, nat_port_map: bool = True,
-                         record_validator: RecordValidatorBase | None = None):
-    """Start a DHTNode with health checks; retries with back-off, then a clear ``TransportError``."""
+                         record_validator: RecordValidatorBase | None = None,
+                         on_retry: Optional[Callable[[str], None]] = None):
+    """Start a DHTNode with health checks; retries with back-off, then a clear ``TransportError``.
+    ``on_retry`` hears a one-line summary of each failed attempt (for the node's status)."""
     kwargs = dict(host_maddrs=host_maddrs, startup_timeout=startup_timeout, use_relay=use_relay,
                   nat_port_map=nat_port_map, auto_nat=nat_port_map)
     if announce_maddrs:
@@ -194,6 +196,9 @@ async def start_dht_node(*, initial_peers: list[str], host_maddrs: list[str],
             raise TransportError(f"could not join the swarm after {retries + 1} attempts: {problem}")
         log.warning("joining failed (attempt %d/%d): %s; retrying in %.1f s", attempt + 1,
                     retries + 1, problem, delay)
+        if on_retry is not None:
+            on_retry(f"attempt {attempt + 1}/{retries + 1} failed: {problem.split(':')[0]}; "
+                     f"retrying in {delay:.0f} s")
         await asyncio.sleep(delay)
         delay *= 2
     raise AssertionError("unreachable")
@@ -229,6 +234,7 @@ class HivemindTransport(Transport):
     nat_port_map: bool = True
     round_seconds: float = 5.0  # for the record validator: which DHT keys are this swarm's rounds
     max_round_lag: int = 4
+    on_retry: Optional[Callable[[str], None]] = field(default=None, repr=False)  # join attempts, for status
     _node: object = field(default=None, init=False, repr=False)
     _outbox: dict = field(default_factory=dict, init=False, repr=False)  # round -> (bytes, expires_at)
     _seen: dict = field(default_factory=dict, init=False, repr=False)  # round -> {(publisher, sha)}
@@ -248,7 +254,8 @@ class HivemindTransport(Transport):
             announce_maddrs=self.announce_maddrs, identity_path=self.p2p_identity_path,
             startup_timeout=self.startup_timeout, retries=self.join_retries,
             backoff=self.join_backoff, use_relay=self.use_relay, nat_port_map=self.nat_port_map,
-            record_validator=SwarmRecordValidator(self.swarm, self.round_seconds, self.max_round_lag))
+            record_validator=SwarmRecordValidator(self.swarm, self.round_seconds, self.max_round_lag),
+            on_retry=self.on_retry)
         try:
             await self._node.p2p.add_binary_stream_handler(_handler_name(self.swarm), self._serve)
             self.maddrs = [str(m) for m in await self._node.p2p.get_visible_maddrs()]

@@ -51,15 +51,18 @@ def test_defaults_validate():
     assert cfg.learner.learning_rate == 1e-4 and cfg.learner.warmup_steps == 20
     assert cfg.tasks.difficulties == [1] and cfg.train.steps == 600
     # every field holds its declared default
-    for section, name, default, _ in flag_fields():
+    for section, name, default, _, _ in flag_fields():
         assert getattr(getattr(cfg, section), name) == default, f"{section}.{name}"
 
 
 def test_every_field_is_a_flag_with_help():
     fields = flag_fields()
     assert len(fields) == sum(len(s.annotation.model_fields) for s in NodeConfig.model_fields.values())
-    assert ("learner", "baseline") in {(s, n) for s, n, _, _ in fields}
-    assert all(help_ for _, _, _, help_ in fields)
+    assert ("learner", "baseline") in {(s, n) for s, n, *_ in fields}
+    assert all(help_ for _, _, _, help_, _ in fields)
+    choices = {(s, n): c for s, n, _, _, c in fields}
+    assert choices[("learner", "baseline")] == ("mean", "median", "opob", "opob_approx")
+    assert choices[("train", "steps")] is None
 
 
 # ----------------------------------------------------------------------------------------- TOML

@@ -1,0 +1,134 @@
+"""Checks a node runs before it loads anything heavy: can it write its run folder, does its
+device exist, does the checkpoint it resumes belong to this configuration; and, once the model
+is loaded, do its prompts and completions fit the model's context.
+
+A mistake found here costs the user a second, not a model load; each check raises a
+``ConfigError`` whose message names the problem and the fix (the CLI prints it and exits 2).
+Nothing here creates or changes a file: the write probe goes into a folder that already exists
+and is removed at once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from node.errors import ConfigError
+
+__all__ = ["check_run_dir", "check_device", "check_resume_matches", "check_context"]
+
+
+def _existing_ancestor(path: Path) -> Path:
+    p = path
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return p
+
+
+def check_run_dir(run_dir: Path) -> None:
+    """The run folder is a folder, or can be made one, and this process can write in it."""
+    run_dir = Path(run_dir)
+    fix = "choose another --run.dir"
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ConfigError(f"--run.dir {run_dir} is a file, not a folder: {fix} (or move the file away)")
+    base = _existing_ancestor(run_dir.absolute())
+    if not base.is_dir():
+        raise ConfigError(f"--run.dir {run_dir} cannot be created: {base} is a file, not a folder; {fix}")
+    probe = base / f".swarm-node-write-test-{os.getpid()}"
+    try:
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:  # PermissionError, a read-only file system (EROFS), a full disk
+        what = "cannot write in" if base == run_dir.absolute() else f"cannot create {run_dir} in"
+        raise ConfigError(f"--run.dir: {what} {base} ({e.strerror or e}); {fix}, or make "
+                          f"{base} writable for this user") from None
+
+
+def check_device(device: str) -> None:
+    """``model.device`` names a device this torch build can use (allocates one element on it)."""
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise ConfigError(f"--model.device {device!r} is not a torch device: use cpu, cuda, cuda:N "
+                          f"(or mps on Apple silicon)") from None
+    if dev.type == "cuda":
+        if not torch.backends.cuda.is_built():
+            raise ConfigError(f"--model.device {device}: this torch ({torch.__version__}) was built "
+                              f"without CUDA; install a CUDA build of torch, or use --model.device cpu")
+        n = torch.cuda.device_count()
+        if n == 0:
+            raise ConfigError(f"--model.device {device}: no CUDA GPU is visible (check the driver, "
+                              f"nvidia-smi and CUDA_VISIBLE_DEVICES), or use --model.device cpu")
+        if dev.index is not None and dev.index >= n:
+            raise ConfigError(f"--model.device {device}: this machine has {n} CUDA GPU(s), "
+                              f"cuda:0..cuda:{n - 1}")
+    try:
+        torch.empty(1, device=dev)
+    except (RuntimeError, AssertionError) as e:  # e.g. mps on a machine without it
+        raise ConfigError(f"--model.device {device} cannot be used here: {e}; "
+                          f"use --model.device cpu") from None
+
+
+# The settings a checkpoint's tensors depend on: resuming with another value cannot load them.
+_MODEL_KEYS = ("name", "lora_rank")
+
+
+def _same(key: str, saved, now) -> bool:
+    if saved == now:
+        return True
+    # The same local model written two ways (./m and /abs/m) is the same model.
+    return key == "name" and isinstance(saved, str) and isinstance(now, str) \
+        and Path(saved).exists() and Path(saved).resolve() == Path(now).resolve()
+
+
+def check_resume_matches(ckpt_root: Path, model_cfg: dict) -> None:
+    """The newest checkpoint was written with the same model and LoRA rank as this run.
+
+    Reads only ``state.json`` (small JSON) of the newest checkpoint directory; a checkpoint
+    without a recorded config, or one that does not parse, is left to the full load, which
+    verifies hashes and falls back past corrupt checkpoints.
+    """
+    dirs = sorted(p for p in Path(ckpt_root).glob("step_*") if p.is_dir() and p.name[5:].isdigit())
+    if not dirs:
+        return
+    try:
+        saved = json.loads((dirs[-1] / "state.json").read_text())["extra"]["config"]["model"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return
+    diff = [k for k in _MODEL_KEYS if k in saved and not _same(k, saved[k], model_cfg.get(k))]
+    if diff:
+        was = ", ".join(f"--model.{k} {saved[k]}" for k in diff)
+        now = ", ".join(f"--model.{k} {model_cfg.get(k)}" for k in diff)
+        raise ConfigError(f"cannot resume {dirs[-1]}: it was trained with {was}, this run asks for {now}. "
+                          f"Resume with the settings it was written with ({was}), or start the new "
+                          f"setting in another --run.dir")
+
+
+def check_context(policy, cfg) -> None:
+    """Prompts plus ``generation.max_completion_length`` fit the model's positions.
+
+    The one check that needs the model (its ``max_position_embeddings`` and tokenizer), run right
+    after loading it: past the limit a model does not fail, it generates from positions it never
+    learned (transformers only prints a "friendly reminder"). Prompt lengths come from a sample of
+    256 of this run's tasks.
+    """
+    limit = getattr(policy.model.config, "max_position_embeddings", None)
+    if not isinstance(limit, int) or limit <= 0:
+        return
+    from node.rollouts import round_task_ids
+    from rewards.registry import make_task
+
+    t = cfg.tasks
+    ids = [i for step in range(32) for i in round_task_ids(cfg.train.seed, step, 8, t.families, t.difficulties)]
+    longest = max(len(p) for p in policy.encode_prompts([make_task(i).prompt for i in ids]))
+    want = cfg.generation.max_completion_length
+    if longest + want > limit:
+        room = limit - longest
+        fix = (f"use --generation.max_completion_length {room} or less" if room > 0
+               else "the prompts alone do not fit: use a model with a longer context")
+        raise ConfigError(f"--generation.max_completion_length {want} does not fit the model: it has "
+                          f"{limit} positions (max_position_embeddings) and this run's prompts take up "
+                          f"to {longest} tokens; {fix}, or a model with a longer context")
