@@ -247,6 +247,14 @@ def _simulate(args: argparse.Namespace, unknown: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from node.daemon_thread import exit_if_work_abandoned
+
+    rc = _main(argv)
+    exit_if_work_abandoned(rc)  # a Ctrl-C left a model build running: do not finalize under it
+    return rc
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     # Prefix abbreviations are off: --learner.learning_rat must be an error, never learning_rate.
     args, unknown = parser.parse_known_args(argv)

@@ -9,9 +9,14 @@ made safe by whoever owns it (the default model builds into a temporary folder).
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
+import sys
 import threading
 
-__all__ = ["run_in_daemon_thread"]
+__all__ = ["run_in_daemon_thread", "exit_if_work_abandoned"]
+
+_PREFIX = "swarm-node-"
 
 
 async def run_in_daemon_thread(fn, *args):
@@ -35,5 +40,19 @@ async def run_in_daemon_thread(fn, *args):
         except RuntimeError:  # the loop is gone: nobody waits for this any more
             pass
 
-    threading.Thread(target=work, name=f"swarm-node-{getattr(fn, '__name__', 'work')}", daemon=True).start()
+    threading.Thread(target=work, name=f"{_PREFIX}{getattr(fn, '__name__', 'work')}", daemon=True).start()
     return await fut
+
+
+def exit_if_work_abandoned(code: int) -> None:
+    """End the process with ``code`` now if abandoned work is still running.
+
+    Letting the interpreter finalize while a daemon thread is inside native code (torch,
+    tokenizers) aborts the process ("FATAL: exception not rethrown", SIGABRT). The caller has
+    closed everything it owns; what the thread was writing is in a temporary folder.
+    """
+    if any(t.daemon and t.name.startswith(_PREFIX) and t.is_alive() for t in threading.enumerate()):
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)

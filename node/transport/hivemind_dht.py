@@ -47,7 +47,10 @@ from hivemind.dht.validation import DHTRecord, RecordValidatorBase
 from hivemind.p2p import P2PDaemonError, PeerID
 from hivemind.utils import get_dht_time
 
+from node.log_setup import adopt_library_logging
 from node.transport.base import MAX_ANNOUNCEMENT_SIZE, MAX_ENVELOPE_SIZE, Delivery, Transport, TransportError
+
+adopt_library_logging()  # JSON logs: hivemind's own handler gives way to the node's
 
 log = logging.getLogger(__name__)
 

@@ -78,3 +78,6 @@ def test_join_with_no_reachable_bootstrap_exits_with_a_clear_message(tiny_model_
     assert rc == 1
     err = capsys.readouterr().err
     assert "could not join the swarm after 2 attempts" in err and "no bootstrap peer answered" in err
+    # The failed start created the run folder, so it takes it away again: no config.json, no
+    # identity of a node that never joined, no status.json of a node that never ran.
+    assert not (tmp_path / "r").exists()

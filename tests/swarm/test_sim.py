@@ -74,11 +74,19 @@ def wait_watching(p: subprocess.Popen, seen: set[int], timeout: float) -> int:
     return p.wait(timeout=10)
 
 
-def wait_training(p: subprocess.Popen, run: Path, nodes: int, seen: set[int]) -> None:
-    """Wait until every node has written a status (it trains), recording the process tree."""
+def node_step(node_dir: Path) -> int:
+    try:
+        return int(json.loads((node_dir / "status.json").read_text()).get("step", 0))
+    except (OSError, ValueError):
+        return 0
+
+
+def wait_training(p: subprocess.Popen, run: Path, nodes: int, seen: set[int], steps: int = 1) -> None:
+    """Wait until every node has trained ``steps`` steps, recording the process tree (a node
+    writes status.json from its start-up on, so the file alone does not mean it trains)."""
     def training() -> bool:
         watch_tree(p, seen)
-        return all((run / f"node{i}" / "status.json").exists() for i in range(nodes))
+        return all(node_step(run / f"node{i}") >= steps for i in range(nodes))
 
     wait_until(training, 180, f"{nodes} nodes to train", p)
 
