@@ -1,0 +1,153 @@
+"""What a node and the simulator tell the user before and around the first step: the start-up
+phase in status.json, a warning when every node would train on the same batch, the simulator's
+warnings and refusals about an earlier run, one build of the default model for many starters."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from conftest import TINY_RECIPE
+from node.errors import ConfigError
+from node.sim import SimFaults, SimSpec, check_prior_run, startup_warnings
+from node.transport.memory import MemoryHub
+from swarm_helpers import create_node, run_all, swarm_cfg
+
+
+def _status(node) -> dict:
+    return json.loads((Path(node.run_dir) / "status.json").read_text())
+
+
+def test_a_node_waiting_for_peers_says_so_in_its_status(warm_tiny_model_dir, tmp_path):
+    async def scenario():
+        cfg = swarm_cfg(warm_tiny_model_dir, tmp_path / "alone", **{"train.steps": 1, "swarm.round_seconds": 30.0,
+                                                                     "swarm.collect_seconds": 3.0})
+        node = await create_node(cfg, MemoryHub())
+        assert _status(node)["phase"] == "joining the swarm"  # the last phase create() went through
+        task = asyncio.ensure_future(run_all([node]))
+        seen = []
+        for _ in range(400):
+            st = _status(node)
+            seen.append(st["phase"])
+            if st["phase"] == "waiting for peers":
+                break
+            await asyncio.sleep(0.02)
+        assert st["phase"] == "waiting for peers" and st["step"] == 0, seen
+        assert st["phase_detail"].startswith("2 peer groups") and st["phase_since"] <= st["updated_at"]
+        await task
+        return _status(node)
+
+    final = asyncio.run(scenario())
+    assert final["phase"] == "finished" and final["step"] == 1
+
+
+@pytest.mark.parametrize("nodes, warned", [(2, True), (3, False)])
+def test_a_swarm_where_every_node_trains_on_every_group_is_warned_about(warm_tiny_model_dir, tmp_path, caplog,
+                                                                        nodes, warned):
+    # I = J = 2: with one peer, each node's batch is its own 2 groups plus all of the peer's 2.
+    async def scenario():
+        hub = MemoryHub()
+        ns = [await create_node(swarm_cfg(warm_tiny_model_dir, tmp_path / f"n{i}",
+                                          **{"train.seed": i, "train.steps": 3}), hub) for i in range(nodes)]
+        await run_all(ns)
+        return ns
+
+    caplog.set_level(logging.WARNING, logger="node.trainer")
+    ns = asyncio.run(scenario())
+    hits = [r for r in caplog.records if "every node trains on every group" in r.getMessage()]
+    if warned:
+        assert len(hits) == nodes  # once per node, not once per step
+        assert "--swarm.external_groups 1" in hits[0].getMessage()
+        assert "same-start nodes stay identical" in _status(ns[0])["note"]
+    else:
+        assert hits == [] and "note" not in _status(ns[0])
+
+
+def test_the_simulator_warns_before_it_starts():
+    faults = SimFaults.model_validate({"kill": [{"node": 0, "at_step": 6}, {"node": 1, "at_step": 60}]})
+    spec = SimSpec(nodes=2, transport="hivemind", run_dir=Path("/r"), faults=faults)
+    w = startup_warnings(spec, checkpoint_every=50, local_groups=4, external_groups=4)
+    assert len(w) == 2
+    assert w[0].startswith("[[kill]] node0 at step 6: its first checkpoint is at step 50") \
+        and "restarts from step 0 and redoes 6 steps" in w[0] and "--run.checkpoint_every 3" in w[0]
+    assert "every node trains on every group" in w[1] and "--swarm.external_groups 2" in w[1]
+    spec4 = SimSpec(nodes=4, transport="hivemind", run_dir=Path("/r"))
+    assert startup_warnings(spec4, checkpoint_every=5, local_groups=4, external_groups=4) == []
+    assert "at the end" in startup_warnings(spec, checkpoint_every=0, local_groups=4, external_groups=1)[0]
+
+
+def _fake_checkpoint(node_dir: Path, step: int) -> None:
+    d = node_dir / "checkpoints" / f"step_{step:06d}"
+    d.mkdir(parents=True)
+    (d / "MANIFEST.json").write_text("{}")
+
+
+def test_the_simulator_reads_an_earlier_run_before_starting_anything(tmp_path):
+    spec = SimSpec(nodes=2, transport="memory", run_dir=tmp_path)
+    assert check_prior_run(spec, [10, 10], resume=False) is None  # an empty folder
+    _fake_checkpoint(tmp_path / "node0", 10)
+    with pytest.raises(ConfigError, match=r"already holds a run with checkpoints \(node0 \(step 10\)\): pass --resume"):
+        check_prior_run(spec, [10, 10], resume=False)
+    assert check_prior_run(spec, [10, 10], resume=True) is None  # node1 still has its steps to do
+    _fake_checkpoint(tmp_path / "node1", 10)
+    done = check_prior_run(spec, [10, 10], resume=True)
+    assert "every node has already trained its 10 steps" in done and "--train.steps 20" in done
+    assert check_prior_run(spec, [10, 20], resume=True) is None  # more steps: it continues
+
+
+def test_a_resume_that_finds_no_checkpoint_says_the_recorded_steps_are_lost(tiny_model_dir, tmp_path, caplog):
+    from node.config import load_config
+    from node.trainer import TrainingNode
+
+    run = tmp_path / "r"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text("".join(json.dumps({"step": s}) + "\n" for s in (1, 2, 3)))
+    cfg = load_config(None, {"model.name": str(tiny_model_dir), "run.dir": str(run), "run.resume": True,
+                             "run.checkpoint_every": 50, "train.steps": 1})
+    caplog.set_level(logging.WARNING, logger="node.trainer")
+
+    async def scenario():
+        node = await TrainingNode.create(cfg)
+        await node.close()
+        return node.step
+
+    assert asyncio.run(scenario()) == 0
+    msg = " ".join(r.getMessage() for r in caplog.records)
+    assert "records 3 steps but no checkpoint was written" in msg and "run.checkpoint_every = 50" in msg
+
+
+def test_processes_that_start_at_once_build_the_default_model_once(tmp_path):
+    from policies.default_model import ensure_default_model
+
+    recipe = replace(TINY_RECIPE, seed=4321)  # a recipe no other test caches
+    news: dict[str, list[str]] = {"a": [], "b": []}
+    building, b_waits = threading.Event(), threading.Event()
+    paths = {}
+
+    def start(name: str) -> None:
+        def progress(line: str) -> None:
+            news[name].append(line)
+            if name == "b":
+                b_waits.set()
+            elif not building.is_set():  # a holds the lock: keep it until b is seen waiting for it
+                building.set()
+                assert b_waits.wait(60)
+        paths[name] = ensure_default_model(recipe, home=tmp_path, progress=progress)
+
+    a = threading.Thread(target=start, args=("a",))
+    a.start()
+    assert building.wait(60)
+    b = threading.Thread(target=start, args=("b",))
+    b.start()
+    a.join(120)
+    b.join(120)
+    assert paths["a"] == paths["b"] and (paths["a"] / "BUILD_OK").exists()
+    assert news["a"][0] == "training the tokenizer" and news["a"][-1] == "saving"
+    assert news["b"] == ["waiting for another process that is building it"]  # it did not build again
+    assert [p.name for p in (tmp_path / "models").iterdir() if ".tmp-" in p.name] == []
