@@ -10,6 +10,8 @@ VENV ?= .venv
 TORCH ?= torch==2.13.0
 PY := $(VENV)/bin/python
 PIP_FLAGS ?= -q
+# Extra flags for make demo, e.g. DEMO_ARGS="--train.steps 480" to continue a finished demo.
+DEMO_ARGS ?=
 
 .PHONY: demo demo-solo test test-fast install clean
 
@@ -23,7 +25,7 @@ $(VENV)/.installed: pyproject.toml Makefile
 install: $(VENV)/.installed
 
 demo: $(VENV)/.installed
-	$(VENV)/bin/swarm-node sim --nodes 4 --config docs/examples/swarm_demo.toml
+	$(VENV)/bin/swarm-node sim --nodes 4 --config docs/examples/swarm_demo.toml $(DEMO_ARGS)
 
 demo-solo: $(VENV)/.installed
 	$(VENV)/bin/swarm-node train --config docs/examples/demo.toml
