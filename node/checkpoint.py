@@ -33,11 +33,11 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from node.errors import CheckpointError
+from node.errors import CheckpointError, CheckpointFormatError
 
 __all__ = [
     "FORMAT_VERSION", "CheckpointState", "RngState", "capture_rng", "restore_rng",
-    "save_checkpoint", "load_checkpoint", "list_checkpoints", "load_latest",
+    "save_checkpoint", "load_checkpoint", "list_checkpoints", "newest_valid", "checkpoint_step", "load_latest",
 ]
 
 logger = logging.getLogger(__name__)
@@ -313,8 +313,12 @@ def _prune(root: Path, keep_last: int, just_written: Path) -> None:
         try:
             _verify_cached(p)
             valid.append(p)
+        except CheckpointFormatError as e:  # another version's: not ours to judge or delete
+            logger.warning("keeping checkpoint %s, which this version cannot read: %s", p.name, e)
         except CheckpointError as e:
             broken.append((p, e))
+        except OSError as e:  # unreadable now (permissions, I/O): neither counted nor deleted
+            logger.warning("keeping checkpoint %s, which could not be read to verify it: %s", p.name, e)
     keep = set(valid[-keep_last:]) | {just_written}
     doomed_dirs = [p for p in valid if p not in keep]
     for p, e in broken:
@@ -335,11 +339,15 @@ def _prune(root: Path, keep_last: int, just_written: Path) -> None:
 _verified: dict[str, tuple] = {}
 
 
-def _verify_cached(path: Path) -> None:
+def _stamp(path: Path) -> tuple | None:
     try:
-        stamp = tuple(sorted((f.name, f.stat().st_mtime_ns, f.stat().st_size) for f in path.iterdir()))
+        return tuple(sorted((f.name, f.stat().st_mtime_ns, f.stat().st_size) for f in path.iterdir()))
     except OSError:
-        stamp = None
+        return None
+
+
+def _verify_cached(path: Path) -> None:
+    stamp = _stamp(path)
     if stamp is not None and _verified.get(str(path)) == stamp:
         return
     _verify(path)
@@ -350,6 +358,27 @@ def _verify_cached(path: Path) -> None:
 def list_checkpoints(ckpt_root: Path) -> list[Path]:
     """Complete (MANIFEST present, not verified) checkpoint dirs, ascending by step."""
     return [p for _, p in _step_dirs(Path(ckpt_root)) if (p / MANIFEST_FILE).is_file()]
+
+
+def newest_valid(ckpt_root: Path) -> Path | None:
+    """The checkpoint a resume would load: the newest whose files verify against its manifest
+    (hashes checked, tensors not loaded), or None. Corrupt ones are skipped, as ``load_latest``
+    skips them."""
+    for _, path in reversed(_step_dirs(Path(ckpt_root))):
+        try:
+            _verify_cached(path)
+            return path
+        except (CheckpointError, OSError):
+            continue
+    return None
+
+
+def checkpoint_step(path: Path) -> int:
+    """The step in a checkpoint directory's name (``step_000123`` -> 123)."""
+    m = _FINAL_RE.match(Path(path).name)
+    if m is None:
+        raise ValueError(f"{path} is not a checkpoint directory name")
+    return int(m.group(1))
 
 
 def _read_json(path: Path) -> Any:
@@ -368,8 +397,11 @@ def _verify(path: Path) -> dict:
                               "(interrupted write?)")
     manifest = _read_json(path / MANIFEST_FILE)
     files = manifest.get("files") if isinstance(manifest, dict) else None
-    if not isinstance(files, dict) or manifest.get("format_version") != FORMAT_VERSION:
-        raise CheckpointError(f"{path / MANIFEST_FILE}: malformed or unsupported format version")
+    if not isinstance(files, dict):
+        raise CheckpointError(f"{path / MANIFEST_FILE}: malformed")
+    if manifest.get("format_version") != FORMAT_VERSION:
+        raise CheckpointFormatError(f"{path / MANIFEST_FILE}: unsupported format version "
+                                    f"{manifest.get('format_version')!r} (this version reads {FORMAT_VERSION})")
     for required in (MODEL_FILE, STATE_FILE):
         if required not in files:
             raise CheckpointError(f"{path / MANIFEST_FILE}: does not list {required}")
@@ -400,6 +432,8 @@ def load_checkpoint(path: Path) -> CheckpointState:
     """Verify and load one checkpoint dir; CheckpointError names the file and the problem."""
     path = Path(path)
     files = _verify(path)
+    if (stamp := _stamp(path)) is not None:
+        _verified[str(path)] = stamp
     doc = _read_json(path / STATE_FILE)
     try:
         if doc["format_version"] != FORMAT_VERSION:

@@ -12,6 +12,7 @@ import asyncio
 import json
 import logging
 import sys
+import traceback
 from pathlib import Path
 
 from node.config import flag_fields, load_config, parse_flag_value, show_value, string_keys
@@ -189,6 +190,38 @@ def _raw_flags(unknown: list[str]) -> dict[str, str]:
     return out
 
 
+def _say(message: str, level: int) -> None:
+    """The CLI's closing message: a plain line on stderr, or a JSON record under --run.log_format json."""
+    from node.log_setup import json_mode
+
+    if json_mode():
+        log.log(level, "%s", message)
+    else:
+        print(message, file=sys.stderr)
+
+
+def _report_failed_nodes(spec, failed: dict[str, int]) -> int:
+    """Say which nodes failed and where to read why. When every failure is a refused start
+    (exit 2: a node's own config or environment check), pass the node's message on, exit 2."""
+    from node.sim import node_log
+
+    def log_of(name: str) -> Path:  # "node3", or "nodes": the memory simulation's one process
+        return node_log(spec, int(name.removeprefix("node")) if name[4:].isdigit() else 0)
+
+    logs = sorted({str(log_of(n)) for n in failed})
+    if failed and all(rc == 2 for rc in failed.values()):
+        try:
+            text = log_of(min(failed)).read_text(errors="replace")
+        except OSError:
+            text = ""
+        lines = [ln for ln in text.splitlines() if ln.startswith("swarm-node: ")]
+        if lines:
+            print(f"{lines[-1]} ({len(failed)} node(s) refused to start; see {', '.join(logs)})", file=sys.stderr)
+            return 2
+    print(f"swarm-node: nodes failed: {failed} (see {', '.join(logs)})", file=sys.stderr)
+    return 1
+
+
 def _simulate(args: argparse.Namespace, unknown: list[str]) -> int:
     from node.log_setup import setup_logging
     from node.sim import SimSpec, check_prior_run, load_faults, run_sim, run_worker, startup_warnings
@@ -211,45 +244,60 @@ def _simulate(args: argparse.Namespace, unknown: list[str]) -> int:
     progress = str(sim_keys.get("run.progress", base.run.progress))
     faults = load_faults(args.faults)
     faults.check(args.nodes, args.transport)
-    for o in faults.node:  # each node's own settings must be valid too
-        load_config(args.config, {**overrides, "swarm.transport": args.transport, **o.flags})
+    # Each node's own config (every node's flags plus its [[node]] overrides), valid or refused here.
+    node_cfgs = [load_config(args.config, {**overrides, "swarm.transport": args.transport,
+                                           **{k: v for o in faults.node if o.index == i for k, v in o.flags.items()}})
+                 for i in range(args.nodes)]
     for k in faults.kill:
-        if k.at_step > base.train.steps:
-            raise ConfigError(f"[[kill]] node {k.node} at_step {k.at_step}: the run has only {base.train.steps} steps")
+        if k.at_step > node_cfgs[k.node].train.steps:
+            raise ConfigError(f"[[kill]] node {k.node} at_step {k.at_step}: the run has only "
+                              f"{node_cfgs[k.node].train.steps} steps")
+    # The nodes' own start-up checks, once, here: a mistake is one message before anything starts,
+    # not N node failures after a model build.
+    from node.preflight import check_device, check_resume_matches, check_run_dir
+
+    check_run_dir(run_dir)
+    for device in sorted({c.model.device for c in node_cfgs}):
+        check_device(device)
     setup_logging()
+    if base.run.resume:
+        for i, c in enumerate(node_cfgs):
+            check_resume_matches(run_dir / f"node{i}" / "checkpoints", c.model.model_dump())
     # The children get the flags as the user wrote them (TOML text), not re-serialized values.
     raw = {k: v for k, v in _raw_flags(unknown).items() if k not in sim_keys}
     if args.resume:
         raw["run.resume"] = "true"
-    models = {base.model.name} | {str(o.flags.get("model.name", base.model.name)) for o in faults.node}
     spec = SimSpec(nodes=args.nodes, transport=args.transport, run_dir=run_dir.resolve(),
                    config=args.config.resolve() if args.config else None,
                    overrides=raw, seed=seed, progress=progress, faults=faults,
-                   build_default_model="default" in models)
-    steps = [int(next((o.flags["train.steps"] for o in faults.node if o.index == i and "train.steps" in o.flags),
-                      base.train.steps)) for i in range(args.nodes)]
-    done = check_prior_run(spec, steps, base.run.resume)
+                   build_default_model=any(c.model.name == "default" for c in node_cfgs))
+    done = check_prior_run(spec, [c.train.steps for c in node_cfgs], base.run.resume)
     if done is not None:
         print(f"swarm-node: {done}", file=sys.stderr)
         if (run_dir / "summary.md").exists():
             print((run_dir / "summary.md").read_text())
         return 0
-    for warning in startup_warnings(spec, base.run.checkpoint_every, base.local_groups, base.swarm.external_groups):
+    for warning in startup_warnings(spec, node_cfgs):
         log.warning("%s", warning)
     summary = asyncio.run(run_sim(spec))
     print((run_dir / "summary.md").read_text())
     for plot in summary.get("plots", []):
         print(f"plot: {plot}")
     if summary["failed"]:
-        print(f"swarm-node: nodes failed: {summary['failed']} (see their node.log)", file=sys.stderr)
-        return 1
+        return _report_failed_nodes(spec, summary["failed"])
     return 130 if summary["interrupted"] else 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    from node.daemon_thread import exit_if_work_abandoned
+    from node.daemon_thread import exit_if_work_abandoned, work_abandoned
 
-    rc = _main(argv)
+    try:
+        rc = _main(argv)
+    except BaseException:
+        if work_abandoned():  # report it, then leave without finalizing under the thread
+            traceback.print_exc()
+            exit_if_work_abandoned(1)
+        raise
     exit_if_work_abandoned(rc)  # a Ctrl-C left a model build running: do not finalize under it
     return rc
 
@@ -322,15 +370,15 @@ def _main(argv: list[str] | None) -> int:
                 raise ConfigError(str(e)) from None
             return 0
     except ConfigError as e:
-        print(f"swarm-node: {e}", file=sys.stderr)
+        _say(f"swarm-node: {e}", logging.ERROR)
         return 2
     except KeyboardInterrupt:
         # Ctrl-C before the node's own handler is installed (loading the model, joining): the
         # start is abandoned; a failed start leaves nothing behind (TrainingNode.create).
-        print("swarm-node: interrupted (Ctrl-C)", file=sys.stderr)
+        _say("swarm-node: interrupted (Ctrl-C)", logging.WARNING)
         return 130
     except SwarmError as e:
-        print(f"swarm-node: error: {e}", file=sys.stderr)
+        _say(f"swarm-node: error: {e}", logging.ERROR)
         return 1
     return 2
 

@@ -26,7 +26,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["NodeConfig", "load_config", "read_toml", "parse_flag_value", "flag_fields", "show_value", "string_keys"]
+__all__ = ["NodeConfig", "batch_overlap", "load_config", "read_toml", "parse_flag_value", "flag_fields", "show_value", "string_keys"]
 
 
 class _Section(BaseModel):
@@ -209,6 +209,26 @@ class NodeConfig(_Section):
 
     def to_json(self) -> str:
         return json.dumps(self.model_dump(), indent=2, sort_keys=True)
+
+
+def batch_overlap(peers: int, prompts_per_step: int, external_groups: int) -> str | None:
+    """Advice when every node would train on every group a swarm makes, else None.
+
+    With P peers each generating I = B - J groups a round, a node that takes J >= P * I peer
+    groups trains on its own I plus all of everyone else's: every node's batch is the same
+    union, so nodes that start from the same weights stay identical (ESS/B exactly 1) and
+    sharing buys only a bigger batch. Batches differ once J < P * (B - J), i.e. J <= (P*B - 1) // (P + 1).
+    """
+    b, j = prompts_per_step, external_groups
+    if peers < 1 or j < 1 or j < peers * (b - j):
+        return None
+    fit = (peers * b - 1) // (peers + 1)
+    fix = (f"use --swarm.external_groups {fit} or fewer" if fit >= 1
+           else "raise generation.prompts_per_step")
+    return (f"every node trains on every group: {peers} peer(s) generate {b - j} groups each a round and "
+            f"J = {j}, so all nodes train on the same batch, and nodes that start from the same weights stay "
+            f"identical (ESS/B = 1). To give each node its own batch, {fix}, run more nodes, or start them "
+            f"from different weights (--model.name).")
 
 
 def flag_fields() -> list[tuple[str, str, Any, str, tuple | None]]:

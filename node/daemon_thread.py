@@ -14,9 +14,9 @@ import os
 import sys
 import threading
 
-__all__ = ["run_in_daemon_thread", "exit_if_work_abandoned"]
+__all__ = ["run_in_daemon_thread", "work_abandoned", "exit_if_work_abandoned"]
 
-_PREFIX = "swarm-node-"
+_abandoned: set[threading.Thread] = set()  # threads whose awaiting task was cancelled (Ctrl-C)
 
 
 async def run_in_daemon_thread(fn, *args):
@@ -40,8 +40,18 @@ async def run_in_daemon_thread(fn, *args):
         except RuntimeError:  # the loop is gone: nobody waits for this any more
             pass
 
-    threading.Thread(target=work, name=f"{_PREFIX}{getattr(fn, '__name__', 'work')}", daemon=True).start()
-    return await fut
+    thread = threading.Thread(target=work, name=f"swarm-node-{getattr(fn, '__name__', 'work')}", daemon=True)
+    thread.start()
+    try:
+        return await fut
+    except asyncio.CancelledError:  # nobody will wait for this thread's result any more
+        _abandoned.add(thread)
+        raise
+
+
+def work_abandoned() -> bool:
+    """Whether a thread whose result nobody awaits any more is still running."""
+    return any(t.is_alive() for t in _abandoned)
 
 
 def exit_if_work_abandoned(code: int) -> None:
@@ -51,7 +61,7 @@ def exit_if_work_abandoned(code: int) -> None:
     tokenizers) aborts the process ("FATAL: exception not rethrown", SIGABRT). The caller has
     closed everything it owns; what the thread was writing is in a temporary folder.
     """
-    if any(t.daemon and t.name.startswith(_PREFIX) and t.is_alive() for t in threading.enumerate()):
+    if work_abandoned():
         logging.shutdown()
         sys.stdout.flush()
         sys.stderr.flush()

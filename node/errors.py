@@ -6,7 +6,7 @@ entry point can report "bad input or environment" cleanly while real bugs still 
 
 from protocol.errors import SwarmError
 
-__all__ = ["CheckpointError", "ConfigError", "NodeError"]
+__all__ = ["CheckpointError", "CheckpointFormatError", "ConfigError", "NodeError"]
 
 
 class NodeError(SwarmError):
@@ -19,3 +19,8 @@ class ConfigError(NodeError):
 
 class CheckpointError(NodeError):
     """A checkpoint cannot be written, or one on disk is missing, incomplete or corrupt."""
+
+
+class CheckpointFormatError(CheckpointError):
+    """A checkpoint in a format this version does not read (written by another version): kept
+    on disk, never counted as corrupt."""

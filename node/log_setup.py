@@ -31,7 +31,7 @@ import threading
 import time
 import warnings
 
-__all__ = ["JsonFormatter", "adopt_library_logging", "setup_logging"]
+__all__ = ["JsonFormatter", "adopt_library_logging", "json_mode", "setup_logging"]
 
 _STD_ATTRS = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
 # hivemind renames WARNING to "WARN" process-wide (logging.addLevelName); JSON keeps the standard names.
@@ -153,6 +153,11 @@ def _adopt_hivemind(json_mode: bool) -> None:
     else:
         hm.use_hivemind_log_handler("in_hivemind")
     _hivemind_adopted = json_mode
+
+
+def json_mode() -> bool:
+    """Whether stderr is one JSON object per line (then the CLI's own messages go through the logger)."""
+    return _json_mode
 
 
 def adopt_library_logging() -> None:

@@ -11,10 +11,13 @@ and is removed at once.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 
 from node.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 __all__ = ["check_run_dir", "check_device", "check_resume_matches", "check_context"]
 
@@ -30,6 +33,9 @@ def check_run_dir(run_dir: Path) -> None:
     """The run folder is a folder, or can be made one, and this process can write in it."""
     run_dir = Path(run_dir)
     fix = "choose another --run.dir"
+    if run_dir.is_symlink() and not run_dir.exists():
+        raise ConfigError(f"--run.dir {run_dir} is a link to {os.readlink(run_dir)}, which does not exist: "
+                          f"{fix}, or create the folder it points to")
     if run_dir.exists() and not run_dir.is_dir():
         raise ConfigError(f"--run.dir {run_dir} is a file, not a folder: {fix} (or move the file away)")
     base = _existing_ancestor(run_dir.absolute())
@@ -63,8 +69,9 @@ def check_device(device: str) -> None:
             raise ConfigError(f"--model.device {device}: no CUDA GPU is visible (check the driver, "
                               f"nvidia-smi and CUDA_VISIBLE_DEVICES), or use --model.device cpu")
         if dev.index is not None and dev.index >= n:
-            raise ConfigError(f"--model.device {device}: this machine has {n} CUDA GPU(s), "
-                              f"cuda:0..cuda:{n - 1}")
+            raise ConfigError(f"--model.device {device}: this machine has {n} CUDA GPU(s); use "
+                              f"--model.device cuda:0" + (f" ... cuda:{n - 1}" if n > 1 else "")
+                              + " or --model.device cpu")
     try:
         torch.empty(1, device=dev)
     except (RuntimeError, AssertionError) as e:  # e.g. mps on a machine without it
@@ -72,39 +79,41 @@ def check_device(device: str) -> None:
                           f"use --model.device cpu") from None
 
 
-# The settings a checkpoint's tensors depend on: resuming with another value cannot load them.
-_MODEL_KEYS = ("name", "lora_rank")
+def check_resume_matches(ckpt_root: Path, model_cfg: dict) -> None:
+    """The checkpoint a resume would load was written with this run's LoRA rank.
+
+    A LoRA adapter and full weights can never load into each other, so another rank is refused
+    here, before the model loads. Another ``model.name`` is only logged: the same weights may
+    have moved (a renamed folder), and the tensor check at load decides. Reads the newest
+    *valid* checkpoint's ``state.json`` (the one resume loads); one without a recorded config
+    is left to that check.
+    """
+    from node.checkpoint import newest_valid
+
+    path = newest_valid(ckpt_root)
+    if path is None:
+        return
+    try:
+        saved = json.loads((path / "state.json").read_text())["extra"]["config"]["model"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return
+    if "lora_rank" in saved and saved["lora_rank"] != model_cfg.get("lora_rank"):
+        was, now = saved["lora_rank"], model_cfg.get("lora_rank")
+        raise ConfigError(f"cannot resume {path}: it was trained with --model.lora_rank {was}, this run asks "
+                          f"for --model.lora_rank {now} (LoRA adapters and full weights do not load into each "
+                          f"other). Resume with --model.lora_rank {was}, or start the new setting in another "
+                          f"--run.dir")
+    if "name" in saved and not _same_model(saved["name"], model_cfg.get("name")):
+        log.warning("resuming %s, which was trained from model %r, with --model.name %r: the load checks "
+                    "that its tensors fit", path, saved["name"], model_cfg.get("name"))
 
 
-def _same(key: str, saved, now) -> bool:
+def _same_model(saved, now) -> bool:
     if saved == now:
         return True
     # The same local model written two ways (./m and /abs/m) is the same model.
-    return key == "name" and isinstance(saved, str) and isinstance(now, str) \
-        and Path(saved).exists() and Path(saved).resolve() == Path(now).resolve()
-
-
-def check_resume_matches(ckpt_root: Path, model_cfg: dict) -> None:
-    """The newest checkpoint was written with the same model and LoRA rank as this run.
-
-    Reads only ``state.json`` (small JSON) of the newest checkpoint directory; a checkpoint
-    without a recorded config, or one that does not parse, is left to the full load, which
-    verifies hashes and falls back past corrupt checkpoints.
-    """
-    dirs = sorted(p for p in Path(ckpt_root).glob("step_*") if p.is_dir() and p.name[5:].isdigit())
-    if not dirs:
-        return
-    try:
-        saved = json.loads((dirs[-1] / "state.json").read_text())["extra"]["config"]["model"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return
-    diff = [k for k in _MODEL_KEYS if k in saved and not _same(k, saved[k], model_cfg.get(k))]
-    if diff:
-        was = ", ".join(f"--model.{k} {saved[k]}" for k in diff)
-        now = ", ".join(f"--model.{k} {model_cfg.get(k)}" for k in diff)
-        raise ConfigError(f"cannot resume {dirs[-1]}: it was trained with {was}, this run asks for {now}. "
-                          f"Resume with the settings it was written with ({was}), or start the new "
-                          f"setting in another --run.dir")
+    return isinstance(saved, str) and isinstance(now, str) and Path(saved).exists() \
+        and Path(saved).resolve() == Path(now).resolve()
 
 
 def check_context(policy, cfg) -> None:

@@ -38,7 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from node.adversary import ATTACKS
 from node.config import read_toml
-from node.errors import ConfigError
+from node.errors import ConfigError, NodeError
 from node.status import describe_phase
 
 log = logging.getLogger(__name__)
@@ -179,23 +179,34 @@ def check_prior_run(spec: SimSpec, steps: list[int], resume: bool) -> str | None
     return None
 
 
-def startup_warnings(spec: SimSpec, checkpoint_every: int, local_groups: int, external_groups: int) -> list[str]:
-    """Things about this run a user should know before it starts (not errors: it can run)."""
+def startup_warnings(spec: SimSpec, cfgs: list) -> list[str]:
+    """Things about this run a user should know before it starts (not errors: it can run);
+    ``cfgs[i]`` is node i's config."""
+    from node.config import batch_overlap
+
     out = []
     for k in spec.faults.kill:
-        if checkpoint_every == 0 or k.at_step < checkpoint_every:
-            first = "at the end" if checkpoint_every == 0 else f"at step {checkpoint_every}"
+        every = cfgs[k.node].run.checkpoint_every
+        # A kill at the checkpoint's own step resumes from it (the node writes the checkpoint
+        # before the status that triggers the kill): only earlier kills lose their steps.
+        if every == 0 or k.at_step < every:
+            first = "at the end" if every == 0 else f"at step {every}"
             out.append(f"[[kill]] node{k.node} at step {k.at_step}: its first checkpoint is {first} "
-                       f"(run.checkpoint_every = {checkpoint_every}), so it restarts from step 0 and redoes "
+                       f"(run.checkpoint_every = {every}), so it restarts from step 0 and redoes "
                        f"{k.at_step} steps; to resume where it was killed, pass --run.checkpoint_every "
-                       f"{max(1, k.at_step // 2)} or less")
-    peers = spec.nodes - 1
-    if peers >= 1 and external_groups >= peers * local_groups:
-        out.append(f"with {spec.nodes} nodes each generating {local_groups} groups and taking J = {external_groups} "
-                   f"from peers, every node trains on every group the swarm makes: nodes that start from the "
-                   f"same weights stay identical (ESS/B = 1). Use --swarm.external_groups "
-                   f"{max(1, peers * local_groups // 2)} or fewer, or more nodes")
+                       f"{k.at_step} or less")
+    c = cfgs[0]
+    advice = batch_overlap(spec.nodes - 1, c.generation.prompts_per_step, c.swarm.external_groups)
+    if advice is not None and all(x.generation.prompts_per_step == c.generation.prompts_per_step
+                                  and x.swarm.external_groups == c.swarm.external_groups for x in cfgs):
+        out.append(f"with {spec.nodes} nodes, {advice[0].lower()}{advice[1:]}")
     return out
+
+
+def node_log(spec: SimSpec, i: int) -> Path:
+    """Where node i's output goes: its own node.log over hivemind, the one worker's nodes.log
+    over memory (every node runs in that one process)."""
+    return spec.run_dir / ("nodes.log" if spec.transport == "memory" else f"node{i}/node.log")
 
 
 class _Children:
@@ -260,6 +271,10 @@ class _Children:
                         log.warning("%s did not stop in %.0f s: killing it", name, grace)
                         self._kill_group(p)
 
+    def current(self, name: str) -> subprocess.Popen | None:
+        """The newest process started under ``name`` (a restarted node's replacement)."""
+        return next((p for n, p in reversed(self.procs) if n == name), None)
+
     def alive(self) -> list[str]:
         return [n for n, p in self.procs if p.poll() is None]
 
@@ -310,11 +325,24 @@ def read_status(node_dir: Path) -> dict | None:
         return None
 
 
-def status_rows(spec: SimSpec, faults: "_Faults | None" = None) -> list[dict]:
+def status_rows(spec: SimSpec, faults: "_Faults | None" = None, kids: "_Children | None" = None) -> list[dict]:
+    """One row per node (and adversary) for the live table, from each node's status.json. With
+    ``kids``, a status written before the node's current process started (the last run's, or a
+    killed predecessor's) is not shown as current, and a node whose process exited says so."""
     rows = []
     for i in range(spec.nodes):
         st = read_status(spec.run_dir / f"node{i}") or {}
+        exited = None
+        if kids is not None:
+            proc = kids.current(f"node{i}" if spec.transport == "hivemind" else "nodes")
+            if proc is not None and st.get("updated_at", 0) < kids.started[id(proc)]:
+                st = {}
+            if proc is not None and proc.poll() is not None and not (faults and i in faults.down):
+                exited = proc.returncode
         last, sw = st.get("last") or {}, st.get("swarm") or {}
+        phase = describe_phase(st) if st else "starting"
+        if exited not in (None, 0) and st.get("phase") not in ("finished", "stopped"):
+            phase = f"exited (rc {exited})" + (f": {st['phase_detail']}" if st.get("phase") == "failed to start" else "")
         rows.append({
             "node": f"node{i}", "round": last.get("round"), "step": st.get("step", 0),
             "total": st.get("total_steps"), "reward": last.get("reward"), "correct": last.get("correct"),
@@ -325,7 +353,7 @@ def status_rows(spec: SimSpec, faults: "_Faults | None" = None) -> list[dict]:
             "down": faults is not None and i in faults.down,
             "partitioned": bool(sw.get("partitioned")), "fault_dropped": sw.get("fault_dropped", 0),
             "delay": sw.get("fault_delay_s", 0.0), "stale": (last.get("staleness") or 0),
-            "phase": describe_phase(st) if st else "starting", "note": st.get("note"),
+            "phase": phase, "note": st.get("note"),
         })
     for j in range(len(spec.faults.malicious)):
         st = read_status(spec.run_dir / f"adversary{j}") or {}
@@ -417,9 +445,14 @@ async def _build_default_model(mode: str, stop: asyncio.Event) -> bool:
                 return False
     finally:
         stopped.cancel()
+        if not build.done():
+            build.cancel()  # the thread itself is abandoned (daemon); its folder is temporary
         if live is not None:
             live.stop()
-    path = build.result()
+    try:
+        path = build.result()
+    except Exception as e:
+        raise NodeError(f"building the embedded default model failed: {type(e).__name__}: {e}") from e
     log.info("sim: default model ready at %s (%.0f s)", path, time.time() - news["since"])
     return True
 
@@ -441,11 +474,8 @@ class _Faults:
 
     def _current_step(self, i: int) -> int:
         """Node i's step, from a status written by its current process (not a predecessor's)."""
-        live = [p for n, p in self.kids.procs if n == f"node{i}"]
-        st = read_status(self.spec.run_dir / f"node{i}") or {}
-        if not live or st.get("updated_at", 0) < self.kids.started[id(live[-1])]:
-            return 0
-        return int(st.get("step", 0))
+        row = status_rows(self.spec, self, self.kids)[i]
+        return int(row["step"] or 0)
 
     def step(self) -> None:
         now = time.time()
@@ -532,7 +562,7 @@ async def run_sim(spec: SimSpec) -> dict:
             from rich.console import Console
             from rich.live import Live
 
-            live = Live(render_table(status_rows(spec), "swarm-node sim"), console=Console(stderr=True),
+            live = Live(render_table(status_rows(spec, faults, kids), "swarm-node sim"), console=Console(stderr=True),
                         refresh_per_second=2)
             live.start()
         last_plain = 0.0
@@ -544,7 +574,7 @@ async def run_sim(spec: SimSpec) -> dict:
         while not stop.is_set() and running():
             if faults is not None:
                 faults.step()
-            rows = status_rows(spec, faults)
+            rows = status_rows(spec, faults, kids)
             if live is not None:
                 live.update(render_table(rows, f"swarm-node sim · {spec.transport} · {spec.nodes} nodes"))
             elif mode == "plain" and time.time() - last_plain > 10:
@@ -591,7 +621,7 @@ def write_summary(spec: SimSpec, wall_s: float, interrupted: bool, failed: dict,
     nodes = []
     records = [read_metrics(spec.run_dir / f"node{i}" / "metrics.jsonl") for i in range(spec.nodes)]
     # One window for every node, so their first/last columns compare like with like.
-    w = summary_window(min((len(r) for r in records), default=0))
+    w = summary_window(min((len(r) for r in records if r), default=0))
     for i in range(spec.nodes):
         d = spec.run_dir / f"node{i}"
         recs = records[i]
@@ -608,6 +638,7 @@ def write_summary(spec: SimSpec, wall_s: float, interrupted: bool, failed: dict,
             "groups_used_by_peer": sw.get("groups_used_by_peer", {}),
             "restarts": faults.restarts[i] if faults is not None else 0,
             "fault_dropped": sw.get("fault_dropped", 0), "fault_delayed": sw.get("fault_delayed", 0),
+            "note": st.get("note"),
         })
     adversaries = []
     for j in range(len(spec.faults.malicious)):
@@ -631,6 +662,9 @@ def write_summary(spec: SimSpec, wall_s: float, interrupted: bool, failed: dict,
         lines.append(f"| {n['node']} | {n['steps']} | {_fmt(n['correct_first'], '.3f')} | {_fmt(n['correct_last'], '.3f')} | "
                      f"{_fmt(n['groups_used'])} | {_fmt(n['peers_used'])} | {_fmt(n['rollouts_out'])} | "
                      f"{_fmt(n['rejected_total'])}{f' ({rej})' if rej else ''} | {_fault_text(n)} |")
+    notes = {n["node"]: n["note"] for n in nodes if n.get("note")}
+    for name, note in notes.items():
+        lines += ["", f"{name}: {note}"]
     for a in adversaries:
         sent = ", ".join(f"{k} {v}" for k, v in sorted(a["sent"].items()) if v)
         lines += ["", f"{a['name']} (malicious, {a['peer_id']}): sent {sum(a['sent'].values())} hostile messages "

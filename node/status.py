@@ -11,6 +11,7 @@ of one.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -28,6 +29,15 @@ class StatusFile:
         self.phase_detail = ""
         self.phase_since = time.time()
         self.extra: dict[str, Any] = {}
+        # Start-up work in another thread (a model build) reports phases too; after close() (a
+        # failed start cleaning up) nothing may write the file again.
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def close(self) -> None:
+        """Write nothing more (a start that failed is removing its files)."""
+        with self._lock:
+            self._closed = True
 
     def phase(self, name: str, detail: str = "", write: bool = True) -> None:
         """Enter phase ``name`` (its clock restarts when the name changes, not the detail)."""
@@ -43,13 +53,15 @@ class StatusFile:
 
     def write(self, **fields: Any) -> dict:
         """Merge ``fields`` into the status and replace the file; returns what was written."""
-        for k, v in fields.items():
-            (self.base if k in self.base else self.extra)[k] = v
-        status = self.snapshot()
-        tmp = self.path.with_name("status.json.tmp")
-        tmp.write_text(json.dumps(status, indent=2, default=str))
-        tmp.replace(self.path)
-        return status
+        with self._lock:
+            for k, v in fields.items():
+                (self.base if k in self.base else self.extra)[k] = v
+            status = self.snapshot()
+            if not self._closed:
+                tmp = self.path.with_name("status.json.tmp")
+                tmp.write_text(json.dumps(status, indent=2, default=str))
+                tmp.replace(self.path)
+            return status
 
 
 def describe_phase(status: dict, now: float | None = None) -> str:

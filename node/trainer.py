@@ -32,7 +32,7 @@ import torch
 
 from node.clock import RoundClock
 from node.checkpoint import CheckpointState, capture_rng, load_latest, restore_rng, save_checkpoint
-from node.config import NodeConfig
+from node.config import NodeConfig, batch_overlap
 from node.daemon_thread import run_in_daemon_thread
 from node.errors import CheckpointError, ConfigError
 from node.metrics import MetricsWriter
@@ -151,13 +151,29 @@ def _steps_recorded(run_dir: Path) -> int:
 _START_FILES = ("status.json", "status.json.tmp", "config.json", "identity.pem", "identity.pem.p2p")
 
 
-def _remove_failed_start(run_dir: Path) -> None:
+def _first_missing(path: Path) -> Path | None:
+    """The outermost folder of ``path`` that does not exist yet (what ``mkdir(parents=True)``
+    will create), or None if ``path`` exists."""
+    missing = None
+    while not path.exists() and path != path.parent:
+        missing, path = path, path.parent
+    return missing
+
+
+def _remove_failed_start(run_dir: Path, created: Path) -> None:
+    """Undo what a failed start wrote in the folders it created (``run_dir`` up to ``created``)."""
     for name in _START_FILES:
         (run_dir / name).unlink(missing_ok=True)
-    try:
-        run_dir.rmdir()
-    except OSError:
-        log.info("left %s in place: it holds files this start did not write", run_dir)
+    d = run_dir.absolute()
+    while True:
+        try:
+            d.rmdir()
+        except OSError:
+            log.info("left %s in place: it holds files this start did not write", d)
+            return
+        if d == created or d == d.parent:
+            return
+        d = d.parent
 
 
 def _mismatch(model_state: dict, state: CheckpointState) -> str:
@@ -262,12 +278,11 @@ class TrainingNode:
         check_device(cfg.model.device)
         if cfg.train.threads:
             torch.set_num_threads(cfg.train.threads)
-        created = not run_dir.exists()
+        created = _first_missing(run_dir.absolute())  # the outermost folder this start makes, if any
         run_dir.mkdir(parents=True, exist_ok=True)
         status = StatusFile(run_dir, cfg.train.steps, cfg.model.name)
         endpoint = swarm = None
         try:
-            status.phase("checking the run folder and the device")
             policy = await run_in_daemon_thread(load_policy, cfg, status.phase)
             check_context(policy, cfg)
             # Seed after loading: building the default model on first use seeds its own recipe.
@@ -312,13 +327,18 @@ class TrainingNode:
                 swarm = await build_exchange(cfg, policy, transport, status.phase)
             (run_dir / "config.json").write_text(cfg.to_json())
             return cls(cfg, policy, learner, run_dir, start_step, swarm, endpoint, status)
-        except BaseException:
+        except BaseException as e:
             if swarm is not None:  # joined already: leave the swarm, stop the daemon
                 await swarm.close()
             if endpoint is not None:
                 endpoint.close()
-            if created:
-                _remove_failed_start(run_dir)
+            if created is not None:
+                status.close()  # a build still running in its thread must not write it back
+                _remove_failed_start(run_dir, created)
+            else:  # a folder with an earlier run: its status says this start failed, and why
+                reason = "interrupted" if isinstance(e, (KeyboardInterrupt, asyncio.CancelledError)) else str(e)
+                status.phase("failed to start", reason.splitlines()[0][:300] if reason else type(e).__name__)
+                status.close()
             raise
 
     @staticmethod
@@ -430,7 +450,9 @@ class TrainingNode:
         j = scfg.external_groups
         deadline = time.time() + scfg.collect_seconds if scfg.collect_seconds > 0 else clock.end_of(r)
         if first and j:
-            self.status.phase("waiting for peers", f"{j} peer groups, at most until round {r} ends")
+            until = (f"for at most {scfg.collect_seconds:g} s" if scfg.collect_seconds > 0
+                     else f"at most until round {r} ends")
+            self.status.phase("waiting for peers", f"{j} peer groups, {until}")
         await sw.wait_for(j, deadline)
         groups = sw.take(j, r)
         self._warn_if_batches_coincide(len(groups), sw.status()["peers_alive"])
@@ -478,8 +500,10 @@ class TrainingNode:
             except (NotImplementedError, RuntimeError):  # not the main thread / not POSIX
                 pass
         total = self.cfg.train.steps
-        progress = Progress(self.cfg.run.progress, total, self.step,
-                            title=f"swarm-node · {self.run_dir.name}")
+        mode = self.cfg.run.progress
+        if mode == "auto" and self.cfg.run.log_format == "json":
+            mode = "plain"  # a live panel on stderr would break one-JSON-object-per-line
+        progress = Progress(mode, total, self.step, title=f"swarm-node · {self.run_dir.name}")
         every = self.cfg.run.checkpoint_every
         saved_at = self.start_step
         t_start = time.monotonic()
@@ -492,12 +516,14 @@ class TrainingNode:
                 record = await self._step()
                 self.step += 1
                 self.metrics.write(record)
-                self.status.phase("training", write=False)  # written with the record, next line
-                self._write_status(record)
-                progress.update(record)
+                # Checkpoint before the status says "step N": whoever acts on that status (the
+                # simulator's kill fault, a user) then finds step N's checkpoint on disk.
                 if every and self.step % every == 0 and self.step < total:
                     await asyncio.to_thread(self.checkpoint)
                     saved_at = self.step
+                self.status.phase("training", write=False)  # written with the record, next line
+                self._write_status(record)
+                progress.update(record)
         finally:
             progress.close()
             for sig in signals:
@@ -513,25 +539,16 @@ class TrainingNode:
         return summary
 
     def _warn_if_batches_coincide(self, taken: int, peers: int) -> None:
-        """Warn once when every node trains on every group the swarm produced this round.
-
-        With P peers each publishing I groups and J >= P * I, each node's batch is its own I
-        groups plus all of everyone else's: all nodes train on the same union, so nodes that
-        start from the same weights stay identical (ESS/B exactly 1) and sharing buys nothing
-        but a bigger batch (the README's two-node example, 4/4, is this case).
-        """
+        """Warn once when every node trains on every group the swarm produced (``batch_overlap``)."""
         i, j = self.cfg.local_groups, self.cfg.swarm.external_groups
-        if self._coincide_warned or peers < 1 or j < peers * i or taken < peers * i:
+        if self._coincide_warned or taken < peers * i:  # it did take all of them this step
+            return
+        advice = batch_overlap(peers, self.cfg.generation.prompts_per_step, j)
+        if advice is None:
             return
         self._coincide_warned = True
-        fit = max(1, (peers * i) // 2)
-        log.warning("every node trains on every group: %d peer(s) publish %d groups a round and J = %d, "
-                    "so all nodes train on the same batch and nodes that start from the same weights stay "
-                    "identical (ESS/B = 1). Take fewer peer groups (e.g. --swarm.external_groups %d), run "
-                    "more nodes, or start nodes from different weights (--model.name).",
-                    peers, i, j, fit)
-        self.status.extra["note"] = (f"every node trains on every group (J = {j} >= {peers} peers x I = {i}): "
-                                     f"same-start nodes stay identical")
+        log.warning("%s", advice)
+        self.status.extra["note"] = f"every node trains on every group (J = {j} >= {peers} peers x I = {i})"
 
     def checkpoint(self) -> Path:
         state = CheckpointState(

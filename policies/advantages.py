@@ -1,7 +1,9 @@
 """Group advantages: which baseline each completion's reward is compared against.
 
-Completions of the same prompt id form a group, whether this node or a peer sampled them, so
-groups can have unequal sizes. Three baselines (docs/algorithm.md, "Baselines"):
+Completions with the same group id share a baseline. The caller picks the ids: a node groups its
+own completions by task id and a peer's by sender, round and task id (node/rollouts.py), so a
+peer's completions, from another policy, never set this node's baseline. Groups can have unequal
+sizes. Three baselines (docs/algorithm.md, "Baselines"):
 
 - ``mean``: GRPO, b = mean of the group's rewards.
 - ``median``: MC-GRPO. Sample G+1 completions; b is the group's median reward, and the median

@@ -77,7 +77,8 @@ def test_a_run_dir_this_user_cannot_write(tiny_model_dir, workdir, below):
     target = ro / "run" if below else ro
     before = set(os.listdir(ro))
     r = swarm_node(*train(tiny_model_dir, "--run.dir", str(target)), cwd=workdir)
-    assert_clear_error(r, "cannot", str(ro), "Permission denied", "choose another --run.dir")
+    m = assert_clear_error(r, "cannot", str(ro), "choose another --run.dir")
+    assert "Permission denied" in m or "Read-only file system" in m, m
     assert set(os.listdir(ro)) == before
 
 
@@ -190,9 +191,31 @@ def test_ctrl_c_while_the_model_builds_exits_at_once_without_a_traceback(tmp_pat
             pass
         time.sleep(0.1)
     p.send_signal(signal.SIGINT)
-    t0 = time.time()
     out, err = p.communicate(timeout=60)
     assert p.returncode == 130, err[-2000:]
-    assert time.time() - t0 < 15  # it does not wait for the build to finish
-    assert "Traceback" not in err and "swarm-node: interrupted (Ctrl-C)" in err
+    assert "Traceback" not in err and "FATAL" not in err and "swarm-node: interrupted (Ctrl-C)" in err
+    # It left without waiting for the build: the cache holds no finished model.
+    assert not list((tmp_path / "home").rglob("BUILD_OK"))
     assert not (tmp_path / "r").exists()  # the folder this start made is gone again
+
+
+def test_a_sim_folder_that_cannot_be_a_folder(tiny_model_dir, workdir):
+    before = tree(workdir)
+    r = swarm_node("sim", "--nodes", "2", "--transport", "memory", "--model.name", str(tiny_model_dir),
+                   "--run.dir", "afile/sub", cwd=workdir)
+    assert_clear_error(r, "afile is a file", "choose another --run.dir")
+    r = swarm_node("sim", "--nodes", "2", "--transport", "memory", "--model.name", str(tiny_model_dir),
+                   "--run.dir", "s", "--model.device", "foo", cwd=workdir)
+    assert_clear_error(r, "'foo' is not a torch device")
+    assert tree(workdir) == before
+
+
+def test_help_lists_allowed_values_and_none(capsys):
+    from node.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    out = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    assert "one of: mean, median, opob, opob_approx" in out and "one of: text, json" in out
+    assert "(default: none)" in out and "(default: null)" not in out
+    assert "configs/solo.toml" not in out and "12D3Koo" not in out

@@ -65,7 +65,9 @@ def test_killed_node_restarts_and_rejoins_with_the_same_peer_id(procs, warm_tiny
     after = [len(metrics(tmp_path / f"n{i}")) for i in range(2)]
     assert all(a >= b + 2 for a, b in zip(after, before)), (before, after)
     restarted = procs.node("n2", maddr, warm_tiny_model_dir, *common, "--train.seed", "2", "--resume")
-    wait_until(lambda: status(victim_dir)["updated_at"] > killed_at + 6, 120, "n2 to train again", restarted)
+    # status.json is written from start-up on; "swarm" joins it with the first step trained.
+    wait_until(lambda: "swarm" in status(victim_dir) and status(victim_dir)["updated_at"] > killed_at + 6, 120,
+               "n2 to train again", restarted)
     assert status(victim_dir)["swarm"]["peer_id"] == old_id
     # The others hear from it again under the same id, after the restart.
     def rejoined(i: int) -> bool:

@@ -176,7 +176,7 @@ def test_sim_with_a_partition_latency_and_a_stale_node(warm_tiny_model_dir, tmp_
 [[partition]]
 groups = [[0], [1, 2]]
 after_seconds = 0
-duration_seconds = 12
+duration_seconds = 25  # from launch: nodes take ~11 s to load and join on 2 busy cores
 
 [[latency]]
 node = 2
@@ -187,14 +187,14 @@ jitter_seconds = 0.2
 index = 1
 flags = { "train.behaviour_lag" = 3 }
 """)
-    p = start_sim(tmp_path, warm_tiny_model_dir, "--nodes", "3", "--train.steps", "20",
+    p = start_sim(tmp_path, warm_tiny_model_dir, "--nodes", "3", "--train.steps", "24",
                   "--swarm.round_seconds", "1.5", "--faults", str(faults))
     assert p.wait(timeout=400) == 0, (tmp_path / "sim.log").read_text()[-4000:]
     nodes = {n["node"]: n for n in json.loads((tmp_path / "sim" / "summary.json").read_text())["nodes"]}
     # During the partition node0 dropped what 1 and 2 sent, and they dropped node0's...
     assert nodes["node0"]["fault_dropped"] > 0 and nodes["node1"]["fault_dropped"] > 0
     # ...yet after it healed everyone trained on everyone.
-    assert all(n["peers_used"] == 2 and n["steps"] == 20 for n in nodes.values())
+    assert all(n["peers_used"] == 2 and n["steps"] == 24 for n in nodes.values())
     assert nodes["node2"]["fault_delayed"] > 0 and nodes["node0"]["fault_delayed"] == 0
     stale = [json.loads(l)["staleness"] for l in (tmp_path / "sim" / "node1" / "metrics.jsonl").read_text().splitlines()]
     assert max(stale) == 3

@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -96,14 +95,11 @@ def test_a_node_that_has_not_trained_yet_shows_its_phase(warm_tiny_model_dir, tm
     run = tmp_path / "sim"
     p = sim(tmp_path, warm_tiny_model_dir, "--nodes", "1", "--train.steps", "3", "--swarm.collect_seconds", "30",
             "--swarm.round_seconds", "60")
-    phases: set[str] = set()
-
     def waiting() -> bool:
         try:
             st = json.loads((run / "node0" / "status.json").read_text())
         except (OSError, ValueError):
             return False
-        phases.add(st["phase"])
         return st["phase"] == "waiting for peers" and st["step"] == 0
 
     try:
@@ -120,7 +116,17 @@ def test_a_node_that_has_not_trained_yet_shows_its_phase(warm_tiny_model_dir, tm
     finally:
         p.send_signal(signal.SIGINT)
         p.wait(timeout=120)
-    assert "joining the swarm" in phases or "generating the first rollouts" in phases
+
+
+def test_a_node_that_refuses_to_start_is_one_clear_message_from_the_simulator(warm_tiny_model_dir, tmp_path):
+    # Only a node can see this one (it needs the model's positions): every node exits 2, and
+    # the simulator passes the reason on instead of "nodes failed: {...}".
+    p = sim(tmp_path, warm_tiny_model_dir, "--nodes", "2", "--transport", "memory", "--train.steps", "3",
+            "--generation.max_completion_length", "200")
+    assert p.wait(timeout=240) == 2
+    out = (tmp_path / "sim.log").read_text()
+    assert "swarm-node: --generation.max_completion_length 200 does not fit the model" in out
+    assert "refused to start; see" in out and "nodes.log" in out and "Traceback" not in out
 
 
 def test_ctrl_c_while_the_simulator_builds_the_default_model(tmp_path):
@@ -130,8 +136,8 @@ def test_ctrl_c_while_the_simulator_builds_the_default_model(tmp_path):
                "the simulator to build the default model", p)
     assert not (tmp_path / "sim" / "node0").exists()  # no node starts before the model exists
     p.send_signal(signal.SIGINT)
-    t0 = time.time()
     rc = p.wait(timeout=60)
     out = (tmp_path / "sim.log").read_text()
     assert rc == 130, out[-3000:]
-    assert time.time() - t0 < 15 and "Traceback" not in out and "FATAL" not in out
+    assert "Traceback" not in out and "FATAL" not in out
+    assert not list((tmp_path / "home").rglob("BUILD_OK"))  # it left without waiting for the build

@@ -32,14 +32,15 @@ def test_a_node_waiting_for_peers_says_so_in_its_status(warm_tiny_model_dir, tmp
         assert _status(node)["phase"] == "joining the swarm"  # the last phase create() went through
         task = asyncio.ensure_future(run_all([node]))
         seen = []
-        for _ in range(400):
+        deadline = asyncio.get_running_loop().time() + 120
+        while asyncio.get_running_loop().time() < deadline:
             st = _status(node)
             seen.append(st["phase"])
             if st["phase"] == "waiting for peers":
                 break
             await asyncio.sleep(0.02)
         assert st["phase"] == "waiting for peers" and st["step"] == 0, seen
-        assert st["phase_detail"].startswith("2 peer groups") and st["phase_since"] <= st["updated_at"]
+        assert st["phase_detail"] == "2 peer groups, for at most 3 s" and st["phase_since"] <= st["updated_at"]
         await task
         return _status(node)
 
@@ -63,23 +64,41 @@ def test_a_swarm_where_every_node_trains_on_every_group_is_warned_about(warm_tin
     hits = [r for r in caplog.records if "every node trains on every group" in r.getMessage()]
     if warned:
         assert len(hits) == nodes  # once per node, not once per step
-        assert "--swarm.external_groups 1" in hits[0].getMessage()
-        assert "same-start nodes stay identical" in _status(ns[0])["note"]
+        assert "--swarm.external_groups 1 or fewer" in hits[0].getMessage()
+        assert _status(ns[0])["note"] == "every node trains on every group (J = 2 >= 1 peers x I = 2)"
     else:
         assert hits == [] and "note" not in _status(ns[0])
 
 
 def test_the_simulator_warns_before_it_starts():
+    from node.config import load_config
+
     faults = SimFaults.model_validate({"kill": [{"node": 0, "at_step": 6}, {"node": 1, "at_step": 60}]})
     spec = SimSpec(nodes=2, transport="hivemind", run_dir=Path("/r"), faults=faults)
-    w = startup_warnings(spec, checkpoint_every=50, local_groups=4, external_groups=4)
+    cfgs = [load_config(None, {"swarm.transport": "hivemind"})] * 2  # I = J = 4, checkpoint_every 50
+    w = startup_warnings(spec, cfgs)
     assert len(w) == 2
     assert w[0].startswith("[[kill]] node0 at step 6: its first checkpoint is at step 50") \
-        and "restarts from step 0 and redoes 6 steps" in w[0] and "--run.checkpoint_every 3" in w[0]
-    assert "every node trains on every group" in w[1] and "--swarm.external_groups 2" in w[1]
-    spec4 = SimSpec(nodes=4, transport="hivemind", run_dir=Path("/r"))
-    assert startup_warnings(spec4, checkpoint_every=5, local_groups=4, external_groups=4) == []
-    assert "at the end" in startup_warnings(spec, checkpoint_every=0, local_groups=4, external_groups=1)[0]
+        and "restarts from step 0 and redoes 6 steps" in w[0] and "--run.checkpoint_every 6 or less" in w[0]
+    assert w[1].startswith("with 2 nodes, every node trains on every group") \
+        and "--swarm.external_groups 3 or fewer" in w[1]
+    four = [load_config(None, {"swarm.transport": "hivemind", "run.checkpoint_every": 6})] * 4
+    assert startup_warnings(SimSpec(nodes=4, transport="hivemind", run_dir=Path("/r"), faults=faults), four) == []
+    never = [load_config(None, {"swarm.transport": "hivemind", "run.checkpoint_every": 0,
+                                "swarm.external_groups": 1})] * 2
+    assert "first checkpoint is at the end" in startup_warnings(spec, never)[0]
+
+
+def test_batch_overlap_advice_by_hand():
+    from node.config import batch_overlap
+
+    # P peers x I = B - J groups: overlap when J >= P * I; the advice is the largest J below it.
+    assert batch_overlap(1, 8, 4) is not None and "--swarm.external_groups 3 or fewer" in batch_overlap(1, 8, 4)
+    assert batch_overlap(1, 8, 3) is None  # I = 5 > 3: the node takes 3 of its peer's 5
+    assert batch_overlap(3, 8, 4) is None  # 3 x 4 = 12 groups to choose 4 from
+    assert "--swarm.external_groups 5 or fewer" in batch_overlap(2, 8, 6)  # I = 2, 2 x 2 <= 6
+    assert batch_overlap(0, 8, 4) is None and batch_overlap(1, 8, 0) is None
+    assert "raise generation.prompts_per_step" in batch_overlap(1, 2, 1)  # J = 1 = I: no J fits
 
 
 def _fake_checkpoint(node_dir: Path, step: int) -> None:
@@ -120,6 +139,52 @@ def test_a_resume_that_finds_no_checkpoint_says_the_recorded_steps_are_lost(tiny
     assert asyncio.run(scenario()) == 0
     msg = " ".join(r.getMessage() for r in caplog.records)
     assert "records 3 steps but no checkpoint was written" in msg and "run.checkpoint_every = 50" in msg
+
+
+def test_a_resume_says_how_many_recorded_steps_are_redone(tiny_model_dir, tmp_path, caplog):
+    from node.config import load_config
+    from node.trainer import TrainingNode
+
+    run = tmp_path / "r"
+    over = {"model.name": str(tiny_model_dir), "run.dir": str(run), "train.steps": 2, "run.progress": "off",
+            "run.plot": False, "generation.prompts_per_step": 2, "generation.num_generations": 2}
+
+    async def train(**more):
+        node = await TrainingNode.create(load_config(None, {**over, **more}))
+        try:
+            await node.run(handle_signals=False)
+        finally:
+            await node.close()
+
+    asyncio.run(train())  # checkpoint at step 2
+    with (run / "metrics.jsonl").open("a") as f:  # as if steps 3-5 ran, then a kill -9
+        f.write("".join(json.dumps({"step": s}) + "\n" for s in (3, 4, 5)))
+    caplog.set_level(logging.INFO, logger="node.trainer")
+    asyncio.run(train(**{"run.resume": True}))
+    assert any("(step 2, policy v2); the 3 steps recorded after it are redone" in r.getMessage()
+               for r in caplog.records)
+
+
+def test_load_logs_what_trains_and_opob_warns_about_its_cost(tiny_model_dir, tmp_path, caplog):
+    from node.config import load_config
+    from node.trainer import TrainingNode
+
+    caplog.set_level(logging.INFO)
+
+    async def start(run: str, **more):
+        node = await TrainingNode.create(load_config(None, {"model.name": str(tiny_model_dir),
+                                                            "run.dir": str(tmp_path / run), **more}))
+        await node.close()
+
+    asyncio.run(start("lora", **{"model.lora_rank": 4}))
+    asyncio.run(start("full", **{"learner.baseline": "opob"}))
+    text = [r.getMessage() for r in caplog.records]
+    lora = next(m for m in text if m.startswith("LoRA is on (rank 4, alpha 16, every linear layer): "))
+    trained, total = (int(x.replace(",", "")) for x in lora.split(": ")[1].split(" parameters")[0].split(" of "))
+    assert 0 < trained < total
+    assert any(m.startswith("full fine-tuning: all ") for m in text)
+    assert any("learner.baseline opob runs one backward pass per sample (64 a step here)" in m for m in text)
+
 
 
 def test_processes_that_start_at_once_build_the_default_model_once(tmp_path):
