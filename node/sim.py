@@ -150,11 +150,12 @@ class SimSpec:
 
 
 def newest_checkpoint_step(node_dir: Path) -> int | None:
-    """Step of a node folder's newest complete checkpoint (its manifest is there), None if none."""
-    from node.checkpoint import list_checkpoints
+    """Step of the checkpoint a node in ``node_dir`` would resume from (the newest that
+    verifies: a corrupt newer one does not count), None if there is none."""
+    from node.checkpoint import checkpoint_step, newest_valid
 
-    found = list_checkpoints(node_dir / "checkpoints")
-    return int(found[-1].name.removeprefix("step_")) if found else None
+    found = newest_valid(node_dir / "checkpoints")
+    return checkpoint_step(found) if found is not None else None
 
 
 def check_prior_run(spec: SimSpec, steps: list[int], resume: bool) -> str | None:

@@ -101,10 +101,12 @@ def test_batch_overlap_advice_by_hand():
     assert "raise generation.prompts_per_step" in batch_overlap(1, 2, 1)  # J = 1 = I: no J fits
 
 
-def _fake_checkpoint(node_dir: Path, step: int) -> None:
-    d = node_dir / "checkpoints" / f"step_{step:06d}"
-    d.mkdir(parents=True)
-    (d / "MANIFEST.json").write_text("{}")
+def _fake_checkpoint(node_dir: Path, step: int) -> Path:
+    import torch
+
+    from node.checkpoint import CheckpointState, save_checkpoint
+
+    return save_checkpoint(node_dir / "checkpoints", CheckpointState(step, step, {"w": torch.zeros(2)}))
 
 
 def test_the_simulator_reads_an_earlier_run_before_starting_anything(tmp_path):
@@ -118,6 +120,10 @@ def test_the_simulator_reads_an_earlier_run_before_starting_anything(tmp_path):
     done = check_prior_run(spec, [10, 10], resume=True)
     assert "every node has already trained its 10 steps" in done and "--train.steps 20" in done
     assert check_prior_run(spec, [10, 20], resume=True) is None  # more steps: it continues
+    # A corrupt newest checkpoint does not count: node1 would resume from step 10 and train on.
+    bad = _fake_checkpoint(tmp_path / "node1", 20)
+    (bad / "model.safetensors").write_bytes(b"garbage")
+    assert check_prior_run(spec, [10, 20], resume=True) is None
 
 
 def test_a_resume_that_finds_no_checkpoint_says_the_recorded_steps_are_lost(tiny_model_dir, tmp_path, caplog):
