@@ -12,7 +12,7 @@ import random
 from dataclasses import dataclass
 from typing import Sequence
 
-from node.swarm import PeerGroup
+from node.swarm import PeerGroup, allowed_specials
 from policies.learner import TrainSample
 from protocol.messages import RolloutRecord
 from policies.policy import Completion, Policy, SamplingParams
@@ -67,12 +67,17 @@ def to_train_samples(rollouts: list[Rollout], local: bool = True) -> list[TrainS
             for r in rollouts]
 
 
-def to_records(rollouts: list[Rollout]) -> list[RolloutRecord]:
-    """Wire records of this node's rollouts (no reward: receivers score for themselves)."""
+def to_records(rollouts: list[Rollout], special_ids: frozenset[int] = frozenset(),
+               eos_id: int | None = None) -> list[RolloutRecord]:
+    """Wire records of this node's rollouts (no reward: receivers score for themselves).
+
+    A completion that sampled a special token before its end (say ``<pad>``) is kept for this
+    node's own training but not published: peers refuse such batches (``special_tokens``), and
+    one such completion must not cost the whole round's batch."""
     return [RolloutRecord(task_id=str(r.task_id), completion_ids=r.completion.completion_ids,
                           completion_text=r.completion.text, behaviour_logprobs=r.completion.logprobs,
                           truncated=r.completion.truncated)
-            for r in rollouts]
+            for r in rollouts if allowed_specials(r.completion.completion_ids, special_ids, eos_id)]
 
 
 def external_samples(groups: list[PeerGroup], policy: Policy, reward_cfg: RewardConfig,

@@ -21,6 +21,8 @@ Admission, in order; each rejection is counted under the reason shown (``stats.r
     more than MAX_GROUPS_PER_BATCH tasks          too_many_groups
     task id names no task                         bad_task
     token ids outside this vocabulary, empty      bad_tokens
+    a special token but a final EOS (same tok.)   special_tokens
+    a token log-prob below MIN_TOKEN_LOGPROB      implausible_logprob
     text ≠ decode(token ids) (same tokenizer)     text_mismatch
 
 The envelope is remembered for replay detection only once every check has passed, so a copy of an
@@ -54,14 +56,14 @@ from node.transport.base import Delivery, Transport
 from protocol.codec import decode, encode
 from protocol.errors import MessageTooLarge, ProtocolError, UnknownField, UnsupportedVersion
 from protocol.identity import Identity
-from protocol.messages import Announcement, RolloutBatch, RolloutRecord
+from protocol.messages import MIN_TOKEN_LOGPROB, Announcement, RolloutBatch, RolloutRecord
 from protocol.signing import Envelope, Verifier, VerifyResult, envelope_from_bytes, envelope_to_bytes, sign
 from rewards.errors import TaskError
 from rewards.registry import make_task
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PeerGroup", "SwarmStats", "SwarmExchange", "REJECT_REASONS"]
+__all__ = ["PeerGroup", "SwarmStats", "SwarmExchange", "REJECT_REASONS", "allowed_specials"]
 
 MAX_GROUPS_PER_BATCH = 64  # tasks in one peer batch (an honest node publishes prompts_per_step - J)
 MAX_POOL_GROUPS = 4096  # admitted, unused groups kept at once
@@ -71,8 +73,8 @@ OTHER_PEERS = "(other)"
 REJECT_REASONS = (
     "malformed_envelope", "bad_signature", "sender_mismatch", "stale_clock", "replay", "oversized",
     "malformed", "unknown_field", "unsupported_version", "wrong_kind", "wrong_round", "bad_task",
-    "bad_tokens", "text_mismatch", "duplicate_round", "too_many_groups",
-    "hash_mismatch",  # counted by a transport: the body does not match its index record
+    "bad_tokens", "special_tokens", "implausible_logprob", "text_mismatch", "duplicate_round",
+    "too_many_groups", "hash_mismatch",  # counted by a transport: the body does not match its index record
 )
 
 _VERIFY_REASON = {
@@ -129,6 +131,14 @@ class SwarmStats:
     internal_errors: int = 0  # a check itself failed: a bug, logged with its traceback
 
 
+def allowed_specials(ids: Sequence[int], special_ids: frozenset[int], eos_id: int | None) -> bool:
+    """True if ``ids`` holds no special token except, as its last token, EOS. The one rule for
+    both sides: a node publishes only completions its peers will admit (node/rollouts.py)."""
+    if not special_ids:
+        return True
+    return not any(t in special_ids for t in ids[:-1]) and (ids[-1] not in special_ids or ids[-1] == eos_id)
+
+
 def _bump(counter: collections.Counter, key: str, n: int = 1) -> None:
     """Count per peer, with bounded memory: peer ids cost an attacker nothing to make."""
     if key in counter or len(counter) < MAX_TRACKED_PEERS:
@@ -142,7 +152,7 @@ class SwarmExchange:
                  tokenizer_fingerprint: str, model_fingerprint: str, vocab_size: int,
                  decode_text: Callable[[Sequence[int]], str], group_cap: int = 64,
                  max_round_lag: int = 4, poll_seconds: float = 0.25, max_clock_skew: float = 30.0,
-                 seed: int = 0):
+                 seed: int = 0, special_ids: frozenset[int] = frozenset(), eos_id: int | None = None):
         self.transport = transport
         self.identity = identity
         self.clock = clock
@@ -150,6 +160,10 @@ class SwarmExchange:
         self.model_fingerprint = model_fingerprint
         self.vocab_size = vocab_size
         self.decode_text = decode_text
+        # Special tokens are invisible to the text check (decoding skips them): only a final EOS
+        # may be one, so a completion cannot smuggle <pad> or a chat-template token past it.
+        self.special_ids = frozenset(special_ids)
+        self.eos_id = eos_id
         self.group_cap = group_cap  # completions kept per group: this node's group size
         self.max_round_lag = max_round_lag
         self.poll_seconds = poll_seconds
@@ -352,6 +366,11 @@ class SwarmExchange:
             for rec in records:
                 if not rec.completion_ids or (same_tokenizer and max(rec.completion_ids) >= self.vocab_size):
                     return self._reject("bad_tokens", d, f"task {task_id}")
+                if same_tokenizer and not allowed_specials(rec.completion_ids, self.special_ids, self.eos_id):
+                    return self._reject("special_tokens", d, f"task {task_id}")
+                if min(rec.behaviour_logprobs) < MIN_TOKEN_LOGPROB:
+                    return self._reject("implausible_logprob", d,
+                                        f"task {task_id}: {min(rec.behaviour_logprobs):g} < {MIN_TOKEN_LOGPROB:g}")
                 if same_tokenizer:
                     try:
                         text = self.decode_text(rec.completion_ids)

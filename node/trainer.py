@@ -132,7 +132,8 @@ async def build_exchange(cfg: NodeConfig, policy: Policy, transport: Transport |
         model_fingerprint=policy.model_fingerprint, vocab_size=min(len(tok), embeddings),
         decode_text=lambda ids: tok.decode(list(ids), skip_special_tokens=True),
         group_cap=_group_size(cfg), max_round_lag=sc.max_round_lag, poll_seconds=sc.poll_seconds,
-        max_clock_skew=sc.max_clock_skew, seed=cfg.train.seed)
+        max_clock_skew=sc.max_clock_skew, seed=cfg.train.seed,
+        special_ids=frozenset(tok.all_special_ids), eos_id=tok.eos_token_id)
     await exchange.start()
     log.info("joined swarm %r over %s as %s", sc.name, type(transport).__name__, ident.peer_id)
     return exchange
@@ -445,7 +446,8 @@ class TrainingNode:
             self.status.phase("generating the first rollouts")
         rollouts, version, t_gen = await asyncio.to_thread(
             self._generate, self.step, self.cfg.local_groups, f"{self.cfg.train.seed}:{sw.peer_id}")
-        await sw.publish(r, version, to_records(rollouts))
+        await sw.publish(r, version, to_records(rollouts, frozenset(self.policy.tokenizer.all_special_ids),
+                                                self.policy.tokenizer.eos_token_id))
         await sw.announce(r, self.learner.version)
         j = scfg.external_groups
         deadline = time.time() + scfg.collect_seconds if scfg.collect_seconds > 0 else clock.end_of(r)

@@ -23,13 +23,15 @@ from dataclasses import dataclass
 import torch
 
 from policies.advantages import group_advantages
-from policies.loss import LossConfig, LossInputs, policy_loss, sequence_weights
+from policies.loss import LossConfig, LossInputs, policy_loss, row_caps, sequence_weights
 from policies.offpolicy import ess_fraction, lr_factor
 from policies.policy import Policy, TokenBatch
 
 log = logging.getLogger(__name__)
 
 __all__ = ["TrainSample", "Learner"]
+
+_ZERO_ADV = 1e-9  # |advantage| at or below this carries no gradient (a group whose rewards agree)
 
 
 @dataclass(frozen=True)
@@ -92,12 +94,15 @@ class Learner:
                 beh[i, :len(s.behaviour_logprobs)] = torch.tensor(s.behaviour_logprobs)
         seq_beh = torch.tensor([s.behaviour_seq_logprob for s in samples], dtype=torch.float32)
         foreign = torch.tensor([s.foreign_tokens for s in samples], dtype=torch.bool)
+        local = torch.tensor([s.local for s in samples], dtype=torch.bool)
         rewards = torch.tensor([s.reward for s in samples], dtype=torch.float32)
         ids = {g: i for i, g in enumerate(dict.fromkeys(s.group for s in samples))}
         gids = torch.tensor([ids[s.group] for s in samples], dtype=torch.long)
         dev = self.policy.device
         batch.completion_mask = batch.completion_mask.to(dev)
-        return batch, beh.to(dev), seq_beh.to(dev), foreign.to(dev), rewards.to(dev), gids.to(dev)
+        caps = row_caps(self.loss_cfg, foreign, local)
+        return (batch, beh.to(dev), seq_beh.to(dev), foreign.to(dev), rewards.to(dev), gids.to(dev),
+                caps.to(dev))
 
     def _grad_sq_norms(self, batch: TokenBatch) -> torch.Tensor:
         """‖∇_θ log π(y_i)‖² per sample (exact OPOB): one backward per sample, costly by design."""
@@ -121,7 +126,7 @@ class Learner:
         """Apply ``num_iterations`` updates from ``samples``; return the step's metrics."""
         if not samples:
             raise ValueError("empty batch")
-        batch, beh, seq_beh, foreign, rewards, gids = self._batch(samples)
+        batch, beh, seq_beh, foreign, rewards, gids, caps = self._batch(samples)
         # eval mode: μ was recorded in eval mode (no dropout), so π_θ must be too, or ratios
         # drift from 1 on-policy for any model with dropout. Gradients flow either way.
         self.policy.model.eval()
@@ -131,25 +136,28 @@ class Learner:
         factor = 1.0
         for it in range(self.num_iterations):
             logp = self.policy.completion_logprobs(batch, self.temperature)  # (B, T)
+            true_w = None
             if it == 0 and not self.off_policy_correction:
                 # What the batch's ESS really is, for the record: naive sharing ignores it.
-                true_w = sequence_weights(logp.detach(), batch.completion_mask, seq_beh, self.loss_cfg.weight_cap)
-                metrics["behaviour_rho"] = ess_fraction(true_w)
+                true_w = sequence_weights(logp.detach(), batch.completion_mask, seq_beh, caps)
                 # Pretend μ = π_θ as this step begins: every ratio and sequence weight starts at 1.
-                beh = logp.detach() * batch.completion_mask
+                beh = torch.where(batch.completion_mask > 0, logp.detach(), torch.zeros_like(logp))
                 seq_beh = beh.sum(-1)
             # The loss's sequence weights follow π_θ through the iterations, as token ratios do.
-            w = sequence_weights(logp, batch.completion_mask, seq_beh, self.loss_cfg.weight_cap)
+            w = sequence_weights(logp, batch.completion_mask, seq_beh, caps)
             if adv is None:
                 # ESS, the LR factor and advantages come from the first pass: they describe how
                 # far the behaviour policies are from π_θ as this step begins.
-                rho = ess_fraction(w)
-                factor = lr_factor(rho, self.lr_rule, self.rho_ref, self.lr_floor)
                 adv = group_advantages(rewards, gids, self.baseline, self.scale_rewards,
                                        seq_weights=w, grad_sq_norms=g2)
-                metrics.setdefault("behaviour_rho", rho)
-                metrics.update(ess=rho * len(samples), rho=rho, lr_factor=factor,
-                               lr=self.base_lr * factor * self._warmup())
+                # Over the rows that carry gradient only (docs/algorithm.md, "ESS"): a pivot or
+                # a zero-advantage row does not move the update, so it must not move the LR.
+                carry = adv.loss_mask & (adv.advantages.abs() > _ZERO_ADV)
+                rho = ess_fraction(w, carry)
+                factor = lr_factor(rho, self.lr_rule, self.rho_ref, self.lr_floor)
+                metrics["behaviour_rho"] = rho if true_w is None else ess_fraction(true_w, carry)
+                metrics.update(ess=rho * int(carry.sum()), rho=rho, lr_factor=factor,
+                               lr=self.base_lr * factor * self._warmup(), grad_rows=float(carry.sum()))
             out = policy_loss(LossInputs(logp=logp, behaviour_logp=beh, behaviour_seq_logp=seq_beh,
                                          mask=batch.completion_mask, advantages=adv.advantages,
                                          sample_mask=adv.loss_mask, sequence_level=foreign,
@@ -172,7 +180,7 @@ class Learner:
             reward_mean=float(rewards.mean()),
             adv_abs_mean=float(adv.advantages.abs().mean()),
             # trained samples whose advantage is 0 carry no gradient (a group whose rewards agree)
-            zero_adv_frac=float((adv.advantages[adv.loss_mask].abs() < 1e-9).float().mean()),
+            zero_adv_frac=float((adv.advantages[adv.loss_mask].abs() <= _ZERO_ADV).float().mean()),
             completion_len=float(batch.completion_mask.sum(-1).mean()),
             batch_size=float(len(samples)),
             policy_version=float(self.version),

@@ -25,7 +25,7 @@ import torch
 
 from policies.offpolicy import m2po_mask, sequence_log_weights, token_log_ratios, truncated_weights
 
-__all__ = ["LossConfig", "LossInputs", "LossOutputs", "policy_loss", "sequence_weights"]
+__all__ = ["LossConfig", "LossInputs", "LossOutputs", "policy_loss", "row_caps", "sequence_weights"]
 
 _MAX_LOG_RATIO = 80.0  # e^80 ≈ 5.5e34 < float32 max ≈ 3.4e38
 
@@ -61,12 +61,30 @@ class LossOutputs:
 
 
 def sequence_weights(logp: torch.Tensor, mask: torch.Tensor, behaviour_seq_logp: torch.Tensor,
-                     cap: float) -> torch.Tensor:
-    """w̄_i = min(π_θ(y_i)/μ(y_i), c), detached: the one place sequence weights are computed.
+                     cap: float | torch.Tensor) -> torch.Tensor:
+    """w̄_i = min(π_θ(y_i)/μ(y_i), c_i), detached: the one place sequence weights are computed.
 
-    They feed the ESS learning-rate rule, the OPOB baseline and the sequence-level loss.
+    They feed the ESS learning-rate rule, the OPOB baseline and the sequence-level loss. ``cap``
+    is c for every row or per-row caps (``row_caps``).
     """
     return truncated_weights(sequence_log_weights(logp.detach(), mask, behaviour_seq_logp), cap)
+
+
+def row_caps(cfg: LossConfig, foreign: torch.Tensor, local: torch.Tensor) -> torch.Tensor:
+    """Per-row truncation caps c_i of the sequence weights.
+
+    A peer's row with another tokenizer can only use the sequence weight, and its Σ log μ is the
+    peer's claim: at VCPO's c = 8 a lie about it would buy 8x the weight an honest peer's row gets
+    on the token path, where PPO clipping holds each ratio to 1 + ε_high. So, on the token path,
+    such rows are capped at 1 + ε_high: lying buys nothing over the token path. With
+    ``importance_sampling_level = "sequence"`` every row is weighted by w̄ ≤ c, honest stale
+    ones too, and c stays the cap for all.
+    """
+    caps = torch.full(foreign.shape, float(cfg.weight_cap), device=foreign.device)
+    if cfg.importance_sampling_level == "token":
+        eps_hi = cfg.epsilon if cfg.epsilon_high is None else cfg.epsilon_high
+        caps = torch.where(foreign & ~local, torch.clamp(caps, max=1.0 + eps_hi), caps)
+    return caps
 
 
 def policy_loss(inputs: LossInputs, cfg: LossConfig) -> LossOutputs:
@@ -79,8 +97,9 @@ def policy_loss(inputs: LossInputs, cfg: LossConfig) -> LossOutputs:
     seq_f = seq_rows.to(x.logp.dtype).unsqueeze(-1)  # (B, 1)
 
     w = x.seq_weights  # (B,)
-    # Token level: PPO / clamp / M2PO on r_t against the behaviour policy.
-    log_r = token_log_ratios(x.logp, x.behaviour_logp, x.mask) * (1 - seq_f)  # (B, T)
+    # Token level: PPO / clamp / M2PO on r_t against the behaviour policy. (torch.where, never
+    # a product with a 0/1 mask, wherever a value may be infinite: inf·0 is NaN.)
+    log_r = torch.where(seq_f > 0, torch.zeros_like(x.logp), token_log_ratios(x.logp, x.behaviour_logp, x.mask))
     # Bound log r before exp: a ratio above e^88 is inf in float32, and inf·0 (a token M2PO drops,
     # a saturated δ clamp or PPO clip) makes the loss and every gradient NaN. Values and gradients
     # are unchanged for any log r ≤ _MAX_LOG_RATIO.
@@ -105,7 +124,8 @@ def policy_loss(inputs: LossInputs, cfg: LossConfig) -> LossOutputs:
     # through log π_θ only.
     seq_obj = w.unsqueeze(-1) * torch.exp(x.logp - x.logp.detach()) * adv
 
-    per_token = -(token_obj * token_mask + seq_obj * mask * seq_f)  # (B, T)
+    zero = torch.zeros_like(x.logp)
+    per_token = -(torch.where(token_mask > 0, token_obj, zero) + torch.where(mask * seq_f > 0, seq_obj, zero))
     used = token_mask + mask * seq_f  # (B, T) tokens that carry gradient
     if cfg.loss_type == "dapo":
         loss = per_token.sum() / used.sum().clamp(min=1)

@@ -35,8 +35,11 @@ def token_log_ratios(
     behaviour_logp: torch.Tensor,  # (B, T) log μ(y_t | x, y_<t)
     mask: torch.Tensor,  # (B, T)
 ) -> torch.Tensor:  # (B, T)
-    """log r_t = log π_θ − log μ on real tokens, 0 on padding (so exp gives ratio 1 there)."""
-    return (logp - behaviour_logp) * mask
+    """log r_t = log π_θ − log μ on real tokens, 0 on padding (so exp gives ratio 1 there).
+
+    ``torch.where``, not a product with the mask: an infinite value where the mask is 0 would
+    make inf·0 = NaN (and NaN gradients) instead of 0."""
+    return torch.where(mask > 0, logp - behaviour_logp, torch.zeros_like(logp))
 
 
 def sequence_log_weights(
@@ -50,14 +53,19 @@ def sequence_log_weights(
     from a peer with another tokenizer: their token log-probs do not align with ours, but both
     sums are log-probabilities of the same string (assuming canonical tokenization).
     """
-    return (logp * mask).sum(dim=-1) - behaviour_seq_logp
+    return torch.where(mask > 0, logp, torch.zeros_like(logp)).sum(dim=-1) - behaviour_seq_logp
 
 
-def truncated_weights(log_w: torch.Tensor, cap: float) -> torch.Tensor:
-    """w̄ = min(exp(log w), c): truncated importance sampling (VCPO uses c = 8).
+def truncated_weights(log_w: torch.Tensor, cap: float | torch.Tensor) -> torch.Tensor:
+    """w̄ = min(exp(log w), c): truncated importance sampling (VCPO uses c = 8). ``cap`` is one
+    c for every row, or a (B,) tensor of per-row caps.
 
     Clamping in log space first avoids overflow to inf for very stale rollouts.
     """
+    if isinstance(cap, torch.Tensor):
+        if bool((cap <= 0).any()):
+            raise ValueError("truncation caps must be > 0")
+        return torch.exp(torch.minimum(log_w, torch.log(cap.to(log_w.dtype))))
     if cap <= 0:
         raise ValueError(f"truncation cap must be > 0, got {cap}")
     return torch.exp(torch.clamp(log_w, max=math.log(cap)))
@@ -72,8 +80,18 @@ def effective_sample_size(w: torch.Tensor) -> float:
     return float(w.sum()) ** 2 / denom
 
 
-def ess_fraction(w: torch.Tensor) -> float:
-    """ρ = ESS / B ∈ (0, 1]: 1 when all weights are equal, 1/B when one sample carries all."""
+def ess_fraction(w: torch.Tensor, rows: torch.Tensor | None = None) -> float:
+    """ρ = ESS / B ∈ (0, 1]: 1 when all weights are equal, 1/B when one sample carries all.
+
+    ``rows`` (bool, (B,)) restricts it to the rows that carry gradient: a row whose advantage is
+    0 (a group whose rewards agree) or that the loss leaves out (an MC-GRPO pivot) does not move
+    the update, so it must not move ρ and the learning rate either; otherwise any peer could
+    lower the whole batch's LR with weightless rows. With no such row, ρ = 1: nothing to correct.
+    """
+    if rows is not None:
+        if not bool(rows.any()):
+            return 1.0
+        w = w[rows]
     if w.numel() == 0:
         return 0.0
     return effective_sample_size(w) / w.numel()

@@ -169,7 +169,10 @@ class Policy:
 
     def encode_completion(self, text: str) -> tuple[int, ...]:
         """Tokenize a (peer's) completion text for this policy, EOS appended as sampling would."""
-        return tuple(self.tokenizer(text, add_special_tokens=False)["input_ids"]) + (self.eos_token_id,)
+        # split_special_tokens: a peer's text spelling "<eos>" or a chat-template marker is text,
+        # never the special token itself.
+        ids = self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+        return tuple(ids) + (self.eos_token_id,)
 
     @torch.no_grad()
     def generate(self, prompts: list[str], num_generations: int,

@@ -43,6 +43,11 @@ SCHEMA_VERSION = 1
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 MAX_ROLLOUTS = 512
 MAX_COMPLETION_TOKENS = 1024
+# The lowest per-token behaviour log-prob a receiver admits. No sampler draws a token of
+# probability e^-100 (float32 softmax bottoms out near e^-103); a lower claim is a lie that, left
+# in, overflows the learner's float32 sums (-1e300 is -inf there). Receivers check it
+# (node/swarm.py, implausible_logprob); the codec accepts any finite value <= 0.
+MIN_TOKEN_LOGPROB = -100.0
 # Generous for 1024 tokens of a tiny BPE vocabulary, yet bounded so text cannot dwarf the ids.
 MAX_COMPLETION_CHARS = 8192
 MAX_TOKEN_ID = 2**31 - 1

@@ -1,0 +1,156 @@
+"""Claims a peer makes that steer the learner are bounded (issue 9, item 3): per-token log-probs
+at admission, special tokens, the weight of a foreign-tokenizer row, and rows that carry no
+gradient moving ρ and the learning rate. Hand-computed numbers where maths is involved."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from node.swarm import allowed_specials
+from node.transport.base import Delivery
+from policies.loss import LossConfig, LossInputs, policy_loss, row_caps, sequence_weights
+from policies.offpolicy import ess_fraction, token_log_ratios
+from protocol.codec import encode
+from protocol.identity import Identity
+from protocol.messages import MIN_TOKEN_LOGPROB, RolloutRecord
+from test_exchange import batch, clock_at, decode_text, envelope, make_exchange
+from node.transport.memory import MemoryHub
+
+EOS, PAD = 1, 0
+
+
+def _ex():
+    hub, me, peer = MemoryHub(), Identity.generate(), Identity.generate()
+    return make_exchange(hub, me, clock_at(10), special_ids=frozenset({PAD, EOS, 40}), eos_id=EOS), peer
+
+
+def _rec(ids, lps=None):
+    return RolloutRecord("arithmetic:1:1", tuple(ids), decode_text(ids),
+                         tuple(lps if lps is not None else [-0.5] * len(ids)), False)
+
+
+@pytest.mark.parametrize("lps, reason", [
+    ((-1e300, -0.5), "implausible_logprob"),  # -inf in float32: NaN steps for everyone
+    ((-1e4, -1e4), "implausible_logprob"),
+    ((MIN_TOKEN_LOGPROB - 1e-3, -0.5), "implausible_logprob"),
+    ((MIN_TOKEN_LOGPROB, -0.5), None),  # the bound itself is admitted
+])
+def test_token_logprobs_below_the_bound_are_refused_with_their_reason(lps, reason):
+    ex, peer = _ex()
+    n = ex.admit(Delivery(10, peer.peer_id, envelope(peer, encode(batch(peer, 10, [_rec((3, 4), lps)])))))
+    assert ex.stats.rejected == ({reason: 1} if reason else {})
+    assert n == (0 if reason else 1)
+
+
+@pytest.mark.parametrize("ids, ok", [
+    ((3, 4, EOS), True),       # a final EOS is how completions end
+    ((3, 4), True),            # truncated: no EOS at all
+    ((3, PAD, 4, EOS), False),  # <pad> in the middle: invisible to decode(skip_special_tokens)
+    ((3, EOS, 4, EOS), False),  # an EOS before the end
+    ((3, 4, 40), False),       # another special token at the end
+])
+def test_special_tokens_other_than_a_final_eos_are_refused(ids, ok):
+    assert allowed_specials(ids, frozenset({PAD, EOS, 40}), EOS) is ok
+    ex, peer = _ex()
+    ex.admit(Delivery(10, peer.peer_id, envelope(peer, encode(batch(peer, 10, [_rec(ids)])))))
+    assert ex.stats.rejected == ({} if ok else {"special_tokens": 1})
+
+
+def test_a_node_does_not_publish_what_its_peers_would_refuse():
+    from node.rollouts import Rollout, to_records
+    from policies.policy import Completion
+    from rewards.scoring import Reward
+    from rewards.task import TaskId
+
+    def rollout(ids):
+        c = Completion((5,), tuple(ids), "x", tuple(-0.5 for _ in ids), False)
+        return Rollout(TaskId.parse("arithmetic:1:1"), c, 0, Reward(0.0, 0.0))
+
+    recs = to_records([rollout((3, 4, EOS)), rollout((3, PAD, EOS))], frozenset({PAD, EOS}), EOS)
+    assert [r.completion_ids for r in recs] == [(3, 4, EOS)]
+
+
+def test_a_peer_text_spelling_a_special_token_is_text(tiny_model_dir):
+    from policies.policy import Policy
+
+    p = Policy.load(str(tiny_model_dir))
+    eos = p.tokenizer.eos_token
+    ids = p.encode_completion(f"7{eos}<answer>7</answer>")
+    assert ids.count(p.eos_token_id) == 1 and ids[-1] == p.eos_token_id  # only the EOS we append
+
+
+# ---------------------------------------------------------------------------- the maths, by hand
+
+def test_rho_ignores_rows_that_carry_no_gradient():
+    # Two rows carry gradient (w = 1, 1); three zero-advantage rows have w = 0 (a peer that
+    # claimed its tokens were certain). Over every row ESS = (1+1)^2 / (1+1) = 2, rho = 2/5 = 0.4;
+    # over the rows that carry gradient rho = 1.0, and the sqrt LR factor stays 1.
+    w = torch.tensor([1.0, 1.0, 0.0, 0.0, 0.0])
+    carry = torch.tensor([True, True, False, False, False])
+    assert ess_fraction(w) == pytest.approx(0.4)
+    assert ess_fraction(w, carry) == pytest.approx(1.0)
+    assert ess_fraction(w, torch.zeros(5, dtype=torch.bool)) == 1.0  # nothing to correct
+    # Uneven weights among gradient rows still count: [4, 0] -> ESS 1, rho 0.5.
+    assert ess_fraction(torch.tensor([4.0, 0.0, 9.0]), torch.tensor([True, True, False])) == pytest.approx(0.5)
+
+
+def test_infinities_never_become_nan():
+    # A row whose behaviour log-probs are -inf (what -1e300 becomes in float32), taken on the
+    # sequence-level path: inf * 0 used to be NaN in the loss and every gradient.
+    logp = torch.tensor([[-1.0, -2.0], [-0.5, -0.5]], requires_grad=True)
+    beh = torch.tensor([[-float("inf"), -float("inf")], [-0.5, -0.5]])
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
+    assert torch.equal(token_log_ratios(logp, beh, torch.tensor([[0.0, 0.0], [1.0, 0.0]])),
+                       torch.zeros(2, 2))  # masked: 0, not NaN
+    cfg = LossConfig()
+    seq = torch.tensor([True, False])
+    w = sequence_weights(logp, mask, torch.tensor([-3.0, -0.5]), 8.0)
+    out = policy_loss(LossInputs(logp=logp, behaviour_logp=beh, behaviour_seq_logp=torch.tensor([-3.0, -0.5]),
+                                 mask=mask, advantages=torch.tensor([1.0, -1.0]),
+                                 sample_mask=torch.tensor([True, True]), sequence_level=seq, seq_weights=w), cfg)
+    out.loss.backward()
+    assert math.isfinite(float(out.loss.detach())) and torch.isfinite(logp.grad).all()
+
+
+def test_a_foreign_tokenizer_claim_buys_nothing_over_the_token_path():
+    # Row 0: a peer with another tokenizer claims Σ log μ = -50 for a completion this policy
+    # gives Σ log π = -3: w = e^47, truncated at c = 8 before; now at 1 + ε_high = 1.28, the most
+    # a token-path row's ratio can count for with a positive advantage. Row 1: a local row with
+    # sequence weights keeps c. In sequence mode every row keeps c.
+    cfg = LossConfig(epsilon_high=0.28, weight_cap=8.0)
+    foreign, local = torch.tensor([True, False]), torch.tensor([False, True])
+    caps = row_caps(cfg, foreign, local)
+    assert caps.tolist() == pytest.approx([1.28, 8.0])
+    logp = torch.tensor([[-1.0, -2.0], [-20.0, -20.0]])
+    mask = torch.ones(2, 2)
+    w = sequence_weights(logp, mask, torch.tensor([-50.0, -50.0]), caps)
+    assert w.tolist() == pytest.approx([1.28, 8.0])
+    seq_mode = row_caps(LossConfig(importance_sampling_level="sequence"), foreign, local)
+    assert seq_mode.tolist() == [8.0, 8.0]
+    assert row_caps(LossConfig(epsilon=0.2, epsilon_high=None), foreign, local).tolist() == pytest.approx([1.2, 8.0])
+
+
+def test_learner_rho_and_lr_are_unmoved_by_zero_advantage_rows(tiny_model_dir):
+    # The learner end to end: a group with rewards [1, 0] sampled by this very policy (w = 1),
+    # plus a peer's zero-advantage group of 3 whose claimed log μ = 0 per token makes w ≈ 0.
+    # Old rule: rho ≈ 2/5 = 0.4 and the LR factor sqrt(0.4) = 0.63; now rho = 1 and factor 1.
+    from policies.learner import Learner, TrainSample
+    from policies.policy import Policy, TokenBatch
+
+    policy = Policy.load(str(tiny_model_dir))
+    prompt = policy.encode_prompts(["what is 2+2?"])[0]
+    comps = [policy.encode_completion(t) for t in ("<answer>4</answer>", "<answer>5</answer>", "4", "5", "6")]
+    batch = TokenBatch.build([prompt] * 5, comps, policy.tokenizer.pad_token_id)
+    with torch.no_grad():
+        lp = policy.completion_logprobs(batch)
+    rows = [tuple(lp[i, :len(c)].tolist()) for i, c in enumerate(comps)]
+    samples = [TrainSample("g", prompt, comps[i], rows[i], sum(rows[i]), r) for i, r in ((0, 1.0), (1, 0.0))]
+    samples += [TrainSample("peer/1/g", prompt, comps[i], tuple(0.0 for _ in comps[i]), 0.0, 0.0, local=False)
+                for i in (2, 3, 4)]
+    m = Learner(policy, learning_rate=1e-3, lr_rule="sqrt").step(samples)
+    assert m["grad_rows"] == 2 and m["rho"] == pytest.approx(1.0, abs=1e-4)
+    assert m["lr_factor"] == pytest.approx(1.0, abs=1e-4) and m["zero_adv_frac"] == pytest.approx(0.6)
+    assert m["behaviour_rho"] == pytest.approx(1.0, abs=1e-4)
