@@ -15,11 +15,13 @@ import sys
 import traceback
 from pathlib import Path
 
-from node.config import flag_fields, load_config, parse_flag_value, show_value, string_keys
+from node.config import flag_fields, load_config, parse_flag_value, read_toml, show_value, string_keys
 from node.errors import ConfigError
 from protocol.errors import SwarmError
 
 log = logging.getLogger("swarm_node")
+
+JOIN_RUN_DIR = "runs/join"  # join's run folder unless --run.dir or the config names one
 
 EXAMPLES = """\
 examples:
@@ -99,6 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="multiaddr of a bootstrap peer, as `swarm-node bootstrap` prints it "
                            "(repeat for several; same as --swarm.initial_peers)")
     _add_config_flags(join)
+    join.add_argument("--new-swarm", action="store_true",
+                      help="start a new swarm with this node as its first peer (no --bootstrap); others join "
+                           "it at the address it logs")
     join.add_argument("--resume", action="store_true", help="continue from the newest valid checkpoint in --run.dir")
     join.add_argument("--print-config", action="store_true", help="print the resolved config as JSON and exit")
 
@@ -322,7 +327,15 @@ def _main(argv: list[str] | None) -> int:
                 overrides["swarm.transport"] = "hivemind"
                 if args.bootstrap:
                     overrides["swarm.initial_peers"] = list(overrides.get("swarm.initial_peers", [])) + args.bootstrap
+                file_run = (read_toml(args.config).get("run") or {}) if args.config else {}
+                if "run.dir" not in overrides and "dir" not in file_run:
+                    overrides["run.dir"] = JOIN_RUN_DIR  # not train's runs/solo: this node is not alone
             cfg = load_config(args.config, overrides)
+            if args.command == "join" and not cfg.swarm.initial_peers and not args.new_swarm:
+                raise ConfigError("join needs a swarm to join: pass --bootstrap MADDR (the address `swarm-node "
+                                  "bootstrap` prints, e.g. /ip4/1.2.3.4/tcp/31337/p2p/QmWyMy...) or set "
+                                  "swarm.initial_peers; to start a new swarm with this node as its first peer, "
+                                  "pass --new-swarm")
             if args.print_config:
                 print(cfg.to_json())
                 return 0

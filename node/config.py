@@ -118,7 +118,7 @@ class TrainConfig(_Section):
 
 
 class RunConfig(_Section):
-    dir: str = Field("runs/solo", description="run folder: metrics.jsonl, checkpoints/, plots, config.json")
+    dir: str = Field("runs/solo", description="run folder: metrics.jsonl, checkpoints/, plots, config.json (join: runs/join unless set)")
     checkpoint_every: int = Field(50, ge=0, description="steps between checkpoints (0 = only at the end)")
     keep_checkpoints: int = Field(3, ge=1, description="checkpoints kept on disk")
     resume: bool = Field(False, description="continue from the newest valid checkpoint in the run folder")
@@ -138,7 +138,7 @@ class RunConfig(_Section):
 class SwarmConfig(_Section):
     transport: Literal["none", "memory", "hivemind"] = Field("none", description="none (train alone), hivemind (the public/private swarm over the hivemind DHT) or memory (in-process, for tests and simulation)")
     name: str = Field("swarm-node", description="swarm name: nodes only exchange rollouts with nodes of the same name")
-    initial_peers: list[str] = Field([], description="multiaddrs of bootstrap peers (hivemind), e.g. /ip4/1.2.3.4/tcp/31337/p2p/Qm...; empty = start a new swarm")
+    initial_peers: list[str] = Field([], description="multiaddrs of bootstrap peers (hivemind), e.g. /ip4/1.2.3.4/tcp/31337/p2p/Qm...; empty = start a new swarm (join asks for --new-swarm then)")
     host_maddrs: list[str] = Field(["/ip4/0.0.0.0/tcp/0"], description="addresses the hivemind daemon listens on (tests use /ip4/127.0.0.1/tcp/0)")
     announce_maddrs: list[str] = Field([], description="public addresses to announce when behind NAT/port-forwarding (hivemind)")
     identity: str = Field("", description="Ed25519 key file of this node (created 0600 on first run, reused after; its public key is the peer id); empty = <run.dir>/identity.pem")

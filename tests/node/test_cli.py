@@ -81,3 +81,24 @@ def test_join_with_no_reachable_bootstrap_exits_with_a_clear_message(tiny_model_
     # The failed start created the run folder, so it takes it away again: no config.json, no
     # identity of a node that never joined, no status.json of a node that never ran.
     assert not (tmp_path / "r").exists()
+
+
+def test_join_without_a_bootstrap_is_an_explicit_choice(tmp_path, capsys):
+    assert main(["join", "--print-config"]) == 2
+    err = capsys.readouterr().err
+    assert "join needs a swarm to join: pass --bootstrap MADDR" in err and "--new-swarm" in err
+    assert main(["join", "--new-swarm", "--print-config"]) == 0
+    cfg = json.loads(capsys.readouterr().out)
+    assert cfg["swarm"]["initial_peers"] == [] and cfg["run"]["dir"] == "runs/join"  # not train's runs/solo
+
+
+def test_join_keeps_a_run_dir_given_by_flag_or_config(tmp_path, capsys):
+    dead = "/ip4/127.0.0.1/tcp/9/p2p/QmWyMywt33NGEr2d32nqvpPeQq36fd3tj9eZaiBj2CbKSM"
+    assert main(["join", "--bootstrap", dead, "--run.dir", "runs/me", "--print-config"]) == 0
+    assert json.loads(capsys.readouterr().out)["run"]["dir"] == "runs/me"
+    cfg_file = tmp_path / "c.toml"
+    cfg_file.write_text('[run]\ndir = "runs/from-file"\n')
+    assert main(["join", "--bootstrap", dead, "--config", str(cfg_file), "--print-config"]) == 0
+    assert json.loads(capsys.readouterr().out)["run"]["dir"] == "runs/from-file"
+    assert main(["train", "--print-config"]) == 0
+    assert json.loads(capsys.readouterr().out)["run"]["dir"] == "runs/solo"
