@@ -24,13 +24,17 @@ Admission, in order; each rejection is counted under the reason shown (``stats.r
     a special token but a final EOS (same tok.)   special_tokens
     a token log-prob below MIN_TOKEN_LOGPROB      implausible_logprob
     text ≠ decode(token ids) (same tokenizer)     text_mismatch
+    created_at ≠ signed envelope time (± 5 s)     created_at_mismatch   (any message)
 
 The envelope is remembered for replay detection only once every check has passed, so a copy of an
 honest envelope that fails a later check (re-published under another round) cannot get the
 honest delivery refused as a replay. Memory is bounded whatever peers send: one batch per sender
 and round, at most ``MAX_GROUPS_PER_BATCH`` groups per batch and ``group_cap`` completions per
-group, at most ``MAX_POOL_GROUPS`` groups pooled (oldest evicted first), per-peer counters for
-at most ``MAX_TRACKED_PEERS`` peers.
+group, at most ``MAX_SENDER_BYTES`` pooled per sender (its own oldest evicted first) and
+``MAX_POOL_GROUPS`` groups / ``MAX_POOL_BYTES`` in all (oldest evicted first), per-peer counters
+and heartbeats for at most ``MAX_TRACKED_PEERS`` peers. A message's ``created_at`` must agree
+with its signed envelope time (``created_at_mismatch``), so expiry by it is not the sender's
+choice.
 
 Transports add their own before any of this: ``oversized`` (a frame over the limit, refused
 before it is read) and ``hash_mismatch`` (a body that is not what its index record announced).
@@ -67,6 +71,9 @@ __all__ = ["PeerGroup", "SwarmStats", "SwarmExchange", "REJECT_REASONS", "allowe
 
 MAX_GROUPS_PER_BATCH = 64  # tasks in one peer batch (an honest node publishes prompts_per_step - J)
 MAX_POOL_GROUPS = 4096  # admitted, unused groups kept at once
+MAX_POOL_BYTES = 128 << 20  # ... and their size (ids, log-probs, text), whoever sent them
+MAX_SENDER_BYTES = 8 << 20  # one sender's share of it: two full envelopes (MAX_ENVELOPE_SIZE)
+MAX_CREATED_DRIFT_S = 5.0  # a message's created_at vs its signed (clock-checked) envelope time
 MAX_TRACKED_PEERS = 1024  # per-peer counters kept; the rest are summed under "(other)"
 OTHER_PEERS = "(other)"
 
@@ -74,7 +81,7 @@ REJECT_REASONS = (
     "malformed_envelope", "bad_signature", "sender_mismatch", "stale_clock", "replay", "oversized",
     "malformed", "unknown_field", "unsupported_version", "wrong_kind", "wrong_round", "bad_task",
     "bad_tokens", "special_tokens", "implausible_logprob", "text_mismatch", "duplicate_round",
-    "too_many_groups", "hash_mismatch",  # counted by a transport: the body does not match its index record
+    "too_many_groups", "created_at_mismatch", "hash_mismatch",  # counted by a transport: the body does not match its index record
 )
 
 _VERIFY_REASON = {
@@ -131,6 +138,11 @@ class SwarmStats:
     internal_errors: int = 0  # a check itself failed: a bug, logged with its traceback
 
 
+def group_bytes(g: PeerGroup) -> int:
+    """What a pooled group costs in memory, about: ids and log-probs as Python numbers, the text."""
+    return sum(64 + 16 * len(r.completion_ids) + len(r.completion_text) for r in g.records)
+
+
 def allowed_specials(ids: Sequence[int], special_ids: frozenset[int], eos_id: int | None) -> bool:
     """True if ``ids`` holds no special token except, as its last token, EOS. The one rule for
     both sides: a node publishes only completions its peers will admit (node/rollouts.py)."""
@@ -172,6 +184,9 @@ class SwarmExchange:
         self.verifier = Verifier(max_skew_s=max_clock_skew + (max_round_lag + 1) * clock.round_seconds)
         self.stats = SwarmStats()
         self._pool: dict[str, PeerGroup] = {}  # key -> group, in admission order
+        self._bytes: dict[str, int] = {}  # key -> group_bytes of that group
+        self._sender_bytes: collections.Counter = collections.Counter()  # sender -> bytes pooled
+        self._pool_bytes = 0
         self._batches: set[tuple[str, int]] = set()  # (sender, round) admitted, inside the window
         self._arrived = asyncio.Event()
         self._rng = random.Random(f"swarm-exchange:{seed}:{identity.peer_id}")
@@ -329,6 +344,11 @@ class SwarmExchange:
             return self._reject("wrong_kind", d, type(msg).__name__) or None
         if msg.sender != env.sender:
             return self._reject("sender_mismatch", d, f"header says {msg.sender}") or None
+        # created_at is the sender's claim; the envelope's timestamp is signed and clock-checked
+        # by the verifier. Anything that reads created_at (heartbeat expiry) may then trust it.
+        if abs(msg.created_at - env.timestamp) > MAX_CREATED_DRIFT_S:
+            return self._reject("created_at_mismatch", d,
+                                f"created_at {msg.created_at:.0f} vs signed {env.timestamp:.0f}") or None
         return env, msg
 
     def admit_announcement(self, d: Delivery) -> bool:
@@ -339,6 +359,10 @@ class SwarmExchange:
         env, msg = opened
         if not self.verifier.commit(env):
             return bool(self._reject("replay", d))
+        if msg.sender not in self.peers and len(self.peers) >= MAX_TRACKED_PEERS:
+            # Keys are free: a flood of fresh identities must not grow this without bound. The
+            # heartbeat heard longest ago makes room (it is the next to expire anyway).
+            del self.peers[min(self.peers, key=lambda k: self.peers[k].created_at)]
         self.peers[msg.sender] = msg
         return True
 
@@ -385,19 +409,45 @@ class SwarmExchange:
         for task_id, records in groups.items():
             g = PeerGroup(msg.sender, msg.round, msg.policy_version, msg.model_fingerprint,
                           msg.tokenizer_fingerprint, task_id, tuple(records[:self.group_cap]))
-            self._pool[g.key] = g
+            self._add(g)
             _bump(self.stats.groups_in, msg.sender)
-        while len(self._pool) > MAX_POOL_GROUPS:
-            del self._pool[next(iter(self._pool))]  # the oldest admitted
-            self.stats.dropped_full += 1
+        self._bound_pool(msg.sender)
         return len(groups)
+
+    # -- the pool -------------------------------------------------------------------------------
+    def _add(self, g: PeerGroup) -> None:
+        size = group_bytes(g)
+        self._pool[g.key] = g
+        self._bytes[g.key] = size
+        self._sender_bytes[g.sender] += size
+        self._pool_bytes += size
+
+    def _drop(self, key: str) -> PeerGroup:
+        g = self._pool.pop(key)
+        size = self._bytes.pop(key)
+        self._pool_bytes -= size
+        self._sender_bytes[g.sender] -= size
+        if self._sender_bytes[g.sender] <= 0:
+            del self._sender_bytes[g.sender]
+        return g
+
+    def _bound_pool(self, sender: str) -> None:
+        """Memory per sender and in all: a sender over its share loses its own oldest groups
+        first, so a flood costs the flooder, not honest peers; then the pool as a whole sheds its
+        oldest groups down to its count and byte limits."""
+        while self._sender_bytes.get(sender, 0) > MAX_SENDER_BYTES:
+            self._drop(next(k for k, g in self._pool.items() if g.sender == sender))
+            self.stats.dropped_full += 1
+        while len(self._pool) > MAX_POOL_GROUPS or self._pool_bytes > MAX_POOL_BYTES:
+            self._drop(next(iter(self._pool)))  # the oldest admitted
+            self.stats.dropped_full += 1
 
     # -- sampling -------------------------------------------------------------------------------
     def _prune(self, current: int) -> None:
         oldest = current - self.max_round_lag
         stale = [k for k, g in self._pool.items() if g.round < oldest]
         for k in stale:
-            del self._pool[k]
+            self._drop(k)
         self.stats.dropped_stale += len(stale)
         self._batches = {b for b in self._batches if b[1] >= oldest}
 
@@ -438,7 +488,7 @@ class SwarmExchange:
                 if by_sender[s] and len(picked) < n:
                     picked.append(by_sender[s].pop(0))
         for g in picked:
-            del self._pool[g.key]
+            self._drop(g.key)
             _bump(self.stats.groups_used, g.sender)
         return picked
 
@@ -456,6 +506,7 @@ class SwarmExchange:
             "groups_used": sum(s.groups_used.values()),
             "groups_used_by_peer": dict(s.groups_used),
             "pool": len(self._pool),
+            "pool_bytes": self._pool_bytes,
             "dropped_stale": s.dropped_stale,
             "dropped_full": s.dropped_full,
             "rejected": dict(s.rejected + self.transport.rejected),

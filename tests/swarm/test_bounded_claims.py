@@ -154,3 +154,50 @@ def test_learner_rho_and_lr_are_unmoved_by_zero_advantage_rows(tiny_model_dir):
     assert m["grad_rows"] == 2 and m["rho"] == pytest.approx(1.0, abs=1e-4)
     assert m["lr_factor"] == pytest.approx(1.0, abs=1e-4) and m["zero_adv_frac"] == pytest.approx(0.6)
     assert m["behaviour_rho"] == pytest.approx(1.0, abs=1e-4)
+
+
+# ------------------------------------------------------------------- memory per sender (item 4)
+
+def test_a_created_at_that_disagrees_with_the_signed_time_is_refused():
+    import time
+
+    ex, peer = _ex()
+    future = batch(peer, 10, [_rec((3, 4))], created_at=time.time() + 3600)  # "alive" for an hour
+    ex.admit(Delivery(10, peer.peer_id, envelope(peer, encode(future))))
+    assert ex.stats.rejected == {"created_at_mismatch": 1}
+
+
+def test_heartbeats_are_bounded_whatever_the_number_of_fresh_identities(monkeypatch):
+    import time
+
+    import node.swarm as swarm
+    from protocol.messages import Announcement
+
+    monkeypatch.setattr(swarm, "MAX_TRACKED_PEERS", 50)
+    ex, _ = _ex()
+    for _ in range(120):  # a Sybil flood of correctly signed heartbeats
+        p = Identity.generate()
+        hb = Announcement(sender=p.peer_id, round=10, policy_version=0, model_fingerprint="m",
+                          tokenizer_fingerprint="tok-fp", created_at=time.time(), addrs=())
+        assert ex.admit_announcement(Delivery(10, p.peer_id, envelope(p, encode(hb))))
+    assert len(ex.peers) == 50
+
+
+def test_a_sender_over_its_memory_share_loses_its_own_oldest_groups(monkeypatch):
+    import node.swarm as swarm
+
+    ex, flooder = _ex()
+    honest = Identity.generate()
+    small = batch(honest, 9, [_rec((3, 4))])
+    per_group = swarm.group_bytes(swarm.PeerGroup("x", 0, 0, "m", "t", "arithmetic:1:1", (_rec(tuple(range(2, 30))),)))
+    monkeypatch.setattr(swarm, "MAX_SENDER_BYTES", 5 * per_group)  # room for 5 of the flooder's groups
+    ex.admit(Delivery(9, honest.peer_id, envelope(honest, encode(small))))
+    for r in (8, 9, 10):  # 4 groups a round, all within the window
+        recs = [RolloutRecord(f"arithmetic:{r * 10 + k}:1", tuple(range(2, 30)), decode_text(range(2, 30)),
+                              tuple(-0.5 for _ in range(28)), False) for k in range(4)]
+        assert ex.admit(Delivery(r, flooder.peer_id, envelope(flooder, encode(batch(flooder, r, recs)), seq=r))) == 4
+    mine = [g for g in ex._pool.values() if g.sender == flooder.peer_id]
+    assert len(mine) == 5 and {g.round for g in mine} == {9, 10}  # round 8 went first, then part of 9
+    assert [g.sender for g in ex._pool.values()].count(honest.peer_id) == 1  # the honest group stays
+    assert ex.status()["pool_bytes"] == sum(swarm.group_bytes(g) for g in ex._pool.values())
+    assert ex.stats.dropped_full == 7
