@@ -11,10 +11,13 @@ simulator's summary checks that nothing the adversary sent was ever used.
     forged_truth    a batch whose records carry a "ground_truth"     unknown_field
     text_mismatch   the right answer as text over other token ids    text_mismatch
     impersonation   a batch signed by the adversary, naming a peer   sender_mismatch
-    replay          an honest peer's old envelope again, under that peer's (unsigned) index
-                    subkey for the previous round                    replay
+    replay          an honest peer's old envelope again, under that peer's index
+                    subkey for the previous round                    replay (memory transport);
+                                                                     over hivemind the owner-signed
+                                                                     index refuses the write
 
-It trains nothing. Its ``status.json`` counts what it sent, by attack.
+It trains nothing. Its ``status.json`` counts what it sent, by attack, and what the transport
+refused to carry (``refused``).
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ class Adversary:
         self.out = out
         self.clock = RoundClock(cfg.swarm.round_seconds)
         self.sent: dict[str, int] = {a: 0 for a in attacks}
+        self.refused: dict[str, int] = {a: 0 for a in attacks}  # attacks the transport would not carry
         self.victims: dict[str, dict[int, bytes]] = {}  # peer -> {round: envelope}, recent rounds only
         self._seq = 0
 
@@ -117,10 +121,12 @@ class Adversary:
         return True
 
     async def _replay(self, r: int, expires: float) -> bool:
-        """Re-publish a peer's old envelope under that peer's subkey for the previous round. The
-        index is unsigned, so anyone can write it; the envelope inside is authentic, which is
-        exactly what the replay check is for. Receivers already have the peer's real envelope of
-        that round; a later expiry than the peer's own entry makes this one the entry they see."""
+        """Re-publish a peer's old envelope under that peer's subkey for the previous round.
+
+        The in-memory transport lets anyone write any subkey, so there the envelope reaches the
+        receivers and the replay check must catch it (it is authentic: only replay detection
+        can). Over hivemind, index entries are owner-signed and the write is refused before it
+        reaches anyone (counted in ``refused``)."""
         # The newest envelope older than r - 1: old enough to be a replay, fresh enough to pass the
         # clock check (which comes first) so that it is caught as what it is.
         old = [(rr, p, d) for p, by_round in self.victims.items() for rr, d in by_round.items() if rr < r - 1]
@@ -128,7 +134,12 @@ class Adversary:
             return False
         _, peer, data = max(old)
         outlive = (self.cfg.swarm.max_round_lag + 3) * self.clock.round_seconds
-        await self.transport.publish_as(peer, r - 1, data, outlive)
+        try:
+            await self.transport.publish_as(peer, r - 1, data, outlive)
+        except PermissionError as e:  # the hivemind index is owner-signed: this write is refused
+            self.refused["replay"] += 1
+            log.info("replay refused by the transport: %s", e)
+            return False
         return True
 
     async def learn_victims(self) -> None:
@@ -143,7 +154,7 @@ class Adversary:
                 del by_round[old]
 
     def write_status(self) -> None:
-        status = {"adversary": True, "peer_id": self.identity.peer_id, "sent": self.sent,
+        status = {"adversary": True, "peer_id": self.identity.peer_id, "sent": self.sent, "refused": self.refused,
                   "victims": sorted(self.victims), "updated_at": time.time()}
         tmp = self.out / "status.json.tmp"
         tmp.write_text(json.dumps(status, indent=2))
@@ -191,7 +202,7 @@ async def run_adversary(cfg: NodeConfig, attacks: list[str]) -> int:
         kwargs = dict(initial_peers=sc.initial_peers, host_maddrs=sc.host_maddrs,
                       startup_timeout=sc.startup_timeout, join_retries=sc.join_retries,
                       join_backoff=sc.join_backoff, use_relay=sc.use_relay, nat_port_map=sc.nat_port_map,
-                      round_seconds=sc.round_seconds, max_round_lag=sc.max_round_lag)
+                      round_seconds=sc.round_seconds, max_round_lag=sc.max_round_lag, signer=ident)
     transport = create_transport(sc.transport, swarm=sc.name, publisher=ident.peer_id, **kwargs)
     await transport.start()
     adv = Adversary(cfg, ident, transport, policy.tokenizer, policy.tokenizer_fingerprint,

@@ -2,8 +2,9 @@
 
 It trains nothing. It keeps a persistent p2p key so its multiaddr (which embeds the libp2p peer
 id) stays valid across restarts, prints the multiaddrs nodes should pass as ``--bootstrap``,
-relays for peers behind NAT unless told not to, logs how many peers it knows every
-``report_every`` seconds, and shuts its daemon down cleanly on Ctrl-C or SIGTERM.
+relays for peers behind NAT unless told not to, refuses DHT records under a peer's subkey that
+the peer did not sign (as every node does), logs how many peers it knows every ``report_every``
+seconds, and shuts its daemon down cleanly on Ctrl-C or SIGTERM.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import logging
 import signal
 from pathlib import Path
 
+from node.transport.dht_records import OwnerSignatureValidator
 from node.transport.hivemind_dht import start_dht_node, stop_dht_node
 from policies.default_model import default_home
 
@@ -29,7 +31,10 @@ async def run_bootstrap(*, host: str, port: int, announce: list[str], initial_pe
     node = await start_dht_node(
         initial_peers=initial_peers, host_maddrs=[f"/ip4/{host}/tcp/{port}"], announce_maddrs=announce,
         identity_path=str(identity), startup_timeout=startup_timeout, retries=2, backoff=2.0,
-        use_relay=relay, nat_port_map=nat)
+        use_relay=relay, nat_port_map=nat,
+        # It replicates records too: it refuses, as every node does, an entry under a peer's
+        # subkey that its owner did not sign. It knows no swarm or round, and needs not.
+        record_validator=OwnerSignatureValidator())
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

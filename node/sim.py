@@ -650,7 +650,7 @@ def write_summary(spec: SimSpec, wall_s: float, interrupted: bool, failed: dict,
         used = sum((r.get("external_by_peer") or {}).get(pid, 0)
                    for i in range(spec.nodes) for r in read_metrics(spec.run_dir / f"node{i}" / "metrics.jsonl"))
         adversaries.append({"name": f"adversary{j}", "peer_id": pid, "sent": st.get("sent", {}),
-                            "used_by_honest": used})
+                            "refused": st.get("refused", {}), "used_by_honest": used})
     summary = {"nodes": nodes, "adversaries": adversaries, "transport": spec.transport,
                "wall_s": round(wall_s, 1), "interrupted": interrupted, "failed": failed,
                "run_dir": str(spec.run_dir), "window": w}
@@ -668,8 +668,10 @@ def write_summary(spec: SimSpec, wall_s: float, interrupted: bool, failed: dict,
         lines += ["", f"{name}: {note}"]
     for a in adversaries:
         sent = ", ".join(f"{k} {v}" for k, v in sorted(a["sent"].items()) if v)
+        refused = ", ".join(f"{k} {v}" for k, v in sorted(a["refused"].items()) if v)
         lines += ["", f"{a['name']} (malicious, {a['peer_id']}): sent {sum(a['sent'].values())} hostile messages "
-                      f"({sent}); groups of it any honest node trained on: {a['used_by_honest']}"]
+                      f"({sent}); groups of it any honest node trained on: {a['used_by_honest']}"
+                      + (f"; refused by the transport before reaching anyone: {refused}" if refused else "")]
     (spec.run_dir / "summary.md").write_text("\n".join(lines) + "\n")
     (spec.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     meta = json.loads((spec.run_dir / "sim.json").read_text())

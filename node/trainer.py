@@ -112,7 +112,7 @@ async def build_exchange(cfg: NodeConfig, policy: Policy, transport: Transport |
                           startup_timeout=sc.startup_timeout, join_retries=sc.join_retries,
                           join_backoff=sc.join_backoff, use_relay=sc.use_relay,
                           nat_port_map=sc.nat_port_map, round_seconds=sc.round_seconds,
-                          max_round_lag=sc.max_round_lag,
+                          max_round_lag=sc.max_round_lag, signer=ident,
                           on_retry=(lambda d: phase("joining the swarm", d)) if phase else None)
         transport = create_transport(sc.transport, swarm=sc.name, publisher=ident.peer_id, **kwargs)
     if cfg.faults.active:

@@ -218,10 +218,13 @@ async def make_transports(kind: str, count: int, ids: list[Identity]) -> tuple[l
         return ts, None
     from node.transport.hivemind_dht import HivemindTransport, start_dht_node
 
-    boot = await start_dht_node(initial_peers=[], retries=0, **LOOPBACK)
+    from node.transport.dht_records import OwnerSignatureValidator
+
+    boot = await start_dht_node(initial_peers=[], retries=0, record_validator=OwnerSignatureValidator(), **LOOPBACK)
     maddrs = [str(m) for m in await boot.p2p.get_visible_maddrs()]
-    # round_seconds as the node passes it: the DHT record validator then checks these round keys.
-    ts = [HivemindTransport(swarm=SWARM, publisher=i.peer_id, initial_peers=maddrs, join_retries=0,
+    # round_seconds as the node passes it: the DHT record validator then checks these round keys;
+    # each transport signs its records with its identity, as a node does.
+    ts = [HivemindTransport(swarm=SWARM, publisher=i.peer_id, signer=i, initial_peers=maddrs, join_retries=0,
                             round_seconds=ROUND_SECONDS, **LOOPBACK) for i in ids]
     try:
         for t in ts:  # one after the other: each joiner finds the ones before it

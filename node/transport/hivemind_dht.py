@@ -6,12 +6,19 @@ holds only small index records; envelope bodies travel over a libp2p stream from
 
     key     swarm-node/<swarm>/rollouts/<round>         one key per round of the shared clock
     subkey  <peer id>                                   the publisher (sn1..., our Ed25519 id)
-    value   {"p2p": <libp2p peer id>, "size": <bytes>, "sha256": <hex>}
-    expires (max_round_lag + 2) round lengths after publishing
+    value   {"p2p": <libp2p peer id>, "size": <bytes>, "sha256": <hex>}, owner-signed
+    expires (max_round_lag + 2) round lengths after publishing; never after the end of the
+            round's staleness window, (round + max_round_lag + 3) round lengths (+ 60 s slack)
 
     key     swarm-node/<swarm>/peers                    heartbeats
     subkey  <peer id>
-    value   signed Announcement envelope (<= 8 KiB; the only body kept in the DHT itself)
+    value   signed Announcement envelope (<= 8 KiB; the only body kept in the DHT itself),
+            owner-signed as a DHT record too (the envelope's signature does not cover expiry)
+
+Owner-signed (node/transport/dht_records.py): the value travels with the publisher's Ed25519 key
+and a signature over (key, subkey, value, expiration); every node and the bootstrap peer refuse
+a record under a peer's subkey that its owner did not sign, so nobody can write, or outlive,
+another peer's entry.
 
     stream  /swarm-node/<swarm>/rollouts                request: u64 round (big-endian)
                                                         reply:   u64 length | envelope bytes
@@ -20,9 +27,7 @@ A receiver polls the keys of the rounds in its window, fetches each body it has 
 the ``p2p`` peer, checks the declared size *before* reading (``oversized``) and the sha256
 after (``hash_mismatch``), and hands the bytes to the node, which verifies the signature. A publisher that does not
 answer (gone, or cut off mid-transfer) is retried on the next polls, then given up
-(``fetch_failures``); that is routine churn, not a rejection. The
-index itself is unauthenticated: a forged entry can only point at bytes that then fail
-verification.
+(``fetch_failures``); that is routine churn, not a rejection.
 
 Joining is where rl-swarm users get stuck, so it is explicit: the daemon gets a configurable
 start-up timeout, every failure says what to check, and start-up retries with exponential
@@ -43,18 +48,20 @@ from typing import Callable, Iterable, Optional
 from hivemind.dht.node import DHTNode
 from hivemind.dht.protocol import DHTProtocol
 from hivemind.dht.routing import DHTID
-from hivemind.dht.validation import DHTRecord, RecordValidatorBase
+from hivemind.dht.validation import CompositeValidator, DHTRecord, RecordValidatorBase
 from hivemind.p2p import P2PDaemonError, PeerID
 from hivemind.utils import get_dht_time
 
 from node.log_setup import adopt_library_logging
 from node.transport.base import MAX_ANNOUNCEMENT_SIZE, MAX_ENVELOPE_SIZE, Delivery, Transport, TransportError
+from node.transport.dht_records import PEER_ID_RE, OwnerSignatureValidator
+from protocol.identity import Identity
 
 adopt_library_logging()  # JSON logs: hivemind's own handler gives way to the node's
 
 log = logging.getLogger(__name__)
 
-__all__ = ["HivemindTransport", "SwarmRecordValidator", "start_dht_node", "stop_dht_node"]
+__all__ = ["HivemindTransport", "SwarmRecordValidator", "swarm_validator", "start_dht_node", "stop_dht_node"]
 
 _U64 = struct.Struct(">Q")
 FETCH_TIMEOUT_S = 10.0
@@ -84,7 +91,6 @@ def _no_bootstrap(initial_peers: list[str]) -> str:
 
 MAX_RECORD_TTL_S = 3600.0  # no swarm-node record lives longer; see SwarmRecordValidator
 _CLOCK_SLACK_S = 60.0
-_PEER_ID_RE = re.compile(r"sn1[a-z2-7]{32}")
 _SHA256_RE = re.compile(r"[0-9a-f]{64}")
 
 
@@ -102,11 +108,12 @@ class SwarmRecordValidator(RecordValidatorBase):
       its heartbeat key: the subkey is a peer id (``sn1…``), never a plain value; round values are
       exactly ``{"p2p": str, "size": int, "sha256": 64 hex}``, heartbeats are bytes up to 8 KiB.
 
+    - a round's entry expires by the end of that round's staleness window (``_round_expiry_cap``):
+      the owner cannot keep an entry alive past the rounds anyone reads.
+
     Key ids are hashes, so the rounds to recognise are computed ahead (and refreshed as the clock
-    moves). Not covered: one key claiming another peer id's subkey (index entries are not signed;
-    such an entry only points at bytes that then fail the node's checks), and DHT peers that do
-    not run this validator (a bootstrap peer, another program): their stores are not refused, but
-    what lookups return from them is still checked here.
+    moves). Who may write a peer's subkey is ``OwnerSignatureValidator``'s rule, which runs before
+    this one (``swarm_validator``); this one sees the value it unwrapped.
     """
 
     def __init__(self, swarm: str, round_seconds: float, max_round_lag: int):
@@ -135,6 +142,12 @@ class SwarmRecordValidator(RecordValidatorBase):
             self._round_of[self._key_id(_round_key(self.swarm, r))] = r
         self._span = (lo, hi)
 
+    def _round_expiry_cap(self, round: int) -> float:
+        """The latest expiration a round's entry may have: the end of its staleness window (the
+        last round that still reads it is round + max_round_lag), plus the publisher's margin of
+        two rounds and the clock slack."""
+        return (round + self.max_round_lag + 3) * self.round_seconds + _CLOCK_SLACK_S
+
     def validate(self, record: DHTRecord) -> bool:
         now = get_dht_time()
         if record.expiration_time > now + MAX_RECORD_TTL_S + _CLOCK_SLACK_S:
@@ -150,14 +163,24 @@ class SwarmRecordValidator(RecordValidatorBase):
             value = self._serializer.loads(record.value)
         except Exception:  # noqa: BLE001 - hostile bytes
             return False
-        if not (isinstance(subkey, str) and _PEER_ID_RE.fullmatch(subkey)):
+        if not (isinstance(subkey, str) and PEER_ID_RE.fullmatch(subkey)):
             return False
         if is_peers:
             return isinstance(value, bytes) and len(value) <= MAX_ANNOUNCEMENT_SIZE
+        if record.expiration_time > self._round_expiry_cap(self._round_of[record.key]):
+            return False
         return (isinstance(value, dict) and set(value) == {"p2p", "size", "sha256"}
                 and isinstance(value["p2p"], str) and len(value["p2p"]) <= 128
                 and type(value["size"]) is int and 0 <= value["size"] <= MAX_ENVELOPE_SIZE
                 and isinstance(value["sha256"], str) and _SHA256_RE.fullmatch(value["sha256"]) is not None)
+
+
+def swarm_validator(swarm: str, round_seconds: float, max_round_lag: int,
+                    signer: Identity | None) -> CompositeValidator:
+    """A node's record validator: owner signatures first (signing its own records with
+    ``signer``), then this swarm's schema and expiry rules on the unwrapped value."""
+    return CompositeValidator([OwnerSignatureValidator(signer),
+                               SwarmRecordValidator(swarm, round_seconds, max_round_lag)])
 
 
 async def start_dht_node(*, initial_peers: list[str], host_maddrs: list[str],
@@ -238,6 +261,7 @@ class HivemindTransport(Transport):
     round_seconds: float = 5.0  # for the record validator: which DHT keys are this swarm's rounds
     max_round_lag: int = 4
     on_retry: Optional[Callable[[str], None]] = field(default=None, repr=False)  # join attempts, for status
+    signer: Optional[Identity] = field(default=None, repr=False)  # signs our DHT records; its peer id is ours
     _node: object = field(default=None, init=False, repr=False)
     _outbox: dict = field(default_factory=dict, init=False, repr=False)  # round -> (bytes, expires_at)
     _seen: dict = field(default_factory=dict, init=False, repr=False)  # round -> {(publisher, sha)}
@@ -252,12 +276,15 @@ class HivemindTransport(Transport):
     store_unconfirmed: int = field(default=0, init=False)
 
     async def start(self) -> None:
+        if self.signer is None or self.signer.peer_id != self.publisher:
+            raise TransportError("the hivemind transport needs the publisher's identity (signer) to sign "
+                                 "its DHT records; its peer id must be the publisher")
         self._node = await start_dht_node(
             initial_peers=self.initial_peers, host_maddrs=self.host_maddrs,
             announce_maddrs=self.announce_maddrs, identity_path=self.p2p_identity_path,
             startup_timeout=self.startup_timeout, retries=self.join_retries,
             backoff=self.join_backoff, use_relay=self.use_relay, nat_port_map=self.nat_port_map,
-            record_validator=SwarmRecordValidator(self.swarm, self.round_seconds, self.max_round_lag),
+            record_validator=swarm_validator(self.swarm, self.round_seconds, self.max_round_lag, self.signer),
             on_retry=self.on_retry)
         try:
             await self._node.p2p.add_binary_stream_handler(_handler_name(self.swarm), self._serve)
@@ -292,6 +319,11 @@ class HivemindTransport(Transport):
         await self.publish_as(self.publisher, round, data, expires_in)
 
     async def publish_as(self, publisher: str, round: int, data: bytes, expires_in: float) -> None:
+        """Publish under ``publisher``'s subkey. Only our own is possible: another peer's index
+        entry needs its owner's signature, and every validator refuses one without it (the
+        adversary's replay attack ends here, as a raw client's write would)."""
+        if publisher != self.publisher:
+            raise PermissionError(f"cannot write {publisher}'s index entry: DHT records are owner-signed")
         if len(data) > MAX_ENVELOPE_SIZE:
             raise ValueError(f"envelope of {len(data)} bytes is over the {MAX_ENVELOPE_SIZE}-byte limit")
         now = get_dht_time()

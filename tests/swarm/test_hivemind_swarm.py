@@ -116,7 +116,7 @@ def test_attacks_over_hivemind_are_rejected_by_a_running_node(procs, warm_tiny_m
         attackers = {n: Identity.generate() for n in ("valid", "bad_sig", "garbage", "reward", "impostor")}
         ts = {}
         for name, ident in attackers.items():
-            ts[name] = HivemindTransport(swarm="swarm-node", publisher=ident.peer_id, initial_peers=[maddr],
+            ts[name] = HivemindTransport(swarm="swarm-node", publisher=ident.peer_id, signer=ident, initial_peers=[maddr],
                                          host_maddrs=["/ip4/127.0.0.1/tcp/0"], use_relay=False,
                                          nat_port_map=False, join_retries=0)
             await ts[name].start()

@@ -11,26 +11,35 @@ from hivemind.dht.protocol import DHTProtocol
 from hivemind.dht.routing import DHTID
 
 from node.transport.base import MAX_ENVELOPE_SIZE, TransportError
+from node.transport.dht_records import OwnerSignatureValidator
 from node.transport.hivemind_dht import HivemindTransport, _handler_name, _round_key, start_dht_node, stop_dht_node
+from protocol.identity import Identity
 
 LOOPBACK = dict(host_maddrs=["/ip4/127.0.0.1/tcp/0"], use_relay=False, nat_port_map=False)
 
 
-def pid(name: str) -> str:
-    """A well-formed peer id per name (the DHT validator only accepts those as subkeys)."""
-    from protocol.identity import peer_id_from_public_key
-    import hashlib as _h
+_IDS: dict[str, Identity] = {}
 
-    return peer_id_from_public_key(_h.sha256(name.encode()).digest())
+
+def ident(name: str) -> Identity:
+    """One Ed25519 identity per name: the peer's DHT records are signed with it."""
+    return _IDS.setdefault(name, Identity.generate())
+
+
+def pid(name: str) -> str:
+    """The peer id of ``name`` (the DHT validator only accepts those as subkeys)."""
+    return ident(name).peer_id
 
 
 async def _bootstrap():
-    node = await start_dht_node(initial_peers=[], retries=0, **LOOPBACK)
+    # As `swarm-node bootstrap` runs it: it refuses records their owners did not sign.
+    node = await start_dht_node(initial_peers=[], retries=0, record_validator=OwnerSignatureValidator(), **LOOPBACK)
     return node, [str(m) for m in await node.p2p.get_visible_maddrs()]
 
 
-def _transport(name: str, maddrs, **kw) -> HivemindTransport:
-    return HivemindTransport(swarm="t", publisher=name, initial_peers=maddrs, join_retries=0,
+def _transport(peer_id: str, maddrs, **kw) -> HivemindTransport:
+    signer = next(i for i in _IDS.values() if i.peer_id == peer_id)
+    return HivemindTransport(swarm="t", publisher=peer_id, signer=signer, initial_peers=maddrs, join_retries=0,
                              **LOOPBACK, **kw)
 
 
@@ -60,8 +69,10 @@ def test_peers_exchange_envelopes_through_dht_index_and_streams():
 
 
 async def _hostile_server(maddrs, reply: bytes, index: dict):
-    """A peer that publishes an index record and answers fetches with ``reply`` (raw)."""
-    node = await start_dht_node(initial_peers=maddrs, retries=0, **LOOPBACK)
+    """A peer that publishes an index record (correctly signed: a valid key is free) and answers
+    fetches with ``reply`` (raw)."""
+    node = await start_dht_node(initial_peers=maddrs, retries=0,
+                                record_validator=OwnerSignatureValidator(ident("hostile")), **LOOPBACK)
 
     async def serve(info, reader, writer):
         await reader.readexactly(8)
@@ -155,7 +166,8 @@ def test_heartbeats_live_in_the_dht():
 def test_a_stalling_publisher_does_not_hold_up_honest_deliveries():
     async def go():
         boot, maddrs = await _bootstrap()
-        node = await start_dht_node(initial_peers=maddrs, retries=0, **LOOPBACK)
+        node = await start_dht_node(initial_peers=maddrs, retries=0,
+                                    record_validator=OwnerSignatureValidator(ident("staller")), **LOOPBACK)
 
         async def stall(info, reader, writer):  # accepts the request, never answers
             await asyncio.sleep(60)
@@ -239,3 +251,108 @@ def test_junk_stored_under_a_round_key_does_not_stop_the_exchange():
 
     got = asyncio.run(go())
     assert [(d.publisher, d.data) for d in got] == [(pid("a"), b"body of a")]
+
+
+# ------------------------------------------------------------------ owner-signed records (issue 9, item 1)
+
+def test_owner_signature_validator_by_hand():
+    from hivemind.dht.validation import DHTRecord
+    from hivemind.utils import get_dht_time
+
+    ser = DHTProtocol.serializer
+    owner, other = Identity.generate(), Identity.generate()
+    key = DHTID.generate(source=_round_key("t", 1)).to_bytes()
+    sub = ser.dumps(owner.peer_id)
+    exp = get_dht_time() + 60
+    inner = ser.dumps({"p2p": "Qm", "size": 10, "sha256": "a" * 64})
+    mine, theirs, judge = OwnerSignatureValidator(owner), OwnerSignatureValidator(other), OwnerSignatureValidator()
+
+    signed = mine.sign_value(DHTRecord(key, sub, inner, exp))
+    assert judge.validate(DHTRecord(key, sub, signed, exp))
+    assert judge.strip_value(DHTRecord(key, sub, signed, exp)) == inner
+    assert not judge.validate(DHTRecord(key, sub, inner, exp))  # unsigned under a peer's subkey
+    assert theirs.sign_value(DHTRecord(key, sub, inner, exp)) == inner  # nobody signs for another
+    forged = other.sign(b"anything")
+    wrong_key = ser.dumps({"d": inner, "pk": other.public_key_bytes, "sig": forged})
+    assert not judge.validate(DHTRecord(key, sub, wrong_key, exp))  # a key that is not the subkey's
+    assert not judge.validate(DHTRecord(key, sub, signed, exp + 3600))  # the same value, outliving its owner's
+    other_key = DHTID.generate(source=_round_key("t", 2)).to_bytes()
+    assert not judge.validate(DHTRecord(other_key, sub, signed, exp))  # moved to another round
+    assert not judge.validate(DHTRecord(key, ser.dumps(other.peer_id), signed, exp))  # another subkey
+    # Records that are not a peer's (no sn1 subkey) are left to the other validators.
+    assert judge.validate(DHTRecord(key, DHTProtocol.IS_REGULAR_VALUE, b"x", exp))
+    assert judge.validate(DHTRecord(key, ser.dumps("someone-else"), b"x", exp))
+
+
+def test_a_round_entry_expires_with_the_round_s_staleness_window():
+    from hivemind.dht.validation import DHTRecord
+    from hivemind.utils import get_dht_time
+
+    from node.transport.hivemind_dht import SwarmRecordValidator
+
+    v = SwarmRecordValidator("t", round_seconds=5.0, max_round_lag=4)
+    ser = DHTProtocol.serializer
+    r = int(get_dht_time() // 5)
+    key = DHTID.generate(source=_round_key("t", r)).to_bytes()
+    good = ser.dumps({"p2p": "Qm", "size": 10, "sha256": "a" * 64})
+    cap = (r + 4 + 3) * 5.0 + 60.0  # read by rounds r..r+4, plus two rounds' margin and the slack
+    assert v.validate(DHTRecord(key, ser.dumps(pid("x")), good, cap))
+    assert not v.validate(DHTRecord(key, ser.dumps(pid("x")), good, cap + 1))
+
+
+def test_a_raw_hivemind_client_cannot_displace_a_peers_entries():
+    """An attacker with plain hivemind (none of this project's classes) writes, under honest
+    peer a's subkey, an index entry and a heartbeat with later expirations, before and after a
+    publishes. hivemind keeps the later expiration, so without owner signatures b would fetch
+    from the attacker (and get nothing) and miss a's heartbeat. b still gets both from a."""
+    import time
+
+    from hivemind.dht.node import DHTNode
+    from hivemind.utils import get_dht_time
+
+    from node.transport.hivemind_dht import _peers_key
+
+    r = int(time.time() // 5)  # a current round of the transports' clock (round_seconds 5)
+
+    async def go():
+        boot, maddrs = await _bootstrap()
+        attacker = await DHTNode.create(initial_peers=maddrs, host_maddrs=["/ip4/127.0.0.1/tcp/0"],
+                                        use_relay=False, nat_port_map=False, auto_nat=False)
+        a, b = _transport(pid("a"), maddrs), _transport(pid("b"), maddrs)
+
+        async def plant():
+            fake = {"p2p": attacker.peer_id.to_base58(), "size": 9, "sha256": hashlib.sha256(b"not a's!!").hexdigest()}
+            later = get_dht_time() + 1800
+            return (await attacker.store(_round_key("t", r), fake, later, subkey=pid("a")),
+                    await attacker.store(_peers_key("t"), b"dead", later, subkey=pid("a")))
+
+        try:
+            await a.start(), await b.start()
+            planted = [await plant()]
+            await a.publish(r, b"body of a", expires_in=60)
+            await a.announce(b"heartbeat of a", expires_in=60)
+            planted.append(await plant())
+            bodies = await b.poll([r])
+            beats = await b.poll_announcements()
+            return planted, bodies, beats
+        finally:
+            await a.close(), await b.close()
+            await stop_dht_node(attacker)
+            await boot.shutdown()
+
+    planted, bodies, beats = asyncio.run(go())
+    assert planted == [(False, False), (False, False)]  # no replica kept them
+    assert [(d.publisher, d.data) for d in bodies] == [(pid("a"), b"body of a")]
+    assert [(d.publisher, d.data) for d in beats] == [(pid("a"), b"heartbeat of a")]
+
+
+def test_the_transport_will_not_write_another_peers_entry():
+    async def go():
+        t = _transport(pid("w"), [])
+        with pytest.raises(PermissionError, match="owner-signed"):
+            await t.publish_as(pid("victim"), 1, b"x", 10)
+        bad = HivemindTransport(swarm="t", publisher=pid("w"), signer=ident("other"), join_retries=0, **LOOPBACK)
+        with pytest.raises(TransportError, match="needs the publisher's identity"):
+            await bad.start()
+
+    asyncio.run(go())
