@@ -20,8 +20,10 @@ and a signature over (key, subkey, value, expiration); every node and the bootst
 a record under a peer's subkey that its owner did not sign, so nobody can write, or outlive,
 another peer's entry.
 
-    stream  /swarm-node/<swarm>/rollouts                request: u64 round (big-endian)
+    stream  /swarm-node/<swarm>/rollouts                request: u64 round | u8 n | publisher id (n bytes)
                                                         reply:   u64 length | envelope bytes
+                                                        (a publisher serves only its own: a request
+                                                        naming another id is refused at once)
 
 A receiver polls the keys of the rounds in its window, fetches each body it has not seen from
 the ``p2p`` peer, checks the declared size *before* reading (``oversized``) and the sha256
@@ -69,6 +71,8 @@ FETCH_WAIT_S = 1.0  # a poll returns what arrived by then; slower fetches are de
 MAX_FETCH_FAILURES = 3  # give up on an index entry whose publisher does not answer this often
 MAX_INFLIGHT_FETCHES = 16  # bodies downloading at once (x 4 MiB at most each)
 MAX_CONCURRENT_SERVES = 16  # peers downloading our envelopes at once; more are turned away
+BACKOFF_ROUNDS = 2  # a publisher whose body failed verification is skipped this many rounds (doubling)
+MAX_BACKOFF_ROUNDS = 64
 
 
 def _round_key(swarm: str, round: int) -> str:
@@ -274,6 +278,10 @@ class HivemindTransport(Transport):
     maddrs: list = field(default_factory=list, init=False)
     fetch_failures: int = field(default=0, init=False)  # bodies given up on (peer gone, cut off)
     store_unconfirmed: int = field(default=0, init=False)
+    refused_requests: int = field(default=0, init=False)  # fetches of ours naming another publisher
+    backed_off: int = field(default=0, init=False)  # back-offs of publishers whose bodies failed
+    _strikes: dict = field(default_factory=dict, init=False, repr=False)  # publisher -> failures
+    _backoff: dict = field(default_factory=dict, init=False, repr=False)  # publisher -> skip until round
 
     async def start(self) -> None:
         if self.signer is None or self.signer.peer_id != self.publisher:
@@ -306,6 +314,13 @@ class HivemindTransport(Transport):
         async with self._serving:
             try:
                 (round,) = _U64.unpack(await asyncio.wait_for(reader.readexactly(_U64.size), FETCH_TIMEOUT_S))
+                (n,) = await asyncio.wait_for(reader.readexactly(1), FETCH_TIMEOUT_S)
+                asked = (await asyncio.wait_for(reader.readexactly(n), FETCH_TIMEOUT_S)).decode("ascii", "replace")
+                if asked != self.publisher:
+                    # An index entry (someone else's, signed by them) pointing at our address: we
+                    # never serve our body for it, so junk entries cannot spend our upload.
+                    self.refused_requests += 1
+                    return
                 data = self._outbox.get(round, (b"", 0))[0]
                 writer.write(_U64.pack(len(data)))
                 writer.write(data)  # no concatenated copy of a body of up to 4 MiB
@@ -346,6 +361,7 @@ class HivemindTransport(Transport):
         for old in [r for r in self._seen if r < oldest]:
             del self._seen[old]
         self._failures = {k: v for k, v in self._failures.items() if k[0] >= oldest}
+        self._backoff = {p: until for p, until in self._backoff.items() if until >= oldest}
         # One traversal for the whole window: sequential gets cost one DHT search per round.
         # sufficient_expiration_time=inf is what get(latest=True) does: ask until the newest is found.
         round_of = {_round_key(self.swarm, r): r for r in rounds}
@@ -363,6 +379,8 @@ class HivemindTransport(Transport):
                 record = getattr(entry, "value", None)
                 if publisher == self.publisher or not isinstance(publisher, str) or not self._valid_index(record):
                     continue
+                if self._backoff.get(publisher, -1) >= r:
+                    continue  # its last body failed verification: not fetched for a while
                 ident = (r, publisher, record["sha256"])
                 if ident[1:] in seen or ident in self._inflight:
                     continue
@@ -391,11 +409,12 @@ class HivemindTransport(Transport):
         ``_ready`` for the next ``poll`` to return."""
         ident = (publisher, record["sha256"])
         try:
-            data = await asyncio.wait_for(self._download(PeerID.from_base58(record["p2p"]), round),
+            data = await asyncio.wait_for(self._download(PeerID.from_base58(record["p2p"]), round, publisher),
                                           FETCH_TIMEOUT_S)
         except _Oversized:
             self._seen.setdefault(round, set()).add(ident)
             self.rejected["oversized"] += 1
+            self._back_off(publisher, round)
             return
         except asyncio.CancelledError:
             raise
@@ -412,13 +431,25 @@ class HivemindTransport(Transport):
         self._seen.setdefault(round, set()).add(ident)
         if hashlib.sha256(data).hexdigest() != record["sha256"]:
             self.rejected["hash_mismatch"] += 1
+            self._back_off(publisher, round)
             return
+        self._strikes.pop(publisher, None)  # a body that verifies ends its back-off record
         self._ready.append(Delivery(round, publisher, data))
 
-    async def _download(self, peer, round: int) -> bytes:
+    def _back_off(self, publisher: str, round: int) -> None:
+        """Skip a publisher whose body failed verification for the next rounds, twice as long at
+        each new failure: its entries cost a fetch each, and its key signed them."""
+        k = self._strikes[publisher] = self._strikes.get(publisher, 0) + 1
+        if len(self._strikes) > 4096:  # keys are free: forget the oldest strikes, not memory
+            self._strikes.pop(next(iter(self._strikes)))
+        self._backoff[publisher] = round + min(MAX_BACKOFF_ROUNDS, BACKOFF_ROUNDS * 2 ** (k - 1))
+        self.backed_off += 1
+
+    async def _download(self, peer, round: int, publisher: str) -> bytes:
         _, reader, writer = await self._node.p2p.call_binary_stream_handler(peer, _handler_name(self.swarm))
         try:
-            writer.write(_U64.pack(round))
+            name = publisher.encode("ascii")
+            writer.write(_U64.pack(round) + bytes([len(name)]) + name)
             await writer.drain()
             (size,) = _U64.unpack(await reader.readexactly(_U64.size))
             if size > MAX_ENVELOPE_SIZE:  # refuse before buffering a byte of it
@@ -471,7 +502,8 @@ class HivemindTransport(Transport):
 
     def info(self) -> dict:
         info = {"transport": "hivemind", "maddrs": self.maddrs, "fetch_failures": self.fetch_failures,
-                "store_unconfirmed": self.store_unconfirmed}
+                "store_unconfirmed": self.store_unconfirmed, "refused_requests": self.refused_requests,
+                "backed_off": self.backed_off}
         if self._node is not None:
             info["routing_peers"] = len(self._node.protocol.routing_table.uid_to_peer_id)
         return info

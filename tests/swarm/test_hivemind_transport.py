@@ -68,7 +68,7 @@ def test_peers_exchange_envelopes_through_dht_index_and_streams():
     assert again == [[], [], []]  # each envelope is delivered once
 
 
-async def _hostile_server(maddrs, reply: bytes, index: dict):
+async def _hostile_server(maddrs, reply: bytes, index: dict, rounds=(3,)):
     """A peer that publishes an index record (correctly signed: a valid key is free) and answers
     fetches with ``reply`` (raw)."""
     node = await start_dht_node(initial_peers=maddrs, retries=0,
@@ -84,7 +84,8 @@ async def _hostile_server(maddrs, reply: bytes, index: dict):
     from hivemind.utils import get_dht_time
 
     record = {"p2p": node.p2p.peer_id.to_base58(), **index}
-    await node.store(_round_key("t", 3), record, get_dht_time() + 60, subkey=pid("hostile"))
+    for r in rounds:
+        await node.store(_round_key("t", r), record, get_dht_time() + 60, subkey=pid("hostile"))
     return node
 
 
@@ -356,3 +357,61 @@ def test_the_transport_will_not_write_another_peers_entry():
             await bad.start()
 
     asyncio.run(go())
+
+
+def test_a_publisher_whose_body_fails_verification_is_backed_off():
+    body = b"x" * 1000
+    reply = struct.pack(">Q", 1000) + b"y" * 1000  # not the body its (signed) entry announces
+
+    async def go():
+        boot, maddrs = await _bootstrap()
+        hostile = await _hostile_server(maddrs, reply, {"size": 1000, "sha256": hashlib.sha256(body).hexdigest()},
+                                        rounds=(3, 4, 9))
+        t = _transport(pid("victim"), maddrs)
+        try:
+            await t.start()
+            first = await t.poll([3])  # fetched: hash mismatch, back-off until round 3 + 2
+            later = await t.poll([4])  # inside the back-off: not fetched at all
+            after = await t.poll([9])  # past it: fetched again (and fails again)
+            return first + later + after, dict(t.rejected), t.backed_off, dict(t._backoff)
+        finally:
+            await t.close()
+            await hostile.shutdown()
+            await boot.shutdown()
+
+    got, rejected, backed_off, until = asyncio.run(go())
+    assert got == [] and rejected == {"hash_mismatch": 2} and backed_off == 2
+    assert until == {pid("hostile"): 9 + 4}  # the second failure doubles the back-off
+
+
+def test_a_node_serves_only_its_own_envelope():
+    """A (validly signed) entry of a junk key points at an honest node's address: receivers must
+    not download the honest node's body for it, so junk cannot spend the honest node's upload."""
+    import time
+
+    from hivemind.utils import get_dht_time
+
+    r = int(time.time() // 5)
+
+    async def go():
+        boot, maddrs = await _bootstrap()
+        a, b = _transport(pid("a"), maddrs), _transport(pid("b"), maddrs)
+        junk = await start_dht_node(initial_peers=maddrs, retries=0,
+                                    record_validator=OwnerSignatureValidator(ident("junk")), **LOOPBACK)
+        try:
+            await a.start(), await b.start()
+            await a.publish(r, b"body of a", expires_in=60)
+            sha = hashlib.sha256(b"something else").hexdigest()
+            assert await junk.store(_round_key("t", r), {"p2p": a.p2p_peer_id, "size": 14, "sha256": sha},
+                                    get_dht_time() + 60, subkey=pid("junk"))
+            got = [d for _ in range(4) for d in await b.poll([r])]
+            return got, a.refused_requests, dict(b.rejected)
+        finally:
+            await a.close(), await b.close()
+            await stop_dht_node(junk)
+            await boot.shutdown()
+
+    got, refused, rejected = asyncio.run(go())
+    assert [(d.publisher, d.data) for d in got] == [(pid("a"), b"body of a")]
+    assert refused >= 1  # asked for the junk key's envelope: refused at once, nothing sent
+    assert "hash_mismatch" not in rejected  # it never received a's body under the junk key's entry
