@@ -57,7 +57,7 @@ class Progress:
         swarm = "round" in m
         cols = ["step", "reward", "correct", "ESS/B", "LR (x ESS factor)", "tok/s", "s/step", "ETA"]
         if swarm:
-            cols += ["round", "peers", "groups in/used", "out", "rejected"]
+            cols += ["round", "peers", "groups in/used", "out", "rejected", "link"]
         for col in cols:
             t.add_column(col, justify="right")
         if m:
@@ -69,7 +69,8 @@ class Progress:
                 rejected = ", ".join(f"{k} {v}" for k, v in sorted((m.get("rejected") or {}).items()))
                 row += [f"{m['round']} (+{m.get('rounds_skipped', 0)} skipped)", str(m.get("peers_alive", 0)),
                         f"{m.get('groups_in', 0)}/{m.get('groups_used', 0)}", str(m.get("rollouts_out", 0)),
-                        f"{m.get('rejected_total', 0)}" + (f" ({rejected})" if rejected else "")]
+                        f"{m.get('rejected_total', 0)}" + (f" ({rejected})" if rejected else ""),
+                        f"{m.get('link', 'up')}" + (f" ({m['link_outages']} outages)" if m.get("link_outages") else "")]
             t.add_row(*row)
         return t
 
@@ -86,9 +87,11 @@ class Progress:
                          _fmt_eta(self._eta(m["step"])), extra={"metrics": m})
                 if "round" in m:
                     log.info("round %d: %d peers alive, groups in %d used %d (this step %d), rollouts out %d, "
-                             "rejected %d %s", m["round"], m.get("peers_alive", 0), m.get("groups_in", 0),
+                             "rejected %d %s%s", m["round"], m.get("peers_alive", 0), m.get("groups_in", 0),
                              m.get("groups_used", 0), m.get("external_groups", 0), m.get("rollouts_out", 0),
-                             m.get("rejected_total", 0), m.get("rejected") or "")
+                             m.get("rejected_total", 0), m.get("rejected") or "",
+                             f"; link {m['link']} ({m.get('link_outages', 0)} outages)"
+                             if m.get("link", "up") != "up" or m.get("link_outages") else "")
 
     def close(self) -> None:
         if self._live is not None:

@@ -355,6 +355,7 @@ def status_rows(spec: SimSpec, faults: "_Faults | None" = None, kids: "_Children
             "partitioned": bool(sw.get("partitioned")), "fault_dropped": sw.get("fault_dropped", 0),
             "delay": sw.get("fault_delay_s", 0.0), "stale": (last.get("staleness") or 0),
             "phase": phase, "note": st.get("note"),
+            "link": sw.get("link", "up"), "outages": sw.get("outages", 0),
         })
     for j in range(len(spec.faults.malicious)):
         st = read_status(spec.run_dir / f"adversary{j}") or {}
@@ -382,6 +383,8 @@ def render_table(rows: list[dict], title: str):
         rej = ", ".join(f"{k} {v}" for k, v in sorted(r["rejected_by"].items()))
         fault = " ".join(x for x in (
             "DOWN" if r["down"] else "", f"restarted {r['restarts']}x" if r["restarts"] else "",
+            f"LINK {r['link'].upper()}" if r["link"] != "up" else "",
+            f"{r['outages']} link outage(s)" if r["outages"] else "",
             "PARTITIONED" if r["partitioned"] else "", f"dropped {r['fault_dropped']}" if r["fault_dropped"] else "",
             f"+{r['delay']:g}s latency" if r["delay"] else "", f"stale {r['stale']:g}" if r["stale"] else "") if x)
         t.add_row(r["node"], "down" if r["down"] else r["phase"], _fmt(r["round"]), f"{r['step']}/{_fmt(r['total'])}",

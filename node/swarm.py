@@ -56,6 +56,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from node.clock import RoundClock
+from node.link import SwarmLink
 from node.transport.base import Delivery, Transport
 from protocol.codec import decode, encode
 from protocol.errors import MessageTooLarge, ProtocolError, UnknownField, UnsupportedVersion
@@ -135,6 +136,8 @@ class SwarmStats:
     publish_errors: int = 0
     heartbeat_errors: int = 0
     poll_errors: int = 0
+    publish_skipped: int = 0  # rounds not published while the link was down
+    publish_timeouts: int = 0  # publishes abandoned after publish_timeout
     internal_errors: int = 0  # a check itself failed: a bug, logged with its traceback
 
 
@@ -194,6 +197,9 @@ class SwarmExchange:
         self._task: asyncio.Task | None = None
         self.peers: dict[str, Announcement] = {}  # sender -> latest verified heartbeat
         self._last_heartbeat_poll = 0.0
+        self.link = SwarmLink(transport)  # up / down / rejoining, and the rejoining itself
+        # A publish or heartbeat that takes longer than this is abandoned: a round never waits on it.
+        self.publish_timeout = max(1.0, clock.round_seconds / 2)
 
     @property
     def peer_id(self) -> str:
@@ -246,8 +252,16 @@ class SwarmExchange:
         the node keeps training on its own rollouts while the swarm is unreachable."""
         data = self.make_envelope(round, policy_version, records)
         expires_in = (self.max_round_lag + 2) * self.clock.round_seconds
+        if not self.link.up:  # rejoining: nothing to publish into; never wait for the link
+            self.stats.publish_skipped += 1
+            return False
         try:
-            await self.transport.publish(round, data, expires_in)
+            await asyncio.wait_for(self.transport.publish(round, data, expires_in), self.publish_timeout)
+        except asyncio.TimeoutError:
+            self.stats.publish_timeouts += 1
+            log.warning("publishing round %d took over %.1f s: abandoned, the round goes on", round,
+                        self.publish_timeout)
+            return False
         except Exception as e:  # noqa: BLE001 - any transport failure must not stop training
             self.stats.publish_errors += 1
             log.warning("publishing round %d failed (%s: %s); continuing", round, type(e).__name__, e)
@@ -267,9 +281,11 @@ class SwarmExchange:
             sender=self.peer_id, round=round, policy_version=policy_version,
             model_fingerprint=self.model_fingerprint, tokenizer_fingerprint=self.tokenizer_fingerprint,
             created_at=time.time(), addrs=addrs))
+        if not self.link.up:
+            return
         try:
-            await self.transport.announce(data, self.heartbeat_ttl)
-        except Exception as e:  # noqa: BLE001 - a missed heartbeat is harmless
+            await asyncio.wait_for(self.transport.announce(data, self.heartbeat_ttl), self.publish_timeout)
+        except Exception as e:  # noqa: BLE001 - a missed heartbeat is harmless (a timeout too)
             self.stats.heartbeat_errors += 1
             log.debug("heartbeat failed: %s: %s", type(e).__name__, e)
 
@@ -295,6 +311,9 @@ class SwarmExchange:
         groups were admitted. Never raises: the network comes and goes, and a failing check is
         counted and logged rather than ending the receive task."""
         admitted = 0
+        self.link.check()
+        if not await self.link.maybe_rejoin():
+            return 0  # down: the node trains on its own rollouts until the link is back
         try:
             for d in await self.transport.poll(self.window()):
                 admitted += self._guarded(self.admit, d)
@@ -302,11 +321,12 @@ class SwarmExchange:
                 self._last_heartbeat_poll = time.time()
                 for d in await self.transport.poll_announcements():
                     self._guarded(self.admit_announcement, d)
+            self.link.poll_ok()
         except asyncio.CancelledError:
             raise
         except Exception as e:  # noqa: BLE001
             self.stats.poll_errors += 1
-            log.warning("polling the swarm failed (%s: %s); retrying", type(e).__name__, e)
+            self.link.poll_failed(e)
         if admitted:
             self._arrived.set()
         return admitted
@@ -514,6 +534,9 @@ class SwarmExchange:
             "publish_errors": s.publish_errors,
             "heartbeat_errors": s.heartbeat_errors,
             "poll_errors": s.poll_errors,
+            "publish_skipped": s.publish_skipped,
+            "publish_timeouts": s.publish_timeouts,
             "internal_errors": s.internal_errors,
+            **self.link.status(),
             **self.transport.info(),
         }

@@ -472,6 +472,8 @@ class TrainingNode:
             "groups_dropped_stale": st["dropped_stale"],
             "rejected_total": st["rejected_total"],
             "rejected": st["rejected"],
+            "link": st["link"],
+            "link_outages": st["outages"],
         })
         return record
 

@@ -56,8 +56,9 @@ class Transport(abc.ABC):
         ``expires_in`` seconds."""
 
     async def publish_as(self, publisher: str, round: int, data: bytes, expires_in: float) -> None:
-        """Publish under another publisher's key. Only simulated adversaries do this (the index is
-        not authenticated, so a real attacker can too); receivers' checks must catch it."""
+        """Publish under another publisher's key. Only simulated adversaries do this, over carriers
+        whose index is not authenticated (the in-memory hub); receivers' checks must catch it.
+        The hivemind index is owner-signed and refuses it (``PermissionError``)."""
         raise NotImplementedError(f"{type(self).__name__} cannot publish under another key")
 
     @abc.abstractmethod
@@ -75,6 +76,16 @@ class Transport(abc.ABC):
     @abc.abstractmethod
     async def close(self) -> None:
         """Leave the swarm and release every resource (idempotent)."""
+
+    def alive(self) -> bool:
+        """False once the carrier is known to be dead (say, its daemon exited); cheap, no I/O."""
+        return True
+
+    async def restart(self) -> None:
+        """Leave and join again (after ``alive`` went False, or polls kept failing); raises
+        ``TransportError`` when the swarm cannot be reached yet."""
+        await self.close()
+        await self.start()
 
     def info(self) -> dict:
         """Addresses and peer counts for the status display and logs."""

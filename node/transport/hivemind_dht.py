@@ -283,14 +283,14 @@ class HivemindTransport(Transport):
     _strikes: dict = field(default_factory=dict, init=False, repr=False)  # publisher -> failures
     _backoff: dict = field(default_factory=dict, init=False, repr=False)  # publisher -> skip until round
 
-    async def start(self) -> None:
+    async def start(self, retries: int | None = None) -> None:
         if self.signer is None or self.signer.peer_id != self.publisher:
             raise TransportError("the hivemind transport needs the publisher's identity (signer) to sign "
                                  "its DHT records; its peer id must be the publisher")
         self._node = await start_dht_node(
             initial_peers=self.initial_peers, host_maddrs=self.host_maddrs,
             announce_maddrs=self.announce_maddrs, identity_path=self.p2p_identity_path,
-            startup_timeout=self.startup_timeout, retries=self.join_retries,
+            startup_timeout=self.startup_timeout, retries=self.join_retries if retries is None else retries,
             backoff=self.join_backoff, use_relay=self.use_relay, nat_port_map=self.nat_port_map,
             record_validator=swarm_validator(self.swarm, self.round_seconds, self.max_round_lag, self.signer),
             on_retry=self.on_retry)
@@ -301,6 +301,26 @@ class HivemindTransport(Transport):
             await self.close()
             raise
         log.info("hivemind transport up: %s", ", ".join(self.maddrs))
+
+    def alive(self) -> bool:
+        # hivemind's P2P.is_alive() stays True when the daemon dies by itself: ask the process.
+        child = getattr(getattr(self._node, "p2p", None), "_child", None)
+        return self._node is not None and (child is None or child.returncode is None)
+
+    async def restart(self) -> None:
+        """A new DHT node and p2p daemon with the same p2p key (same address for peers); what
+        this node has published and not yet seen expire is announced again."""
+        for task in list(self._inflight.values()):
+            task.cancel()
+        self._inflight.clear()
+        node, self._node = self._node, None
+        if node is not None:
+            await stop_dht_node(node, timeout=2.0)
+        await self.start(retries=0)  # the caller (node/link.py) owns the back-off between tries
+        now = get_dht_time()
+        for r, (data, expires_at) in list(self._outbox.items()):
+            if expires_at > now:
+                await self.publish(r, data, expires_at - now)
 
     @property
     def p2p_peer_id(self) -> str:
