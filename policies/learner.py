@@ -157,7 +157,10 @@ class Learner:
                 factor = lr_factor(rho, self.lr_rule, self.rho_ref, self.lr_floor)
                 metrics["behaviour_rho"] = rho if true_w is None else ess_fraction(true_w, carry)
                 metrics.update(ess=rho * int(carry.sum()), rho=rho, lr_factor=factor,
-                               lr=self.base_lr * factor * self._warmup(), grad_rows=float(carry.sum()))
+                               lr=self.base_lr * factor * self._warmup(), grad_rows=float(carry.sum()),
+                               # A diagnostic only (it does not drive the LR): how far the behaviour
+                               # policies are from π_θ over every row, signal or not.
+                               rho_all_rows=ess_fraction(w if true_w is None else true_w))
             out = policy_loss(LossInputs(logp=logp, behaviour_logp=beh, behaviour_seq_logp=seq_beh,
                                          mask=batch.completion_mask, advantages=adv.advantages,
                                          sample_mask=adv.loss_mask, sequence_level=foreign,

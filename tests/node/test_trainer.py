@@ -141,7 +141,8 @@ def test_sigint_stops_cleanly_with_a_checkpoint_and_resumes(warm_tiny_model_dir,
 
 
 def test_staler_behaviour_policy_lowers_ess_and_lr_factor(warm_tiny_model_dir, tmp_path):
-    """Rollouts from a copy of the policy k updates old: ESS/B and the LR factor fall with k."""
+    """Rollouts from a copy of the policy k updates old: the batch's ESS/B falls with k; the LR
+    follows ρ over the rows that carry gradient only, so a step without any keeps factor 1."""
     late = {}
     for k in (0, 4, 16):
         run = tmp_path / f"lag{k}"
@@ -151,10 +152,13 @@ def test_staler_behaviour_policy_lowers_ess_and_lr_factor(warm_tiny_model_dir, t
         recs = read_metrics(run / "metrics.jsonl")
         tail = recs[-6:]  # by step 18 the lag-16 copy is a full 16 updates behind
         assert all(r["staleness"] == min(k, r["step"] - 1) for r in recs)
-        late[k] = {key: sum(r[key] for r in tail) / len(tail) for key in ("rho", "lr_factor")}
-    assert late[0]["rho"] == pytest.approx(1.0, abs=1e-3)
-    assert late[0]["rho"] > late[4]["rho"] > late[16]["rho"]
-    assert late[0]["lr_factor"] > late[4]["lr_factor"] > late[16]["lr_factor"]
+        late[k] = sum(r["rho_all_rows"] for r in tail) / len(tail)
+        for r in recs:
+            assert 0 < r["rho"] <= 1 and r["rho_all_rows"] <= 1 + 1e-9
+            if r["grad_rows"] == 0:  # nothing to correct: neither ρ nor the LR moves
+                assert r["rho"] == 1.0 and r["lr_factor"] == 1.0
+    assert late[0] == pytest.approx(1.0, abs=1e-3)
+    assert late[0] > late[4] > late[16]
 
 
 def test_staleness_bound_drops_old_rollouts(warm_tiny_model_dir, tmp_path):

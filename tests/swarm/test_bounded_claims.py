@@ -201,3 +201,25 @@ def test_a_sender_over_its_memory_share_loses_its_own_oldest_groups(monkeypatch)
     assert [g.sender for g in ex._pool.values()].count(honest.peer_id) == 1  # the honest group stays
     assert ex.status()["pool_bytes"] == sum(swarm.group_bytes(g) for g in ex._pool.values())
     assert ex.stats.dropped_full == 7
+
+
+def test_learner_rho_still_falls_with_off_policy_gradient_rows(tiny_model_dir):
+    # Rewards [1, 0]: both rows carry gradient. Row 0 was sampled by this policy (w = 1); row 1's
+    # behaviour claims log μ one nat above log π (w = e^-1). By hand:
+    # ρ = (1 + e^-1)^2 / (2 (1 + e^-2)) = 1.87109 / 2.27067 = 0.82403, LR factor sqrt(ρ) = 0.90776.
+    from policies.learner import Learner, TrainSample
+    from policies.policy import Policy, TokenBatch
+
+    policy = Policy.load(str(tiny_model_dir))
+    prompt = policy.encode_prompts(["what is 2+2?"])[0]
+    comps = [policy.encode_completion(t) for t in ("<answer>4</answer>", "<answer>5</answer>")]
+    with torch.no_grad():
+        lp = policy.completion_logprobs(TokenBatch.build([prompt] * 2, comps, policy.tokenizer.pad_token_id))
+    rows = [lp[i, :len(c)].tolist() for i, c in enumerate(comps)]
+    rows[1][0] += 1.0  # log μ = log π + 1 on one token: Σ log π - Σ log μ = -1
+    samples = [TrainSample("g", prompt, comps[i], tuple(rows[i]), sum(rows[i]), float(i == 0)) for i in (0, 1)]
+    m = Learner(policy, learning_rate=1e-3, lr_rule="sqrt").step(samples)
+    e = math.exp(-1)
+    rho = (1 + e) ** 2 / (2 * (1 + e * e))
+    assert m["grad_rows"] == 2 and m["rho"] == pytest.approx(rho, abs=1e-4) and rho == pytest.approx(0.82403, abs=1e-5)
+    assert m["lr_factor"] == pytest.approx(math.sqrt(rho), abs=1e-4)
