@@ -14,7 +14,7 @@ import logging
 import signal
 from pathlib import Path
 
-from node.transport.dht_records import OwnerSignatureValidator
+from node.transport.dht_records import bootstrap_validator
 from node.transport.hivemind_dht import start_dht_node, stop_dht_node
 from policies.default_model import default_home
 
@@ -32,9 +32,9 @@ async def run_bootstrap(*, host: str, port: int, announce: list[str], initial_pe
         initial_peers=initial_peers, host_maddrs=[f"/ip4/{host}/tcp/{port}"], announce_maddrs=announce,
         identity_path=str(identity), startup_timeout=startup_timeout, retries=2, backoff=2.0,
         use_relay=relay, nat_port_map=nat,
-        # It replicates records too: it refuses, as every node does, an entry under a peer's
-        # subkey that its owner did not sign. It knows no swarm or round, and needs not.
-        record_validator=OwnerSignatureValidator())
+        # It replicates records too: it keeps only owner-signed peer records (as every node does
+        # for its swarm's keys) expiring within the hour. It knows no swarm or round: it needs not.
+        record_validator=bootstrap_validator())
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -145,7 +145,7 @@ class SwarmConfig(_Section):
     external_groups: int = Field(4, ge=0, description="J: peer rollout groups per training step (SAPO); the node generates prompts_per_step - J groups itself (I), so the default is I/J = 4/4")
     round_seconds: float = Field(5.0, gt=0, description="length of a round on the shared clock (unix time / round_seconds): every node agrees on the current round without talking")
     collect_seconds: float = Field(0.0, ge=0, description="after publishing, wait at most this long for J peer groups (0 = until the round ends)")
-    max_round_lag: int = Field(4, ge=0, description="peer rollouts from rounds older than this many rounds are dropped (counted as stale)")
+    max_round_lag: int = Field(4, ge=0, le=28, description="peer rollouts from rounds older than this many rounds are dropped (counted as stale); at most 28, so a round's DHT entry lives within the swarm-wide 32 rounds every node accepts")
     poll_seconds: float = Field(0.25, gt=0, description="how often the node looks for new peer rollouts")
     max_clock_skew: float = Field(30.0, gt=0, description="envelopes whose signed timestamp is further than this from the local clock are rejected (seconds); the staleness window, (max_round_lag + 1) rounds, is allowed on top, since a peer's envelope may be fetched that much later")
     startup_timeout: float = Field(30.0, gt=0, description="seconds the p2p daemon may take to start (hivemind); rl-swarm's fixed 15 s is the most reported failure")

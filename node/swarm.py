@@ -31,7 +31,7 @@ honest envelope that fails a later check (re-published under another round) cann
 honest delivery refused as a replay. Memory is bounded whatever peers send: one batch per sender
 and round, at most ``MAX_GROUPS_PER_BATCH`` groups per batch and ``group_cap`` completions per
 group, at most ``MAX_SENDER_BYTES`` pooled per sender (its own oldest evicted first) and
-``MAX_POOL_GROUPS`` groups / ``MAX_POOL_BYTES`` in all (oldest evicted first), per-peer counters
+``MAX_POOL_GROUPS`` groups / ``MAX_POOL_BYTES`` in all (the largest holder's oldest first), per-peer counters
 and heartbeats for at most ``MAX_TRACKED_PEERS`` peers. A message's ``created_at`` must agree
 with its signed envelope time (``created_at_mismatch``), so expiry by it is not the sender's
 choice.
@@ -51,6 +51,7 @@ import asyncio
 import collections
 import logging
 import random
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
@@ -72,8 +73,8 @@ __all__ = ["PeerGroup", "SwarmStats", "SwarmExchange", "REJECT_REASONS", "allowe
 
 MAX_GROUPS_PER_BATCH = 64  # tasks in one peer batch (an honest node publishes prompts_per_step - J)
 MAX_POOL_GROUPS = 4096  # admitted, unused groups kept at once
-MAX_POOL_BYTES = 128 << 20  # ... and their size (ids, log-probs, text), whoever sent them
-MAX_SENDER_BYTES = 8 << 20  # one sender's share of it: two full envelopes (MAX_ENVELOPE_SIZE)
+MAX_POOL_BYTES = 256 << 20  # ... and their size (ids, log-probs, text: group_bytes), whoever sent them
+MAX_SENDER_BYTES = 32 << 20  # one sender's share: about two full 4 MiB envelopes once decoded
 MAX_CREATED_DRIFT_S = 5.0  # a message's created_at vs its signed (clock-checked) envelope time
 MAX_TRACKED_PEERS = 1024  # per-peer counters kept; the rest are summed under "(other)"
 OTHER_PEERS = "(other)"
@@ -142,8 +143,10 @@ class SwarmStats:
 
 
 def group_bytes(g: PeerGroup) -> int:
-    """What a pooled group costs in memory, about: ids and log-probs as Python numbers, the text."""
-    return sum(64 + 16 * len(r.completion_ids) + len(r.completion_text) for r in g.records)
+    """What a pooled group costs in memory, from above: a record's ids and log-probs are tuples of
+    Python ints and floats (an 8-byte slot plus a 28- or 24-byte object each), its text a str
+    (``sys.getsizeof``: up to 4 bytes a character), plus the record itself."""
+    return sum(200 + 68 * len(r.completion_ids) + sys.getsizeof(r.completion_text) for r in g.records)
 
 
 def allowed_specials(ids: Sequence[int], special_ids: frozenset[int], eos_id: int | None) -> bool:
@@ -459,7 +462,10 @@ class SwarmExchange:
             self._drop(next(k for k, g in self._pool.items() if g.sender == sender))
             self.stats.dropped_full += 1
         while len(self._pool) > MAX_POOL_GROUPS or self._pool_bytes > MAX_POOL_BYTES:
-            self._drop(next(iter(self._pool)))  # the oldest admitted
+            # The largest holder gives way (its oldest group): with oldest-first alone, a flood of
+            # fresh keys would push every honest group out.
+            biggest = max(self._sender_bytes, key=self._sender_bytes.__getitem__)
+            self._drop(next(k for k, g in self._pool.items() if g.sender == biggest))
             self.stats.dropped_full += 1
 
     # -- sampling -------------------------------------------------------------------------------

@@ -218,9 +218,9 @@ async def make_transports(kind: str, count: int, ids: list[Identity]) -> tuple[l
         return ts, None
     from node.transport.hivemind_dht import HivemindTransport, start_dht_node
 
-    from node.transport.dht_records import OwnerSignatureValidator
+    from node.transport.dht_records import bootstrap_validator
 
-    boot = await start_dht_node(initial_peers=[], retries=0, record_validator=OwnerSignatureValidator(), **LOOPBACK)
+    boot = await start_dht_node(initial_peers=[], retries=0, record_validator=bootstrap_validator(), **LOOPBACK)
     maddrs = [str(m) for m in await boot.p2p.get_visible_maddrs()]
     # round_seconds as the node passes it: the DHT record validator then checks these round keys;
     # each transport signs its records with its identity, as a node does.

@@ -7,8 +7,8 @@ holds only small index records; envelope bodies travel over a libp2p stream from
     key     swarm-node/<swarm>/rollouts/<round>         one key per round of the shared clock
     subkey  <peer id>                                   the publisher (sn1..., our Ed25519 id)
     value   {"p2p": <libp2p peer id>, "size": <bytes>, "sha256": <hex>}, owner-signed
-    expires (max_round_lag + 2) round lengths after publishing; never after the end of the
-            round's staleness window, (round + max_round_lag + 3) round lengths (+ 60 s slack)
+    expires (max_round_lag + 2) round lengths after publishing; never later than 32 rounds after
+            the round began (+ 60 s slack), the same bound on every node
 
     key     swarm-node/<swarm>/peers                    heartbeats
     subkey  <peer id>
@@ -56,7 +56,7 @@ from hivemind.utils import get_dht_time
 
 from node.log_setup import adopt_library_logging
 from node.transport.base import MAX_ANNOUNCEMENT_SIZE, MAX_ENVELOPE_SIZE, Delivery, Transport, TransportError
-from node.transport.dht_records import PEER_ID_RE, OwnerSignatureValidator
+from node.transport.dht_records import CLOCK_SLACK_S, MAX_RECORD_TTL_S, PEER_ID_RE, OwnerSignatureValidator
 from protocol.identity import Identity
 
 adopt_library_logging()  # JSON logs: hivemind's own handler gives way to the node's
@@ -93,8 +93,8 @@ def _no_bootstrap(initial_peers: list[str]) -> str:
             f"is running and that its port is reachable from here (firewall, NAT)")
 
 
-MAX_RECORD_TTL_S = 3600.0  # no swarm-node record lives longer; see SwarmRecordValidator
-_CLOCK_SLACK_S = 60.0
+ROUND_ENTRY_ROUNDS = 32  # a round's index entry expires within this many rounds of the round's start
+_CLOCK_SLACK_S = CLOCK_SLACK_S
 _SHA256_RE = re.compile(r"[0-9a-f]{64}")
 
 
@@ -112,8 +112,8 @@ class SwarmRecordValidator(RecordValidatorBase):
       its heartbeat key: the subkey is a peer id (``sn1…``), never a plain value; round values are
       exactly ``{"p2p": str, "size": int, "sha256": 64 hex}``, heartbeats are bytes up to 8 KiB.
 
-    - a round's entry expires by the end of that round's staleness window (``_round_expiry_cap``):
-      the owner cannot keep an entry alive past the rounds anyone reads.
+    - a round's entry expires within 32 rounds of the round's start (``_round_expiry_cap``): the
+      owner cannot keep an entry alive long past the rounds anyone reads.
 
     Key ids are hashes, so the rounds to recognise are computed ahead (and refreshed as the clock
     moves). Who may write a peer's subkey is ``OwnerSignatureValidator``'s rule, which runs before
@@ -147,10 +147,13 @@ class SwarmRecordValidator(RecordValidatorBase):
         self._span = (lo, hi)
 
     def _round_expiry_cap(self, round: int) -> float:
-        """The latest expiration a round's entry may have: the end of its staleness window (the
-        last round that still reads it is round + max_round_lag), plus the publisher's margin of
-        two rounds and the clock slack."""
-        return (round + self.max_round_lag + 3) * self.round_seconds + _CLOCK_SLACK_S
+        """The latest expiration a round's entry may have: ROUND_ENTRY_ROUNDS rounds after the
+        round began, plus the clock slack. A swarm-wide constant, not this node's own
+        max_round_lag: a replica that refuses what a reader accepts (or the reverse) drops its
+        whole reply for the key (hivemind validates a dictionary as one), so every node must draw
+        the line in the same place. max_round_lag ≤ 28 keeps honest entries (published for
+        max_round_lag + 2 rounds) inside it."""
+        return (round + ROUND_ENTRY_ROUNDS) * self.round_seconds + _CLOCK_SLACK_S
 
     def validate(self, record: DHTRecord) -> bool:
         now = get_dht_time()

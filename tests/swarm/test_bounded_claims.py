@@ -223,3 +223,17 @@ def test_learner_rho_still_falls_with_off_policy_gradient_rows(tiny_model_dir):
     rho = (1 + e) ** 2 / (2 * (1 + e * e))
     assert m["grad_rows"] == 2 and m["rho"] == pytest.approx(rho, abs=1e-4) and rho == pytest.approx(0.82403, abs=1e-5)
     assert m["lr_factor"] == pytest.approx(math.sqrt(rho), abs=1e-4)
+
+
+def test_a_flood_of_fresh_keys_does_not_push_honest_groups_out_of_the_pool(monkeypatch):
+    import node.swarm as swarm
+
+    monkeypatch.setattr(swarm, "MAX_POOL_GROUPS", 20)
+    ex, honest = _ex()
+    ex.admit(Delivery(10, honest.peer_id, envelope(honest, encode(batch(honest, 10, [_rec((3, 4))])))))
+    for _ in range(10):  # 10 fresh keys x 4 groups each: twice the pool
+        k = Identity.generate()
+        recs = [RolloutRecord(f"arithmetic:{n}:1", (3, 4), decode_text((3, 4)), (-0.5, -0.5), False) for n in range(4)]
+        ex.admit(Delivery(10, k.peer_id, envelope(k, encode(batch(k, 10, recs)))))
+    senders = [g.sender for g in ex._pool.values()]
+    assert len(senders) == 20 and honest.peer_id in senders  # the largest holders gave way, not the oldest
