@@ -102,7 +102,7 @@ class Learner:
         batch.completion_mask = batch.completion_mask.to(dev)
         caps = row_caps(self.loss_cfg, foreign, local)
         return (batch, beh.to(dev), seq_beh.to(dev), foreign.to(dev), rewards.to(dev), gids.to(dev),
-                caps.to(dev))
+                caps.to(dev), local.to(dev))
 
     def _grad_sq_norms(self, batch: TokenBatch) -> torch.Tensor:
         """‖∇_θ log π(y_i)‖² per sample (exact OPOB): one backward per sample, costly by design."""
@@ -126,7 +126,7 @@ class Learner:
         """Apply ``num_iterations`` updates from ``samples``; return the step's metrics."""
         if not samples:
             raise ValueError("empty batch")
-        batch, beh, seq_beh, foreign, rewards, gids, caps = self._batch(samples)
+        batch, beh, seq_beh, foreign, rewards, gids, caps, local = self._batch(samples)
         # eval mode: μ was recorded in eval mode (no dropout), so π_θ must be too, or ratios
         # drift from 1 on-policy for any model with dropout. Gradients flow either way.
         self.policy.model.eval()
@@ -164,7 +164,7 @@ class Learner:
             out = policy_loss(LossInputs(logp=logp, behaviour_logp=beh, behaviour_seq_logp=seq_beh,
                                          mask=batch.completion_mask, advantages=adv.advantages,
                                          sample_mask=adv.loss_mask, sequence_level=foreign,
-                                         seq_weights=w),
+                                         seq_weights=w, external=~local),
                               self.loss_cfg)
             lr = self.base_lr * factor * self._warmup()
             for group in self.optimizer.param_groups:

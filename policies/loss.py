@@ -28,6 +28,7 @@ from policies.offpolicy import m2po_mask, sequence_log_weights, token_log_ratios
 __all__ = ["LossConfig", "LossInputs", "LossOutputs", "policy_loss", "row_caps", "sequence_weights"]
 
 _MAX_LOG_RATIO = 80.0  # e^80 ≈ 5.5e34 < float32 max ≈ 3.4e38
+EXTERNAL_DELTA = 4.0  # the ratio clamp on peers' rows when learner.delta is off (INTELLECT-2's 4)
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,7 @@ class LossInputs:
     sample_mask: torch.Tensor  # (B,) bool, False = excluded (MC-GRPO pivot)
     sequence_level: torch.Tensor  # (B,) bool, True = must use the sequence ratio (foreign tokenizer)
     seq_weights: torch.Tensor  # (B,) truncated sequence weights w̄, detached (see sequence_weights)
+    external: torch.Tensor | None = None  # (B,) bool, True = a peer's row (its log μ is a claim)
 
 
 @dataclass(frozen=True)
@@ -105,6 +107,11 @@ def policy_loss(inputs: LossInputs, cfg: LossConfig) -> LossOutputs:
     # are unchanged for any log r ≤ _MAX_LOG_RATIO.
     ratio = torch.exp(torch.clamp(log_r, max=_MAX_LOG_RATIO))
     unclipped = ratio if cfg.delta is None else torch.clamp(ratio, max=cfg.delta)
+    if cfg.delta is None and x.external is not None:
+        # PPO does not bound r_t from above when A < 0: with δ off, a peer claiming a low log μ
+        # would get an unbounded gradient. Its rows keep the default clamp whatever the config.
+        ext = x.external.unsqueeze(-1) & torch.ones_like(ratio, dtype=torch.bool)
+        unclipped = torch.where(ext, torch.clamp(ratio, max=EXTERNAL_DELTA), ratio)
     token_mask = mask * (1 - seq_f)
     if cfg.m2po_tau is not None:
         kept = m2po_mask(log_r, token_mask, cfg.m2po_tau)

@@ -237,3 +237,18 @@ def test_a_flood_of_fresh_keys_does_not_push_honest_groups_out_of_the_pool(monke
         ex.admit(Delivery(10, k.peer_id, envelope(k, encode(batch(k, 10, recs)))))
     senders = [g.sender for g in ex._pool.values()]
     assert len(senders) == 20 and honest.peer_id in senders  # the largest holders gave way, not the oldest
+
+
+def test_with_delta_off_a_peers_row_keeps_the_default_ratio_clamp():
+    # log π = -1, claimed log μ = -20: r = e^19. A negative advantage is not clipped by PPO from
+    # above, so with δ off the loss (and gradient) of that token would scale with e^19 ≈ 1.8e8.
+    # A peer's row keeps δ = 4: its per-token loss is -min(4·A, 1.28·A) = 4 for A = -1.
+    logp = torch.tensor([[-1.0]], requires_grad=True)
+    args = dict(logp=logp, behaviour_logp=torch.tensor([[-20.0]]), behaviour_seq_logp=torch.tensor([-20.0]),
+                mask=torch.ones(1, 1), advantages=torch.tensor([-1.0]), sample_mask=torch.tensor([True]),
+                sequence_level=torch.tensor([False]), seq_weights=torch.tensor([1.0]))
+    cfg = LossConfig(delta=None)
+    local = policy_loss(LossInputs(**args, external=torch.tensor([False])), cfg)
+    peer = policy_loss(LossInputs(**args, external=torch.tensor([True])), cfg)
+    assert float(local.loss.detach()) == pytest.approx(math.exp(19), rel=1e-4)  # the user's choice, locally
+    assert float(peer.loss.detach()) == pytest.approx(4.0)
