@@ -177,6 +177,9 @@ def _remove_failed_start(run_dir: Path, created: Path) -> None:
         d = d.parent
 
 
+COINCIDE_STEPS = 20  # consecutive same-batch steps before the node warns (_warn_if_batches_coincide)
+
+
 def _mismatch(model_state: dict, state: CheckpointState) -> str:
     """What differs between a checkpoint's tensors and the model's, in a few lines (torch's own
     message lists every key: kilobytes on one line for a LoRA/full fine-tuning mix-up)."""
@@ -256,6 +259,7 @@ class TrainingNode:
         self.rounds_skipped = 0
         self._closed = False
         self._coincide_warned = False
+        self._coincide_steps = 0  # consecutive steps in which this node took every peer group
         self.status = status or StatusFile(run_dir, cfg.train.steps, cfg.model.name, start_step)
 
     @classmethod
@@ -543,13 +547,15 @@ class TrainingNode:
         return summary
 
     def _warn_if_batches_coincide(self, taken: int, peers: int) -> None:
-        """Warn once when every node trains on every group the swarm produced (``batch_overlap``)."""
+        """Warn once when every node trains on every group the swarm produced (``batch_overlap``),
+        step after step: peers' heartbeats arrive over the first rounds, so early steps count
+        too few peers, and one step proves nothing."""
         i, j = self.cfg.local_groups, self.cfg.swarm.external_groups
-        if self._coincide_warned or taken < peers * i:  # it did take all of them this step
+        coincide = taken >= peers * i and batch_overlap(peers, self.cfg.generation.prompts_per_step, j)
+        self._coincide_steps = self._coincide_steps + 1 if coincide else 0
+        if self._coincide_warned or self._coincide_steps < COINCIDE_STEPS:
             return
         advice = batch_overlap(peers, self.cfg.generation.prompts_per_step, j)
-        if advice is None:
-            return
         self._coincide_warned = True
         log.warning("%s", advice)
         self.status.extra["note"] = f"every node trains on every group (J = {j} >= {peers} peers x I = {i})"

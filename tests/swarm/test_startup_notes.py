@@ -50,7 +50,7 @@ def test_a_node_waiting_for_peers_says_so_in_its_status(warm_tiny_model_dir, tmp
 
 @pytest.mark.parametrize("nodes, warned", [(2, True), (3, False)])
 def test_a_swarm_where_every_node_trains_on_every_group_is_warned_about(warm_tiny_model_dir, tmp_path, caplog,
-                                                                        nodes, warned):
+                                                                        monkeypatch, nodes, warned):
     # I = J = 2: with one peer, each node's batch is its own 2 groups plus all of the peer's 2.
     async def scenario():
         hub = MemoryHub()
@@ -59,6 +59,9 @@ def test_a_swarm_where_every_node_trains_on_every_group_is_warned_about(warm_tin
         await run_all(ns)
         return ns
 
+    import node.trainer
+
+    monkeypatch.setattr(node.trainer, "COINCIDE_STEPS", 2)  # 3 steps here; 20 in a real run
     caplog.set_level(logging.WARNING, logger="node.trainer")
     ns = asyncio.run(scenario())
     hits = [r for r in caplog.records if "every node trains on every group" in r.getMessage()]
@@ -222,3 +225,25 @@ def test_processes_that_start_at_once_build_the_default_model_once(tmp_path):
     assert news["a"][0] == "training the tokenizer" and news["a"][-1] == "saving"
     assert news["b"] == ["waiting for another process that is building it"]  # it did not build again
     assert [p.name for p in (tmp_path / "models").iterdir() if ".tmp-" in p.name] == []
+
+
+def test_the_same_batch_warning_needs_consecutive_steps(caplog):
+    # A 4-node swarm's first steps see one peer's heartbeat only: that must not warn.
+    from types import SimpleNamespace
+
+    from node.config import load_config
+    from node.trainer import COINCIDE_STEPS, TrainingNode
+
+    cfg = load_config(None, {"swarm.transport": "memory"})  # I = J = 4
+    node = SimpleNamespace(cfg=cfg, _coincide_warned=False, _coincide_steps=0,
+                           status=SimpleNamespace(extra={}))
+    warn = TrainingNode._warn_if_batches_coincide
+    caplog.set_level(logging.WARNING, logger="node.trainer")
+    for _ in range(3):
+        warn(node, 4, 1)  # looks like two nodes for a few steps...
+    warn(node, 4, 3)  # ...then the other peers' heartbeats arrive
+    for _ in range(COINCIDE_STEPS - 1):
+        warn(node, 4, 1)
+    assert not caplog.records and "note" not in node.status.extra
+    warn(node, 4, 1)  # the 20th consecutive step
+    assert len(caplog.records) == 1 and "every node trains on every group" in caplog.records[0].getMessage()
