@@ -461,7 +461,9 @@ class TrainingNode:
             self.status.phase("waiting for peers", f"{j} peer groups, {until}")
         await sw.wait_for(j, deadline)
         groups = sw.take(j, r)
-        self._warn_if_batches_coincide(len(groups), sw.status()["peers_alive"])
+        st_now = sw.status()
+        # Peers: those alive now, or ever heard from (heartbeats arrive over the first rounds).
+        self._warn_if_batches_coincide(len(groups), max(st_now["peers_alive"], st_now["peers_heard"]))
         record = await asyncio.to_thread(self._learn, self.step, rollouts, version, t_gen, groups)
         st = sw.status()
         record.update({

@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 LOOPBACK_FLAGS = [
     "--swarm.host_maddrs", '["/ip4/127.0.0.1/tcp/0"]',
     "--swarm.use_relay", "false",
@@ -68,6 +70,14 @@ class Procs:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+
+
+@pytest.fixture
+def procs(tmp_path):
+    """A ``Procs`` in ``tmp_path`` (import it into a test module to use it); none is left behind."""
+    p = Procs(tmp_path)
+    yield p
+    p.close()
 
 
 def wait_until(cond, timeout: float, what: str, proc: subprocess.Popen | None = None) -> None:

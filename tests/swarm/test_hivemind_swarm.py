@@ -13,16 +13,9 @@ import time
 import msgpack
 import pytest
 
-from procs import Procs, metrics, p2pd_children_of, status, wait_until
+from procs import metrics, p2pd_children_of, procs, status, wait_until  # noqa: F401 - procs is a fixture
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def procs(tmp_path):
-    p = Procs(tmp_path)
-    yield p
-    p.close()
 
 
 def test_three_processes_train_on_rollouts_from_both_peers(procs, warm_tiny_model_dir, tmp_path):

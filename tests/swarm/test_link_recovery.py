@@ -9,16 +9,9 @@ import time
 
 import pytest
 
-from procs import Procs, metrics, p2pd_children_of, status, wait_until
+from procs import metrics, p2pd_children_of, procs, status, wait_until  # noqa: F401 - procs is a fixture
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def procs(tmp_path):
-    p = Procs(tmp_path)
-    yield p
-    p.close()
 
 
 def test_a_node_whose_p2p_daemon_is_killed_rejoins_and_trains_with_peers_again(procs, warm_tiny_model_dir, tmp_path):

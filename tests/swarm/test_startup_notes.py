@@ -55,13 +55,13 @@ def test_a_swarm_where_every_node_trains_on_every_group_is_warned_about(warm_tin
     async def scenario():
         hub = MemoryHub()
         ns = [await create_node(swarm_cfg(warm_tiny_model_dir, tmp_path / f"n{i}",
-                                          **{"train.seed": i, "train.steps": 3}), hub) for i in range(nodes)]
+                                          **{"train.seed": i, "train.steps": 8}), hub) for i in range(nodes)]
         await run_all(ns)
         return ns
 
     import node.trainer
 
-    monkeypatch.setattr(node.trainer, "COINCIDE_STEPS", 2)  # 3 steps here; 20 in a real run
+    monkeypatch.setattr(node.trainer, "COINCIDE_STEPS", 2)  # 20 in a real run (tested below)
     caplog.set_level(logging.WARNING, logger="node.trainer")
     ns = asyncio.run(scenario())
     hits = [r for r in caplog.records if "every node trains on every group" in r.getMessage()]
