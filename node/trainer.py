@@ -553,11 +553,10 @@ class TrainingNode:
         step after step: peers' heartbeats arrive over the first rounds, so early steps count
         too few peers, and one step proves nothing."""
         i, j = self.cfg.local_groups, self.cfg.swarm.external_groups
-        coincide = taken >= peers * i and batch_overlap(peers, self.cfg.generation.prompts_per_step, j)
-        self._coincide_steps = self._coincide_steps + 1 if coincide else 0
+        advice = batch_overlap(peers, self.cfg.generation.prompts_per_step, j) if taken >= peers * i else None
+        self._coincide_steps = self._coincide_steps + 1 if advice else 0
         if self._coincide_warned or self._coincide_steps < COINCIDE_STEPS:
             return
-        advice = batch_overlap(peers, self.cfg.generation.prompts_per_step, j)
         self._coincide_warned = True
         log.warning("%s", advice)
         self.status.extra["note"] = f"every node trains on every group (J = {j} >= {peers} peers x I = {i})"
