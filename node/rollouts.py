@@ -114,5 +114,5 @@ def external_samples(groups: list[PeerGroup], policy: Policy, reward_cfg: Reward
                                        behaviour_logprobs=lps,
                                        behaviour_seq_logprob=float(sum(rec.behaviour_logprobs)),
                                        reward=reward.total, policy_version=g.policy_version,
-                                       local=False))
+                                       local=False, source=g.sender))
     return samples, correct, too_long

@@ -3,9 +3,10 @@
 It owns the optimizer and the policy version counter. Per step:
 
 1. one forward pass with grad gives log π_θ of every completion token;
-2. from its detached values: truncated sequence weights w̄, ESS, ρ = ESS/B and the VCPO learning
-   rate factor (``policies.offpolicy``); group advantages with the chosen baseline
-   (``policies.advantages``), which may use w̄ (and, for exact OPOB, per-sample gradient norms);
+2. from its detached values: truncated sequence weights w̄, ESS, ρ = ESS/B (summed per behaviour
+   source: this node, each peer) and the VCPO learning rate factor (``policies.offpolicy``);
+   group advantages with the chosen baseline (``policies.advantages``), which may use w̄ (and,
+   for exact OPOB, per-sample gradient norms);
 3. the policy loss with its trust region (``policies.loss``), backward, clip, AdamW step at
    ``learning_rate · lr_factor``.
 
@@ -24,12 +25,12 @@ import torch
 
 from policies.advantages import group_advantages
 from policies.loss import LossConfig, LossInputs, policy_loss, row_caps, sequence_weights
-from policies.offpolicy import ess_fraction, lr_factor
+from policies.offpolicy import ess_fraction, ess_fraction_by_source, lr_factor
 from policies.policy import Policy, TokenBatch
 
 log = logging.getLogger(__name__)
 
-__all__ = ["TrainSample", "Learner"]
+__all__ = ["TrainSample", "Learner", "LOCAL_SOURCE", "sample_source"]
 
 _ZERO_ADV = 1e-9  # |advantage| at or below this carries no gradient (a group whose rewards agree)
 
@@ -46,10 +47,26 @@ class TrainSample:
     reward: float  # recomputed by this node, never a peer's claim
     policy_version: int = 0  # version of the behaviour policy
     local: bool = True  # sampled by this node (vs. received from a peer)
+    source: str | None = None  # the peer that sent it (its peer id); see ``sample_source``
 
     @property
     def foreign_tokens(self) -> bool:
         return self.behaviour_logprobs is None
+
+
+LOCAL_SOURCE = ""  # peer ids are never empty, so this node's own rows cannot collide with a peer's
+
+
+def sample_source(s: TrainSample) -> str:
+    """The behaviour source a sample's ESS is computed in: this node's rows form one source, each
+    peer is another (a different behaviour policy). For a peer's row without ``source``, the
+    sender is read from its group, which node/rollouts.py builds as ``PeerGroup.key`` =
+    "sender/round/task" from the verified sender (peer ids hold no "/")."""
+    if s.local:
+        return LOCAL_SOURCE
+    if s.source is not None:
+        return s.source
+    return s.group.split("/", 1)[0]
 
 
 class Learner:
@@ -98,11 +115,13 @@ class Learner:
         rewards = torch.tensor([s.reward for s in samples], dtype=torch.float32)
         ids = {g: i for i, g in enumerate(dict.fromkeys(s.group for s in samples))}
         gids = torch.tensor([ids[s.group] for s in samples], dtype=torch.long)
+        src_ids = {k: i for i, k in enumerate(dict.fromkeys(sample_source(s) for s in samples))}
+        sources = torch.tensor([src_ids[sample_source(s)] for s in samples], dtype=torch.long)
         dev = self.policy.device
         batch.completion_mask = batch.completion_mask.to(dev)
         caps = row_caps(self.loss_cfg, foreign, local)
         return (batch, beh.to(dev), seq_beh.to(dev), foreign.to(dev), rewards.to(dev), gids.to(dev),
-                caps.to(dev), local.to(dev))
+                caps.to(dev), local.to(dev), sources.to(dev))
 
     def _grad_sq_norms(self, batch: TokenBatch) -> torch.Tensor:
         """‖∇_θ log π(y_i)‖² per sample (exact OPOB): one backward per sample, costly by design."""
@@ -126,7 +145,7 @@ class Learner:
         """Apply ``num_iterations`` updates from ``samples``; return the step's metrics."""
         if not samples:
             raise ValueError("empty batch")
-        batch, beh, seq_beh, foreign, rewards, gids, caps, local = self._batch(samples)
+        batch, beh, seq_beh, foreign, rewards, gids, caps, local, sources = self._batch(samples)
         # eval mode: μ was recorded in eval mode (no dropout), so π_θ must be too, or ratios
         # drift from 1 on-policy for any model with dropout. Gradients flow either way.
         self.policy.model.eval()
@@ -153,14 +172,19 @@ class Learner:
                 # Over the rows that carry gradient only (docs/algorithm.md, "ESS"): a pivot or
                 # a zero-advantage row does not move the update, so it must not move the LR.
                 carry = adv.loss_mask & (adv.advantages.abs() > _ZERO_ADV)
-                rho = ess_fraction(w, carry)
+                # Per source, summed: one peer lowers ρ by at most its share of these rows.
+                rho = ess_fraction_by_source(w, sources, carry)
                 factor = lr_factor(rho, self.lr_rule, self.rho_ref, self.lr_floor)
-                metrics["behaviour_rho"] = rho if true_w is None else ess_fraction(true_w, carry)
+                w_beh = w if true_w is None else true_w
+                metrics["behaviour_rho"] = rho if true_w is None else ess_fraction_by_source(w_beh, sources, carry)
                 metrics.update(ess=rho * int(carry.sum()), rho=rho, lr_factor=factor,
                                lr=self.base_lr * factor * self._warmup(), grad_rows=float(carry.sum()),
-                               # A diagnostic only (it does not drive the LR): how far the behaviour
-                               # policies are from π_θ over every row, signal or not.
-                               rho_all_rows=ess_fraction(w if true_w is None else true_w))
+                               grad_sources=float(sources[carry].unique().numel()),
+                               # Diagnostics only (they do not drive the LR): the whole-batch ESS
+                               # of the gradient rows, every source's weights pooled (the rule
+                               # before per-source ESS), and over every row, signal or not.
+                               rho_pooled=ess_fraction(w_beh, carry),
+                               rho_all_rows=ess_fraction(w_beh))
             out = policy_loss(LossInputs(logp=logp, behaviour_logp=beh, behaviour_seq_logp=seq_beh,
                                          mask=batch.completion_mask, advantages=adv.advantages,
                                          sample_mask=adv.loss_mask, sequence_level=foreign,

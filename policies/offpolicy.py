@@ -25,6 +25,7 @@ __all__ = [
     "truncated_weights",
     "effective_sample_size",
     "ess_fraction",
+    "ess_fraction_by_source",
     "lr_factor",
     "m2po_mask",
 ]
@@ -95,6 +96,39 @@ def ess_fraction(w: torch.Tensor, rows: torch.Tensor | None = None) -> float:
     if w.numel() == 0:
         return 0.0
     return effective_sample_size(w) / w.numel()
+
+
+def ess_fraction_by_source(w: torch.Tensor, sources: torch.Tensor, rows: torch.Tensor | None = None) -> float:
+    """ρ = Σ_s ESS_s / Σ_s n_s = Σ_s n_s ρ_s / Σ_s n_s: the ESS of a batch mixing behaviour policies.
+
+    ``sources`` ((B,), integer ids) says which behaviour policy sampled each row: this node's own
+    rows form one source, each peer another (docs/algorithm.md, "ESS"). Each source's ESS is
+    computed from its own weights; the batch's is their sum, the ESS of the inverse-variance
+    combination of the per-source estimates. Pooling all weights instead lets one peer, through
+    the log μ it claims, set the scale of its weights against everyone else's and pull the whole
+    batch's ρ (and LR) down; here a source lowers ρ by at most its share n_s/N of the rows. A
+    source whose weights are all 0 has ESS_s = 0 (its rows count, it brings no effective sample):
+    never NaN. One source gives exactly ``ess_fraction``. ``rows`` as in ``ess_fraction``.
+    """
+    if sources.shape != w.shape:
+        raise ValueError(f"sources {tuple(sources.shape)} and weights {tuple(w.shape)} differ in shape")
+    w = w.detach().double()
+    sources = sources.to(w.device)  # segment ids on the weights' device: no CPU/CUDA mixing
+    if rows is not None:
+        rows = rows.to(w.device)
+        if not bool(rows.any()):
+            return 1.0
+        w, sources = w[rows], sources[rows]
+    if w.numel() == 0:
+        return 0.0
+    _, seg = torch.unique(sources, return_inverse=True)  # ids → 0..S-1
+    n_src = int(seg.max()) + 1
+    total = torch.zeros(n_src, dtype=w.dtype, device=w.device).index_add_(0, seg, w)
+    sq = torch.zeros(n_src, dtype=w.dtype, device=w.device).index_add_(0, seg, w * w)
+    # where() with a safe denominator: an all-zero source gives 0, not 0/0.
+    ess = torch.where(sq > 0, total * total / torch.where(sq > 0, sq, torch.ones_like(sq)),
+                      torch.zeros_like(sq))
+    return float(ess.sum()) / w.numel()
 
 
 def lr_factor(rho: float, rule: LrRule = "sqrt", rho_ref: float = 1.0, floor: float = 0.0) -> float:

@@ -14,6 +14,7 @@ import torch
 from policies.offpolicy import (
     effective_sample_size,
     ess_fraction,
+    ess_fraction_by_source,
     lr_factor,
     m2po_mask,
     sequence_log_weights,
@@ -104,6 +105,66 @@ def test_ess_scale_invariant_and_degenerate():
     # all zero → 0 by convention, empty → ρ = 0
     assert effective_sample_size(torch.zeros(3)) == 0.0
     assert ess_fraction(torch.zeros(0)) == 0.0
+
+
+# --- ESS per behaviour source ------------------------------------------------------------------
+
+LOCAL4_PEER2 = torch.tensor([0, 0, 0, 0, 1, 1])  # four local rows, then one peer's two
+
+
+def test_per_source_rho_ignores_a_peers_capped_weights():
+    w = torch.tensor([1.0, 1.0, 1.0, 1.0, 8.0, 8.0])  # the peer claims log μ = -100/token: w̄ = c
+    # Pooled (the old rule): Σw = 20, Σw² = 4 + 128 = 132 → ESS = 400/132 = 3.0303, ρ = 0.50505
+    assert ess_fraction(w) == pytest.approx(400 / 132 / 6)
+    # Per source: ρ_local = 16/(4·4) = 1, ρ_peer = 16²/(2·128) = 1 → ρ = (4·1 + 2·1)/6 = 1
+    assert ess_fraction_by_source(w, LOCAL4_PEER2) == pytest.approx(1.0)
+
+
+def test_per_source_rho_loses_at_most_the_peers_share():
+    w = torch.tensor([1.0, 1.0, 1.0, 1.0, 8.0, 0.0])  # the peer claims -100 on one row, 0 on the other
+    # Pooled: Σw = 12, Σw² = 4 + 64 = 68 → ESS = 144/68 = 2.1176, ρ = 0.35294 (LR factor 0.594)
+    assert ess_fraction(w) == pytest.approx(144 / 68 / 6)
+    # Per source: ρ_peer = 8²/(2·8²) = 0.5 → ρ = (4·1 + 2·0.5)/6 = 5/6 = 0.83333 ≥ the local share 4/6
+    assert ess_fraction_by_source(w, LOCAL4_PEER2) == pytest.approx(5 / 6)
+
+
+def test_per_source_rho_of_an_all_zero_source_is_zero_not_nan():
+    w = torch.tensor([1.0, 1.0, 1.0, 1.0, 0.0, 0.0])  # the peer claims log μ = 0: w̄ underflows to 0
+    # Pooled: Σw = 4, Σw² = 4 → ESS = 4, ρ = 4/6 = 0.66667. Per source: ESS_peer = 0 (no
+    # effective sample, its rows still count) → ρ = (4 + 0)/6 = 0.66667: the share bound, exactly
+    rho = ess_fraction_by_source(w, LOCAL4_PEER2)
+    assert rho == pytest.approx(4 / 6) and math.isfinite(rho)
+    assert ess_fraction_by_source(torch.zeros(3), torch.tensor([0, 1, 1])) == 0.0
+
+
+def test_per_source_rho_with_one_source_is_the_pooled_rho():
+    w = torch.tensor([2.0, 1.0, 1.0, 0.0])
+    # Σw = 4, Σw² = 6 → ρ = (16/6)/4 = 2/3, as test_ess_mixed_weights; any single id gives it
+    assert ess_fraction_by_source(w, torch.full((4,), 7)) == pytest.approx(2 / 3)
+    assert ess_fraction_by_source(w, torch.zeros(4, dtype=torch.long)) == pytest.approx(ess_fraction(w))
+
+
+def test_per_source_rho_over_gradient_rows_and_two_peers():
+    w = torch.tensor([1.0, 3.0, 1.0, 8.0, 0.0, 5.0, 2.0])
+    src = torch.tensor([0, 0, 0, 2, 2, 9, 9])  # local, peer "2", peer "9" (ids need not be dense)
+    rows = torch.tensor([True, False, True, True, True, True, True])  # row 1 carries no gradient
+    # local rows 0, 2: w = [1, 1] → ESS 2; peer 2: [8, 0] → 64/64 = 1; peer 9: [5, 2] → 49/29
+    # ρ = (2 + 1 + 49/29) / 6 = (3 + 1.68966)/6 = 0.78161
+    assert ess_fraction_by_source(w, src, rows) == pytest.approx((3 + 49 / 29) / 6)
+    # No row carries gradient → 1, as ess_fraction; no row at all → 0
+    assert ess_fraction_by_source(w, src, torch.zeros(7, dtype=torch.bool)) == 1.0
+    assert ess_fraction_by_source(torch.zeros(0), torch.zeros(0, dtype=torch.long)) == 0.0
+    with pytest.raises(ValueError):
+        ess_fraction_by_source(w, src[:3])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_per_source_rho_on_cuda_with_cpu_ids():
+    # Weights on the GPU, source ids and row mask built on the CPU: no device mismatch
+    w = torch.tensor([1.0, 1.0, 1.0, 1.0, 8.0, 0.0], device="cuda")
+    rows = torch.ones(6, dtype=torch.bool)
+    assert ess_fraction_by_source(w, LOCAL4_PEER2, rows) == pytest.approx(5 / 6)
+    assert ess_fraction_by_source(w, LOCAL4_PEER2.cuda(), rows.cuda()) == pytest.approx(5 / 6)
 
 
 # --- lr_factor -----------------------------------------------------------------------------------

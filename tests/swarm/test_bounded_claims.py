@@ -252,3 +252,74 @@ def test_with_delta_off_a_peers_row_keeps_the_default_ratio_clamp():
     peer = policy_loss(LossInputs(**args, external=torch.tensor([True])), cfg)
     assert float(local.loss.detach()) == pytest.approx(math.exp(19), rel=1e-4)  # the user's choice, locally
     assert float(peer.loss.detach()) == pytest.approx(4.0)
+
+
+# ------------------------------------------------------ one sender's claims and ρ (per-source ESS)
+
+def _honest_plus_hostile(policy, hostile_claims):
+    """Two honest local groups of 2 sampled by this very policy (w̄ = 1), rewards [1, 0] each, and
+    one hostile sender's group of 2, rewards [1, 0], whose per-token log μ claims are
+    ``hostile_claims`` (one value per row, within the admission bound). Every row carries gradient.
+    Also returns the hostile rows' Σ log π (under this policy)."""
+    from policies.learner import TrainSample
+    from policies.policy import TokenBatch
+
+    prompt = policy.encode_prompts(["what is 2+2?"])[0]
+    texts = ("<answer>4</answer>", "<answer>5</answer>", "4", "5", "<answer>6</answer>", "6")
+    comps = [policy.encode_completion(t) for t in texts]
+    with torch.no_grad():
+        lp = policy.completion_logprobs(TokenBatch.build([prompt] * 6, comps, policy.tokenizer.pad_token_id))
+    rows = [tuple(lp[i, :len(c)].tolist()) for i, c in enumerate(comps)]
+    samples = [TrainSample(f"g{i // 2}", prompt, comps[i], rows[i], sum(rows[i]), float(i % 2 == 0))
+               for i in range(4)]
+    for i, claim in zip((4, 5), hostile_claims):
+        lps = tuple(claim for _ in comps[i])
+        # group = PeerGroup.key, "sender/round/task", as node/rollouts.py builds it; no source field
+        samples.append(TrainSample("sn1hostile/7/arithmetic:1:1", prompt, comps[i], lps, sum(lps),
+                                   float(i == 4), local=False))
+    return samples, [sum(rows[i]) for i in (4, 5)]
+
+
+@pytest.mark.parametrize("claims, rho_pooled, rho_hostile", [
+    # Both rows claim -100/token: w̄ = [1, 1, 1, 1, 8, 8]. Pooled: Σw = 20, Σw² = 132 →
+    # ρ = 400/132/6 = 0.50505, LR factor sqrt = 0.71067. Per source: ρ_hostile = 1 → ρ = 1.
+    ((MIN_TOKEN_LOGPROB, MIN_TOKEN_LOGPROB), 400 / 132 / 6, 1.0),
+    # -100 on one row, 0 on the other: w̄ = [1, 1, 1, 1, 8, ≈0]. Pooled: Σw = 12, Σw² = 68 →
+    # ρ = 144/68/6 = 0.35294, factor 0.59409. Per source: ρ_hostile = 8²/(2·8²) = 0.5 →
+    # ρ = (4·1 + 2·0.5)/6 = 0.83333, factor 0.91287.
+    ((MIN_TOKEN_LOGPROB, 0.0), 144 / 68 / 6, 0.5),
+    # Both claim 0: w̄_i = exp(Σ log π_i) ≈ 0 (a random model: ~1e-7 and less). Pooled: ρ ≈ 4/6
+    # (ESS ≈ 4 over 6 rows); per source ρ_hostile from the two tiny weights, ≥ 1/2 → ρ ≥ 5/6.
+    ((0.0, 0.0), None, None),
+])
+def test_one_senders_claims_lower_rho_and_lr_by_at_most_its_share(tiny_model_dir, claims, rho_pooled,
+                                                                  rho_hostile):
+    from policies.learner import Learner
+    from policies.policy import Policy
+
+    policy = Policy.load(str(tiny_model_dir))
+    samples, seq_logpi = _honest_plus_hostile(policy, claims)
+    if rho_hostile is None:  # w̄ = exp(Σ log π − 0), by the formula, from this policy's log π
+        w = [math.exp(x) for x in seq_logpi]
+        rho_hostile = sum(w) ** 2 / (2 * sum(x * x for x in w))
+        rho_pooled = (4 + sum(w)) ** 2 / (6 * (4 + sum(x * x for x in w)))
+    m = Learner(policy, learning_rate=1e-3, lr_rule="sqrt").step(samples)
+    honest_share = 4 / 6
+    rho = (4 * 1.0 + 2 * rho_hostile) / 6
+    assert m["grad_rows"] == 6
+    assert m["rho"] >= honest_share - 1e-6 and m["rho"] == pytest.approx(rho, abs=1e-4)
+    assert m["lr_factor"] >= math.sqrt(honest_share) - 1e-6
+    assert m["lr_factor"] == pytest.approx(math.sqrt(rho), abs=1e-4) and m["ess"] == pytest.approx(6 * rho, abs=1e-3)
+    assert m["rho_pooled"] == pytest.approx(rho_pooled, abs=1e-4)  # the old rule, kept as a diagnostic
+    assert m["grad_sources"] == 2
+    assert math.isfinite(m["grad_norm"])
+
+
+def test_peer_rows_take_their_source_from_the_sender():
+    from policies.learner import LOCAL_SOURCE, TrainSample, sample_source
+
+    base = dict(prompt_ids=(2,), completion_ids=(3,), behaviour_logprobs=(-1.0,), behaviour_seq_logprob=-1.0,
+                reward=0.0)
+    assert sample_source(TrainSample("arithmetic:1:1", **base)) == LOCAL_SOURCE  # this node's rows: one source
+    assert sample_source(TrainSample("sn1abc/3/arithmetic:1:1", **base, local=False)) == "sn1abc"
+    assert sample_source(TrainSample("sn1abc/3/arithmetic:1:1", **base, local=False, source="sn1xyz")) == "sn1xyz"
