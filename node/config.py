@@ -143,6 +143,7 @@ class SwarmConfig(_Section):
     announce_maddrs: list[str] = Field([], description="public addresses to announce when behind NAT/port-forwarding (hivemind)")
     identity: str = Field("", description="Ed25519 key file of this node (created 0600 on first run, reused after; its public key is the peer id); empty = <run.dir>/identity.pem")
     external_groups: int = Field(4, ge=0, description="J: peer rollout groups per training step (SAPO); the node generates prompts_per_step - J groups itself (I), so the default is I/J = 4/4")
+    max_sender_share: float = Field(0.5, gt=0, le=1, description="at most this share of a step's J groups (rounded up) from any one peer, so one sender cannot supply a whole step; 1 = no bound (a two-node swarm)")
     round_seconds: float = Field(5.0, gt=0, description="length of a round on the shared clock (unix time / round_seconds): every node agrees on the current round without talking")
     collect_seconds: float = Field(0.0, ge=0, description="after publishing, wait at most this long for J peer groups (0 = until the round ends)")
     max_round_lag: int = Field(4, ge=0, le=28, description="peer rollouts from rounds older than this many rounds are dropped (counted as stale); at most 28, so a round's DHT entry lives within the swarm-wide 32 rounds every node accepts")

@@ -34,7 +34,10 @@ group, at most ``MAX_SENDER_BYTES`` pooled per sender (its own oldest evicted fi
 ``MAX_POOL_GROUPS`` groups / ``MAX_POOL_BYTES`` in all (the largest holder's oldest first), per-peer counters
 and heartbeats for at most ``MAX_TRACKED_PEERS`` peers. A message's ``created_at`` must agree
 with its signed envelope time (``created_at_mismatch``), so expiry by it is not the sender's
-choice.
+choice. CPU is bounded too: only what could be used is checked (a group's first ``group_cap``
+records; nothing of a batch already too old for the window, or a second one from a sender and
+round), and the checks run in a worker thread (``admit_off_loop``), so a 4 MiB batch does not
+stall heartbeats, the trainer or the status display.
 
 Transports add their own before any of this: ``oversized`` (a frame over the limit, refused
 before it is read) and ``hash_mismatch`` (a body that is not what its index record announced).
@@ -50,6 +53,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import math
 import random
 import sys
 import time
@@ -59,6 +63,7 @@ from typing import Callable, Sequence
 from node.clock import RoundClock
 from node.link import SwarmLink
 from node.transport.base import Delivery, Transport
+from node.transport.dht_index import envelopes_wanted
 from protocol.codec import decode, encode
 from protocol.errors import MessageTooLarge, ProtocolError, UnknownField, UnsupportedVersion
 from protocol.identity import Identity
@@ -165,12 +170,21 @@ def _bump(counter: collections.Counter, key: str, n: int = 1) -> None:
         counter[OTHER_PEERS] += n
 
 
+class _Refused(Exception):
+    """An admission check failed: counted under ``reason`` (REJECT_REASONS) by the event loop."""
+
+    def __init__(self, reason: str, detail: str = ""):
+        super().__init__(reason)
+        self.reason, self.detail = reason, detail
+
+
 class SwarmExchange:
     def __init__(self, transport: Transport, identity: Identity, clock: RoundClock, *,
                  tokenizer_fingerprint: str, model_fingerprint: str, vocab_size: int,
                  decode_text: Callable[[Sequence[int]], str], group_cap: int = 64,
                  max_round_lag: int = 4, poll_seconds: float = 0.25, max_clock_skew: float = 30.0,
-                 seed: int = 0, special_ids: frozenset[int] = frozenset(), eos_id: int | None = None):
+                 seed: int = 0, special_ids: frozenset[int] = frozenset(), eos_id: int | None = None,
+                 external_groups: int | None = None, max_sender_share: float = 1.0):
         self.transport = transport
         self.identity = identity
         self.clock = clock
@@ -185,6 +199,10 @@ class SwarmExchange:
         self.group_cap = group_cap  # completions kept per group: this node's group size
         self.max_round_lag = max_round_lag
         self.poll_seconds = poll_seconds
+        # J: what the trainer takes a step, hence what is worth fetching a round (None: everything)
+        self.external_groups = external_groups
+        self.max_sender_share = max_sender_share
+        self._groups_per_envelope = 1.0  # running mean over admitted envelopes: sizes the fetch budget
         # An honest envelope may be fetched up to the whole window after it was signed, so the
         # clock check allows the window on top of the configured skew.
         self.verifier = Verifier(max_skew_s=max_clock_skew + (max_round_lag + 1) * clock.round_seconds)
@@ -318,8 +336,14 @@ class SwarmExchange:
         if not await self.link.maybe_rejoin():
             return 0  # down: the node trains on its own rollouts until the link is back
         try:
-            for d in await self.transport.poll(self.window()):
-                admitted += self._guarded(self.admit, d)
+            for d in await self.transport.poll(self.window(), self.envelopes_wanted()):
+                try:
+                    admitted += await self.admit_off_loop(d)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:  # noqa: BLE001 - as _guarded: a bug in a check is counted, not fatal
+                    self.stats.internal_errors += 1
+                    log.exception("admission check failed on a message from %.48s; message dropped", d.publisher)
             if time.time() - self._last_heartbeat_poll >= self.clock.round_seconds / 2:
                 self._last_heartbeat_poll = time.time()
                 for d in await self.transport.poll_announcements():
@@ -333,6 +357,13 @@ class SwarmExchange:
         if admitted:
             self._arrived.set()
         return admitted
+
+    def envelopes_wanted(self) -> int | None:
+        """Envelopes a round worth fetching: J groups' worth with a margin, from what peers'
+        envelopes have held so far (None when J is not known: fetch everything)."""
+        if self.external_groups is None:
+            return None
+        return envelopes_wanted(self.external_groups, self._groups_per_envelope)
 
     def _guarded(self, check: Callable[[Delivery], int], d: Delivery) -> int:
         try:
@@ -348,38 +379,38 @@ class SwarmExchange:
                  f" ({detail})" if detail else "")
         return 0
 
-    def _open(self, d: Delivery, kind: type) -> tuple[Envelope, RolloutBatch | Announcement] | None:
+    def _open(self, d: Delivery, kind: type) -> tuple[Envelope, RolloutBatch | Announcement]:
         """The checks every message passes: framing, publisher, signature, clock, replay (not yet
-        remembered), decoding, kind and header sender. None (counted) when one fails."""
+        remembered), decoding, kind and header sender. Raises ``_Refused`` when one fails. Pure
+        (reads the replay memory, changes nothing), so it may run off the event loop."""
         env = envelope_from_bytes(d.data)
         if env is None:
-            return self._reject("malformed_envelope", d) or None
+            raise _Refused("malformed_envelope")
         if env.sender != d.publisher:
-            return self._reject("sender_mismatch", d, f"published under {d.publisher}, signed by {env.sender}") or None
+            raise _Refused("sender_mismatch", f"published under {d.publisher}, signed by {env.sender}")
         verdict = self.verifier.verify(env, commit=False)
         if verdict is not VerifyResult.ACCEPTED:
-            return self._reject(_VERIFY_REASON[verdict], d) or None
+            raise _Refused(_VERIFY_REASON[verdict])
         try:
             msg = decode(env.payload)
         except ProtocolError as e:
-            return self._reject(_decode_reason(e), d, str(e)) or None
+            raise _Refused(_decode_reason(e), str(e)) from None
         if not isinstance(msg, kind):
-            return self._reject("wrong_kind", d, type(msg).__name__) or None
+            raise _Refused("wrong_kind", type(msg).__name__)
         if msg.sender != env.sender:
-            return self._reject("sender_mismatch", d, f"header says {msg.sender}") or None
+            raise _Refused("sender_mismatch", f"header says {msg.sender}")
         # created_at is the sender's claim; the envelope's timestamp is signed and clock-checked
         # by the verifier. Anything that reads created_at (heartbeat expiry) may then trust it.
         if abs(msg.created_at - env.timestamp) > MAX_CREATED_DRIFT_S:
-            return self._reject("created_at_mismatch", d,
-                                f"created_at {msg.created_at:.0f} vs signed {env.timestamp:.0f}") or None
+            raise _Refused("created_at_mismatch", f"created_at {msg.created_at:.0f} vs signed {env.timestamp:.0f}")
         return env, msg
 
     def admit_announcement(self, d: Delivery) -> bool:
         """Verify a heartbeat (same signature, replay and schema rules as rollouts)."""
-        opened = self._open(d, Announcement)
-        if opened is None:
-            return False
-        env, msg = opened
+        try:
+            env, msg = self._open(d, Announcement)
+        except _Refused as r:
+            return bool(self._reject(r.reason, d, r.detail))
         if not self.verifier.commit(env):
             return bool(self._reject("replay", d))
         if msg.sender not in self.peers and len(self.peers) >= MAX_TRACKED_PEERS:
@@ -391,47 +422,80 @@ class SwarmExchange:
 
     def admit(self, d: Delivery) -> int:
         """Run one delivery through every admission check; returns the groups admitted."""
-        opened = self._open(d, RolloutBatch)
-        if opened is None:
-            return 0
-        env, msg = opened
-        if msg.round != d.round or msg.round > self.clock.current() + 1:
-            return self._reject("wrong_round", d, f"batch says round {msg.round}")
-        if (msg.sender, msg.round) in self._batches:
+        return self._commit(d, self._check(d))
+
+    async def admit_off_loop(self, d: Delivery) -> int:
+        """``admit`` with its expensive part (signature, decoding, every record's checks and text
+        decoding: ~0.1 s for a full 4 MiB batch) in a worker thread, so a large batch does not
+        stall heartbeats, the trainer or the status display; the pool changes on the loop."""
+        checked = await asyncio.to_thread(self._check, d)
+        return self._guarded(lambda d: self._commit(d, checked), d)
+
+    def _check(self, d: Delivery) -> tuple[Envelope, RolloutBatch, dict] | _Refused:
+        """Every check of a rollout batch that needs no change of state; the groups it would add
+        (only the first ``group_cap`` records of each: the rest would be dropped, so they are
+        neither checked nor kept), or the refusal."""
+        try:
+            env, msg = self._open(d, RolloutBatch)
+            if msg.round != d.round or msg.round > self.clock.current() + 1:
+                raise _Refused("wrong_round", f"batch says round {msg.round}")
+            if (msg.sender, msg.round) in self._batches:
+                raise _Refused("duplicate_round")
+            groups: dict[str, list[RolloutRecord]] = {}
+            for rec in msg.rollouts:
+                groups.setdefault(rec.task_id, []).append(rec)
+            if len(groups) > MAX_GROUPS_PER_BATCH:
+                raise _Refused("too_many_groups", f"{len(groups)} tasks")
+            if msg.round < self.clock.current() - self.max_round_lag:
+                raise _Refused("stale", str(len(groups)))  # could never be used: not checked further
+            groups = {t: recs[:self.group_cap] for t, recs in groups.items()}
+            same_tokenizer = msg.tokenizer_fingerprint == self.tokenizer_fingerprint
+            for task_id, records in groups.items():  # the whole batch is refused if any record fails
+                self._check_group(task_id, records, same_tokenizer)
+        except _Refused as r:
+            return r
+        return env, msg, groups
+
+    def _check_group(self, task_id: str, records: list[RolloutRecord], same_tokenizer: bool) -> None:
+        try:
+            make_task(task_id)
+        except TaskError as e:
+            raise _Refused("bad_task", str(e)) from None
+        for rec in records:
+            if not rec.completion_ids or (same_tokenizer and max(rec.completion_ids) >= self.vocab_size):
+                raise _Refused("bad_tokens", f"task {task_id}")
+            if same_tokenizer and not allowed_specials(rec.completion_ids, self.special_ids, self.eos_id):
+                raise _Refused("special_tokens", f"task {task_id}")
+            if min(rec.behaviour_logprobs) < MIN_TOKEN_LOGPROB:
+                raise _Refused("implausible_logprob",
+                               f"task {task_id}: {min(rec.behaviour_logprobs):g} < {MIN_TOKEN_LOGPROB:g}")
+            if same_tokenizer:
+                try:
+                    text = self.decode_text(rec.completion_ids)
+                except Exception:  # noqa: BLE001 - a tokenizer's error on hostile ids
+                    raise _Refused("bad_tokens", f"task {task_id}: ids do not decode") from None
+                if text != rec.completion_text:
+                    raise _Refused("text_mismatch", f"task {task_id}")
+
+    def _commit(self, d: Delivery, checked) -> int:
+        """Count a refusal, or remember the envelope and pool its groups (on the event loop)."""
+        if isinstance(checked, _Refused):
+            if checked.reason == "stale":  # honest, only late: its groups are dropped, not rejected
+                self.stats.dropped_stale += int(checked.detail)
+                return 0
+            return self._reject(checked.reason, d, checked.detail)
+        env, msg, groups = checked
+        if (msg.sender, msg.round) in self._batches:  # admitted while this one was being checked
             return self._reject("duplicate_round", d)
-        groups: dict[str, list[RolloutRecord]] = {}
-        for rec in msg.rollouts:
-            groups.setdefault(rec.task_id, []).append(rec)
-        if len(groups) > MAX_GROUPS_PER_BATCH:
-            return self._reject("too_many_groups", d, f"{len(groups)} tasks")
-        same_tokenizer = msg.tokenizer_fingerprint == self.tokenizer_fingerprint
-        for task_id, records in groups.items():  # the whole batch is refused if any record fails
-            try:
-                make_task(task_id)
-            except TaskError as e:
-                return self._reject("bad_task", d, str(e))
-            for rec in records:
-                if not rec.completion_ids or (same_tokenizer and max(rec.completion_ids) >= self.vocab_size):
-                    return self._reject("bad_tokens", d, f"task {task_id}")
-                if same_tokenizer and not allowed_specials(rec.completion_ids, self.special_ids, self.eos_id):
-                    return self._reject("special_tokens", d, f"task {task_id}")
-                if min(rec.behaviour_logprobs) < MIN_TOKEN_LOGPROB:
-                    return self._reject("implausible_logprob", d,
-                                        f"task {task_id}: {min(rec.behaviour_logprobs):g} < {MIN_TOKEN_LOGPROB:g}")
-                if same_tokenizer:
-                    try:
-                        text = self.decode_text(rec.completion_ids)
-                    except Exception:  # noqa: BLE001 - a tokenizer's error on hostile ids
-                        return self._reject("bad_tokens", d, f"task {task_id}: ids do not decode")
-                    if text != rec.completion_text:
-                        return self._reject("text_mismatch", d, f"task {task_id}")
         if not self.verifier.commit(env):
             return self._reject("replay", d)
         self._batches.add((msg.sender, msg.round))
         self.stats.envelopes_in += 1
+        self.transport.vouch(msg.sender)
+        self._groups_per_envelope += (len(groups) - self._groups_per_envelope) / min(self.stats.envelopes_in, 20)
         for task_id, records in groups.items():
             g = PeerGroup(msg.sender, msg.round, msg.policy_version, msg.model_fingerprint,
-                          msg.tokenizer_fingerprint, task_id, tuple(records[:self.group_cap]))
+                          msg.tokenizer_fingerprint, task_id, tuple(records))
             self._add(g)
             _bump(self.stats.groups_in, msg.sender)
         self._bound_pool(msg.sender)
@@ -494,9 +558,11 @@ class SwarmExchange:
         return self.available()
 
     def take(self, n: int, current: int | None = None) -> list[PeerGroup]:
-        """Up to ``n`` unused groups: freshest round first, one sender at a time round-robin (so
-        one fast or flooding key cannot fill the batch; keys are free, so this is fairness between
-        keys, not a defence against one operator with many), random within a sender's round."""
+        """Up to ``n`` unused groups: freshest round first, one sender at a time round-robin, and
+        at most ``ceil(n x max_sender_share)`` from any one sender (so one fast or flooding key
+        cannot fill a step; keys are free, so this is fairness between keys, and the fetch budget
+        and the per-source ρ bound what one operator with many can do), random within a sender's
+        round."""
         r = self.clock.current() if current is None else current
         self._prune(r)
         by_sender: dict[str, list[PeerGroup]] = collections.defaultdict(list)
@@ -504,6 +570,9 @@ class SwarmExchange:
         self._rng.shuffle(groups)
         for g in sorted(groups, key=lambda g: -g.round):
             by_sender[g.sender].append(g)
+        share = max(1, math.ceil(n * self.max_sender_share - 1e-9))
+        for s in by_sender:
+            del by_sender[s][share:]
         senders = list(by_sender)
         self._rng.shuffle(senders)
         # Senders whose freshest group is newest go first.

@@ -111,8 +111,7 @@ async def build_exchange(cfg: NodeConfig, policy: Policy, transport: Transport |
                           p2p_identity_path=str(identity_path(cfg)) + ".p2p",
                           startup_timeout=sc.startup_timeout, join_retries=sc.join_retries,
                           join_backoff=sc.join_backoff, use_relay=sc.use_relay,
-                          nat_port_map=sc.nat_port_map, round_seconds=sc.round_seconds,
-                          max_round_lag=sc.max_round_lag, signer=ident,
+                          nat_port_map=sc.nat_port_map, round_seconds=sc.round_seconds, signer=ident,
                           on_retry=(lambda d: phase("joining the swarm", d)) if phase else None)
         transport = create_transport(sc.transport, swarm=sc.name, publisher=ident.peer_id, **kwargs)
     if cfg.faults.active:
@@ -132,8 +131,8 @@ async def build_exchange(cfg: NodeConfig, policy: Policy, transport: Transport |
         model_fingerprint=policy.model_fingerprint, vocab_size=min(len(tok), embeddings),
         decode_text=lambda ids: tok.decode(list(ids), skip_special_tokens=True),
         group_cap=_group_size(cfg), max_round_lag=sc.max_round_lag, poll_seconds=sc.poll_seconds,
-        max_clock_skew=sc.max_clock_skew, seed=cfg.train.seed,
-        special_ids=frozenset(tok.all_special_ids), eos_id=tok.eos_token_id)
+        max_clock_skew=sc.max_clock_skew, seed=cfg.train.seed, external_groups=sc.external_groups,
+        max_sender_share=sc.max_sender_share, special_ids=frozenset(tok.all_special_ids), eos_id=tok.eos_token_id)
     await exchange.start()
     log.info("joined swarm %r over %s as %s", sc.name, type(transport).__name__, ident.peer_id)
     return exchange

@@ -62,8 +62,14 @@ class Transport(abc.ABC):
         raise NotImplementedError(f"{type(self).__name__} cannot publish under another key")
 
     @abc.abstractmethod
-    async def poll(self, rounds: Iterable[int]) -> list[Delivery]:
-        """Envelopes of other publishers for ``rounds`` that this node has not received yet."""
+    async def poll(self, rounds: Iterable[int], want: int | None = None) -> list[Delivery]:
+        """Envelopes of other publishers for ``rounds`` that this node has not received yet.
+        ``want``: envelopes a round worth fetching (about J groups' worth); a carrier that pays
+        per fetch (hivemind) fetches about that many, publishers with a verified history first
+        (``vouch``). None: everything."""
+
+    def vouch(self, publisher: str) -> None:
+        """The node admitted an envelope of ``publisher`` (it verified and passed every check)."""
 
     @abc.abstractmethod
     async def announce(self, data: bytes, expires_in: float) -> None:

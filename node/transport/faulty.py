@@ -73,8 +73,11 @@ class FaultyTransport(Transport):
             heapq.heappush(self._held, item)
         return [item[3] for item in out]
 
-    async def poll(self, rounds: Iterable[int]) -> list[Delivery]:
-        return self._through("rollouts", await self.inner.poll(rounds))
+    async def poll(self, rounds: Iterable[int], want: int | None = None) -> list[Delivery]:
+        return self._through("rollouts", await self.inner.poll(rounds, want))
+
+    def vouch(self, publisher: str) -> None:
+        self.inner.vouch(publisher)
 
     async def poll_announcements(self) -> list[Delivery]:
         return self._through("heartbeats", await self.inner.poll_announcements())

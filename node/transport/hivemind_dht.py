@@ -2,31 +2,34 @@
 
 Each node runs a ``hivemind.dht.DHTNode`` inside its own event loop (not the ``hivemind.DHT``
 process wrapper: its pipe breaks on values above ~64 KB and its start blocks a thread). The DHT
-holds only small index records; envelope bodies travel over a libp2p stream from the publisher::
+holds only small index records, sharded so one read stays small at any swarm size
+(node/transport/dht_index.py: the ladder of levels, the shard a peer writes, what a node reads);
+envelope bodies travel over a libp2p stream from the publisher::
 
-    key     swarm-node/<swarm>/rollouts/<round>         one key per round of the shared clock
-    subkey  <peer id>                                   the publisher (sn1..., our Ed25519 id)
-    value   {"p2p": <libp2p peer id>, "size": <bytes>, "sha256": <hex>}, owner-signed
+    key     swarm-node/<swarm>/rollouts/<round>/<prefix>   a round's shard (prefix: "" or the first
+                                                           1-3 hex digits of sha256(peer id))
+    subkey  <peer id>                                      the publisher (sn1..., our Ed25519 id)
+    value   {"k": <the key>, "p2p": <libp2p peer id>, "size": <bytes>, "sha256": <hex>}, owner-signed
     expires (max_round_lag + 2) round lengths after publishing; never later than 32 rounds after
             the round began (+ 60 s slack), the same bound on every node
 
-    key     swarm-node/<swarm>/peers                    heartbeats
+    key     swarm-node/<swarm>/peers/<prefix>              heartbeats, same shards
     subkey  <peer id>
-    value   signed Announcement envelope (<= 8 KiB; the only body kept in the DHT itself),
-            owner-signed as a DHT record too (the envelope's signature does not cover expiry)
+    value   {"k": <the key>, "hb": signed Announcement envelope (<= 8 KiB)}, owner-signed as a
+            DHT record too (the envelope's signature does not cover expiry)
 
 Owner-signed (node/transport/dht_records.py): the value travels with the publisher's Ed25519 key
-and a signature over (key, subkey, value, expiration); every node and the bootstrap peer refuse
-a record under a peer's subkey that its owner did not sign, so nobody can write, or outlive,
-another peer's entry.
+and a signature over (key, subkey, value, expiration); every node and the bootstrap peer keep
+only records their owner signed, so nobody can write, or outlive, another peer's entry.
 
     stream  /swarm-node/<swarm>/rollouts                request: u64 round | u8 n | publisher id (n bytes)
                                                         reply:   u64 length | envelope bytes
                                                         (a publisher serves only its own: a request
                                                         naming another id is refused at once)
 
-A receiver polls the keys of the rounds in its window, fetches each body it has not seen from
-the ``p2p`` peer, checks the declared size *before* reading (``oversized``) and the sha256
+A receiver reads the shards of the rounds in its window that still want envelopes, fetches about
+what it will use (publishers with a verified history first, two unknown ones a round: the fetch
+budget, ``poll``'s ``want``) from the ``p2p`` peer, checks the declared size *before* reading (``oversized``) and the sha256
 after (``hash_mismatch``), and hands the bytes to the node, which verifies the signature. A publisher that does not
 answer (gone, or cut off mid-transfer) is retried on the next polls, then given up
 (``fetch_failures``); that is routine churn, not a rejection.
@@ -39,6 +42,7 @@ back-off before giving up with a ``TransportError``.
 from __future__ import annotations
 
 import asyncio
+import collections
 import hashlib
 import logging
 import random
@@ -54,8 +58,11 @@ from hivemind.dht.validation import CompositeValidator, DHTRecord, RecordValidat
 from hivemind.p2p import P2PDaemonError, PeerID
 from hivemind.utils import get_dht_time
 
+import node.transport.hivemind_patches  # noqa: F401  (hivemind's DHT, patched at import: see that module)
 from node.log_setup import adopt_library_logging
 from node.transport.base import MAX_ANNOUNCEMENT_SIZE, MAX_ENVELOPE_SIZE, Delivery, Transport, TransportError
+from node.transport.dht_index import (EXPLORE_PER_ROUND, choose_fetches, estimate_size, parse_key,
+                                     peers_key, read_plan, round_key, shard_prefix, write_levels)
 from node.transport.dht_records import CLOCK_SLACK_S, MAX_RECORD_TTL_S, PEER_ID_RE, OwnerSignatureValidator
 from protocol.identity import Identity
 
@@ -63,7 +70,8 @@ adopt_library_logging()  # JSON logs: hivemind's own handler gives way to the no
 
 log = logging.getLogger(__name__)
 
-__all__ = ["HivemindTransport", "SwarmRecordValidator", "swarm_validator", "start_dht_node", "stop_dht_node"]
+__all__ = ["HivemindTransport", "SwarmRecordValidator", "swarm_validator", "index_entry", "heartbeat_entry",
+           "start_dht_node", "stop_dht_node"]
 
 _U64 = struct.Struct(">Q")
 FETCH_TIMEOUT_S = 10.0
@@ -73,14 +81,21 @@ MAX_INFLIGHT_FETCHES = 16  # bodies downloading at once (x 4 MiB at most each)
 MAX_CONCURRENT_SERVES = 16  # peers downloading our envelopes at once; more are turned away
 BACKOFF_ROUNDS = 2  # a publisher whose body failed verification is skipped this many rounds (doubling)
 MAX_BACKOFF_ROUNDS = 64
+MAX_KNOWN_PUBLISHERS = 4096  # publishers with a verified history (and heartbeats) remembered
+HEARTBEATS_WANTED = 4  # heartbeat shards are read to find about twice this many peers
+# A stored record's value is {"d": value, "pk": 32 bytes, "sig": 64 bytes} (dht_records), plus its
+# subkey and expiration on the wire: what an entry costs a reader beyond its own value.
+_WRAPPER_BYTES = 120
 
 
-def _round_key(swarm: str, round: int) -> str:
-    return f"swarm-node/{swarm}/rollouts/{round}"
+@dataclass
+class _RoundBudget:
+    """What a node has spent on one round's envelopes."""
 
-
-def _peers_key(swarm: str) -> str:
-    return f"swarm-node/{swarm}/peers"
+    started: int = 0  # fetches started (a known publisher's failed one is given back)
+    explored: int = 0  # fetches of unknown publishers, whatever they brought
+    last_read: float = float("-inf")
+    tried: set = field(default_factory=set)
 
 
 def _handler_name(swarm: str) -> str:
@@ -96,73 +111,72 @@ def _no_bootstrap(initial_peers: list[str]) -> str:
 ROUND_ENTRY_ROUNDS = 32  # a round's index entry expires within this many rounds of the round's start
 _CLOCK_SLACK_S = CLOCK_SLACK_S
 _SHA256_RE = re.compile(r"[0-9a-f]{64}")
+_ROUND_FIELDS = {"k", "p2p", "size", "sha256"}
+_PEERS_FIELDS = {"k", "hb"}
+_KEY_MEMO = 65536
+
+
+def index_entry(swarm: str, round: int, peer_id: str, p2p: str, size: int, sha256: str,
+                prefix: str = "") -> tuple[str, str, dict]:
+    """(key, subkey, value) of a publisher's index entry for ``round`` in the shard ``prefix``
+    (``shard_prefix(peer_id, level)``), for ``DHTNode.store(key, value, expiration, subkey=...)``
+    by a node whose validator signs for ``peer_id``. The value names its own key, so a validator
+    can tell which round and shard a key id is without computing every possible one."""
+    key = round_key(swarm, round, prefix)
+    return key, peer_id, {"k": key, "p2p": p2p, "size": size, "sha256": sha256}
+
+
+def heartbeat_entry(swarm: str, peer_id: str, data: bytes, prefix: str = "") -> tuple[str, str, dict]:
+    key = peers_key(swarm, prefix)
+    return key, peer_id, {"k": key, "hb": data}
 
 
 class SwarmRecordValidator(RecordValidatorBase):
-    """What honest nodes of a swarm accept into (and from) the DHT.
+    """What honest nodes accept into (and from) the DHT, after ``OwnerSignatureValidator``
+    (``swarm_validator``) has checked that the record is a peer's, signed by that peer, and
+    unwrapped its value. hivemind keeps records unauthenticated; without these rules a raw client
+    could plant values no node can outlive or read. Every record must be one of the index's:
 
-    hivemind keeps records unauthenticated: without this, one store of a plain value under a
-    round's key, with a far-future expiry, would replace every peer's index entry for that round
-    (or every heartbeat) and make later honest stores fail. So each node checks every record it
-    is asked to store and every record a lookup returns:
+    - its value names its key (``"k"``), which must hash to the record's key id and parse as a
+      swarm-node index key (``node/transport/dht_index.py``: round shards and heartbeat shards);
+    - the shard is the subkey's: a peer can write only at its own prefix of each level, so keys
+      made by the thousand spread over the shards instead of filling the one a reader reads;
+    - any record expires within ``MAX_RECORD_TTL_S`` (an hour; ours live a few rounds);
+    - this swarm's round entries expire within 32 rounds of the round's start
+      (``_round_expiry_cap``), so no entry outlives the rounds anyone reads;
+    - round values are exactly ``{k, p2p: str, size: int, sha256: 64 hex}``, heartbeats
+      ``{k, hb: bytes}`` up to 8 KiB.
 
-    - any record: expires within ``MAX_RECORD_TTL_S`` (an hour; ours live a few rounds), so
-      nothing can be planted long in advance;
-    - this swarm's round keys, for every round from the staleness window to beyond that hour, and
-      its heartbeat key: the subkey is a peer id (``sn1…``), never a plain value; round values are
-      exactly ``{"p2p": str, "size": int, "sha256": 64 hex}``, heartbeats are bytes up to 8 KiB.
-
-    - a round's entry expires within 32 rounds of the round's start (``_round_expiry_cap``): the
-      owner cannot keep an entry alive long past the rounds anyone reads.
-
-    Key ids are hashes, so the rounds to recognise are computed ahead (and refreshed as the clock
-    moves). Who may write a peer's subkey is ``OwnerSignatureValidator``'s rule, which runs before
-    this one (``swarm_validator``); this one sees the value it unwrapped.
+    Other swarms' records (a shared bootstrap peer's DHT) get the same shape rules; their round
+    lengths are not known here, so only this swarm's expiry cap is applied.
     """
 
-    def __init__(self, swarm: str, round_seconds: float, max_round_lag: int):
+    def __init__(self, swarm: str, round_seconds: float):
         self.swarm = swarm
         self.round_seconds = round_seconds
-        self.max_round_lag = max_round_lag
         self._serializer = DHTProtocol.serializer
         self._reserved = set(DHTProtocol.RESERVED_SUBKEYS)
-        self._peers_key = self._key_id(_peers_key(swarm))
-        self._round_of: dict[bytes, int] = {}
-        self._span: tuple[int, int] = (0, -1)
+        self._keys: collections.OrderedDict = collections.OrderedDict()  # raw key -> key id (memo)
 
-    @staticmethod
-    def _key_id(raw: str) -> bytes:
-        return DHTID.generate(source=raw).to_bytes()
-
-    def _refresh(self, now: float) -> None:
-        current = int(now // self.round_seconds)
-        lo = current - self.max_round_lag - 2
-        hi = current + int((MAX_RECORD_TTL_S + 2 * _CLOCK_SLACK_S) // self.round_seconds) + 2
-        if (lo, hi) == self._span:
-            return
-        _, old_hi = self._span
-        self._round_of = {k: r for k, r in self._round_of.items() if r >= lo}
-        for r in range(max(lo, old_hi + 1), hi + 1):
-            self._round_of[self._key_id(_round_key(self.swarm, r))] = r
-        self._span = (lo, hi)
+    def _key_id(self, raw: str) -> bytes:
+        kid = self._keys.get(raw)
+        if kid is None:
+            kid = self._keys[raw] = DHTID.generate(source=raw).to_bytes()
+            if len(self._keys) > _KEY_MEMO:
+                self._keys.popitem(last=False)
+        return kid
 
     def _round_expiry_cap(self, round: int) -> float:
         """The latest expiration a round's entry may have: ROUND_ENTRY_ROUNDS rounds after the
         round began, plus the clock slack. A swarm-wide constant, not this node's own
-        max_round_lag: a replica that refuses what a reader accepts (or the reverse) drops its
-        whole reply for the key (hivemind validates a dictionary as one), so every node must draw
-        the line in the same place. max_round_lag ≤ 28 keeps honest entries (published for
-        max_round_lag + 2 rounds) inside it."""
+        max_round_lag, so every node draws the line in the same place (a replica that keeps what a
+        reader refuses serves it entries that reader drops); max_round_lag ≤ 28 keeps honest
+        entries (published for max_round_lag + 2 rounds) inside it."""
         return (round + ROUND_ENTRY_ROUNDS) * self.round_seconds + _CLOCK_SLACK_S
 
     def validate(self, record: DHTRecord) -> bool:
-        now = get_dht_time()
-        if record.expiration_time > now + MAX_RECORD_TTL_S + _CLOCK_SLACK_S:
+        if record.expiration_time > get_dht_time() + MAX_RECORD_TTL_S + _CLOCK_SLACK_S:
             return False
-        self._refresh(now)
-        is_peers = record.key == self._peers_key
-        if not is_peers and record.key not in self._round_of:
-            return True  # not one of this swarm's keys
         if record.subkey in self._reserved:
             return False  # a plain value would replace every peer's entry
         try:
@@ -170,24 +184,31 @@ class SwarmRecordValidator(RecordValidatorBase):
             value = self._serializer.loads(record.value)
         except Exception:  # noqa: BLE001 - hostile bytes
             return False
-        if not (isinstance(subkey, str) and PEER_ID_RE.fullmatch(subkey)):
+        if not (isinstance(subkey, str) and PEER_ID_RE.fullmatch(subkey)
+                and isinstance(value, dict) and isinstance(value.get("k"), str)):
             return False
-        if is_peers:
-            return isinstance(value, bytes) and len(value) <= MAX_ANNOUNCEMENT_SIZE
-        if record.expiration_time > self._round_expiry_cap(self._round_of[record.key]):
+        parsed = parse_key(value["k"])
+        if parsed is None or self._key_id(value["k"]) != record.key:
             return False
-        return (isinstance(value, dict) and set(value) == {"p2p", "size", "sha256"}
+        if parsed.prefix != shard_prefix(subkey, len(parsed.prefix)):
+            return False
+        if parsed.kind == "peers":
+            return (set(value) == _PEERS_FIELDS and isinstance(value["hb"], bytes)
+                    and len(value["hb"]) <= MAX_ANNOUNCEMENT_SIZE)
+        if parsed.swarm == self.swarm and record.expiration_time > self._round_expiry_cap(parsed.round):
+            return False
+        return (set(value) == _ROUND_FIELDS
                 and isinstance(value["p2p"], str) and len(value["p2p"]) <= 128
                 and type(value["size"]) is int and 0 <= value["size"] <= MAX_ENVELOPE_SIZE
                 and isinstance(value["sha256"], str) and _SHA256_RE.fullmatch(value["sha256"]) is not None)
 
 
-def swarm_validator(swarm: str, round_seconds: float, max_round_lag: int,
-                    signer: Identity | None) -> CompositeValidator:
-    """A node's record validator: owner signatures first (signing its own records with
-    ``signer``), then this swarm's schema and expiry rules on the unwrapped value."""
-    return CompositeValidator([OwnerSignatureValidator(signer),
-                               SwarmRecordValidator(swarm, round_seconds, max_round_lag)])
+def swarm_validator(swarm: str, round_seconds: float, signer: Identity | None) -> CompositeValidator:
+    """A node's record validator: only owner-signed peer records (signing its own with
+    ``signer``), then the index's shape and expiry rules on the unwrapped value."""
+    return CompositeValidator([
+        OwnerSignatureValidator(signer, only_peer_records=True, max_ttl_s=MAX_RECORD_TTL_S + CLOCK_SLACK_S),
+        SwarmRecordValidator(swarm, round_seconds)])
 
 
 async def start_dht_node(*, initial_peers: list[str], host_maddrs: list[str],
@@ -265,15 +286,15 @@ class HivemindTransport(Transport):
     join_backoff: float = 2.0
     use_relay: bool = True
     nat_port_map: bool = True
-    round_seconds: float = 5.0  # for the record validator: which DHT keys are this swarm's rounds
-    max_round_lag: int = 4
+    round_seconds: float = 5.0  # for the record validator (round expiry) and how often the index is read
     on_retry: Optional[Callable[[str], None]] = field(default=None, repr=False)  # join attempts, for status
     signer: Optional[Identity] = field(default=None, repr=False)  # signs our DHT records; its peer id is ours
     _node: object = field(default=None, init=False, repr=False)
     _outbox: dict = field(default_factory=dict, init=False, repr=False)  # round -> (bytes, expires_at)
     _seen: dict = field(default_factory=dict, init=False, repr=False)  # round -> {(publisher, sha)}
     _failures: dict = field(default_factory=dict, init=False, repr=False)  # (round, publisher, sha) -> n
-    _heard: dict = field(default_factory=dict, init=False, repr=False)  # publisher -> last heartbeat sha
+    _heard: collections.OrderedDict = field(default_factory=collections.OrderedDict, init=False,
+                                            repr=False)  # publisher -> last heartbeat sha
     _inflight: dict = field(default_factory=dict, init=False, repr=False)  # (round, publisher, sha) -> task
     _ready: list = field(default_factory=list, init=False, repr=False)  # fetched, not yet returned
     _serving: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(MAX_CONCURRENT_SERVES),
@@ -285,6 +306,14 @@ class HivemindTransport(Transport):
     backed_off: int = field(default=0, init=False)  # back-offs of publishers whose bodies failed
     _strikes: dict = field(default_factory=dict, init=False, repr=False)  # publisher -> failures
     _backoff: dict = field(default_factory=dict, init=False, repr=False)  # publisher -> skip until round
+    _known: collections.OrderedDict = field(default_factory=collections.OrderedDict, init=False, repr=False)
+    _budget: dict = field(default_factory=dict, init=False, repr=False)  # round -> _RoundBudget
+    _short: dict = field(default_factory=dict, init=False, repr=False)  # round -> last read found too few
+    _sizes: list = field(default_factory=list, init=False, repr=False)  # (round, level, entries) read, not folded yet
+    _rng: random.Random = field(default_factory=random.Random, init=False, repr=False)
+    swarm_size: float = field(default=1.0, init=False)  # peers, as estimated from the shards read
+    index_bytes: int = field(default=0, init=False)  # index entries read (signed records, as sent)
+    body_bytes: int = field(default=0, init=False)  # envelope bodies downloaded
 
     async def start(self, retries: int | None = None) -> None:
         if self.signer is None or self.signer.peer_id != self.publisher:
@@ -295,7 +324,7 @@ class HivemindTransport(Transport):
             announce_maddrs=self.announce_maddrs, identity_path=self.p2p_identity_path,
             startup_timeout=self.startup_timeout, retries=self.join_retries if retries is None else retries,
             backoff=self.join_backoff, use_relay=self.use_relay, nat_port_map=self.nat_port_map,
-            record_validator=swarm_validator(self.swarm, self.round_seconds, self.max_round_lag, self.signer),
+            record_validator=swarm_validator(self.swarm, self.round_seconds, self.signer),
             on_retry=self.on_retry)
         try:
             await self._node.p2p.add_binary_stream_handler(_handler_name(self.swarm), self._serve)
@@ -368,53 +397,141 @@ class HivemindTransport(Transport):
         for r in [r for r, (_, exp) in self._outbox.items() if exp <= now]:
             del self._outbox[r]
         self._outbox[round] = (bytes(data), now + expires_in)
-        record = {"p2p": self.p2p_peer_id, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-        ok = await self._node.store(_round_key(self.swarm, round), record, now + expires_in, subkey=publisher)
-        if not ok:
+        sha = hashlib.sha256(data).hexdigest()
+        entries = [index_entry(self.swarm, round, publisher, self.p2p_peer_id, len(data), sha,
+                               shard_prefix(publisher, level)) for level in write_levels(self.swarm_size)]
+        await self._store(entries, now + expires_in)
+
+    async def _store(self, entries: list[tuple[str, str, dict]], expiration: float) -> None:
+        """Store our entry at each of its shards (one DHT traversal for all of them)."""
+        keys, subkeys, values = zip(*entries)
+        done = await self._node.store_many(list(keys), list(values), expiration, subkeys=list(subkeys))
+        if not all(done.values()):
             # hivemind reports the answer of whichever replica answered last, so False means "some
             # replica refused or did not answer" (routine while a dead peer is still in routing
             # tables), not that no one holds the record. Counted, not raised.
             self.store_unconfirmed += 1
-            log.debug("round %d: a DHT replica did not confirm the index record", round)
+            log.debug("a DHT replica did not confirm an index record (%s)", keys[0])
+
+    # -- reading the index ------------------------------------------------------------------------
+    async def _read(self, plan: dict[str, tuple[int, int]]) -> dict[tuple[int, int], dict[str, dict]]:
+        """Read index shards, ``plan`` = {raw key: (round or -1, level)}, in one traversal; returns
+        {(round, level): {publisher: value}} and counts the bytes read (``index_bytes``: each
+        entry's value, subkey and signature wrapper, as the replica sent it)."""
+        # sufficient_expiration_time=inf is what get(latest=True) does: ask until the newest is found.
+        found = await self._node.get_many(list(plan), sufficient_expiration_time=float("inf")) if plan else {}
+        out: dict[tuple[int, int], dict[str, dict]] = {}
+        for key, (r, level) in plan.items():
+            got = found.get(key)
+            entries = {}
+            if got is not None and isinstance(got.value, dict):
+                for publisher, entry in got.value.items():
+                    value = getattr(entry, "value", None)
+                    if isinstance(publisher, str) and isinstance(value, dict):
+                        entries[publisher] = value
+                        self.index_bytes += _WRAPPER_BYTES + len(publisher) + len(DHTProtocol.serializer.dumps(value))
+            self._sizes.append((r, level, len(entries)))
+            out.setdefault((r, level), {}).update(entries)
+        return out
+
+    def _observe_size(self, skip_round: int | None = None) -> None:
+        """Fold the shards read since the last call into the swarm-size estimate: up at once (a
+        shard read can only under-count the writers, and a newcomer must find its level fast),
+        down halfway (one unlucky read must not send the node to a level no one writes). The
+        newest round's shards are not counted: most peers have not published into it yet."""
+        seen = [(level, n) for r, level, n in self._sizes if r != skip_round]
+        self._sizes = []
+        if not seen:
+            return
+        n = estimate_size(seen) or 1.0
+        self.swarm_size = n if n > self.swarm_size else max(1.0, (self.swarm_size + n) / 2)
+
+    def _plan(self, key_of, rounds: Iterable[int], wanted: int) -> dict[str, tuple[int, int]]:
+        plan = {}
+        known = list(self._known)
+        for r in rounds:
+            probe = self._short.get(r, True)  # first read of the round, or the last found too few
+            favour = self._rng.sample(known, min(wanted, len(known)))
+            for prefix in read_plan(self.swarm_size, wanted, self._rng, probe_up=probe, favour=favour):
+                plan[key_of(r, prefix)] = (r, len(prefix))
+        return plan
+
+    def vouch(self, publisher: str) -> None:
+        """The node admitted an envelope of ``publisher``: it now has a verified history, and is
+        fetched before unknown keys (bounded: keys are free)."""
+        self._known[publisher] = True
+        self._known.move_to_end(publisher)
+        if len(self._known) > MAX_KNOWN_PUBLISHERS:
+            self._known.popitem(last=False)
 
     # -- fetching peers' envelopes ---------------------------------------------------------------
-    async def poll(self, rounds: Iterable[int]) -> list[Delivery]:
+    async def poll(self, rounds: Iterable[int], want: int | None = None) -> list[Delivery]:
+        """Read the index shards of the rounds that still want envelopes and start fetching.
+        ``want`` = envelopes a round worth fetching from publishers with a verified history (the
+        exchange's J groups' worth); unknown publishers get ``EXPLORE_PER_ROUND`` fetches a round on
+        top. None: fetch everything found (tests, tools)."""
         rounds = list(rounds)
         oldest = min(rounds) if rounds else 0
         for old in [r for r in self._seen if r < oldest]:
             del self._seen[old]
         self._failures = {k: v for k, v in self._failures.items() if k[0] >= oldest}
         self._backoff = {p: until for p, until in self._backoff.items() if until >= oldest}
-        # One traversal for the whole window: sequential gets cost one DHT search per round.
-        # sufficient_expiration_time=inf is what get(latest=True) does: ask until the newest is found.
-        round_of = {_round_key(self.swarm, r): r for r in rounds}
-        found_by_key = (await self._node.get_many(list(round_of), sufficient_expiration_time=float("inf"))
-                        if round_of else {})
+        self._budget = {r: b for r, b in self._budget.items() if r >= oldest}
+        self._short = {r: v for r, v in self._short.items() if r >= oldest}
+        now = get_dht_time()
+        newest = max(rounds, default=0)
+        due = []
+        for r in rounds:
+            b = self._budget.setdefault(r, _RoundBudget())
+            if want is not None and b.started >= want:
+                continue  # this round has what it needs
+            # The newest two rounds are re-read as entries arrive; older ones once a round.
+            every = self.round_seconds / 4 if r >= newest - 1 else self.round_seconds
+            if want is None or now - b.last_read >= every:
+                b.last_read = now
+                due.append(r)
+        wanted = want if want is not None else 64
+        found = await self._read(self._plan(lambda r, p: round_key(self.swarm, r, p), due, wanted))
+        self._observe_size(skip_round=newest if len(rounds) > 1 else None)
+        by_round: dict[int, dict[str, dict]] = {}
+        for (r, _level), entries in found.items():
+            by_round.setdefault(r, {}).update(entries)
         started = []
-        for dht_key, r in round_of.items():
-            found = found_by_key.get(dht_key)
-            if found is None or not isinstance(found.value, dict):
-                continue
+        for r, entries in by_round.items():
             seen = self._seen.setdefault(r, set())
-            entries = list(found.value.items())
-            random.shuffle(entries)  # many junk entries must not always crowd out the same honest ones
-            for publisher, entry in entries:
-                record = getattr(entry, "value", None)
-                if publisher == self.publisher or not isinstance(publisher, str) or not self._valid_index(record):
+            b = self._budget[r]
+            self._short[r] = len(entries) < 2 * wanted
+            fresh = {}
+            for publisher, record in entries.items():
+                if publisher == self.publisher or not self._valid_index(record):
                     continue
                 if self._backoff.get(publisher, -1) >= r:
                     continue  # its last body failed verification: not fetched for a while
                 ident = (r, publisher, record["sha256"])
-                if ident[1:] in seen or ident in self._inflight:
+                if ident[1:] in seen or ident in self._inflight or publisher in b.tried:
                     continue
+                fresh[publisher] = record
+            if want is None:
+                picks = list(fresh)
+                random.shuffle(picks)
+            else:
+                picks = choose_fetches(list(fresh), self._known, want - b.started, EXPLORE_PER_ROUND - b.explored,
+                                       self._rng)
+            for publisher in picks:
+                record = fresh[publisher]
                 if record["size"] > MAX_ENVELOPE_SIZE:
-                    seen.add(ident[1:])
+                    seen.add((publisher, record["sha256"]))
                     self.rejected["oversized"] += 1
                     continue
                 if len(self._inflight) >= MAX_INFLIGHT_FETCHES:
                     break  # bounded memory; the rest is fetched by later polls
-                task = asyncio.create_task(self._fetch(r, publisher, record))
-                self._inflight[ident] = task
+                known = publisher in self._known
+                b.started += 1
+                if not known:
+                    b.explored += 1  # spent whatever the fetch brings: junk costs its sender's budget
+                b.tried.add(publisher)
+                task = asyncio.create_task(self._fetch(r, publisher, record, known or want is None))
+                self._inflight[(r, publisher, record["sha256"])] = task
                 started.append(task)
         if started:  # fast fetches come back in this poll; a stalling peer cannot hold it long
             await asyncio.wait(started, timeout=FETCH_WAIT_S)
@@ -427,13 +544,16 @@ class HivemindTransport(Transport):
                 and isinstance(record.get("size"), int) and isinstance(record.get("sha256"), str)
                 and len(record["sha256"]) == 64)
 
-    async def _fetch(self, round: int, publisher: str, record: dict) -> None:
+    async def _fetch(self, round: int, publisher: str, record: dict, retry: bool = True) -> None:
         """Download one body in the background; a verified-size, hash-matching one goes to
-        ``_ready`` for the next ``poll`` to return."""
+        ``_ready`` for the next ``poll`` to return. A failed fetch of a publisher with a verified
+        history (``retry``) gives its slot back and is retried; an unknown one's is not."""
         ident = (publisher, record["sha256"])
+        ok = False
         try:
             data = await asyncio.wait_for(self._download(PeerID.from_base58(record["p2p"]), round, publisher),
                                           FETCH_TIMEOUT_S)
+            ok = True
         except _Oversized:
             self._seen.setdefault(round, set()).add(ident)
             self.rejected["oversized"] += 1
@@ -451,7 +571,12 @@ class HivemindTransport(Transport):
             return
         finally:
             self._inflight.pop((round, *ident), None)
+            b = self._budget.get(round)
+            if not ok and retry and b is not None and self._failures.get((round, *ident), 0) < MAX_FETCH_FAILURES:
+                b.started -= 1
+                b.tried.discard(publisher)
         self._seen.setdefault(round, set()).add(ident)
+        self.body_bytes += len(data)
         if hashlib.sha256(data).hexdigest() != record["sha256"]:
             self.rejected["hash_mismatch"] += 1
             self._back_off(publisher, round)
@@ -466,6 +591,7 @@ class HivemindTransport(Transport):
         if len(self._strikes) > 4096:  # keys are free: forget the oldest strikes, not memory
             self._strikes.pop(next(iter(self._strikes)))
         self._backoff[publisher] = round + min(MAX_BACKOFF_ROUNDS, BACKOFF_ROUNDS * 2 ** (k - 1))
+        self._known.pop(publisher, None)
         self.backed_off += 1
 
     async def _download(self, peer, round: int, publisher: str) -> bytes:
@@ -487,27 +613,31 @@ class HivemindTransport(Transport):
     async def announce(self, data: bytes, expires_in: float) -> None:
         if len(data) > MAX_ANNOUNCEMENT_SIZE:
             raise ValueError(f"announcement of {len(data)} bytes is over the {MAX_ANNOUNCEMENT_SIZE}-byte limit")
-        if not await self._node.store(_peers_key(self.swarm), bytes(data), get_dht_time() + expires_in,
-                                      subkey=self.publisher):
-            self.store_unconfirmed += 1
+        entries = [heartbeat_entry(self.swarm, self.publisher, bytes(data), shard_prefix(self.publisher, level))
+                   for level in write_levels(self.swarm_size)]
+        await self._store(entries, get_dht_time() + expires_in)
 
     async def poll_announcements(self) -> list[Delivery]:
-        found = await self._node.get(_peers_key(self.swarm), latest=True)
-        entries = found.value if found is not None and isinstance(found.value, dict) else {}
-        self._heard = {p: h for p, h in self._heard.items() if p in entries}
+        """Heartbeats of the shards read this time (all of them in a small swarm, a sample of a
+        few dozen in a big one): who is alive, without a read that grows with the swarm."""
+        plan = self._plan(lambda _r, p: peers_key(self.swarm, p), [-1], HEARTBEATS_WANTED)
+        found = await self._read(plan)
+        self._observe_size()
+        entries: dict[str, dict] = {}
+        for got in found.values():
+            entries.update(got)
+        self._short[-1] = len(entries) < 2 * HEARTBEATS_WANTED
         out = []
-        for publisher, entry in entries.items():
-            data = getattr(entry, "value", None)
-            if publisher == self.publisher or not isinstance(publisher, str):
-                continue
-            if not isinstance(data, bytes) or len(data) > MAX_ANNOUNCEMENT_SIZE:
-                if self._heard.get(publisher, b"") is not None:  # count a bad entry once
-                    self.rejected["oversized" if isinstance(data, bytes) else "malformed_envelope"] += 1
-                self._heard[publisher] = None
+        for publisher, value in entries.items():
+            data = value.get("hb")
+            if publisher == self.publisher or not isinstance(data, bytes):
                 continue
             digest = hashlib.sha256(data).digest()
             if self._heard.get(publisher) != digest:
                 self._heard[publisher] = digest
+                self._heard.move_to_end(publisher)
+                if len(self._heard) > MAX_KNOWN_PUBLISHERS:
+                    self._heard.popitem(last=False)
                 out.append(Delivery(-1, publisher, data))
         return out
 
@@ -526,7 +656,8 @@ class HivemindTransport(Transport):
     def info(self) -> dict:
         info = {"transport": "hivemind", "maddrs": self.maddrs, "fetch_failures": self.fetch_failures,
                 "store_unconfirmed": self.store_unconfirmed, "refused_requests": self.refused_requests,
-                "backed_off": self.backed_off}
+                "backed_off": self.backed_off, "swarm_size": round(self.swarm_size),
+                "index_bytes": self.index_bytes, "body_bytes": self.body_bytes}
         if self._node is not None:
             info["routing_peers"] = len(self._node.protocol.routing_table.uid_to_peer_id)
         return info

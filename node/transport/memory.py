@@ -64,7 +64,7 @@ class MemoryTransport(Transport):
     async def publish_as(self, publisher: str, round: int, data: bytes, expires_in: float) -> None:
         self.hub.put(self.swarm, round, publisher, bytes(data), time.time() + expires_in)
 
-    async def poll(self, rounds: Iterable[int]) -> list[Delivery]:
+    async def poll(self, rounds: Iterable[int], want: int | None = None) -> list[Delivery]:
         out = []
         now = time.time()
         rounds = list(rounds)

@@ -318,3 +318,77 @@ def test_a_failing_check_is_counted_and_does_not_stop_polling(setup, monkeypatch
     assert asyncio.run(ex.poll_once()) == 1  # the other peer's batch still got in
     assert ex.stats.internal_errors == 1 and ex.stats.rejected == {}
     assert set(g.sender for g in ex.take(5, 10)) == {p2.peer_id}
+
+
+def test_one_sender_supplies_at_most_its_share_of_a_step():
+    hub, me, clock = MemoryHub(), Identity.generate(), clock_at(10)
+    ex = make_exchange(hub, me, clock, max_sender_share=0.5)
+    flooder, honest = Identity.generate(), Identity.generate()
+    many = [record(f"arithmetic:{i}:1") for i in range(8)]
+    ex.admit(Delivery(10, flooder.peer_id, envelope(flooder, encode(batch(flooder, 10, many)))))
+    ex.admit(Delivery(10, honest.peer_id, envelope(honest, encode(batch(honest, 10, many[:1])))))
+    picked = ex.take(4, 10)
+    # ceil(4 x 0.5) = 2 from the flooder, 1 from the only other sender: 3 of 4, not 4 from one key.
+    assert sorted(g.sender == flooder.peer_id for g in picked) == [False, True, True]
+    assert len(ex.take(5, 10)) == 3  # next step: ceil(5 x 0.5) = 3 of the flooder's remaining 6
+    one = make_exchange(hub, me, clock)  # default share 1.0 (a two-node swarm: one peer may fill J)
+    one.admit(Delivery(10, flooder.peer_id, envelope(flooder, encode(batch(flooder, 10, many)), seq=2)))
+    assert len(one.take(4, 10)) == 4
+
+
+def test_the_fetch_budget_is_j_groups_worth_and_admission_vouches_for_the_sender(setup):
+    hub, me, peer, clock, _ = setup
+    ex = make_exchange(hub, me, clock, external_groups=4)
+    vouched = []
+    ex.transport.vouch = vouched.append
+    assert ex.envelopes_wanted() == 8  # nothing learnt yet: an envelope may hold a single group
+    many = [record(f"arithmetic:{i}:1") for i in range(4)]
+    ex.admit(Delivery(10, peer.peer_id, envelope(peer, encode(batch(peer, 10, many)))))
+    assert vouched == [peer.peer_id]
+    assert ex.envelopes_wanted() == 2  # 4 groups an envelope: 2 x J / 4
+    assert make_exchange(hub, me, clock).envelopes_wanted() is None  # J unknown: fetch everything
+
+
+def test_records_past_the_group_size_are_neither_checked_nor_kept():
+    hub, me, peer, clock = MemoryHub(), Identity.generate(), Identity.generate(), clock_at(10)
+    ex = make_exchange(hub, me, clock, group_cap=2)
+    bad = RolloutRecord("arithmetic:1:1", (1, 2), "not what the ids say", (-0.1, -0.1), False)
+    recs = [record("arithmetic:1:1"), record("arithmetic:1:1", (4, 5)), bad]  # the third would be dropped
+    assert ex.admit(Delivery(10, peer.peer_id, envelope(peer, encode(batch(peer, 10, recs))))) == 1
+    assert ex.stats.rejected == {} and [len(g.records) for g in ex.take(1, 10)] == [2]
+
+
+def test_a_batch_too_old_to_use_is_dropped_before_its_records_are_checked(setup):
+    hub, me, peer, clock, ex = setup  # max_round_lag 4 at round 10: round 5 is out of the window
+    old = batch(peer, 5, [RolloutRecord("arithmetic:1:1", (1, 2), "mismatch", (-0.1, -0.1), False)])
+    assert ex.admit(Delivery(5, peer.peer_id, envelope(peer, encode(old)))) == 0
+    assert ex.stats.rejected == {} and ex.stats.dropped_stale == 1
+
+
+def test_admitting_a_large_batch_leaves_the_event_loop_free():
+    hub, me, peer, clock = MemoryHub(), Identity.generate(), Identity.generate(), clock_at(10)
+    ex = make_exchange(hub, me, clock, group_cap=64)
+    ids = tuple(range(1, 40)) * 25  # ~1000 tokens a record, 64 x 8 records: a batch of a few MiB
+    recs = [record(f"arithmetic:{i}:1", ids) for i in range(8) for _ in range(40)]
+    data = envelope(peer, encode(batch(peer, 10, recs)))
+    assert len(data) > 1 << 20
+
+    async def go():
+        ticks = 0
+
+        async def heartbeat():  # stands for the heartbeat task and the status display
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        hb = asyncio.create_task(heartbeat())
+        await asyncio.sleep(0)
+        before = ticks
+        n = await ex.admit_off_loop(Delivery(10, peer.peer_id, data))
+        hb.cancel()
+        return n, ticks - before
+
+    admitted, ticks_during = asyncio.run(go())
+    assert admitted == 8
+    assert ticks_during > 1  # inline, the loop would not have run once until admission finished

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import struct
+import time
 
 import pytest
 from hivemind.dht.protocol import DHTProtocol
@@ -12,10 +13,15 @@ from hivemind.dht.routing import DHTID
 
 from node.transport.base import MAX_ENVELOPE_SIZE, TransportError
 from node.transport.dht_records import OwnerSignatureValidator, bootstrap_validator
-from node.transport.hivemind_dht import HivemindTransport, _handler_name, _round_key, start_dht_node, stop_dht_node
+from node.transport.dht_index import peers_key, round_key
+from node.transport.hivemind_dht import (HivemindTransport, _handler_name, heartbeat_entry, index_entry, start_dht_node,
+                                        stop_dht_node)
 from protocol.identity import Identity
 
 LOOPBACK = dict(host_maddrs=["/ip4/127.0.0.1/tcp/0"], use_relay=False, nat_port_map=False)
+# Rounds near now on the transports' clock (round_seconds 5): validators refuse entries of rounds
+# long past (they expire within 32 rounds of the round's start).
+R = int(time.time() // 5)
 
 
 _IDS: dict[str, Identity] = {}
@@ -51,9 +57,9 @@ def test_peers_exchange_envelopes_through_dht_index_and_streams():
             for t in ts:
                 await t.start()
             for i, t in enumerate(ts):
-                await t.publish(7, bytes([i]) * 200_000, expires_in=60)  # > DHT value limits
-            got = [await t.poll([6, 7]) for t in ts]
-            again = [await t.poll([6, 7]) for t in ts]
+                await t.publish(R + 1, bytes([i]) * 200_000, expires_in=60)  # > DHT value limits
+            got = [await t.poll([R, R + 1]) for t in ts]
+            again = [await t.poll([R, R + 1]) for t in ts]
             return got, again
         finally:
             for t in ts:
@@ -64,11 +70,11 @@ def test_peers_exchange_envelopes_through_dht_index_and_streams():
     ids = [pid(f"node{i}") for i in range(3)]
     for i, deliveries in enumerate(got):
         assert sorted(d.publisher for d in deliveries) == sorted(ids[j] for j in range(3) if j != i)
-        assert all(d.round == 7 and d.data == bytes([ids.index(d.publisher)]) * 200_000 for d in deliveries)
+        assert all(d.round == R + 1 and d.data == bytes([ids.index(d.publisher)]) * 200_000 for d in deliveries)
     assert again == [[], [], []]  # each envelope is delivered once
 
 
-async def _hostile_server(maddrs, reply: bytes, index: dict, rounds=(3,)):
+async def _hostile_server(maddrs, reply: bytes, index: dict, rounds=(R,)):
     """A peer that publishes an index record (correctly signed: a valid key is free) and answers
     fetches with ``reply`` (raw)."""
     node = await start_dht_node(initial_peers=maddrs, retries=0,
@@ -83,9 +89,9 @@ async def _hostile_server(maddrs, reply: bytes, index: dict, rounds=(3,)):
     await node.p2p.add_binary_stream_handler(_handler_name("t"), serve)
     from hivemind.utils import get_dht_time
 
-    record = {"p2p": node.p2p.peer_id.to_base58(), **index}
     for r in rounds:
-        await node.store(_round_key("t", r), record, get_dht_time() + 60, subkey=pid("hostile"))
+        key, sub, value = index_entry("t", r, pid("hostile"), node.p2p.peer_id.to_base58(), index["size"], index["sha256"])
+        await node.store(key, value, get_dht_time() + 60, subkey=sub)
     return node
 
 
@@ -107,7 +113,7 @@ def test_hostile_publishers_are_refused_without_buffering(case):
         t = _transport(pid("victim"), maddrs)
         try:
             await t.start()
-            polls = [await t.poll([3]) for _ in range(4)]
+            polls = [await t.poll([R]) for _ in range(4)]
             return polls, t.rejected, t.fetch_failures
         finally:
             await t.close()
@@ -118,8 +124,10 @@ def test_hostile_publishers_are_refused_without_buffering(case):
     assert polls == [[], [], [], []]
     if case == "vanishes_mid_transfer":  # churn, not an attack: retried, then given up
         assert rejected == {} and failures == 1
+    elif case == "indexed_oversized":  # no replica keeps an entry announcing more than the limit
+        assert rejected == {} and failures == 0
     else:
-        expected = {"declared_oversized": "oversized", "indexed_oversized": "oversized",
+        expected = {"declared_oversized": "oversized",
                     "hash_mismatch": "hash_mismatch"}[case]
         assert rejected == {expected: 1} and failures == 0  # counted once, never fetched again
 
@@ -176,14 +184,14 @@ def test_a_stalling_publisher_does_not_hold_up_honest_deliveries():
         await node.p2p.add_binary_stream_handler(_handler_name("t"), stall)
         from hivemind.utils import get_dht_time
 
-        await node.store(_round_key("t", 3), {"p2p": node.p2p.peer_id.to_base58(), "size": 10,
-                                               "sha256": "0" * 64}, get_dht_time() + 60, subkey=pid("staller"))
+        key, sub, value = index_entry("t", R, pid("staller"), node.p2p.peer_id.to_base58(), 10, "0" * 64)
+        await node.store(key, value, get_dht_time() + 60, subkey=sub)
         honest, victim = _transport(pid("honest"), maddrs), _transport(pid("victim"), maddrs)
         try:
             await honest.start(), await victim.start()
-            await honest.publish(3, b"honest body", expires_in=60)
+            await honest.publish(R, b"honest body", expires_in=60)
             t0 = asyncio.get_running_loop().time()
-            got = await victim.poll([3])
+            got = await victim.poll([R])
             return got, asyncio.get_running_loop().time() - t0
         finally:
             await honest.close(), await victim.close()
@@ -199,32 +207,46 @@ def test_record_validator_refuses_what_could_censor_a_round():
     from hivemind.dht.validation import DHTRecord
     from hivemind.utils import get_dht_time
 
-    from node.transport.hivemind_dht import MAX_RECORD_TTL_S, SwarmRecordValidator, _peers_key
+    from node.transport.dht_index import shard_prefix
+    from node.transport.hivemind_dht import MAX_RECORD_TTL_S, SwarmRecordValidator
 
-    v = SwarmRecordValidator("t", round_seconds=5.0, max_round_lag=4)
+    v = SwarmRecordValidator("t", round_seconds=5.0)
     ser = DHTProtocol.serializer
     now = get_dht_time()
     r = int(now // 5)
     key = lambda raw: DHTID.generate(source=raw).to_bytes()  # noqa: E731
-    good = {"p2p": "Qm", "size": 10, "sha256": "a" * 64}
+    x = pid("x")
+
+    def entry(rnd, prefix="", **change):
+        k, _, value = index_entry("t", rnd, x, "Qm", 10, "a" * 64, prefix)
+        return k, {**value, **change}
 
     def ok(raw_key, subkey, value, ttl=60.0):
         sub = DHTProtocol.IS_REGULAR_VALUE if subkey is None else ser.dumps(subkey)
         return v.validate(DHTRecord(key(raw_key), sub, ser.dumps(value), now + ttl))
 
-    assert ok(_round_key("t", r), pid("x"), good)
-    assert ok(_round_key("t", r + 100), pid("x"), good)  # ahead, within the hour
-    assert not ok(_round_key("t", r), None, b"junk", ttl=1e9)  # the plain-value overwrite
-    assert not ok(_round_key("t", r), None, good)
-    assert not ok(_round_key("t", r), "sn1hostile", good)  # not a peer id
-    assert not ok(_round_key("t", r), pid("x"), {**good, "extra": 1})
-    assert not ok(_round_key("t", r), pid("x"), {**good, "size": MAX_ENVELOPE_SIZE + 1})
-    assert not ok(_round_key("t", r), pid("x"), {**good, "sha256": "zz"})
-    assert ok(_peers_key("t"), pid("x"), b"heartbeat")
-    assert not ok(_peers_key("t"), pid("x"), b"x" * 9000)
-    assert not ok(_peers_key("t"), None, b"junk")
-    assert ok("someone/else", None, b"anything")  # other keys: only the TTL rule
-    assert not ok("someone/else", None, b"anything", ttl=MAX_RECORD_TTL_S * 3)  # nothing planted for later
+    assert ok(*entry(r)[:1], x, entry(r)[1])
+    assert ok(*entry(r + 100)[:1], x, entry(r + 100)[1])  # ahead, within the hour
+    k, good = entry(r)
+    assert not ok(k, None, b"junk", ttl=1e9)  # the plain-value overwrite
+    assert not ok(k, None, good)
+    assert not ok(k, "sn1hostile", good)  # not a peer id
+    assert not ok(k, x, {**good, "extra": 1})
+    assert not ok(k, x, {**good, "size": MAX_ENVELOPE_SIZE + 1})
+    assert not ok(k, x, {**good, "sha256": "zz"})
+    assert not ok(k, x, {**good, "k": round_key("t", r + 1, "")})  # names another key than its own
+    assert not ok(round_key("t", r + 1, ""), x, {**good, "k": "swarm-node/t/rollouts/x/"})
+    # Shards: an entry lives at its publisher's prefix of each level, nowhere else.
+    mine, other = shard_prefix(x, 2), ("00" if shard_prefix(x, 2) != "00" else "01")
+    assert ok(*[(kk, vv) for kk, vv in [entry(r, mine)]][0][:1], x, entry(r, mine)[1])
+    assert not ok(entry(r, other)[0], x, entry(r, other)[1])
+    hk, _, hb = heartbeat_entry("t", x, b"heartbeat", shard_prefix(x, 1))
+    assert ok(hk, x, hb)
+    assert not ok(hk, x, {**hb, "hb": b"x" * 9000})
+    assert not ok(hk, None, b"junk")
+    assert not ok(peers_key("t", other[:1]), x, {**hb, "k": peers_key("t", other[:1])})
+    assert not ok("someone/else", x, {"k": "someone/else"})  # not an index key
+    assert not ok(k, x, good, ttl=MAX_RECORD_TTL_S * 3)  # nothing planted for later
 
 
 def test_junk_stored_under_a_round_key_does_not_stop_the_exchange():
@@ -238,11 +260,11 @@ def test_junk_stored_under_a_round_key_does_not_stop_the_exchange():
         attacker = await start_dht_node(initial_peers=maddrs, retries=0, **LOOPBACK)
         from hivemind.utils import get_dht_time
 
-        await attacker.store(_round_key("t", r), b"junk", get_dht_time() + 3000)
+        await attacker.store(round_key("t", r, ""), b"junk", get_dht_time() + 3000)
         a, b = _transport(pid("a"), maddrs), _transport(pid("b"), maddrs)
         try:
             await a.start(), await b.start()
-            await attacker.store(_round_key("t", r), b"junk", get_dht_time() + 3000)
+            await attacker.store(round_key("t", r, ""), b"junk", get_dht_time() + 3000)
             await a.publish(r, b"body of a", expires_in=60)
             return await b.poll([r])
         finally:
@@ -262,7 +284,7 @@ def test_owner_signature_validator_by_hand():
 
     ser = DHTProtocol.serializer
     owner, other = Identity.generate(), Identity.generate()
-    key = DHTID.generate(source=_round_key("t", 1)).to_bytes()
+    key = DHTID.generate(source=round_key("t", 1, "")).to_bytes()
     sub = ser.dumps(owner.peer_id)
     exp = get_dht_time() + 60
     inner = ser.dumps({"p2p": "Qm", "size": 10, "sha256": "a" * 64})
@@ -277,7 +299,7 @@ def test_owner_signature_validator_by_hand():
     wrong_key = ser.dumps({"d": inner, "pk": other.public_key_bytes, "sig": forged})
     assert not judge.validate(DHTRecord(key, sub, wrong_key, exp))  # a key that is not the subkey's
     assert not judge.validate(DHTRecord(key, sub, signed, exp + 3600))  # the same value, outliving its owner's
-    other_key = DHTID.generate(source=_round_key("t", 2)).to_bytes()
+    other_key = DHTID.generate(source=round_key("t", 2, "")).to_bytes()
     assert not judge.validate(DHTRecord(other_key, sub, signed, exp))  # moved to another round
     assert not judge.validate(DHTRecord(key, ser.dumps(other.peer_id), signed, exp))  # another subkey
     # Records that are not a peer's (no sn1 subkey) are left to the other validators.
@@ -291,14 +313,14 @@ def test_a_round_entry_expires_within_the_swarm_wide_bound():
 
     from node.transport.hivemind_dht import SwarmRecordValidator
 
-    v = SwarmRecordValidator("t", round_seconds=5.0, max_round_lag=4)
+    v = SwarmRecordValidator("t", round_seconds=5.0)
     ser = DHTProtocol.serializer
     r = int(get_dht_time() // 5)
-    key = DHTID.generate(source=_round_key("t", r)).to_bytes()
-    good = ser.dumps({"p2p": "Qm", "size": 10, "sha256": "a" * 64})
+    raw, sub, value = index_entry("t", r, pid("x"), "Qm", 10, "a" * 64)
+    key, good = DHTID.generate(source=raw).to_bytes(), ser.dumps(value)
     cap = (r + 32) * 5.0 + 60.0  # 32 rounds from its start, on every node whatever its max_round_lag
-    assert v.validate(DHTRecord(key, ser.dumps(pid("x")), good, cap))
-    assert not v.validate(DHTRecord(key, ser.dumps(pid("x")), good, cap + 1))
+    assert v.validate(DHTRecord(key, ser.dumps(sub), good, cap))
+    assert not v.validate(DHTRecord(key, ser.dumps(sub), good, cap + 1))
 
 
 def test_a_raw_hivemind_client_cannot_displace_a_peers_entries():
@@ -311,8 +333,6 @@ def test_a_raw_hivemind_client_cannot_displace_a_peers_entries():
     from hivemind.dht.node import DHTNode
     from hivemind.utils import get_dht_time
 
-    from node.transport.hivemind_dht import _peers_key
-
     r = int(time.time() // 5)  # a current round of the transports' clock (round_seconds 5)
 
     async def go():
@@ -322,10 +342,12 @@ def test_a_raw_hivemind_client_cannot_displace_a_peers_entries():
         a, b = _transport(pid("a"), maddrs), _transport(pid("b"), maddrs)
 
         async def plant():
-            fake = {"p2p": attacker.peer_id.to_base58(), "size": 9, "sha256": hashlib.sha256(b"not a's!!").hexdigest()}
+            key, sub, fake = index_entry("t", r, pid("a"), attacker.peer_id.to_base58(), 9,
+                                         hashlib.sha256(b"not a's!!").hexdigest())
+            hkey, _, dead = heartbeat_entry("t", pid("a"), b"dead")
             later = get_dht_time() + 1800
-            return (await attacker.store(_round_key("t", r), fake, later, subkey=pid("a")),
-                    await attacker.store(_peers_key("t"), b"dead", later, subkey=pid("a")))
+            return (await attacker.store(key, fake, later, subkey=sub),
+                    await attacker.store(hkey, dead, later, subkey=sub))
 
         try:
             await a.start(), await b.start()
@@ -366,13 +388,13 @@ def test_a_publisher_whose_body_fails_verification_is_backed_off():
     async def go():
         boot, maddrs = await _bootstrap()
         hostile = await _hostile_server(maddrs, reply, {"size": 1000, "sha256": hashlib.sha256(body).hexdigest()},
-                                        rounds=(3, 4, 9))
+                                        rounds=(R, R + 1, R + 6))
         t = _transport(pid("victim"), maddrs)
         try:
             await t.start()
-            first = await t.poll([3])  # fetched: hash mismatch, back-off until round 3 + 2
-            later = await t.poll([4])  # inside the back-off: not fetched at all
-            after = await t.poll([9])  # past it: fetched again (and fails again)
+            first = await t.poll([R])  # fetched: hash mismatch, back-off until round R + 2
+            later = await t.poll([R + 1])  # inside the back-off: not fetched at all
+            after = await t.poll([R + 6])  # past it: fetched again (and fails again)
             return first + later + after, dict(t.rejected), t.backed_off, dict(t._backoff)
         finally:
             await t.close()
@@ -381,7 +403,7 @@ def test_a_publisher_whose_body_fails_verification_is_backed_off():
 
     got, rejected, backed_off, until = asyncio.run(go())
     assert got == [] and rejected == {"hash_mismatch": 2} and backed_off == 2
-    assert until == {pid("hostile"): 9 + 4}  # the second failure doubles the back-off
+    assert until == {pid("hostile"): R + 6 + 4}  # the second failure doubles the back-off
 
 
 def test_a_node_serves_only_its_own_envelope():
@@ -402,8 +424,8 @@ def test_a_node_serves_only_its_own_envelope():
             await a.start(), await b.start()
             await a.publish(r, b"body of a", expires_in=60)
             sha = hashlib.sha256(b"something else").hexdigest()
-            assert await junk.store(_round_key("t", r), {"p2p": a.p2p_peer_id, "size": 14, "sha256": sha},
-                                    get_dht_time() + 60, subkey=pid("junk"))
+            key, sub, value = index_entry("t", r, pid("junk"), a.p2p_peer_id, 14, sha)
+            assert await junk.store(key, value, get_dht_time() + 60, subkey=sub)
             got = [d for _ in range(4) for d in await b.poll([r])]
             return got, a.refused_requests, dict(b.rejected)
         finally:
@@ -427,7 +449,7 @@ def test_the_bootstrap_keeps_only_owner_signed_peer_records():
 
     ser = DHTProtocol.serializer
     v, owner = bootstrap_validator(), Identity.generate()
-    key = DHTID.generate(source=_round_key("t", 1)).to_bytes()
+    key = DHTID.generate(source=round_key("t", 1, "")).to_bytes()
     exp = get_dht_time() + 60
     sub = ser.dumps(owner.peer_id)
     good = OwnerSignatureValidator(owner).sign_value(DHTRecord(key, sub, ser.dumps({"x": 1}), exp))

@@ -1,0 +1,95 @@
+"""The index's shard ladder and fetch budget (node/transport/dht_index.py), by hand."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from node.transport.dht_index import (EXPLORE_PER_ROUND, SHARD_FANOUT, choose_fetches, envelopes_wanted,
+                                      estimate_size, level_for, parse_key, peer_hash, read_plan, round_key,
+                                      shard_prefix, write_levels)
+
+
+@pytest.mark.parametrize("n, level", [(1, 0), (32, 0), (33, 1), (512, 1), (513, 2), (8192, 2), (8193, 3),
+                                      (10**7, 3)])
+def test_the_level_keeps_a_shard_near_32_entries(n, level):
+    # level l has 16**l shards: 32 peers fit one shard, 512 fit 16 shards of 32, 8192 fit 256.
+    assert level_for(n) == level
+
+
+def test_writers_cover_every_reader_within_a_factor_of_two():
+    assert write_levels(4) == [0]
+    assert write_levels(40) == [0, 1]  # 20 -> level 0, 40 and 80 -> level 1
+    assert write_levels(10_000) == [2, 3]  # 5000 -> 2, 10000 and 20000 -> 3
+    for writer in (3, 30, 300, 3000, 30000):
+        for reader in (writer / 2, writer, writer * 2):
+            assert level_for(reader) in write_levels(writer)
+
+
+def test_a_peer_has_one_shard_per_level_and_shards_nest():
+    pid = "sn1" + "a" * 32
+    h = peer_hash(pid)
+    assert [shard_prefix(pid, level) for level in range(4)] == ["", h[:1], h[:2], h[:3]]
+    assert parse_key(round_key("s", 12, h[:2])).prefix == h[:2]
+    assert parse_key(round_key("s", 12, "")).round == 12
+    for bad in ["swarm-node/s/rollouts/12/zz", "swarm-node/s/rollouts/x/", "swarm-node/s/rollouts/1/abcd",
+                "swarm-node//peers/", "other/s/peers/", "swarm-node/s/peers/a/b"]:
+        assert parse_key(bad) is None
+
+
+def test_a_reader_reads_enough_shards_of_its_level_and_probes_one_up():
+    rng = random.Random(0)
+    assert read_plan(4, wanted=2, rng=rng) == [""]  # small swarm: the one shard holds everyone
+    # 10,000 peers: level 3 (4096 shards, ~2.4 entries each); 2 x 2 wanted -> ceil(4 / 2.44) = 2 shards.
+    plan = read_plan(10_000, wanted=2, rng=rng)
+    assert len(plan) == 2 and all(len(p) == 3 for p in plan) and len(set(plan)) == 2
+    # 1,000 peers: level 2 (~3.9 a shard) -> ceil(4 / 3.9) = 2 shards
+    assert [len(p) for p in read_plan(1000, wanted=2, rng=rng)] == [2, 2]
+    probe = read_plan(4, wanted=2, rng=rng, probe_up=True)
+    assert probe[0] == "" and [len(p) for p in probe[1:]] == [1, 2, 3]  # one shard of each level above
+
+
+def test_the_size_estimate_takes_the_largest_level_that_found_enough():
+    # Level 1: 29 a shard (x 16 = 464: only the writers whose estimate put them there); level 2:
+    # 4 and 5 (x 256 = 1152). A partly written level can only under-count: the larger wins.
+    assert estimate_size([(1, 29), (2, 4), (2, 5)]) == pytest.approx(4.5 * 256)
+    # Level 3 found 2 in all: noise, not trusted over level 2's 78.
+    assert estimate_size([(2, 40), (2, 38), (3, 2)]) == pytest.approx(39 * 256)
+    assert estimate_size([(0, 4), (1, 0)]) == 4
+    assert estimate_size([(2, 1), (3, 2)]) == 2 * 4096  # nothing solid (3): the level that found most
+    assert estimate_size([(1, 0)]) is None
+
+
+def test_j_groups_worth_of_envelopes():
+    assert envelopes_wanted(0, 4.0) == 0  # J = 0: nothing to fetch
+    assert envelopes_wanted(4, 1.0) == 8  # nothing learnt yet: each envelope may hold one group
+    assert envelopes_wanted(4, 4.0) == 2  # 2 x 4 groups / 4 a envelope
+    assert envelopes_wanted(1, 8.0) == 2  # never fewer than two (one peer may be slow)
+
+
+def test_known_publishers_are_fetched_first_and_unknown_ones_are_capped():
+    known = {"k1", "k2", "k3"}
+    flood = [f"sybil{i}" for i in range(200)]
+    rng = random.Random(1)
+    # Two slots, 200 unknown keys, 3 known: one known, one slot kept for an unknown key.
+    picks = choose_fetches(flood + ["k1", "k2", "k3"], known, slots=2, explore=EXPLORE_PER_ROUND, rng=rng)
+    assert len(picks) == 2 and picks[0] in known and picks[1] not in known
+    # Exploration spent this round: both slots go to known publishers.
+    assert set(choose_fetches(flood + ["k1", "k2", "k3"], known, slots=2, explore=0, rng=rng)) <= known
+    # Knowing no one (a newcomer): unknown keys are all there is, at most `explore` of them.
+    assert len(choose_fetches(flood, set(), slots=8, explore=EXPLORE_PER_ROUND, rng=rng)) == EXPLORE_PER_ROUND
+    # Every known publisher gets its turn over rounds (random among them).
+    turns = {p for _ in range(50) for p in choose_fetches(["k1", "k2", "k3"], known, 1, 0, rng)}
+    assert turns == known
+    assert choose_fetches(flood, known, slots=2, explore=0, rng=rng) == []
+    assert SHARD_FANOUT == 16
+
+
+def test_a_reader_in_a_big_swarm_reads_the_shards_of_the_peers_it_knows():
+    rng = random.Random(2)
+    known = [f"sn1known{i}" for i in range(3)]
+    plan = read_plan(10_000, wanted=2, rng=rng, favour=known)
+    # Level 3: the first two known peers' shards, then one random shard (newcomers are still found).
+    assert plan[:2] == [shard_prefix(known[0], 3), shard_prefix(known[1], 3)]
+    assert len(plan) == 3 and len(plan[2]) == 3
