@@ -91,6 +91,11 @@ REJECT_REASONS = (
     "too_many_groups", "created_at_mismatch", "hash_mismatch",  # counted by a transport: the body does not match its index record
 )
 
+# Refusals that are the sender's own doing whatever its clock or restarts: the carrier backs it
+# off (replay, duplicate_round and stale_clock can happen to an honest node that restarted or
+# whose clock drifts, so they are only counted).
+SENDER_FAULTS = frozenset(REJECT_REASONS) - {"replay", "duplicate_round", "stale_clock", "oversized", "hash_mismatch"}
+
 _VERIFY_REASON = {
     VerifyResult.MALFORMED: "malformed_envelope",
     VerifyResult.BAD_SIGNATURE: "bad_signature",
@@ -483,6 +488,8 @@ class SwarmExchange:
             if checked.reason == "stale":  # honest, only late: its groups are dropped, not rejected
                 self.stats.dropped_stale += int(checked.detail)
                 return 0
+            if checked.reason in SENDER_FAULTS:
+                self.transport.distrust(d.publisher, d.round)
             return self._reject(checked.reason, d, checked.detail)
         env, msg, groups = checked
         if (msg.sender, msg.round) in self._batches:  # admitted while this one was being checked
@@ -492,7 +499,11 @@ class SwarmExchange:
         self._batches.add((msg.sender, msg.round))
         self.stats.envelopes_in += 1
         self.transport.vouch(msg.sender)
-        self._groups_per_envelope += (len(groups) - self._groups_per_envelope) / min(self.stats.envelopes_in, 20)
+        # What one envelope can give a step: a sender cannot supply more than its share, so a
+        # batch of 64 groups must not shrink the fetch budget (nor one of 1 grow it past J).
+        usable = len(groups) if self.external_groups is None else min(
+            len(groups), max(1, math.ceil(self.external_groups * self.max_sender_share)))
+        self._groups_per_envelope += (usable - self._groups_per_envelope) / min(self.stats.envelopes_in, 20)
         for task_id, records in groups.items():
             g = PeerGroup(msg.sender, msg.round, msg.policy_version, msg.model_fingerprint,
                           msg.tokenizer_fingerprint, task_id, tuple(records))

@@ -71,6 +71,10 @@ class Transport(abc.ABC):
     def vouch(self, publisher: str) -> None:
         """The node admitted an envelope of ``publisher`` (it verified and passed every check)."""
 
+    def distrust(self, publisher: str, round: int) -> None:
+        """The node refused ``publisher``'s envelope for ``round`` for a fault of its own (a bad
+        signature, a lying record): a carrier that pays per fetch backs it off."""
+
     @abc.abstractmethod
     async def announce(self, data: bytes, expires_in: float) -> None:
         """Make ``data`` (a signed announcement) this node's heartbeat for ``expires_in`` seconds."""

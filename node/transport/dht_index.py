@@ -22,8 +22,9 @@ returns at most ~2 x SHARD_TARGET entries at any N.
 
 A node then fetches only what it will use (``choose_fetches``): about J groups' worth of
 envelopes a round, publishers it has admitted before first (a verified history), and at most
-``EXPLORE_PER_ROUND`` unknown ones, so a flood of fresh keys costs a reader two fetches a round,
-not its whole budget, while a new honest peer is still found.
+one unknown one every EXPLORE_EVERY_ROUNDS rounds on top (``explore_allowance``: all of them
+while it knows too few), so a flood of fresh keys costs a reader half a fetch a round, never
+the slots of the peers it knows, while a new honest peer is still found.
 
 Everything here is pure (no I/O) so the arithmetic can be tested by hand.
 """
@@ -37,17 +38,18 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-__all__ = ["SHARD_FANOUT", "MAX_LEVEL", "SHARD_TARGET", "EXPLORE_PER_ROUND", "peer_hash", "shard_prefix",
+__all__ = ["SHARD_FANOUT", "MAX_LEVEL", "SHARD_TARGET", "EXPLORE_EVERY_ROUNDS", "peer_hash", "shard_prefix",
            "level_for", "write_levels", "round_key", "peers_key", "parse_key", "ParsedKey", "read_plan",
-           "estimate_size", "choose_fetches", "envelopes_wanted"]
+           "estimate_size", "choose_fetches", "envelopes_wanted", "explore_allowance"]
 
 SHARD_FANOUT = 16  # one hex digit of the peer-id hash per level
 MAX_LEVEL = 3  # 4096 shards: ~64 entries a shard at a quarter of a million peers
 SHARD_TARGET = 32  # entries a reader aims to find in one shard (~10 KB of signed entries)
-EXPLORE_PER_ROUND = 2  # fetches a round that may go to publishers with no verified history
+EXPLORE_EVERY_ROUNDS = 2  # a node that knows enough peers tries one unknown publisher this often
 FETCH_MARGIN = 2.0  # envelopes fetched per round, in multiples of what J needs
 MIN_ENVELOPES = 2
 _PREFIX_RE = re.compile(r"[0-9a-f]{0,%d}" % MAX_LEVEL)
+_ROUND_RE = re.compile(r"[0-9]{1,18}")  # ASCII digits only: str.isdigit() takes "²", which int() refuses
 
 
 def peer_hash(peer_id: str) -> str:
@@ -95,7 +97,7 @@ def parse_key(raw: str) -> ParsedKey | None:
     parts = raw.split("/")
     if len(parts) == 4 and parts[2] == "peers":
         swarm, kind, round, prefix = parts[1], "peers", None, parts[3]
-    elif len(parts) == 5 and parts[2] == "rollouts" and parts[3].isdigit() and len(parts[3]) <= 18:
+    elif len(parts) == 5 and parts[2] == "rollouts" and _ROUND_RE.fullmatch(parts[3]):
         swarm, kind, round, prefix = parts[1], "rollouts", int(parts[3]), parts[4]
     else:
         return None
@@ -121,7 +123,12 @@ def read_plan(n_estimate: float, wanted: int, rng: random.Random, probe_up: bool
         k = min(SHARD_FANOUT, max(1, math.ceil(2 * wanted / per_shard)))
         prefixes = list(dict.fromkeys(shard_prefix(p, level) for p in favour[:wanted]))
         explore = max(1, k - len(prefixes))  # always one random shard: newcomers must be found
-        prefixes += [p for p in _random_prefixes(level, explore + len(prefixes), rng) if p not in prefixes][:explore]
+        others = [p for p in range(SHARD_FANOUT ** level) if format(p, "x").zfill(level) not in prefixes] \
+            if level == 1 else None
+        if others is not None:  # 16 shards: sample among those not chosen yet
+            prefixes += [format(p, "x").zfill(1) for p in rng.sample(others, min(explore, len(others)))]
+        else:
+            prefixes += [p for p in _random_prefixes(level, explore + len(prefixes), rng) if p not in prefixes][:explore]
     if probe_up:  # one shard of every level above: empty ones cost a key, not bytes
         for up in range(level + 1, MAX_LEVEL + 1):
             prefixes += _random_prefixes(up, 1, rng)
@@ -131,7 +138,7 @@ def read_plan(n_estimate: float, wanted: int, rng: random.Random, probe_up: bool
 def _random_prefixes(level: int, k: int, rng: random.Random) -> list[str]:
     if level == 0:
         return [""]
-    picks = rng.sample(range(SHARD_FANOUT ** level), k)
+    picks = rng.sample(range(SHARD_FANOUT ** level), min(k, SHARD_FANOUT ** level))
     return [format(p, "x").zfill(level) for p in picks]
 
 
@@ -160,17 +167,26 @@ def envelopes_wanted(external_groups: int, groups_per_envelope: float) -> int:
     return max(MIN_ENVELOPES, math.ceil(FETCH_MARGIN * external_groups / max(groups_per_envelope, 1.0)))
 
 
+def explore_allowance(round: int, known: int, want: int) -> int:
+    """Fetches of unknown publishers a round may spend, on top of ``want`` known ones: while a
+    node knows fewer than ``want`` publishers (a newcomer), ``want`` (unknown is all there is);
+    after that one every EXPLORE_EVERY_ROUNDS rounds, so newcomers are still found while keys
+    made by the thousand cost a reader half a fetch a round."""
+    if want <= 0:
+        return 0
+    if known < want:
+        return want
+    return 1 if round % EXPLORE_EVERY_ROUNDS == 0 else 0
+
+
 def choose_fetches(candidates: Sequence[str], known: set[str] | dict, slots: int, explore: int,
                    rng: random.Random) -> list[str]:
-    """Which of a round's new publishers to fetch now, ``slots`` at most: publishers with a
-    verified history first (random among them, so every known peer gets its turn), keeping one
-    slot for an unknown one while ``explore`` allows (newcomers must be found, and while a node
-    knows no one, unknown is all there is), at most ``explore`` unknown in all: keys made by the
-    thousand cost a reader that many fetches a round, not its budget."""
+    """Which of a round's new publishers to fetch now: up to ``slots`` with a verified history
+    (random among them, so every known peer gets its turn), and up to ``explore`` unknown ones
+    on top. The two budgets are separate, so junk entries (unknown keys) can never use up the
+    slots of the peers a node knows."""
     known_c = [p for p in candidates if p in known]
     unknown = [p for p in candidates if p not in known]
     rng.shuffle(known_c)
     rng.shuffle(unknown)
-    reserve = 1 if explore > 0 and unknown and slots > 1 else 0
-    picks = known_c[:max(slots - reserve, 0)]
-    return picks + unknown[:max(min(slots - len(picks), explore), 0)]
+    return known_c[:max(slots, 0)] + unknown[:max(explore, 0)]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import collections
 import hashlib
+import math
 import re
 
 import msgpack
@@ -89,6 +90,8 @@ class OwnerSignatureValidator(RecordValidatorBase):
         return w
 
     def validate(self, record: DHTRecord) -> bool:
+        if not math.isfinite(record.expiration_time):
+            return False  # NaN passes every bound below and never expires
         if self.max_ttl_s is not None and record.expiration_time > get_dht_time() + self.max_ttl_s:
             return False
         owner = self._owner(record)

@@ -79,6 +79,9 @@ class FaultyTransport(Transport):
     def vouch(self, publisher: str) -> None:
         self.inner.vouch(publisher)
 
+    def distrust(self, publisher: str, round: int) -> None:
+        self.inner.distrust(publisher, round)
+
     async def poll_announcements(self) -> list[Delivery]:
         return self._through("heartbeats", await self.inner.poll_announcements())
 

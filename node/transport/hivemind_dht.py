@@ -45,6 +45,7 @@ import asyncio
 import collections
 import hashlib
 import logging
+import math
 import random
 import re
 import struct
@@ -61,7 +62,7 @@ from hivemind.utils import get_dht_time
 import node.transport.hivemind_patches  # noqa: F401  (hivemind's DHT, patched at import: see that module)
 from node.log_setup import adopt_library_logging
 from node.transport.base import MAX_ANNOUNCEMENT_SIZE, MAX_ENVELOPE_SIZE, Delivery, Transport, TransportError
-from node.transport.dht_index import (EXPLORE_PER_ROUND, choose_fetches, estimate_size, parse_key,
+from node.transport.dht_index import (choose_fetches, estimate_size, explore_allowance, parse_key,
                                      peers_key, read_plan, round_key, shard_prefix, write_levels)
 from node.transport.dht_records import CLOCK_SLACK_S, MAX_RECORD_TTL_S, PEER_ID_RE, OwnerSignatureValidator
 from protocol.identity import Identity
@@ -92,7 +93,7 @@ _WRAPPER_BYTES = 120
 class _RoundBudget:
     """What a node has spent on one round's envelopes."""
 
-    started: int = 0  # fetches started (a known publisher's failed one is given back)
+    known: int = 0  # fetches of publishers with a verified history (a failed one is given back)
     explored: int = 0  # fetches of unknown publishers, whatever they brought
     last_read: float = float("-inf")
     tried: set = field(default_factory=set)
@@ -109,6 +110,7 @@ def _no_bootstrap(initial_peers: list[str]) -> str:
 
 
 ROUND_ENTRY_ROUNDS = 32  # a round's index entry expires within this many rounds of the round's start
+HEARTBEAT_ROUNDS = 8  # no heartbeat record lives longer (an honest one: 3 rounds)
 _CLOCK_SLACK_S = CLOCK_SLACK_S
 _SHA256_RE = re.compile(r"[0-9a-f]{64}")
 _ROUND_FIELDS = {"k", "p2p", "size", "sha256"}
@@ -147,8 +149,12 @@ class SwarmRecordValidator(RecordValidatorBase):
     - round values are exactly ``{k, p2p: str, size: int, sha256: 64 hex}``, heartbeats
       ``{k, hb: bytes}`` up to 8 KiB.
 
-    Other swarms' records (a shared bootstrap peer's DHT) get the same shape rules; their round
-    lengths are not known here, so only this swarm's expiry cap is applied.
+    - only this swarm's keys, and only rounds from 33 back to 2 (plus the clock slack) ahead:
+      nothing is kept that no reader will read before it expires;
+    - heartbeats expire within ``HEARTBEAT_ROUNDS`` rounds.
+
+    Other swarms' records are refused (a node is no replica for them; a shared bootstrap peer
+    keeps any owner-signed record).
     """
 
     def __init__(self, swarm: str, round_seconds: float):
@@ -175,8 +181,9 @@ class SwarmRecordValidator(RecordValidatorBase):
         return (round + ROUND_ENTRY_ROUNDS) * self.round_seconds + _CLOCK_SLACK_S
 
     def validate(self, record: DHTRecord) -> bool:
-        if record.expiration_time > get_dht_time() + MAX_RECORD_TTL_S + _CLOCK_SLACK_S:
-            return False
+        if not (math.isfinite(record.expiration_time)
+                and record.expiration_time <= get_dht_time() + MAX_RECORD_TTL_S + _CLOCK_SLACK_S):
+            return False  # (NaN would pass every "too late" comparison)
         if record.subkey in self._reserved:
             return False  # a plain value would replace every peer's entry
         try:
@@ -192,10 +199,20 @@ class SwarmRecordValidator(RecordValidatorBase):
             return False
         if parsed.prefix != shard_prefix(subkey, len(parsed.prefix)):
             return False
+        if parsed.swarm != self.swarm:
+            return False  # a node keeps its own swarm's index only (the bootstrap peer keeps any)
+        now = get_dht_time()
         if parsed.kind == "peers":
+            # A heartbeat lives 3 rounds: none may outlive HEARTBEAT_ROUNDS, so junk heartbeats
+            # cost their sender a store every few rounds, not one an hour.
             return (set(value) == _PEERS_FIELDS and isinstance(value["hb"], bytes)
-                    and len(value["hb"]) <= MAX_ANNOUNCEMENT_SIZE)
-        if parsed.swarm == self.swarm and record.expiration_time > self._round_expiry_cap(parsed.round):
+                    and len(value["hb"]) <= MAX_ANNOUNCEMENT_SIZE
+                    and record.expiration_time <= now + HEARTBEAT_ROUNDS * self.round_seconds + _CLOCK_SLACK_S)
+        current = int(now // self.round_seconds)
+        ahead = 2 + int(_CLOCK_SLACK_S // self.round_seconds)
+        if not current - ROUND_ENTRY_ROUNDS - 1 <= parsed.round <= current + ahead:
+            return False  # no one reads it, now or before it expires: nothing to plant
+        if record.expiration_time > self._round_expiry_cap(parsed.round):
             return False
         return (set(value) == _ROUND_FIELDS
                 and isinstance(value["p2p"], str) and len(value["p2p"]) <= 128
@@ -444,7 +461,10 @@ class HivemindTransport(Transport):
         if not seen:
             return
         n = estimate_size(seen) or 1.0
-        self.swarm_size = n if n > self.swarm_size else max(1.0, (self.swarm_size + n) / 2)
+        if n > self.swarm_size:  # up fast, but not to whatever one read of a ground shard says
+            self.swarm_size = min(n, 4 * self.swarm_size)
+        else:
+            self.swarm_size = max(1.0, (self.swarm_size + n) / 2)
 
     def _plan(self, key_of, rounds: Iterable[int], wanted: int) -> dict[str, tuple[int, int]]:
         plan = {}
@@ -461,6 +481,7 @@ class HivemindTransport(Transport):
         fetched before unknown keys (bounded: keys are free)."""
         self._known[publisher] = True
         self._known.move_to_end(publisher)
+        self._strikes.pop(publisher, None)  # an admitted envelope ends its back-off record
         if len(self._known) > MAX_KNOWN_PUBLISHERS:
             self._known.popitem(last=False)
 
@@ -477,13 +498,13 @@ class HivemindTransport(Transport):
         self._failures = {k: v for k, v in self._failures.items() if k[0] >= oldest}
         self._backoff = {p: until for p, until in self._backoff.items() if until >= oldest}
         self._budget = {r: b for r, b in self._budget.items() if r >= oldest}
-        self._short = {r: v for r, v in self._short.items() if r >= oldest}
+        self._short = {r: v for r, v in self._short.items() if r >= oldest or r == -1}  # -1: heartbeats
         now = get_dht_time()
         newest = max(rounds, default=0)
         due = []
         for r in rounds:
             b = self._budget.setdefault(r, _RoundBudget())
-            if want is not None and b.started >= want:
+            if want is not None and b.known >= want and b.explored >= explore_allowance(r, len(self._known), want):
                 continue  # this round has what it needs
             # The newest two rounds are re-read as entries arrive; older ones once a round.
             every = self.round_seconds / 4 if r >= newest - 1 else self.round_seconds
@@ -515,8 +536,8 @@ class HivemindTransport(Transport):
                 picks = list(fresh)
                 random.shuffle(picks)
             else:
-                picks = choose_fetches(list(fresh), self._known, want - b.started, EXPLORE_PER_ROUND - b.explored,
-                                       self._rng)
+                picks = choose_fetches(list(fresh), self._known, want - b.known,
+                                       explore_allowance(r, len(self._known), want) - b.explored, self._rng)
             for publisher in picks:
                 record = fresh[publisher]
                 if record["size"] > MAX_ENVELOPE_SIZE:
@@ -526,9 +547,10 @@ class HivemindTransport(Transport):
                 if len(self._inflight) >= MAX_INFLIGHT_FETCHES:
                     break  # bounded memory; the rest is fetched by later polls
                 known = publisher in self._known
-                b.started += 1
-                if not known:
-                    b.explored += 1  # spent whatever the fetch brings: junk costs its sender's budget
+                if known:
+                    b.known += 1
+                else:
+                    b.explored += 1  # spent whatever the fetch brings
                 b.tried.add(publisher)
                 task = asyncio.create_task(self._fetch(r, publisher, record, known or want is None))
                 self._inflight[(r, publisher, record["sha256"])] = task
@@ -560,29 +582,51 @@ class HivemindTransport(Transport):
             self._back_off(publisher, round)
             return
         except asyncio.CancelledError:
+            ok = None  # closing or restarting: not the publisher's doing
             raise
         except Exception as e:  # noqa: BLE001 - a peer that vanished mid-transfer is routine
             n = self._failures[(round, *ident)] = self._failures.get((round, *ident), 0) + 1
-            if n >= MAX_FETCH_FAILURES:
-                self._seen.setdefault(round, set()).add(ident)
-                self.fetch_failures += 1
             log.debug("fetching round %d from %s failed (%d/%d): %s: %s", round, publisher, n,
                       MAX_FETCH_FAILURES, type(e).__name__, e)
             return
         finally:
             self._inflight.pop((round, *ident), None)
-            b = self._budget.get(round)
-            if not ok and retry and b is not None and self._failures.get((round, *ident), 0) < MAX_FETCH_FAILURES:
-                b.started -= 1
-                b.tried.discard(publisher)
+            if ok is False:
+                self._fetch_failed(round, publisher, ident, retry)
         self._seen.setdefault(round, set()).add(ident)
         self.body_bytes += len(data)
         if hashlib.sha256(data).hexdigest() != record["sha256"]:
             self.rejected["hash_mismatch"] += 1
             self._back_off(publisher, round)
             return
-        self._strikes.pop(publisher, None)  # a body that verifies ends its back-off record
         self._ready.append(Delivery(round, publisher, data))
+
+    def _fetch_failed(self, round: int, publisher: str, ident: tuple, retry: bool) -> None:
+        """A fetch that brought nothing usable. A publisher with a verified history (``retry``)
+        gets its slot back and is retried, up to MAX_FETCH_FAILURES; then, or at once for an
+        unknown key (junk entries cost their sender, not the reader's next rounds), it is given
+        up for the round, and a known one loses its standing."""
+        b = self._budget.get(round)
+        n = self._failures.get((round, *ident), 0)
+        if ident in self._seen.get(round, ()):
+            return  # already judged (oversized): backed off there
+        if retry and 0 < n < MAX_FETCH_FAILURES and b is not None:
+            if publisher in self._known and b.known > 0:
+                b.known -= 1
+            b.tried.discard(publisher)
+            return
+        self._seen.setdefault(round, set()).add(ident)
+        if n >= MAX_FETCH_FAILURES or not retry:
+            self.fetch_failures += 1
+        if publisher in self._known:
+            self._known.pop(publisher, None)  # gone or stalling: back to the unknown
+        elif not retry:
+            self._back_off(publisher, round)
+
+    def distrust(self, publisher: str, round: int) -> None:
+        # The body is what the publisher's owner-signed entry announced (sha256), so a refusal of
+        # it is the publisher's own doing: nobody can get an honest key backed off this way.
+        self._back_off(publisher, round)
 
     def _back_off(self, publisher: str, round: int) -> None:
         """Skip a publisher whose body failed verification for the next rounds, twice as long at

@@ -45,6 +45,7 @@ import functools
 import heapq
 import inspect
 import logging
+import math
 from importlib.metadata import PackageNotFoundError, version
 
 from hivemind.dht.protocol import DHTProtocol
@@ -61,9 +62,19 @@ WRITTEN_FOR = "1.1.12"
 ORIGINALS: dict[str, object] = {}  # "Class.method" -> the hivemind function it replaced
 APPLIED: set[str] = set()  # the patches in effect in this process
 _applied = False  # the guard: apply() patches once per process
+MAX_REPLY_TTL_S = 3600.0 + 60.0  # no swarm-node record outlives this (node/transport/dht_records.py)
 
 
 # ---- 1. keep a dictionary's valid subkeys ----------------------------------------------------
+
+
+def _valid(validator, record: DHTRecord) -> bool:
+    """A validator that raises on hostile bytes refuses the record, not the whole reply."""
+    try:
+        return bool(validator.validate(record))
+    except Exception:  # noqa: BLE001 - one crafted record must not cost the rest of the reply
+        log.debug("record validator raised on a record; refused", exc_info=True)
+        return False
 
 
 def _validate_dictionary(self: DHTProtocol, key_bytes: bytes, dictionary: DictionaryDHTValue) -> bool:
@@ -74,8 +85,8 @@ def _validate_dictionary(self: DHTProtocol, key_bytes: bytes, dictionary: Dictio
     with dictionary.freeze():  # as the original: judge every stored subkey, expired or not
         items = list(dictionary.items())
         refused = [subkey for subkey, (value_bytes, expiration_time) in items
-                   if not self.record_validator.validate(
-                       DHTRecord(key_bytes, self.serializer.dumps(subkey), value_bytes, expiration_time))]
+                   if not _valid(self.record_validator,
+                                 DHTRecord(key_bytes, self.serializer.dumps(subkey), value_bytes, expiration_time))]
         if not refused:
             return True
         for subkey in refused:
@@ -91,12 +102,18 @@ def _wrap_call_find(original):
     @functools.wraps(original)
     async def call_find(self, peer, keys):
         output = await original(self, peer, keys)
+        horizon = timed_storage.get_dht_time() + MAX_REPLY_TTL_S
         for key, (maybe_value, nearest) in (output or {}).items():
-            if maybe_value is not None and getattr(maybe_value.value, "refused_subkeys", 0):
-                # The replica reports the key's expiration as its dictionary's latest, which may be
-                # a subkey we refused: report the latest of the subkeys we kept (never later).
-                expiration = min(maybe_value.expiration_time, maybe_value.value.latest_expiration_time)
-                output[key] = ValueWithExpiration(maybe_value.value, expiration), nearest
+            if maybe_value is None or not isinstance(maybe_value.value, DictionaryDHTValue):
+                continue
+            if len(maybe_value.value) == 0:  # an empty dictionary is nothing found, not an answer
+                output[key] = None, nearest
+                continue
+            # The replica reports the key's expiration itself: it may be a refused subkey's, or a
+            # lie (inf ends every lookup at once, and the reader caches the reply that long). Never
+            # later than the latest subkey kept, nor than any record may live.
+            expiration = min(maybe_value.expiration_time, maybe_value.value.latest_expiration_time, horizon)
+            output[key] = ValueWithExpiration(maybe_value.value, expiration), nearest
         return output
 
     return call_find
@@ -110,6 +127,8 @@ def _store(self: TimedStorage, key, value, expiration_time) -> bool:
     accepted (the original pushed the offered expiration first, so a refused older store
     scheduled the current value's deletion at the older time)."""
     # the module global, read at call time as the original does (tests move that clock)
+    if not math.isfinite(expiration_time):
+        return False  # NaN passes every "expires too late" comparison and would never expire
     if expiration_time < timed_storage.get_dht_time() and not self.frozen:
         return False
     if key in self.data and self.data[key].expiration_time >= expiration_time:

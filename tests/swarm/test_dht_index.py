@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from node.transport.dht_index import (EXPLORE_PER_ROUND, SHARD_FANOUT, choose_fetches, envelopes_wanted,
-                                      estimate_size, level_for, parse_key, peer_hash, read_plan, round_key,
+from node.transport.dht_index import (SHARD_FANOUT, choose_fetches, envelopes_wanted, estimate_size,
+                                      explore_allowance, level_for, parse_key, peer_hash, read_plan, round_key,
                                       shard_prefix, write_levels)
 
 
@@ -72,18 +72,21 @@ def test_known_publishers_are_fetched_first_and_unknown_ones_are_capped():
     known = {"k1", "k2", "k3"}
     flood = [f"sybil{i}" for i in range(200)]
     rng = random.Random(1)
-    # Two slots, 200 unknown keys, 3 known: one known, one slot kept for an unknown key.
-    picks = choose_fetches(flood + ["k1", "k2", "k3"], known, slots=2, explore=EXPLORE_PER_ROUND, rng=rng)
-    assert len(picks) == 2 and picks[0] in known and picks[1] not in known
-    # Exploration spent this round: both slots go to known publishers.
-    assert set(choose_fetches(flood + ["k1", "k2", "k3"], known, slots=2, explore=0, rng=rng)) <= known
-    # Knowing no one (a newcomer): unknown keys are all there is, at most `explore` of them.
-    assert len(choose_fetches(flood, set(), slots=8, explore=EXPLORE_PER_ROUND, rng=rng)) == EXPLORE_PER_ROUND
+    # Two slots for known publishers, one unknown key on top: 200 junk keys cannot take a known slot.
+    picks = choose_fetches(flood + ["k1", "k2", "k3"], known, slots=2, explore=1, rng=rng)
+    assert len(picks) == 3 and set(picks[:2]) <= known and picks[2] not in known
+    assert choose_fetches(flood, known, slots=2, explore=0, rng=rng) == []  # junk alone: nothing spent
     # Every known publisher gets its turn over rounds (random among them).
     turns = {p for _ in range(50) for p in choose_fetches(["k1", "k2", "k3"], known, 1, 0, rng)}
     assert turns == known
-    assert choose_fetches(flood, known, slots=2, explore=0, rng=rng) == []
     assert SHARD_FANOUT == 16
+
+
+def test_unknown_keys_get_half_a_fetch_a_round_once_a_node_knows_enough():
+    assert explore_allowance(10, known=0, want=2) == 2  # a newcomer: unknown is all there is
+    assert explore_allowance(10, known=1, want=2) == 2
+    assert [explore_allowance(r, known=5, want=2) for r in (10, 11, 12, 13)] == [1, 0, 1, 0]
+    assert explore_allowance(10, known=0, want=0) == 0  # J = 0: nothing fetched at all
 
 
 def test_a_reader_in_a_big_swarm_reads_the_shards_of_the_peers_it_knows():

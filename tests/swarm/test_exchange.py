@@ -392,3 +392,16 @@ def test_admitting_a_large_batch_leaves_the_event_loop_free():
     admitted, ticks_during = asyncio.run(go())
     assert admitted == 8
     assert ticks_during > 1  # inline, the loop would not have run once until admission finished
+
+
+def test_a_sender_whose_envelope_lies_is_distrusted_and_a_replay_is_only_counted(setup):
+    hub, me, peer, clock, ex = setup
+    distrusted = []
+    ex.transport.distrust = lambda publisher, r: distrusted.append((publisher, r))
+    _, _, bad = _reject_cases(me, peer, Identity.generate())["text_mismatch"]
+    ex.admit(Delivery(10, peer.peer_id, bad))
+    assert distrusted == [(peer.peer_id, 10)]  # its own signed entry announced this body
+    good = envelope(peer, encode(batch(peer, 10)), seq=5)
+    ex.admit(Delivery(10, peer.peer_id, good))
+    ex.admit(Delivery(10, peer.peer_id, good))  # the same again: a restart can do this to an honest node
+    assert ex.stats.rejected["replay"] == 1 and distrusted == [(peer.peer_id, 10)]

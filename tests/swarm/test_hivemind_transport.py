@@ -226,7 +226,11 @@ def test_record_validator_refuses_what_could_censor_a_round():
         return v.validate(DHTRecord(key(raw_key), sub, ser.dumps(value), now + ttl))
 
     assert ok(*entry(r)[:1], x, entry(r)[1])
-    assert ok(*entry(r + 100)[:1], x, entry(r + 100)[1])  # ahead, within the hour
+    assert ok(*entry(r + 2)[:1], x, entry(r + 2)[1])  # a little ahead (clocks differ)
+    assert not ok(*entry(r + 100)[:1], x, entry(r + 100)[1])  # far ahead: nothing planted for later
+    assert not ok(*entry(r - 40)[:1], x, entry(r - 40)[1])  # long past: no one reads it
+    other_swarm = index_entry("u", r, x, "Qm", 10, "a" * 64)
+    assert not ok(other_swarm[0], x, other_swarm[2])  # not this swarm's
     k, good = entry(r)
     assert not ok(k, None, b"junk", ttl=1e9)  # the plain-value overwrite
     assert not ok(k, None, good)
@@ -242,11 +246,14 @@ def test_record_validator_refuses_what_could_censor_a_round():
     assert not ok(entry(r, other)[0], x, entry(r, other)[1])
     hk, _, hb = heartbeat_entry("t", x, b"heartbeat", shard_prefix(x, 1))
     assert ok(hk, x, hb)
+    assert not ok(hk, x, hb, ttl=5.0 * 8 + 61)  # a heartbeat outliving 8 rounds (+ slack)
     assert not ok(hk, x, {**hb, "hb": b"x" * 9000})
     assert not ok(hk, None, b"junk")
     assert not ok(peers_key("t", other[:1]), x, {**hb, "k": peers_key("t", other[:1])})
     assert not ok("someone/else", x, {"k": "someone/else"})  # not an index key
     assert not ok(k, x, good, ttl=MAX_RECORD_TTL_S * 3)  # nothing planted for later
+    assert not ok(k, x, good, ttl=float("nan"))  # NaN passes every "too late" bound: refused first
+    assert not ok(round_key("t", 1, "").replace("/1/", "/\u00b2/"), x, {**good, "k": "swarm-node/t/rollouts/\u00b2/"})
 
 
 def test_junk_stored_under_a_round_key_does_not_stop_the_exchange():
@@ -460,3 +467,52 @@ def test_the_bootstrap_keeps_only_owner_signed_peer_records():
     far = get_dht_time() + 7200
     far_good = OwnerSignatureValidator(owner).sign_value(DHTRecord(key, sub, ser.dumps({"x": 1}), far))
     assert not v.validate(DHTRecord(key, sub, far_good, far))  # even signed: not for hours ahead
+
+
+class _ManySigners(OwnerSignatureValidator):
+    """One raw DHT node writing the entries of many (free) keys, each signed by its owner."""
+
+    def __init__(self, idents):
+        super().__init__()
+        self.by_id = {i.peer_id: OwnerSignatureValidator(i) for i in idents}
+
+    def sign_value(self, record):
+        owner = self._owner(record)
+        return self.by_id[owner].sign_value(record) if owner in self.by_id else record.value
+
+
+def test_junk_entries_first_cannot_take_the_slots_of_known_peers():
+    """Two fresh keys store entries (pointing nowhere) as a round starts, before the honest peer
+    has generated anything; the reader fetches them first. Its known peer's envelope, published
+    later in the round, must still be fetched: junk spends the unknown budget only."""
+    from hivemind.utils import get_dht_time
+
+    junk_ids = [ident(f"junk{i}") for i in range(2)]
+
+    async def go():
+        boot, maddrs = await _bootstrap()
+        junk = await start_dht_node(initial_peers=maddrs, retries=0, record_validator=_ManySigners(junk_ids),
+                                    **LOOPBACK)
+        a, b = _transport(pid("a"), maddrs), _transport(pid("b"), maddrs)
+        try:
+            await a.start(), await b.start()
+            b.vouch(pid("a"))  # a verified history: b admitted a's envelopes before
+            for j in junk_ids:
+                key, sub, value = index_entry("t", R, j.peer_id, junk.peer_id.to_base58(), 10, "0" * 64)
+                assert await junk.store(key, value, get_dht_time() + 60, subkey=sub)
+            first = await b.poll([R], want=2)  # the junk is all there is yet
+            await a.publish(R, b"body of a", expires_in=60)
+            got, deadline = [], time.monotonic() + 20
+            while not got and time.monotonic() < deadline:  # re-read as the round goes on
+                got = await b.poll([R], want=2)
+                await asyncio.sleep(0.2)
+            return first, got, b.backed_off
+        finally:
+            await a.close(), await b.close()
+            await stop_dht_node(junk)
+            await boot.shutdown()
+
+    first, got, backed_off = asyncio.run(go())
+    assert first == []
+    assert [(d.publisher, d.data) for d in got] == [(pid("a"), b"body of a")]
+    assert backed_off == 2  # each junk key's failed fetch backs it off
