@@ -202,7 +202,7 @@ async def run_adversary(cfg: NodeConfig, attacks: list[str]) -> int:
         kwargs = dict(initial_peers=sc.initial_peers, host_maddrs=sc.host_maddrs,
                       startup_timeout=sc.startup_timeout, join_retries=sc.join_retries,
                       join_backoff=sc.join_backoff, use_relay=sc.use_relay, nat_port_map=sc.nat_port_map,
-                      round_seconds=sc.round_seconds, max_round_lag=sc.max_round_lag, signer=ident)
+                      round_seconds=sc.round_seconds, signer=ident)
     transport = create_transport(sc.transport, swarm=sc.name, publisher=ident.peer_id, **kwargs)
     await transport.start()
     adv = Adversary(cfg, ident, transport, policy.tokenizer, policy.tokenizer_fingerprint,
