@@ -173,7 +173,7 @@ def run(n: int, *, before: bool, rounds: int, j: int, groups: int, body: bytes, 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000])
-    ap.add_argument("--rounds", type=int, default=8)
+    ap.add_argument("--rounds", type=int, default=12)
     ap.add_argument("--j", type=int, default=4, help="J: peer groups a step")
     ap.add_argument("--groups", type=int, default=4, help="I: groups in an honest envelope")
     ap.add_argument("--group-size", type=int, default=8)
