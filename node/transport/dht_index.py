@@ -40,7 +40,7 @@ from typing import Iterable, Sequence
 
 __all__ = ["SHARD_FANOUT", "MAX_LEVEL", "SHARD_TARGET", "EXPLORE_EVERY_ROUNDS", "peer_hash", "shard_prefix",
            "level_for", "write_levels", "round_key", "peers_key", "parse_key", "ParsedKey", "read_plan",
-           "estimate_size", "choose_fetches", "envelopes_wanted", "explore_allowance"]
+           "estimate_size", "choose_fetches", "envelopes_wanted", "explore_allowance", "bulky_threshold"]
 
 SHARD_FANOUT = 16  # one hex digit of the peer-id hash per level
 MAX_LEVEL = 3  # 4096 shards: ~64 entries a shard at a quarter of a million peers
@@ -48,6 +48,7 @@ SHARD_TARGET = 32  # entries a reader aims to find in one shard (~10 KB of signe
 EXPLORE_EVERY_ROUNDS = 2  # a node that knows enough peers tries one unknown publisher this often
 FETCH_MARGIN = 2.0  # envelopes fetched per round, in multiples of what J needs
 MIN_ENVELOPES = 2
+BULKY_FACTOR = 4.0  # an entry this many times the usual body size is fetched after the others
 _PREFIX_RE = re.compile(r"[0-9a-f]{0,%d}" % MAX_LEVEL)
 _ROUND_RE = re.compile(r"[0-9]{1,18}")  # ASCII digits only: str.isdigit() takes "²", which int() refuses
 
@@ -180,13 +181,25 @@ def explore_allowance(round: int, known: int, want: int) -> int:
 
 
 def choose_fetches(candidates: Sequence[str], known: set[str] | dict, slots: int, explore: int,
-                   rng: random.Random) -> list[str]:
+                   rng: random.Random, bulky: set[str] | frozenset = frozenset()) -> list[str]:
     """Which of a round's new publishers to fetch now: up to ``slots`` with a verified history
     (random among them, so every known peer gets its turn), and up to ``explore`` unknown ones
     on top. The two budgets are separate, so junk entries (unknown keys) can never use up the
-    slots of the peers a node knows."""
+    slots of the peers a node knows. ``bulky`` publishers (entries announcing far more bytes
+    than the envelopes a node usually fetches) come last among the known: valid but huge
+    batches from a few keys must not take the slots of peers whose envelopes cost a few KB."""
     known_c = [p for p in candidates if p in known]
     unknown = [p for p in candidates if p not in known]
     rng.shuffle(known_c)
     rng.shuffle(unknown)
+    known_c.sort(key=lambda p: p in bulky)  # stable: random within each kind
     return known_c[:max(slots, 0)] + unknown[:max(explore, 0)]
+
+
+def bulky_threshold(recent_sizes: Sequence[int], factor: float = BULKY_FACTOR) -> float:
+    """Entries announcing more than ``factor`` x the median of the bodies fetched lately are bulky
+    (inf until there is a history)."""
+    if len(recent_sizes) < 4:
+        return float("inf")
+    ordered = sorted(recent_sizes)
+    return factor * ordered[len(ordered) // 2]

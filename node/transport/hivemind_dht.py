@@ -62,7 +62,7 @@ from hivemind.utils import get_dht_time
 import node.transport.hivemind_patches  # noqa: F401  (hivemind's DHT, patched at import: see that module)
 from node.log_setup import adopt_library_logging
 from node.transport.base import MAX_ANNOUNCEMENT_SIZE, MAX_ENVELOPE_SIZE, Delivery, Transport, TransportError
-from node.transport.dht_index import (choose_fetches, estimate_size, explore_allowance, parse_key,
+from node.transport.dht_index import (bulky_threshold, choose_fetches, estimate_size, explore_allowance, parse_key,
                                      peers_key, read_plan, round_key, shard_prefix, write_levels)
 from node.transport.dht_records import CLOCK_SLACK_S, MAX_RECORD_TTL_S, PEER_ID_RE, OwnerSignatureValidator
 from protocol.identity import Identity
@@ -328,6 +328,8 @@ class HivemindTransport(Transport):
     _short: dict = field(default_factory=dict, init=False, repr=False)  # round -> last read found too few
     _sizes: list = field(default_factory=list, init=False, repr=False)  # (round, level, entries) read, not folded yet
     _rng: random.Random = field(default_factory=random.Random, init=False, repr=False)
+    _body_sizes: collections.deque = field(default_factory=lambda: collections.deque(maxlen=64), init=False,
+                                           repr=False)  # sizes of the bodies fetched lately
     swarm_size: float = field(default=1.0, init=False)  # peers, as estimated from the shards read
     index_bytes: int = field(default=0, init=False)  # index entries read (signed records, as sent)
     body_bytes: int = field(default=0, init=False)  # envelope bodies downloaded
@@ -536,8 +538,10 @@ class HivemindTransport(Transport):
                 picks = list(fresh)
                 random.shuffle(picks)
             else:
+                limit = bulky_threshold(self._body_sizes)
                 picks = choose_fetches(list(fresh), self._known, want - b.known,
-                                       explore_allowance(r, len(self._known), want) - b.explored, self._rng)
+                                       explore_allowance(r, len(self._known), want) - b.explored, self._rng,
+                                       bulky={p for p, rec in fresh.items() if rec["size"] > limit})
             for publisher in picks:
                 record = fresh[publisher]
                 if record["size"] > MAX_ENVELOPE_SIZE:
@@ -595,6 +599,7 @@ class HivemindTransport(Transport):
                 self._fetch_failed(round, publisher, ident, retry)
         self._seen.setdefault(round, set()).add(ident)
         self.body_bytes += len(data)
+        self._body_sizes.append(len(data))
         if hashlib.sha256(data).hexdigest() != record["sha256"]:
             self.rejected["hash_mismatch"] += 1
             self._back_off(publisher, round)

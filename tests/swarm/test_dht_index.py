@@ -82,6 +82,20 @@ def test_known_publishers_are_fetched_first_and_unknown_ones_are_capped():
     assert SHARD_FANOUT == 16
 
 
+def test_bulky_known_publishers_come_after_the_others():
+    from node.transport.dht_index import bulky_threshold
+
+    assert bulky_threshold([20_000] * 3) == float("inf")  # no history yet
+    assert bulky_threshold([20_000, 21_000, 22_000, 4_000_000]) == 4 * 22_000  # 4 x the median
+    known = {"honest1", "honest2", "big1", "big2", "big3", "big4"}
+    rng = random.Random(3)
+    for _ in range(20):  # four keys with valid 4 MiB batches never take the two slots
+        picks = choose_fetches(sorted(known), known, slots=2, explore=0, rng=rng,
+                               bulky={"big1", "big2", "big3", "big4"})
+        assert set(picks) == {"honest1", "honest2"}
+    assert len(choose_fetches(["big1"], known, 2, 0, rng, bulky={"big1"})) == 1  # alone, still fetched
+
+
 def test_unknown_keys_get_half_a_fetch_a_round_once_a_node_knows_enough():
     assert explore_allowance(10, known=0, want=2) == 2  # a newcomer: unknown is all there is
     assert explore_allowance(10, known=1, want=2) == 2
