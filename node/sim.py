@@ -36,7 +36,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from node.adversary import ATTACKS
+from node.adversary import ATTACKS, DEFAULT_ATTACKS
 from node.config import read_toml
 from node.errors import ConfigError, NodeError
 from node.status import describe_phase
@@ -91,7 +91,7 @@ class LatencyFault(_Strict):
 
 
 class MaliciousFault(_Strict):
-    attacks: list[str] = Field(default_factory=lambda: list(ATTACKS), min_length=1, description="attacks to cycle through")
+    attacks: list[str] = Field(default_factory=lambda: list(DEFAULT_ATTACKS), min_length=1, description="attacks to cycle through (default: the envelope attacks every honest node must refuse; node/adversary.py lists all, including the DHT, flood and admitted-by-design ones)")
 
 
 class SimFaults(_Strict):

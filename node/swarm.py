@@ -611,6 +611,7 @@ class SwarmExchange:
             "groups_in": sum(s.groups_in.values()),
             "groups_used": sum(s.groups_used.values()),
             "groups_used_by_peer": dict(s.groups_used),
+            "groups_in_by_peer": dict(s.groups_in),
             "pool": len(self._pool),
             "pool_bytes": self._pool_bytes,
             "dropped_stale": s.dropped_stale,
