@@ -86,7 +86,7 @@ def test_attacks_over_hivemind_are_rejected_by_a_running_node(procs, warm_tiny_m
 
     _, maddr = procs.bootstrap()
     round_s = 1.5
-    node = procs.node("victim", maddr, warm_tiny_model_dir, "--train.steps", "24",
+    node = procs.node("victim", maddr, warm_tiny_model_dir, "--train.steps", "40",
                       "--swarm.round_seconds", str(round_s))
     victim_dir = tmp_path / "victim"
     wait_until(lambda: len(metrics(victim_dir)) >= 1, 120, "the victim to start training", node)
@@ -121,24 +121,45 @@ def test_attacks_over_hivemind_are_rejected_by_a_running_node(procs, warm_tiny_m
             r = clock.current()
             await ts["valid"].publish(r, valid, 30)  # ...and must refuse it the second time
 
-            async def next_round(r):  # unknown keys get two fetches a round (the budget): one attack a round
+            async def next_round(r):
                 while clock.current() <= r:
                     await asyncio.sleep(0.05)
                 return clock.current()
 
-            r = await next_round(r)
-            bad = bytearray(envelope_to_bytes(sign(encode(batch(attackers["bad_sig"], r)), attackers["bad_sig"], 1)))
-            bad[-3] ^= 0xFF
-            await ts["bad_sig"].publish(r, bytes(bad), 30)
-            r = await next_round(r)
-            await ts["garbage"].publish(r, envelope_to_bytes(sign(b"\xc1" * 64, attackers["garbage"], 1)), 30)
-            r = await next_round(r)
-            obj = msgpack.unpackb(encode(batch(attackers["reward"], r)), raw=False)
-            obj["body"]["rollouts"][0]["reward"] = 1.0
-            await ts["reward"].publish(r, envelope_to_bytes(sign(msgpack.packb(obj), attackers["reward"], 1)), 30)
-            r = await next_round(r)
-            imp = batch(attackers["impostor"], r, sender=attackers["valid"].peer_id)
-            await ts["impostor"].publish(r, envelope_to_bytes(sign(encode(imp), attackers["impostor"], 1)), 30)
+            def refused(reason):
+                try:
+                    return status(victim_dir)["swarm"]["rejected"].get(reason, 0) > 0
+                except (OSError, ValueError, KeyError):  # the node rewrites it as we read
+                    return False
+
+            def bad_sig(r):
+                bad = bytearray(envelope_to_bytes(sign(encode(batch(attackers["bad_sig"], r)), attackers["bad_sig"], r)))
+                bad[-3] ^= 0xFF
+                return bytes(bad)
+
+            def reward(r):
+                obj = msgpack.unpackb(encode(batch(attackers["reward"], r)), raw=False)
+                obj["body"]["rollouts"][0]["reward"] = 1.0
+                return envelope_to_bytes(sign(msgpack.packb(obj), attackers["reward"], r))
+
+            attacks = [  # (attacker, reason it must be refused under, envelope for round r)
+                ("bad_sig", "bad_signature", bad_sig),
+                ("garbage", "malformed", lambda r: envelope_to_bytes(sign(b"\xc1" * 64, attackers["garbage"], r))),
+                ("reward", "unknown_field", reward),
+                ("impostor", "sender_mismatch", lambda r: envelope_to_bytes(sign(encode(
+                    batch(attackers["impostor"], r, sender=attackers["valid"].peer_id)), attackers["impostor"], r))),
+            ]
+            # One attack a round (unknown keys get a small fetch budget); an index entry can be lost
+            # on the DHT now and then, so each is published again, a round later, until refused.
+            for name, reason, make in attacks:
+                for _ in range(6):
+                    r = await next_round(r)
+                    await ts[name].publish(r, make(r), 30)
+                    deadline = time.time() + 2 * round_s
+                    while not refused(reason) and time.time() < deadline:
+                        await asyncio.sleep(0.1)
+                    if refused(reason):
+                        break
             await asyncio.sleep(3 * round_s)
         finally:
             for t in ts.values():
@@ -148,8 +169,11 @@ def test_attacks_over_hivemind_are_rejected_by_a_running_node(procs, warm_tiny_m
     attackers = asyncio.run(attack())
     assert node.wait(timeout=180) == 0  # it kept running to the end
     st = status(victim_dir)["swarm"]
-    assert st["rejected"] == {"replay": 1, "bad_signature": 1, "malformed": 1, "unknown_field": 1,
-                              "sender_mismatch": 1}, st["rejected"]
+    # Each attack refused under its reason (an attack published again after a lost entry may be
+    # refused twice; its key is backed off after the first), and nothing else refused.
+    assert set(st["rejected"]) == {"replay", "bad_signature", "malformed", "unknown_field",
+                                   "sender_mismatch"}, st["rejected"]
+    assert st["rejected"]["replay"] == 1
     # Only the one valid envelope could reach the learner.
     assert set(st["groups_used_by_peer"]) <= {attackers["valid"]}
     assert p2pd_children_of([node.pid]) == []

@@ -19,9 +19,13 @@ from node.transport.hivemind_dht import (HivemindTransport, _handler_name, heart
 from protocol.identity import Identity
 
 LOOPBACK = dict(host_maddrs=["/ip4/127.0.0.1/tcp/0"], use_relay=False, nat_port_map=False)
-# Rounds near now on the transports' clock (round_seconds 5): validators refuse entries of rounds
-# long past (they expire within 32 rounds of the round's start).
-R = int(time.time() // 5)
+
+
+def _now_round() -> int:
+    """The current round of the transports' clock (round_seconds 5). Read when a test starts, not
+    at import: validators refuse entries of rounds more than 33 back, and the whole suite takes
+    longer than that to reach these tests."""
+    return int(time.time() // 5)
 
 
 _IDS: dict[str, Identity] = {}
@@ -50,6 +54,7 @@ def _transport(peer_id: str, maddrs, **kw) -> HivemindTransport:
 
 
 def test_peers_exchange_envelopes_through_dht_index_and_streams():
+    R = _now_round()
     async def go():
         boot, maddrs = await _bootstrap()
         ts = [_transport(pid(f"node{i}"), maddrs) for i in range(3)]
@@ -74,7 +79,7 @@ def test_peers_exchange_envelopes_through_dht_index_and_streams():
     assert again == [[], [], []]  # each envelope is delivered once
 
 
-async def _hostile_server(maddrs, reply: bytes, index: dict, rounds=(R,)):
+async def _hostile_server(maddrs, reply: bytes, index: dict, rounds=None):
     """A peer that publishes an index record (correctly signed: a valid key is free) and answers
     fetches with ``reply`` (raw)."""
     node = await start_dht_node(initial_peers=maddrs, retries=0,
@@ -89,7 +94,7 @@ async def _hostile_server(maddrs, reply: bytes, index: dict, rounds=(R,)):
     await node.p2p.add_binary_stream_handler(_handler_name("t"), serve)
     from hivemind.utils import get_dht_time
 
-    for r in rounds:
+    for r in rounds or (_now_round(),):
         key, sub, value = index_entry("t", r, pid("hostile"), node.p2p.peer_id.to_base58(), index["size"], index["sha256"])
         await node.store(key, value, get_dht_time() + 60, subkey=sub)
     return node
@@ -97,6 +102,7 @@ async def _hostile_server(maddrs, reply: bytes, index: dict, rounds=(R,)):
 
 @pytest.mark.parametrize("case", ["declared_oversized", "indexed_oversized", "hash_mismatch", "vanishes_mid_transfer"])
 def test_hostile_publishers_are_refused_without_buffering(case):
+    R = _now_round()
     body = b"x" * 1000
     sha = hashlib.sha256(body).hexdigest()
     reply, index = {
@@ -173,6 +179,7 @@ def test_heartbeats_live_in_the_dht():
 
 
 def test_a_stalling_publisher_does_not_hold_up_honest_deliveries():
+    R = _now_round()
     async def go():
         boot, maddrs = await _bootstrap()
         node = await start_dht_node(initial_peers=maddrs, retries=0,
@@ -389,6 +396,7 @@ def test_the_transport_will_not_write_another_peers_entry():
 
 
 def test_a_publisher_whose_body_fails_verification_is_backed_off():
+    R = _now_round()
     body = b"x" * 1000
     reply = struct.pack(">Q", 1000) + b"y" * 1000  # not the body its (signed) entry announces
 
@@ -485,6 +493,7 @@ def test_junk_entries_first_cannot_take_the_slots_of_known_peers():
     """Two fresh keys store entries (pointing nowhere) as a round starts, before the honest peer
     has generated anything; the reader fetches them first. Its known peer's envelope, published
     later in the round, must still be fetched: junk spends the unknown budget only."""
+    R = _now_round()
     from hivemind.utils import get_dht_time
 
     junk_ids = [ident(f"junk{i}") for i in range(2)]

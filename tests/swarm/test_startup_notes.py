@@ -51,11 +51,13 @@ def test_a_node_waiting_for_peers_says_so_in_its_status(warm_tiny_model_dir, tmp
 @pytest.mark.parametrize("nodes, warned", [(2, True), (3, False)])
 def test_a_swarm_where_every_node_trains_on_every_group_is_warned_about(warm_tiny_model_dir, tmp_path, caplog,
                                                                         monkeypatch, nodes, warned):
-    # I = J = 2: with one peer, each node's batch is its own 2 groups plus all of the peer's 2.
+    # I = J = 2: with one peer, each node's batch is its own 2 groups plus all of the peer's 2 (the
+    # one peer may supply all of J: max_sender_share 1, as a swarm of two is told to set).
     async def scenario():
         hub = MemoryHub()
         ns = [await create_node(swarm_cfg(warm_tiny_model_dir, tmp_path / f"n{i}",
-                                          **{"train.seed": i, "train.steps": 8}), hub) for i in range(nodes)]
+                                          **{"train.seed": i, "train.steps": 8, "swarm.max_sender_share": 1.0}), hub)
+              for i in range(nodes)]
         await run_all(ns)
         return ns
 
