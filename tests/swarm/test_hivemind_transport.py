@@ -115,7 +115,7 @@ def test_hostile_publishers_are_refused_without_buffering(case):
 
     async def go():
         boot, maddrs = await _bootstrap()
-        hostile = await _hostile_server(maddrs, reply, index)
+        hostile = await _hostile_server(maddrs, reply, index, rounds=(R,))  # the round the test polls
         t = _transport(pid("victim"), maddrs)
         try:
             await t.start()
