@@ -491,7 +491,7 @@ class HivemindTransport(Transport):
     async def poll(self, rounds: Iterable[int], want: int | None = None) -> list[Delivery]:
         """Read the index shards of the rounds that still want envelopes and start fetching.
         ``want`` = envelopes a round worth fetching from publishers with a verified history (the
-        exchange's J groups' worth); unknown publishers get ``EXPLORE_PER_ROUND`` fetches a round on
+        exchange's J groups' worth); unknown publishers get ``explore_allowance`` fetches a round on
         top. None: fetch everything found (tests, tools)."""
         rounds = list(rounds)
         oldest = min(rounds) if rounds else 0
