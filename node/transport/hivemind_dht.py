@@ -45,26 +45,22 @@ import asyncio
 import collections
 import hashlib
 import logging
-import math
 import random
-import re
 import struct
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional
 
 from hivemind.dht.node import DHTNode
 from hivemind.dht.protocol import DHTProtocol
-from hivemind.dht.routing import DHTID
-from hivemind.dht.validation import CompositeValidator, DHTRecord, RecordValidatorBase
+from hivemind.dht.validation import RecordValidatorBase
 from hivemind.p2p import P2PDaemonError, PeerID
 from hivemind.utils import get_dht_time
 
 import node.transport.hivemind_patches  # noqa: F401  (hivemind's DHT, patched at import: see that module)
 from node.log_setup import adopt_library_logging
 from node.transport.base import MAX_ANNOUNCEMENT_SIZE, MAX_ENVELOPE_SIZE, Delivery, Transport, TransportError
-from node.transport.dht_index import (bulky_threshold, choose_fetches, estimate_size, explore_allowance, parse_key,
+from node.transport.dht_index import (bulky_threshold, choose_fetches, estimate_size, explore_allowance,
                                      peers_key, read_plan, round_key, shard_prefix, write_levels)
-from node.transport.dht_records import CLOCK_SLACK_S, MAX_RECORD_TTL_S, PEER_ID_RE, OwnerSignatureValidator
 from protocol.identity import Identity
 
 adopt_library_logging()  # JSON logs: hivemind's own handler gives way to the node's
@@ -109,123 +105,9 @@ def _no_bootstrap(initial_peers: list[str]) -> str:
             f"is running and that its port is reachable from here (firewall, NAT)")
 
 
-ROUND_ENTRY_ROUNDS = 32  # a round's index entry expires within this many rounds of the round's start
-HEARTBEAT_ROUNDS = 8  # no heartbeat record lives longer (an honest one: 3 rounds)
-_CLOCK_SLACK_S = CLOCK_SLACK_S
-_SHA256_RE = re.compile(r"[0-9a-f]{64}")
-_ROUND_FIELDS = {"k", "p2p", "size", "sha256"}
-_PEERS_FIELDS = {"k", "hb"}
-_KEY_MEMO = 65536
-
-
-def index_entry(swarm: str, round: int, peer_id: str, p2p: str, size: int, sha256: str,
-                prefix: str = "") -> tuple[str, str, dict]:
-    """(key, subkey, value) of a publisher's index entry for ``round`` in the shard ``prefix``
-    (``shard_prefix(peer_id, level)``), for ``DHTNode.store(key, value, expiration, subkey=...)``
-    by a node whose validator signs for ``peer_id``. The value names its own key, so a validator
-    can tell which round and shard a key id is without computing every possible one."""
-    key = round_key(swarm, round, prefix)
-    return key, peer_id, {"k": key, "p2p": p2p, "size": size, "sha256": sha256}
-
-
-def heartbeat_entry(swarm: str, peer_id: str, data: bytes, prefix: str = "") -> tuple[str, str, dict]:
-    key = peers_key(swarm, prefix)
-    return key, peer_id, {"k": key, "hb": data}
-
-
-class SwarmRecordValidator(RecordValidatorBase):
-    """What honest nodes accept into (and from) the DHT, after ``OwnerSignatureValidator``
-    (``swarm_validator``) has checked that the record is a peer's, signed by that peer, and
-    unwrapped its value. hivemind keeps records unauthenticated; without these rules a raw client
-    could plant values no node can outlive or read. Every record must be one of the index's:
-
-    - its value names its key (``"k"``), which must hash to the record's key id and parse as a
-      swarm-node index key (``node/transport/dht_index.py``: round shards and heartbeat shards);
-    - the shard is the subkey's: a peer can write only at its own prefix of each level, so keys
-      made by the thousand spread over the shards instead of filling the one a reader reads;
-    - any record expires within ``MAX_RECORD_TTL_S`` (an hour; ours live a few rounds);
-    - this swarm's round entries expire within 32 rounds of the round's start
-      (``_round_expiry_cap``), so no entry outlives the rounds anyone reads;
-    - round values are exactly ``{k, p2p: str, size: int, sha256: 64 hex}``, heartbeats
-      ``{k, hb: bytes}`` up to 8 KiB.
-
-    - only this swarm's keys, and only rounds from 33 back to 2 (plus the clock slack) ahead:
-      nothing is kept that no reader will read before it expires;
-    - heartbeats expire within ``HEARTBEAT_ROUNDS`` rounds.
-
-    Other swarms' records are refused (a node is no replica for them; a shared bootstrap peer
-    keeps any owner-signed record).
-    """
-
-    def __init__(self, swarm: str, round_seconds: float):
-        self.swarm = swarm
-        self.round_seconds = round_seconds
-        self._serializer = DHTProtocol.serializer
-        self._reserved = set(DHTProtocol.RESERVED_SUBKEYS)
-        self._keys: collections.OrderedDict = collections.OrderedDict()  # raw key -> key id (memo)
-
-    def _key_id(self, raw: str) -> bytes:
-        kid = self._keys.get(raw)
-        if kid is None:
-            kid = self._keys[raw] = DHTID.generate(source=raw).to_bytes()
-            if len(self._keys) > _KEY_MEMO:
-                self._keys.popitem(last=False)
-        return kid
-
-    def _round_expiry_cap(self, round: int) -> float:
-        """The latest expiration a round's entry may have: ROUND_ENTRY_ROUNDS rounds after the
-        round began, plus the clock slack. A swarm-wide constant, not this node's own
-        max_round_lag, so every node draws the line in the same place (a replica that keeps what a
-        reader refuses serves it entries that reader drops); max_round_lag ≤ 28 keeps honest
-        entries (published for max_round_lag + 2 rounds) inside it."""
-        return (round + ROUND_ENTRY_ROUNDS) * self.round_seconds + _CLOCK_SLACK_S
-
-    def validate(self, record: DHTRecord) -> bool:
-        if not (math.isfinite(record.expiration_time)
-                and record.expiration_time <= get_dht_time() + MAX_RECORD_TTL_S + _CLOCK_SLACK_S):
-            return False  # (NaN would pass every "too late" comparison)
-        if record.subkey in self._reserved:
-            return False  # a plain value would replace every peer's entry
-        try:
-            subkey = self._serializer.loads(record.subkey)
-            value = self._serializer.loads(record.value)
-        except Exception:  # noqa: BLE001 - hostile bytes
-            return False
-        if not (isinstance(subkey, str) and PEER_ID_RE.fullmatch(subkey)
-                and isinstance(value, dict) and isinstance(value.get("k"), str)):
-            return False
-        parsed = parse_key(value["k"])
-        if parsed is None or self._key_id(value["k"]) != record.key:
-            return False
-        if parsed.prefix != shard_prefix(subkey, len(parsed.prefix)):
-            return False
-        if parsed.swarm != self.swarm:
-            return False  # a node keeps its own swarm's index only (the bootstrap peer keeps any)
-        now = get_dht_time()
-        if parsed.kind == "peers":
-            # A heartbeat lives 3 rounds: none may outlive HEARTBEAT_ROUNDS, so junk heartbeats
-            # cost their sender a store every few rounds, not one an hour.
-            return (set(value) == _PEERS_FIELDS and isinstance(value["hb"], bytes)
-                    and len(value["hb"]) <= MAX_ANNOUNCEMENT_SIZE
-                    and record.expiration_time <= now + HEARTBEAT_ROUNDS * self.round_seconds + _CLOCK_SLACK_S)
-        current = int(now // self.round_seconds)
-        ahead = 2 + int(_CLOCK_SLACK_S // self.round_seconds)
-        if not current - ROUND_ENTRY_ROUNDS - 1 <= parsed.round <= current + ahead:
-            return False  # no one reads it, now or before it expires: nothing to plant
-        if record.expiration_time > self._round_expiry_cap(parsed.round):
-            return False
-        return (set(value) == _ROUND_FIELDS
-                and isinstance(value["p2p"], str) and len(value["p2p"]) <= 128
-                and type(value["size"]) is int and 0 <= value["size"] <= MAX_ENVELOPE_SIZE
-                and isinstance(value["sha256"], str) and _SHA256_RE.fullmatch(value["sha256"]) is not None)
-
-
-def swarm_validator(swarm: str, round_seconds: float, signer: Identity | None) -> CompositeValidator:
-    """A node's record validator: only owner-signed peer records (signing its own with
-    ``signer``), then the index's shape and expiry rules on the unwrapped value."""
-    return CompositeValidator([
-        OwnerSignatureValidator(signer, only_peer_records=True, max_ttl_s=MAX_RECORD_TTL_S + CLOCK_SLACK_S),
-        SwarmRecordValidator(swarm, round_seconds)])
+from node.transport.dht_records import MAX_RECORD_TTL_S  # noqa: F401 - re-exported
+from node.transport.index_records import (HEARTBEAT_ROUNDS, ROUND_ENTRY_ROUNDS, SwarmRecordValidator,  # noqa: F401
+                                         heartbeat_entry, index_entry, swarm_validator)
 
 
 async def start_dht_node(*, initial_peers: list[str], host_maddrs: list[str],
