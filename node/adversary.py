@@ -66,9 +66,10 @@ read; else the one key per round of docs/protocol.md)::
                                                                      node serves only its own body)
     oversized        OVERSIZED_SENDERS (4) keys, each a valid batch a round: 64 tasks x 8
                      completions of ~600 tokens (in vocabulary, no special token, text their
-                     decoding), just under the 4 MiB message limit  admitted by design (too long
-                                                                     to train on: external_too_long);
-                                                                     memory bounded by the pool caps
+                     decoding), just under the 4 MiB message limit  oversized: larger than all a
+                                                                     receiver could use (node/swarm.py
+                                                                     usable_envelope_bytes), so not
+                                                                     fetched
 
 It trains nothing. Its ``status.json`` counts what it sent, by attack, what the transport
 refused to carry (``refused``), DHT stores by attack and outcome (``stores``: ``kept`` or
@@ -116,7 +117,7 @@ SYBIL_ATTACKS = ("far_expiry", "flood", "honest_address", "oversized")  # many k
 ATTACKS = DEFAULT_ATTACKS + (
     "logprob_1e300", "logprob_1e4", "special_tokens", "future_created_at", "foreign_logprob_gap",
     "zero_advantage", "displace", "far_expiry", "flood", "honest_address", "oversized")
-ADMITTED_BY_DESIGN = ("foreign_logprob_gap", "zero_advantage", "oversized")
+ADMITTED_BY_DESIGN = ("foreign_logprob_gap", "zero_advantage")
 
 FLOOD_IDENTITIES = 200
 HONEST_ADDRESS_IDENTITIES = 20

@@ -35,12 +35,15 @@ group, at most ``MAX_SENDER_BYTES`` pooled per sender (its own oldest evicted fi
 and heartbeats for at most ``MAX_TRACKED_PEERS`` peers. A message's ``created_at`` must agree
 with its signed envelope time (``created_at_mismatch``), so expiry by it is not the sender's
 choice. CPU is bounded too: only what could be used is checked (a group's first ``group_cap``
-records; nothing of a batch already too old for the window, or a second one from a sender and
-round), and the checks run in a worker thread (``admit_off_loop``), so a 4 MiB batch does not
-stall heartbeats, the trainer or the status display.
+records no longer than the node trains on, ``max_tokens``; nothing of a batch already too old
+for the window, or a second one from a sender and round), and the checks run in a worker thread
+(``admit_off_loop``), so a 4 MiB batch does not stall heartbeats, the trainer or the status
+display.
 
-Transports add their own before any of this: ``oversized`` (a frame over the limit, refused
-before it is read) and ``hash_mismatch`` (a body that is not what its index record announced).
+Transports add their own before any of this: ``oversized`` (a body declared or framed larger
+than all this node could use, ``usable_envelope_bytes``, or than the message limit: not
+fetched, or refused before it is read) and ``hash_mismatch`` (a body that is not what its index
+record announced).
 
 Nothing a peer claims about quality is used: the protocol has no reward or ground-truth fields
 (a message carrying one fails as ``unknown_field``) and the trainer re-scores every admitted
@@ -67,19 +70,22 @@ from node.transport.dht_index import envelopes_wanted
 from protocol.codec import decode, encode
 from protocol.errors import MessageTooLarge, ProtocolError, UnknownField, UnsupportedVersion
 from protocol.identity import Identity
-from protocol.messages import MIN_TOKEN_LOGPROB, Announcement, RolloutBatch, RolloutRecord
-from protocol.signing import Envelope, Verifier, VerifyResult, envelope_from_bytes, envelope_to_bytes, sign
+from protocol.messages import MAX_ROLLOUTS, MAX_TASK_ID_CHARS, MIN_TOKEN_LOGPROB, Announcement, RolloutBatch, RolloutRecord
+from protocol.signing import MAX_ENVELOPE_SIZE, Envelope, Verifier, VerifyResult, envelope_from_bytes, envelope_to_bytes, sign
 from rewards.errors import TaskError
 from rewards.registry import make_task
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PeerGroup", "SwarmStats", "SwarmExchange", "REJECT_REASONS", "allowed_specials"]
+__all__ = ["PeerGroup", "SwarmStats", "SwarmExchange", "REJECT_REASONS", "allowed_specials", "usable_envelope_bytes"]
 
 MAX_GROUPS_PER_BATCH = 64  # tasks in one peer batch (an honest node publishes prompts_per_step - J)
 MAX_POOL_GROUPS = 4096  # admitted, unused groups kept at once
 MAX_POOL_BYTES = 256 << 20  # ... and their size (ids, log-probs, text: group_bytes), whoever sent them
 MAX_SENDER_BYTES = 32 << 20  # one sender's share: about two full 4 MiB envelopes once decoded
+# A completion's text bytes per token, from above (the longest tokens of common vocabularies are
+# runs of spaces or repeated punctuation, 16-32 bytes): bounds text whose tokens this node cannot count.
+MAX_TEXT_BYTES_PER_TOKEN = 32
 MAX_CREATED_DRIFT_S = 5.0  # a message's created_at vs its signed (clock-checked) envelope time
 MAX_TRACKED_PEERS = 1024  # per-peer counters kept; the rest are summed under "(other)"
 OTHER_PEERS = "(other)"
@@ -142,6 +148,7 @@ class SwarmStats:
     groups_used: collections.Counter = field(default_factory=collections.Counter)  # by sender
     dropped_stale: int = 0  # admitted groups that aged out of the window before use
     dropped_full: int = 0  # admitted groups evicted because the pool was full
+    dropped_long: int = 0  # completions longer than this node trains on: not checked, not kept
     envelopes_out: int = 0
     rollouts_out: int = 0
     publish_errors: int = 0
@@ -157,6 +164,21 @@ def group_bytes(g: PeerGroup) -> int:
     Python ints and floats (an 8-byte slot plus a 28- or 24-byte object each), its text a str
     (``sys.getsizeof``: up to 4 bytes a character), plus the record itself."""
     return sum(200 + 68 * len(r.completion_ids) + sys.getsizeof(r.completion_text) for r in g.records)
+
+
+def usable_envelope_bytes(group_cap: int, max_tokens: int | None, groups: int = MAX_GROUPS_PER_BATCH) -> int:
+    """The encoded size, from above, of the largest envelope all of which this node could use:
+    ``groups`` tasks of ``group_cap`` completions (MAX_ROLLOUTS at most) of ``max_tokens`` tokens
+    (5 bytes an id, 9 a float64 log-prob, MAX_TEXT_BYTES_PER_TOKEN of text), each record with its
+    task id. A body
+    declared larger holds nothing more this node could train on, so it is not fetched: what a
+    hostile sender's big batch costs a receiver is an index entry, not 4 MiB of decoding. None:
+    no limit but the message size (tests/swarm/test_swarm_hostile.py checks the bound against
+    real encodings)."""
+    if max_tokens is None:
+        return MAX_ENVELOPE_SIZE
+    record = 160 + MAX_TASK_ID_CHARS + max_tokens * (5 + 9 + MAX_TEXT_BYTES_PER_TOKEN)
+    return min(MAX_ENVELOPE_SIZE, 2048 + min(groups * group_cap, MAX_ROLLOUTS) * record)
 
 
 def allowed_specials(ids: Sequence[int], special_ids: frozenset[int], eos_id: int | None) -> bool:
@@ -189,7 +211,8 @@ class SwarmExchange:
                  decode_text: Callable[[Sequence[int]], str], group_cap: int = 64,
                  max_round_lag: int = 4, poll_seconds: float = 0.25, max_clock_skew: float = 30.0,
                  seed: int = 0, special_ids: frozenset[int] = frozenset(), eos_id: int | None = None,
-                 external_groups: int | None = None, max_sender_share: float = 1.0):
+                 external_groups: int | None = None, max_sender_share: float = 1.0,
+                 max_tokens: int | None = None):
         self.transport = transport
         self.identity = identity
         self.clock = clock
@@ -202,6 +225,10 @@ class SwarmExchange:
         self.special_ids = frozenset(special_ids)
         self.eos_id = eos_id
         self.group_cap = group_cap  # completions kept per group: this node's group size
+        # Completions longer than this node trains on (its max_completion_length) are dropped at
+        # admission, and bodies bigger than all it could use are not fetched (None: no bound).
+        self.max_tokens = max_tokens
+        self.max_body = usable_envelope_bytes(group_cap, max_tokens)
         self.max_round_lag = max_round_lag
         self.poll_seconds = poll_seconds
         # J: what the trainer takes a step, hence what is worth fetching a round (None: everything)
@@ -341,7 +368,7 @@ class SwarmExchange:
         if not await self.link.maybe_rejoin():
             return 0  # down: the node trains on its own rollouts until the link is back
         try:
-            for d in await self.transport.poll(self.window(), self.envelopes_wanted()):
+            for d in await self.transport.poll(self.window(), self.envelopes_wanted(), self.max_body):
                 try:
                     admitted += await self.admit_off_loop(d)
                 except asyncio.CancelledError:
@@ -436,10 +463,10 @@ class SwarmExchange:
         checked = await asyncio.to_thread(self._check, d)
         return self._guarded(lambda d: self._commit(d, checked), d)
 
-    def _check(self, d: Delivery) -> tuple[Envelope, RolloutBatch, dict] | _Refused:
+    def _check(self, d: Delivery) -> tuple[Envelope, RolloutBatch, dict, int] | _Refused:
         """Every check of a rollout batch that needs no change of state; the groups it would add
-        (only the first ``group_cap`` records of each: the rest would be dropped, so they are
-        neither checked nor kept), or the refusal."""
+        (only what the node could use, ``_usable``: the rest is neither checked nor kept) and how
+        many completions were too long, or the refusal."""
         try:
             env, msg = self._open(d, RolloutBatch)
             if msg.round != d.round or msg.round > self.clock.current() + 1:
@@ -453,13 +480,31 @@ class SwarmExchange:
                 raise _Refused("too_many_groups", f"{len(groups)} tasks")
             if msg.round < self.clock.current() - self.max_round_lag:
                 raise _Refused("stale", str(len(groups)))  # could never be used: not checked further
-            groups = {t: recs[:self.group_cap] for t, recs in groups.items()}
             same_tokenizer = msg.tokenizer_fingerprint == self.tokenizer_fingerprint
+            groups, dropped_long = self._usable(groups, same_tokenizer)
             for task_id, records in groups.items():  # the whole batch is refused if any record fails
                 self._check_group(task_id, records, same_tokenizer)
         except _Refused as r:
             return r
-        return env, msg, groups
+        return env, msg, groups, dropped_long
+
+    def _usable(self, groups: dict[str, list[RolloutRecord]], same_tokenizer: bool
+                ) -> tuple[dict[str, list[RolloutRecord]], int]:
+        """Each group's first ``group_cap`` completions this node could train on, and how many
+        were left out for length: a longer one would be dropped by the learner (node/rollouts.py
+        external_samples), so it is neither checked nor kept. Another tokenizer's tokens cannot be
+        counted here: its text is bounded instead (the learner counts it exactly)."""
+        if self.max_tokens is None:
+            return {t: recs[:self.group_cap] for t, recs in groups.items()}, 0
+        text_limit = self.max_tokens * MAX_TEXT_BYTES_PER_TOKEN
+        kept, dropped = {}, 0
+        for t, recs in groups.items():
+            fits = [r for r in recs if (len(r.completion_ids) <= self.max_tokens if same_tokenizer
+                                        else len(r.completion_text.encode()) <= text_limit)]
+            dropped += len(recs) - len(fits)
+            if fits:
+                kept[t] = fits[:self.group_cap]
+        return kept, dropped
 
     def _check_group(self, task_id: str, records: list[RolloutRecord], same_tokenizer: bool) -> None:
         try:
@@ -491,14 +536,16 @@ class SwarmExchange:
             if checked.reason in SENDER_FAULTS:
                 self.transport.distrust(d.publisher, d.round)
             return self._reject(checked.reason, d, checked.detail)
-        env, msg, groups = checked
+        env, msg, groups, dropped_long = checked
+        self.stats.dropped_long += dropped_long
         if (msg.sender, msg.round) in self._batches:  # admitted while this one was being checked
             return self._reject("duplicate_round", d)
         if not self.verifier.commit(env):
             return self._reject("replay", d)
         self._batches.add((msg.sender, msg.round))
         self.stats.envelopes_in += 1
-        self.transport.vouch(msg.sender)
+        if groups:  # a batch with nothing this node can use earns its sender no fetch slot
+            self.transport.vouch(msg.sender)
         # What one envelope can give a step: a sender cannot supply more than its share, so a
         # batch of 64 groups must not shrink the fetch budget (nor one of 1 grow it past J).
         usable = len(groups) if self.external_groups is None else min(
@@ -616,6 +663,7 @@ class SwarmExchange:
             "pool_bytes": self._pool_bytes,
             "dropped_stale": s.dropped_stale,
             "dropped_full": s.dropped_full,
+            "dropped_long": s.dropped_long,
             "rejected": dict(s.rejected + self.transport.rejected),
             "rejected_total": sum(s.rejected.values()) + sum(self.transport.rejected.values()),
             "publish_errors": s.publish_errors,

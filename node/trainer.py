@@ -132,7 +132,8 @@ async def build_exchange(cfg: NodeConfig, policy: Policy, transport: Transport |
         decode_text=lambda ids: tok.decode(list(ids), skip_special_tokens=True),
         group_cap=_group_size(cfg), max_round_lag=sc.max_round_lag, poll_seconds=sc.poll_seconds,
         max_clock_skew=sc.max_clock_skew, seed=cfg.train.seed, external_groups=sc.external_groups,
-        max_sender_share=sc.max_sender_share, special_ids=frozenset(tok.all_special_ids), eos_id=tok.eos_token_id)
+        max_sender_share=sc.max_sender_share, special_ids=frozenset(tok.all_special_ids), eos_id=tok.eos_token_id,
+        max_tokens=cfg.generation.max_completion_length)
     await exchange.start()
     log.info("joined swarm %r over %s as %s", sc.name, type(transport).__name__, ident.peer_id)
     return exchange

@@ -126,11 +126,13 @@ class Learner:
     def _grad_sq_norms(self, batch: TokenBatch) -> torch.Tensor:
         """‖∇_θ log π(y_i)‖² per sample (exact OPOB): one backward per sample, costly by design."""
         logp = self.policy.completion_logprobs(batch, self.temperature).sum(-1)  # (B,)
-        out = torch.empty(logp.shape[0])
+        out = torch.zeros(logp.shape[0], dtype=torch.float32, device=logp.device)
         for i in range(logp.shape[0]):
             grads = torch.autograd.grad(logp[i], self.params, retain_graph=i < logp.shape[0] - 1,
                                         allow_unused=True)
-            out[i] = sum(float((g.float() ** 2).sum()) for g in grads if g is not None)
+            for g in grads:  # summed on the device: no host sync per parameter
+                if g is not None:
+                    out[i] += (g.float() ** 2).sum()
         return out
 
     def _warmup(self) -> float:

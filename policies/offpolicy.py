@@ -176,9 +176,9 @@ def m2po_mask(
     # Keep the k smallest values for the largest k whose mean is ≤ τ (prefix means of the
     # ascending sort are non-decreasing, so a cumulative sum finds k at once).
     sorted_vals, order = torch.sort(vals)
-    prefix_mean = torch.cumsum(sorted_vals, 0) / torch.arange(1, n + 1, dtype=vals.dtype)
+    prefix_mean = torch.cumsum(sorted_vals, 0) / torch.arange(1, n + 1, dtype=vals.dtype, device=vals.device)
     k = int((prefix_mean <= tau).sum())
-    keep_live = torch.zeros(n, dtype=torch.bool)
+    keep_live = torch.zeros(n, dtype=torch.bool, device=vals.device)
     keep_live[order[:k]] = True
     keep = torch.zeros_like(live)
     keep[live.nonzero(as_tuple=True)[0]] = keep_live

@@ -62,11 +62,14 @@ class Transport(abc.ABC):
         raise NotImplementedError(f"{type(self).__name__} cannot publish under another key")
 
     @abc.abstractmethod
-    async def poll(self, rounds: Iterable[int], want: int | None = None) -> list[Delivery]:
+    async def poll(self, rounds: Iterable[int], want: int | None = None,
+                   max_size: int | None = None) -> list[Delivery]:
         """Envelopes of other publishers for ``rounds`` that this node has not received yet.
         ``want``: envelopes a round worth fetching (about J groups' worth); a carrier that pays
         per fetch (hivemind) fetches about that many, publishers with a verified history first
-        (``vouch``). None: everything."""
+        (``vouch``). None: everything. ``max_size``: bodies larger than this (all the node could
+        use, node/swarm.py ``usable_envelope_bytes``) are not taken, counted ``oversized``; None:
+        the message limit."""
 
     def vouch(self, publisher: str) -> None:
         """The node admitted an envelope of ``publisher`` (it verified and passed every check)."""

@@ -36,11 +36,11 @@ import math
 import random
 import re
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence, Set
 
 __all__ = ["SHARD_FANOUT", "MAX_LEVEL", "SHARD_TARGET", "EXPLORE_EVERY_ROUNDS", "peer_hash", "shard_prefix",
            "level_for", "write_levels", "round_key", "peers_key", "parse_key", "ParsedKey", "read_plan",
-           "estimate_size", "choose_fetches", "envelopes_wanted", "explore_allowance", "bulky_threshold"]
+           "estimate_size", "choose_fetches", "explore_order", "envelopes_wanted", "explore_allowance", "bulky_threshold"]
 
 SHARD_FANOUT = 16  # one hex digit of the peer-id hash per level
 MAX_LEVEL = 3  # 4096 shards: ~64 entries a shard at a quarter of a million peers
@@ -181,19 +181,43 @@ def explore_allowance(round: int, known: int, want: int) -> int:
 
 
 def choose_fetches(candidates: Sequence[str], known: set[str] | dict, slots: int, explore: int,
-                   rng: random.Random, bulky: set[str] | frozenset = frozenset()) -> list[str]:
+                   rng: random.Random, bulky: set[str] | frozenset = frozenset(),
+                   hosts: Mapping[str, str] | None = None, reachable: Set[str] = frozenset(),
+                   age: Mapping[str, int] | None = None) -> list[str]:
     """Which of a round's new publishers to fetch now: up to ``slots`` with a verified history
     (random among them, so every known peer gets its turn), and up to ``explore`` unknown ones
-    on top. The two budgets are separate, so junk entries (unknown keys) can never use up the
-    slots of the peers a node knows. ``bulky`` publishers (entries announcing far more bytes
-    than the envelopes a node usually fetches) come last among the known: valid but huge
-    batches from a few keys must not take the slots of peers whose envelopes cost a few KB."""
+    on top, in ``explore_order``. The two budgets are separate, so junk entries (unknown keys)
+    can never use up the slots of the peers a node knows. ``bulky`` publishers (entries
+    announcing far more bytes than the envelopes a node usually fetches) come last among the
+    known: valid but huge batches from a few keys must not take the slots of peers whose
+    envelopes cost a few KB."""
     known_c = [p for p in candidates if p in known]
     unknown = [p for p in candidates if p not in known]
     rng.shuffle(known_c)
-    rng.shuffle(unknown)
     known_c.sort(key=lambda p: p in bulky)  # stable: random within each kind
-    return known_c[:max(slots, 0)] + unknown[:max(explore, 0)]
+    return known_c[:max(slots, 0)] + explore_order(unknown, hosts or {}, reachable, age or {}, rng)[:max(explore, 0)]
+
+
+def explore_order(publishers: Sequence[str], hosts: Mapping[str, str], reachable: Set[str],
+                  age: Mapping[str, int], rng: random.Random) -> list[str]:
+    """The order to try publishers nobody has verified yet, so a newcomer finds honest peers in a
+    flood of fresh keys. Keys are free, hosts that answer are not: candidates are taken one per
+    host (``hosts``: the libp2p peer an entry points at; an honest host serves only its own
+    publisher), hosts this node has a live DHT route to (``reachable``) first (entries pointing
+    at hosts that do not exist cost a 10 s timeout each), and within a host, and among hosts,
+    the key seen longest (``age``, rounds) first: a key made for this round has age 0, an honest
+    peer's grows while it runs. Random among equals. Every candidate appears once: the second of
+    each host after the first of all."""
+    by_host: dict[str, list[str]] = {}
+    for p in rng.sample(list(publishers), len(publishers)):
+        by_host.setdefault(hosts.get(p, p), []).append(p)
+    for ps in by_host.values():
+        ps.sort(key=lambda p: -age.get(p, 0))  # stable: random among equal ages
+    order = sorted(by_host, key=lambda h: (h not in reachable, -age.get(by_host[h][0], 0)))
+    out = []
+    for i in range(max((len(ps) for ps in by_host.values()), default=0)):
+        out += [by_host[h][i] for h in order if i < len(by_host[h])]
+    return out
 
 
 def bulky_threshold(recent_sizes: Sequence[int], factor: float = BULKY_FACTOR) -> float:

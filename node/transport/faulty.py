@@ -73,8 +73,9 @@ class FaultyTransport(Transport):
             heapq.heappush(self._held, item)
         return [item[3] for item in out]
 
-    async def poll(self, rounds: Iterable[int], want: int | None = None) -> list[Delivery]:
-        return self._through("rollouts", await self.inner.poll(rounds, want))
+    async def poll(self, rounds: Iterable[int], want: int | None = None,
+                   max_size: int | None = None) -> list[Delivery]:
+        return self._through("rollouts", await self.inner.poll(rounds, want, max_size))
 
     def vouch(self, publisher: str) -> None:
         self.inner.vouch(publisher)

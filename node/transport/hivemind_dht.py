@@ -29,8 +29,10 @@ only records their owner signed, so nobody can write, or outlive, another peer's
 
 A receiver reads the shards of the rounds in its window that still want envelopes, fetches about
 what it will use (publishers with a verified history first, two unknown ones a round: the fetch
-budget, ``poll``'s ``want``) from the ``p2p`` peer, checks the declared size *before* reading (``oversized``) and the sha256
-after (``hash_mismatch``), and hands the bytes to the node, which verifies the signature. A publisher that does not
+budget, ``poll``'s ``want``) from the ``p2p`` peer, skips an entry declaring more than the node
+could use (``max_size``) or than the message limit (``oversized``), refuses a body framed larger
+than its entry declared *before* reading it and one whose sha256 differs after
+(``hash_mismatch``), and hands the bytes to the node, which verifies the signature. A publisher that does not
 answer (gone, or cut off mid-transfer) is retried on the next polls, then given up
 (``fetch_failures``); that is routine churn, not a rejection.
 
@@ -205,6 +207,12 @@ class HivemindTransport(Transport):
     backed_off: int = field(default=0, init=False)  # back-offs of publishers whose bodies failed
     _strikes: dict = field(default_factory=dict, init=False, repr=False)  # publisher -> failures
     _backoff: dict = field(default_factory=dict, init=False, repr=False)  # publisher -> skip until round
+    _host_strikes: dict = field(default_factory=dict, init=False, repr=False)  # libp2p host -> bad bodies
+    _host_backoff: dict = field(default_factory=dict, init=False, repr=False)  # host -> skip until round
+    _host_of: collections.OrderedDict = field(default_factory=collections.OrderedDict, init=False,
+                                              repr=False)  # publisher -> host of its last fetch
+    _first_seen: collections.OrderedDict = field(default_factory=collections.OrderedDict, init=False,
+                                                 repr=False)  # publisher -> round first seen (LRU)
     _known: collections.OrderedDict = field(default_factory=collections.OrderedDict, init=False, repr=False)
     _budget: dict = field(default_factory=dict, init=False, repr=False)  # round -> _RoundBudget
     _short: dict = field(default_factory=dict, init=False, repr=False)  # round -> last read found too few
@@ -370,7 +378,8 @@ class HivemindTransport(Transport):
             self._known.popitem(last=False)
 
     # -- fetching peers' envelopes ---------------------------------------------------------------
-    async def poll(self, rounds: Iterable[int], want: int | None = None) -> list[Delivery]:
+    async def poll(self, rounds: Iterable[int], want: int | None = None,
+                   max_size: int | None = None) -> list[Delivery]:
         """Read the index shards of the rounds that still want envelopes and start fetching.
         ``want`` = envelopes a round worth fetching from publishers with a verified history (the
         exchange's J groups' worth); unknown publishers get ``explore_allowance`` fetches a round on
@@ -381,6 +390,7 @@ class HivemindTransport(Transport):
             del self._seen[old]
         self._failures = {k: v for k, v in self._failures.items() if k[0] >= oldest}
         self._backoff = {p: until for p, until in self._backoff.items() if until >= oldest}
+        self._host_backoff = {h: until for h, until in self._host_backoff.items() if until >= oldest}
         self._budget = {r: b for r, b in self._budget.items() if r >= oldest}
         self._short = {r: v for r, v in self._short.items() if r >= oldest or r == -1}  # -1: heartbeats
         now = get_dht_time()
@@ -402,6 +412,7 @@ class HivemindTransport(Transport):
         for (r, _level), entries in found.items():
             by_round.setdefault(r, {}).update(entries)
         started = []
+        size_limit = MAX_ENVELOPE_SIZE if max_size is None else min(max_size, MAX_ENVELOPE_SIZE)
         for r, entries in by_round.items():
             seen = self._seen.setdefault(r, set())
             b = self._budget[r]
@@ -410,8 +421,9 @@ class HivemindTransport(Transport):
             for publisher, record in entries.items():
                 if publisher == self.publisher or not self._valid_index(record):
                     continue
-                if self._backoff.get(publisher, -1) >= r:
-                    continue  # its last body failed verification: not fetched for a while
+                self._saw(publisher, r)
+                if self._backoff.get(publisher, -1) >= r or self._host_backoff.get(record["p2p"], -1) >= r:
+                    continue  # its (or its host's) last body failed verification: not fetched for a while
                 ident = (r, publisher, record["sha256"])
                 if ident[1:] in seen or ident in self._inflight or publisher in b.tried:
                     continue
@@ -423,10 +435,13 @@ class HivemindTransport(Transport):
                 limit = bulky_threshold(self._body_sizes)
                 picks = choose_fetches(list(fresh), self._known, want - b.known,
                                        explore_allowance(r, len(self._known), want) - b.explored, self._rng,
-                                       bulky={p for p, rec in fresh.items() if rec["size"] > limit})
+                                       bulky={p for p, rec in fresh.items() if rec["size"] > limit},
+                                       hosts={p: rec["p2p"] for p, rec in fresh.items()},
+                                       reachable=self._reachable(),
+                                       age={p: r - self._first_seen.get(p, r) for p in fresh})
             for publisher in picks:
                 record = fresh[publisher]
-                if record["size"] > MAX_ENVELOPE_SIZE:
+                if record["size"] > size_limit:  # more than the node could use: not fetched
                     seen.add((publisher, record["sha256"]))
                     self.rejected["oversized"] += 1
                     continue
@@ -438,6 +453,10 @@ class HivemindTransport(Transport):
                 else:
                     b.explored += 1  # spent whatever the fetch brings
                 b.tried.add(publisher)
+                self._host_of[publisher] = record["p2p"]
+                self._host_of.move_to_end(publisher)
+                if len(self._host_of) > MAX_KNOWN_PUBLISHERS:
+                    self._host_of.popitem(last=False)
                 task = asyncio.create_task(self._fetch(r, publisher, record, known or want is None))
                 self._inflight[(r, publisher, record["sha256"])] = task
                 started.append(task)
@@ -445,6 +464,23 @@ class HivemindTransport(Transport):
             await asyncio.wait(started, timeout=FETCH_WAIT_S)
         ready, self._ready = self._ready, []
         return ready
+
+    def _saw(self, publisher: str, round: int) -> None:
+        """Remember when a publisher was first seen (its age ranks unknown keys for exploring);
+        least recently seen forgotten first, so a flood of one-round keys does not push out the
+        peers seen every round."""
+        first = self._first_seen.pop(publisher, round)
+        self._first_seen[publisher] = min(first, round)
+        if len(self._first_seen) > MAX_KNOWN_PUBLISHERS:
+            self._first_seen.popitem(last=False)
+
+    def _reachable(self) -> set[str]:
+        """The libp2p hosts this node has a live DHT route to: entries pointing at them are tried
+        before entries pointing at hosts nobody has seen (junk costs a 10 s timeout each)."""
+        try:
+            return {p.to_base58() for p in self._node.protocol.routing_table.peer_id_to_uid}
+        except AttributeError:  # not started, or a hivemind without this table: no preference
+            return set()
 
     @staticmethod
     def _valid_index(record: object) -> bool:
@@ -459,13 +495,13 @@ class HivemindTransport(Transport):
         ident = (publisher, record["sha256"])
         ok = False
         try:
-            data = await asyncio.wait_for(self._download(PeerID.from_base58(record["p2p"]), round, publisher),
-                                          FETCH_TIMEOUT_S)
+            data = await asyncio.wait_for(
+                self._download(PeerID.from_base58(record["p2p"]), round, publisher, record["size"]), FETCH_TIMEOUT_S)
             ok = True
-        except _Oversized:
+        except (_Oversized, _NotAnnounced) as e:
             self._seen.setdefault(round, set()).add(ident)
-            self.rejected["oversized"] += 1
-            self._back_off(publisher, round)
+            self.rejected["oversized" if isinstance(e, _Oversized) else "hash_mismatch"] += 1
+            self._back_off(publisher, round, host=record["p2p"])
             return
         except asyncio.CancelledError:
             ok = None  # closing or restarting: not the publisher's doing
@@ -484,7 +520,7 @@ class HivemindTransport(Transport):
         self._body_sizes.append(len(data))
         if hashlib.sha256(data).hexdigest() != record["sha256"]:
             self.rejected["hash_mismatch"] += 1
-            self._back_off(publisher, round)
+            self._back_off(publisher, round, host=record["p2p"])
             return
         self._ready.append(Delivery(round, publisher, data))
 
@@ -512,20 +548,30 @@ class HivemindTransport(Transport):
 
     def distrust(self, publisher: str, round: int) -> None:
         # The body is what the publisher's owner-signed entry announced (sha256), so a refusal of
-        # it is the publisher's own doing: nobody can get an honest key backed off this way.
-        self._back_off(publisher, round)
+        # it is the publisher's own doing: nobody can get an honest key backed off this way. Its
+        # host served it, and an honest host serves only its own publisher's: the host goes too.
+        self._back_off(publisher, round, host=self._host_of.get(publisher))
 
-    def _back_off(self, publisher: str, round: int) -> None:
+    def _back_off(self, publisher: str, round: int, host: str | None = None) -> None:
         """Skip a publisher whose body failed verification for the next rounds, twice as long at
-        each new failure: its entries cost a fetch each, and its key signed them."""
+        each new failure: its entries cost a fetch each, and its key signed them. ``host``: the
+        libp2p peer that served that body, skipped the same way (keys are free, hosts are not:
+        fresh keys pointing at the same bad host cost nothing more). Only a host that *served*
+        a bad body: one that refused a request or timed out may be an honest node that junk
+        entries point at."""
         k = self._strikes[publisher] = self._strikes.get(publisher, 0) + 1
         if len(self._strikes) > 4096:  # keys are free: forget the oldest strikes, not memory
             self._strikes.pop(next(iter(self._strikes)))
         self._backoff[publisher] = round + min(MAX_BACKOFF_ROUNDS, BACKOFF_ROUNDS * 2 ** (k - 1))
+        if host is not None:
+            h = self._host_strikes[host] = self._host_strikes.get(host, 0) + 1
+            if len(self._host_strikes) > 4096:
+                self._host_strikes.pop(next(iter(self._host_strikes)))
+            self._host_backoff[host] = round + min(MAX_BACKOFF_ROUNDS, BACKOFF_ROUNDS * 2 ** (h - 1))
         self._known.pop(publisher, None)
         self.backed_off += 1
 
-    async def _download(self, peer, round: int, publisher: str) -> bytes:
+    async def _download(self, peer, round: int, publisher: str, declared: int) -> bytes:
         _, reader, writer = await self._node.p2p.call_binary_stream_handler(peer, _handler_name(self.swarm))
         try:
             name = publisher.encode("ascii")
@@ -534,6 +580,8 @@ class HivemindTransport(Transport):
             (size,) = _U64.unpack(await reader.readexactly(_U64.size))
             if size > MAX_ENVELOPE_SIZE:  # refuse before buffering a byte of it
                 raise _Oversized(size)
+            if size != declared:  # not what the signed entry announced (and the size limit judged)
+                raise _NotAnnounced(size)
             if size == 0:
                 raise LookupError("the publisher no longer holds this round")
             return await reader.readexactly(size)
@@ -600,3 +648,8 @@ class HivemindTransport(Transport):
 class _Oversized(Exception):
     def __init__(self, size: int):
         super().__init__(f"declared {size} bytes")
+
+
+class _NotAnnounced(Exception):
+    def __init__(self, size: int):
+        super().__init__(f"a {size}-byte body, not the size its index entry announced")

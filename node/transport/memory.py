@@ -64,7 +64,9 @@ class MemoryTransport(Transport):
     async def publish_as(self, publisher: str, round: int, data: bytes, expires_in: float) -> None:
         self.hub.put(self.swarm, round, publisher, bytes(data), time.time() + expires_in)
 
-    async def poll(self, rounds: Iterable[int], want: int | None = None) -> list[Delivery]:
+    async def poll(self, rounds: Iterable[int], want: int | None = None,
+                   max_size: int | None = None) -> list[Delivery]:
+        limit = MAX_ENVELOPE_SIZE if max_size is None else min(max_size, MAX_ENVELOPE_SIZE)
         out = []
         now = time.time()
         rounds = list(rounds)
@@ -80,7 +82,7 @@ class MemoryTransport(Transport):
                     continue
                 seen.add(key)
                 # Enforced on receipt too: a hub is shared, and anyone can write to it.
-                if len(data) > MAX_ENVELOPE_SIZE:
+                if len(data) > limit:
                     self.rejected["oversized"] += 1
                     continue
                 out.append(Delivery(r, publisher, data))

@@ -405,3 +405,57 @@ def test_a_sender_whose_envelope_lies_is_distrusted_and_a_replay_is_only_counted
     ex.admit(Delivery(10, peer.peer_id, good))
     ex.admit(Delivery(10, peer.peer_id, good))  # the same again: a restart can do this to an honest node
     assert ex.stats.rejected["replay"] == 1 and distrusted == [(peer.peer_id, 10)]
+
+
+@pytest.mark.parametrize("groups,cap,tokens", [(64, 8, 16), (4, 8, 128), (16, 16, 64), (64, 16, 8)])
+def test_usable_envelope_bytes_bounds_the_largest_envelope_a_node_could_use(groups, cap, tokens):
+    from node.swarm import MAX_TEXT_BYTES_PER_TOKEN, usable_envelope_bytes
+    from protocol.messages import MAX_ROLLOUTS, MAX_TOKEN_ID
+
+    peer = Identity.generate()
+    family = "f" * 32
+    task = f"{family}:{2**63 - 1}:" + "9" * 19  # the longest task id (72 of MAX_TASK_ID_CHARS)
+    text = "é" * (tokens * MAX_TEXT_BYTES_PER_TOKEN // 2)  # 2 UTF-8 bytes each: the text bound
+    recs = [RolloutRecord(task[:-1] + str(g % 10), (MAX_TOKEN_ID,) * tokens, text, (-0.123,) * tokens, False)
+            for g in range(groups) for _ in range(cap)][:MAX_ROLLOUTS]  # a batch holds at most that many
+    size = len(envelope(peer, encode(batch(peer, 10, recs))))
+    bound = usable_envelope_bytes(cap, tokens, groups)
+    assert size <= bound <= 1.2 * size  # from above, and tight enough to mean something
+    assert usable_envelope_bytes(cap, None) == MAX_ENVELOPE_SIZE
+
+
+def test_completions_longer_than_the_node_trains_on_are_neither_checked_nor_kept(setup):
+    hub, me, peer, clock, _ = setup
+    ex = make_exchange(hub, me, clock, max_tokens=3)
+    vouched = []
+    ex.transport.vouch = vouched.append
+    long_and_lying = RolloutRecord("arithmetic:1:1", (1, 2, 3, 4), "not what the ids say", (-0.1,) * 4, False)
+    recs = [record("arithmetic:1:1"), long_and_lying, record("lists:2:1", (1, 2, 3, 4, 5))]
+    assert ex.admit(Delivery(10, peer.peer_id, envelope(peer, encode(batch(peer, 10, recs))))) == 1
+    assert ex.stats.rejected == {} and ex.status()["dropped_long"] == 2
+    assert [len(g.records) for g in ex.take(2, 10)] == [1] and vouched == [peer.peer_id]
+    # Nothing usable at all: admitted (honest, only longer), but it earns no fetch slot.
+    other = Identity.generate()
+    assert ex.admit(Delivery(10, other.peer_id, envelope(other, encode(batch(other, 10, [long_and_lying]))))) == 0
+    assert ex.stats.rejected == {} and vouched == [peer.peer_id]
+    # Another tokenizer: its tokens cannot be counted here, its text is bounded (32 bytes a token).
+    foreign = Identity.generate()
+    wordy = RolloutRecord("arithmetic:1:1", (1,), "x" * 97, (-0.1,), False)
+    short = RolloutRecord("arithmetic:1:1", (1,), "x" * 96, (-0.1,), False)
+    data = encode(batch(foreign, 10, [wordy, short], tokenizer_fingerprint="other"))
+    assert ex.admit(Delivery(10, foreign.peer_id, envelope(foreign, data))) == 1
+    assert ex.status()["dropped_long"] == 4
+
+
+def test_bodies_larger_than_all_the_node_could_use_are_not_taken(setup):
+    from node.swarm import usable_envelope_bytes
+
+    hub, me, peer, clock, _ = setup
+    ex = make_exchange(hub, me, clock, max_tokens=4, group_cap=2)
+    assert ex.max_body == usable_envelope_bytes(2, 4)
+    huge = [record(f"arithmetic:{i}:1", (1,) * 200) for i in range(64)] * 8  # valid, and far too much
+    data = envelope(peer, encode(batch(peer, 10, huge)))
+    assert ex.max_body < len(data) < MAX_ENVELOPE_SIZE
+    hub.put("s", 10, peer.peer_id, data, time.time() + 60)
+    assert asyncio.run(ex.poll_once()) == 0
+    assert ex.transport.rejected == {"oversized": 1} and ex.stats.envelopes_in == 0

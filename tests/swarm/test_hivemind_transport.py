@@ -79,28 +79,39 @@ def test_peers_exchange_envelopes_through_dht_index_and_streams():
     assert again == [[], [], []]  # each envelope is delivered once
 
 
-async def _hostile_server(maddrs, reply: bytes, index: dict, rounds=None):
-    """A peer that publishes an index record (correctly signed: a valid key is free) and answers
-    fetches with ``reply`` (raw)."""
-    node = await start_dht_node(initial_peers=maddrs, retries=0,
-                                record_validator=OwnerSignatureValidator(ident("hostile")), **LOOPBACK)
+async def _hostile_server(maddrs, reply: bytes, index: dict, rounds=None, keys=("hostile",)):
+    """A peer that publishes an index record under each of ``keys`` (correctly signed: keys are
+    free) and answers fetches with ``reply`` (raw); ``node.requests`` counts the fetches."""
+    validator = OwnerSignatureValidator(ident(keys[0]))
+    node = await start_dht_node(initial_peers=maddrs, retries=0, record_validator=validator, **LOOPBACK)
+    node.requests = 0
 
     async def serve(info, reader, writer):
+        node.requests += 1
         await reader.readexactly(8)
         writer.write(reply)
         await writer.drain()
         writer.close()
 
     await node.p2p.add_binary_stream_handler(_handler_name("t"), serve)
-    from hivemind.utils import get_dht_time
-
-    for r in rounds or (_now_round(),):
-        key, sub, value = index_entry("t", r, pid("hostile"), node.p2p.peer_id.to_base58(), index["size"], index["sha256"])
-        await node.store(key, value, get_dht_time() + 60, subkey=sub)
+    await _store_entries(node, validator, index, rounds or (_now_round(),), keys)
     return node
 
 
-@pytest.mark.parametrize("case", ["declared_oversized", "indexed_oversized", "hash_mismatch", "vanishes_mid_transfer"])
+async def _store_entries(node, validator, index: dict, rounds, keys) -> None:
+    from hivemind.utils import get_dht_time
+
+    node.validator = validator
+    for name in keys:
+        validator.signer = ident(name)  # one host, many keys: the validator signs for each in turn
+        for r in rounds:
+            key, sub, value = index_entry("t", r, pid(name), node.p2p.peer_id.to_base58(), index["size"],
+                                          index["sha256"])
+            await node.store(key, value, get_dht_time() + 60, subkey=sub)
+
+
+@pytest.mark.parametrize("case", ["declared_oversized", "indexed_oversized", "more_than_usable",
+                                  "more_than_indexed", "hash_mismatch", "vanishes_mid_transfer"])
 def test_hostile_publishers_are_refused_without_buffering(case):
     R = _now_round()
     body = b"x" * 1000
@@ -109,6 +120,12 @@ def test_hostile_publishers_are_refused_without_buffering(case):
         # The stream header claims more than any envelope may be: refused before reading.
         "declared_oversized": (struct.pack(">Q", 2**40), {"size": 1000, "sha256": sha}),
         "indexed_oversized": (b"", {"size": MAX_ENVELOPE_SIZE + 1, "sha256": sha}),
+        # More than the node could use (poll's max_size): not fetched at all (a fetch of this
+        # empty reply would count a fetch failure).
+        "more_than_usable": (b"", {"size": 1000, "sha256": sha}),
+        # The stream frames more than the signed entry announced: refused before reading (read,
+        # the 1000 bytes sent would end short of the frame: a fetch failure, not a refusal).
+        "more_than_indexed": (struct.pack(">Q", 2000) + b"x" * 1000, {"size": 1000, "sha256": sha}),
         "hash_mismatch": (struct.pack(">Q", 1000) + b"y" * 1000, {"size": 1000, "sha256": sha}),
         "vanishes_mid_transfer": (struct.pack(">Q", 1000) + b"x" * 10, {"size": 1000, "sha256": sha}),
     }[case]
@@ -119,7 +136,8 @@ def test_hostile_publishers_are_refused_without_buffering(case):
         t = _transport(pid("victim"), maddrs)
         try:
             await t.start()
-            polls = [await t.poll([R]) for _ in range(4)]
+            max_size = 999 if case == "more_than_usable" else None
+            polls = [await t.poll([R], max_size=max_size) for _ in range(4)]
             return polls, t.rejected, t.fetch_failures
         finally:
             await t.close()
@@ -133,9 +151,42 @@ def test_hostile_publishers_are_refused_without_buffering(case):
     elif case == "indexed_oversized":  # no replica keeps an entry announcing more than the limit
         assert rejected == {} and failures == 0
     else:
-        expected = {"declared_oversized": "oversized",
-                    "hash_mismatch": "hash_mismatch"}[case]
+        expected = {"declared_oversized": "oversized", "more_than_usable": "oversized",
+                    "more_than_indexed": "hash_mismatch", "hash_mismatch": "hash_mismatch"}[case]
         assert rejected == {expected: 1} and failures == 0  # counted once, never fetched again
+
+
+def test_a_host_that_served_a_bad_body_is_skipped_under_its_fresh_keys():
+    R = _now_round()
+    body = b"x" * 1000
+    index = {"size": 1000, "sha256": hashlib.sha256(body).hexdigest()}
+
+    async def go():
+        boot, maddrs = await _bootstrap()
+        hostile = await _hostile_server(maddrs, struct.pack(">Q", 1000) + b"y" * 1000, index, (R,), keys=("sybil1",))
+        t = _transport(pid("victim"), maddrs)
+        try:
+            await t.start()
+            deadline = time.monotonic() + 30
+            while not t.rejected and time.monotonic() < deadline:  # a newcomer explores sybil1's entry
+                await t.poll([R], want=1)
+            first = dict(t.rejected), hostile.requests
+            # A fresh key on the same host, in a round with its explore budget unspent.
+            await _store_entries(hostile, hostile.validator, index, (R + 1,), ("sybil2",))
+            while pid("sybil2") not in t._first_seen and time.monotonic() < deadline:  # until a read finds it
+                await t.poll([R, R + 1], want=1)
+            found = pid("sybil2") in t._first_seen
+            for _ in range(3):  # a fetch started with the read would have reached the host by now
+                await t.poll([R, R + 1], want=1)
+            return first, dict(t.rejected), hostile.requests, found
+        finally:
+            await t.close()
+            await hostile.shutdown()
+            await boot.shutdown()
+
+    first, rejected, requests, found = asyncio.run(go())
+    assert first == ({"hash_mismatch": 1}, 1) and found
+    assert rejected == {"hash_mismatch": 1} and requests == 1  # sybil2's entry never fetched
 
 
 def test_unreachable_bootstrap_fails_with_a_clear_message_after_retries(caplog):
