@@ -102,21 +102,22 @@ class Learner:
         batch = TokenBatch.build([s.prompt_ids for s in samples],
                                  [s.completion_ids for s in samples], pad)
         B, T = batch.completion_mask.shape
-        beh = torch.zeros(B, T)
+        host = dict(device="cpu")  # built on the host, moved once below, whatever the default device
+        beh = torch.zeros(B, T, **host)
         for i, s in enumerate(samples):
             if s.behaviour_logprobs is not None:
                 if len(s.behaviour_logprobs) != len(s.completion_ids):
                     raise ValueError(f"sample {i}: {len(s.behaviour_logprobs)} log-probs for "
                                      f"{len(s.completion_ids)} tokens")
-                beh[i, :len(s.behaviour_logprobs)] = torch.tensor(s.behaviour_logprobs)
-        seq_beh = torch.tensor([s.behaviour_seq_logprob for s in samples], dtype=torch.float32)
-        foreign = torch.tensor([s.foreign_tokens for s in samples], dtype=torch.bool)
-        local = torch.tensor([s.local for s in samples], dtype=torch.bool)
-        rewards = torch.tensor([s.reward for s in samples], dtype=torch.float32)
+                beh[i, :len(s.behaviour_logprobs)] = torch.tensor(s.behaviour_logprobs, **host)
+        seq_beh = torch.tensor([s.behaviour_seq_logprob for s in samples], dtype=torch.float32, **host)
+        foreign = torch.tensor([s.foreign_tokens for s in samples], dtype=torch.bool, **host)
+        local = torch.tensor([s.local for s in samples], dtype=torch.bool, **host)
+        rewards = torch.tensor([s.reward for s in samples], dtype=torch.float32, **host)
         ids = {g: i for i, g in enumerate(dict.fromkeys(s.group for s in samples))}
-        gids = torch.tensor([ids[s.group] for s in samples], dtype=torch.long)
+        gids = torch.tensor([ids[s.group] for s in samples], dtype=torch.long, **host)
         src_ids = {k: i for i, k in enumerate(dict.fromkeys(sample_source(s) for s in samples))}
-        sources = torch.tensor([src_ids[sample_source(s)] for s in samples], dtype=torch.long)
+        sources = torch.tensor([src_ids[sample_source(s)] for s in samples], dtype=torch.long, **host)
         dev = self.policy.device
         batch.completion_mask = batch.completion_mask.to(dev)
         caps = row_caps(self.loss_cfg, foreign, local)

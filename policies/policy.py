@@ -7,8 +7,9 @@ token; ``completion_logprobs`` recomputes those log-probs in one batched forward
 learner. Both use the same temperature-scaled distribution, so for an unchanged policy the two
 agree (to ~1e-6 on CPU float32; tests/policies/test_policy.py checks 1e-4).
 
-Top-p / top-k truncation is *not* reflected in the log-probs (as in TRL): the learner's π_θ and
-the reported μ are both the temperature-scaled full softmax, which keeps the ratio consistent.
+What generation samples from and the log-probs it records (never the full logits: one (B, V)
+tensor at a time) are policies/sampling.py's: a checkpoint's settings that would change the
+sampled distribution (a repetition penalty, banned words...) are switched off, with a warning.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from policies.errors import PolicyError
+from policies.sampling import BehaviourLogprobs, sampling_config
 
 log = logging.getLogger(__name__)
 
@@ -72,14 +73,15 @@ class TokenBatch:
         P = max(len(p) for p in prompts)
         T = max(1, max(len(c) for c in completions))
         B = len(prompts)
-        ids = torch.full((B, P + T), pad_id, dtype=torch.long)
-        att = torch.zeros((B, P + T), dtype=torch.long)
-        cmask = torch.zeros((B, T), dtype=torch.float32)
+        # Laid out on the host (one transfer later), whatever the default device is.
+        ids = torch.full((B, P + T), pad_id, dtype=torch.long, device="cpu")
+        att = torch.zeros((B, P + T), dtype=torch.long, device="cpu")
+        cmask = torch.zeros((B, T), dtype=torch.float32, device="cpu")
         for i, (p, c) in enumerate(zip(prompts, completions)):
-            ids[i, P - len(p):P] = torch.tensor(p, dtype=torch.long)
+            ids[i, P - len(p):P] = torch.tensor(p, dtype=torch.long, device="cpu")
             att[i, P - len(p):P] = 1
             if c:
-                ids[i, P:P + len(c)] = torch.tensor(c, dtype=torch.long)
+                ids[i, P:P + len(c)] = torch.tensor(c, dtype=torch.long, device="cpu")
                 att[i, P:P + len(c)] = 1
                 cmask[i, :len(c)] = 1.0
         return cls(ids, att, cmask, P)
@@ -112,6 +114,16 @@ class Policy:
         cfg_blob = json.dumps({k: cfg[k] for k in sorted(cfg) if not k.startswith("_")},
                               sort_keys=True, default=str)
         self.model_fingerprint = hashlib.sha256(cfg_blob.encode()).hexdigest()[:16]
+        # Generation samples from softmax(logits / T) with top-k / top-p only: a checkpoint's
+        # repetition penalty (say) would change what is sampled but not the log-probs recorded.
+        gen, dropped = sampling_config(getattr(model, "generation_config", None),
+                                       eos_token_id=int(tokenizer.eos_token_id),
+                                       pad_token_id=int(tokenizer.pad_token_id))
+        if dropped:
+            log.warning("%s: generation settings that would make the behaviour log-probs wrong are "
+                        "switched off: %s (policies/sampling.py)", name, ", ".join(dropped))
+        self.neutralised_settings = dropped
+        model.generation_config = gen  # nothing of the checkpoint's can be merged back in by generate
 
     @classmethod
     def load(cls, name_or_path: str | Path, *, dtype: str = "float32", device: str = "cpu",
@@ -178,6 +190,8 @@ class Policy:
     def generate(self, prompts: list[str], num_generations: int,
                  params: SamplingParams = SamplingParams()) -> list[list[Completion]]:
         """Sample ``num_generations`` completions for each prompt: result[i][g]."""
+        from transformers import LogitsProcessorList
+
         if num_generations < 1:
             raise ValueError("num_generations must be >= 1")
         prompt_ids = self.encode_prompts(prompts)
@@ -188,9 +202,11 @@ class Policy:
         was_training = self.model.training
         self.model.eval()
         try:
-            out = self.model.generate(
+            recorder = BehaviourLogprobs(params.temperature, P)
+            sequences = self.model.generate(
                 input_ids=batch.input_ids[:, :P].to(self.device),
                 attention_mask=batch.attention_mask[:, :P].to(self.device),
+                generation_config=self.model.generation_config,
                 do_sample=True,
                 temperature=params.temperature,
                 top_p=params.top_p,
@@ -198,18 +214,13 @@ class Policy:
                 max_new_tokens=params.max_new_tokens,
                 eos_token_id=self.eos_token_id,
                 pad_token_id=pad,
-                output_logits=True,
-                return_dict_in_generate=True,
+                logits_processor=LogitsProcessorList([recorder]),
             )
+            # Only (B, T) values: the sampled tokens' log-probs, gathered step by step.
+            tok_logp = recorder.finish(sequences).cpu()
         finally:
             self.model.train(was_training)
-        new_dev = out.sequences[:, P:]  # (B, T)
-        # output_logits are the raw logits: apply the same temperature the trainer applies.
-        # The (B, T, V) tensor stays on the model's device; only (B, T) values come back.
-        logits = torch.stack(out.logits, dim=1).float()  # (B, T, V)
-        logp = F.log_softmax(logits / params.temperature, dim=-1)
-        tok_logp = logp.gather(-1, new_dev.unsqueeze(-1)).squeeze(-1).cpu()  # (B, T)
-        new = new_dev.cpu()
+        new = sequences[:, P:].cpu()  # (B, T)
         is_eos = new == self.eos_token_id
         result: list[list[Completion]] = []
         for i, p in enumerate(rows):

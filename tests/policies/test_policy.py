@@ -397,3 +397,58 @@ def test_tokenizer_without_eos_is_a_clear_error(tiny_model_dir):
     tok.eos_token = None
     with pytest.raises(PolicyError, match="no EOS token"):
         Policy(policy.model, tok, "no-eos")
+
+
+# ------------------------------------------------------------- what generation samples from
+
+
+def test_a_checkpoints_distorting_generation_settings_are_switched_off(tiny_model_dir, tmp_path, caplog):
+    """A checkpoint asking for a repetition penalty, a minimum length and a banned word: each
+    would change what is sampled but not the log-probs recorded. Loaded, they are named in a
+    warning and off, so the recorded log-probs still match the learner's recompute, and EOS can
+    still come first (min_new_tokens would forbid it)."""
+    import shutil
+
+    from transformers import GenerationConfig
+
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(tiny_model_dir, ckpt)
+    GenerationConfig(repetition_penalty=1.3, min_new_tokens=4, bad_words_ids=[[7]], do_sample=True,
+                     top_k=50).save_pretrained(ckpt)
+    with caplog.at_level("WARNING"):
+        policy = Policy.load(ckpt)
+    assert sorted(s.split("=")[0] for s in policy.neutralised_settings) == [
+        "bad_words_ids", "min_new_tokens", "repetition_penalty"]
+    assert "repetition_penalty=1.3" in caplog.text
+    _bias_eos(policy, 6.0)  # EOS first is likely: a minimum length would forbid it
+    torch.manual_seed(0)
+    comps = _flat(policy.generate(PROMPTS, 4, SamplingParams(max_new_tokens=8)))
+    assert any(len(c.completion_ids) == 1 for c in comps)
+    batch = TokenBatch.build([c.prompt_ids for c in comps], [c.completion_ids for c in comps],
+                             policy.tokenizer.pad_token_id)
+    with torch.no_grad():
+        logp = policy.completion_logprobs(batch)
+    assert float((logp - _behaviour_matrix(comps, logp.shape[1])).abs().max()) < 1e-4
+
+
+def test_behaviour_logprobs_are_those_of_the_full_logits_path(tiny_model_dir):
+    """The step-by-step recorder gives what gathering from every step's logits gave (the old
+    path, which kept B x T x V floats), for the same sampled tokens."""
+    from transformers import LogitsProcessorList
+
+    from policies.sampling import BehaviourLogprobs
+
+    policy = Policy.load(tiny_model_dir)
+    batch = TokenBatch.build(policy.encode_prompts(PROMPTS), [()] * 3, policy.tokenizer.pad_token_id)
+    P = batch.prompt_len
+    rec = BehaviourLogprobs(0.7, P)
+    torch.manual_seed(1)
+    out = policy.model.generate(input_ids=batch.input_ids[:, :P], attention_mask=batch.attention_mask[:, :P],
+                                do_sample=True, temperature=0.7, top_k=0, max_new_tokens=6,
+                                eos_token_id=policy.eos_token_id, pad_token_id=policy.tokenizer.pad_token_id,
+                                logits_processor=LogitsProcessorList([rec]), output_logits=True,
+                                return_dict_in_generate=True)
+    new = out.sequences[:, P:]
+    full = torch.log_softmax(torch.stack(out.logits, 1).float() / 0.7, -1).gather(-1, new[..., None])[..., 0]
+    assert rec.finish(out.sequences).shape == new.shape
+    assert torch.equal(rec.logprobs, full)
