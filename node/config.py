@@ -12,6 +12,7 @@ This module imports neither torch nor transformers, so ``swarm-node --help`` is 
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any, Literal, Optional, get_args, get_origin
@@ -212,16 +213,18 @@ class NodeConfig(_Section):
         return json.dumps(self.model_dump(), indent=2, sort_keys=True)
 
 
-def batch_overlap(peers: int, prompts_per_step: int, external_groups: int) -> str | None:
+def batch_overlap(peers: int, prompts_per_step: int, external_groups: int,
+                  max_sender_share: float = 1.0) -> str | None:
     """Advice when every node would train on every group a swarm makes, else None.
 
     With P peers each generating I = B - J groups a round, a node that takes J >= P * I peer
     groups trains on its own I plus all of everyone else's: every node's batch is the same
     union, so nodes that start from the same weights stay identical (ESS/B exactly 1) and
-    sharing buys only a bigger batch. Batches differ once J < P * (B - J), i.e. J <= (P*B - 1) // (P + 1).
+    sharing buys only a bigger batch. Batches differ once J < P * (B - J), i.e. J <= (P*B - 1) // (P + 1),
+    or once one sender may supply fewer than its I groups a step (⌈J × max_sender_share⌉ < I).
     """
     b, j = prompts_per_step, external_groups
-    if peers < 1 or j < 1 or j < peers * (b - j):
+    if peers < 1 or j < 1 or j < peers * (b - j) or math.ceil(j * max_sender_share) < b - j:
         return None
     fit = (peers * b - 1) // (peers + 1)
     fix = (f"use --swarm.external_groups {fit} or fewer" if fit >= 1

@@ -166,20 +166,21 @@ def group_bytes(g: PeerGroup) -> int:
     return sum(200 + 68 * len(r.completion_ids) + sys.getsizeof(r.completion_text) for r in g.records)
 
 
-def usable_envelope_bytes(group_cap: int, max_tokens: int | None, groups: int = MAX_GROUPS_PER_BATCH) -> int:
-    """The encoded size, from above, of the largest envelope all of which this node could use:
-    ``groups`` tasks of ``group_cap`` completions (MAX_ROLLOUTS at most) of ``max_tokens`` tokens
-    (5 bytes an id, 9 a float64 log-prob, MAX_TEXT_BYTES_PER_TOKEN of text), each record with its
-    task id. A body
-    declared larger holds nothing more this node could train on, so it is not fetched: what a
-    hostile sender's big batch costs a receiver is an index entry, not 4 MiB of decoding. None:
-    no limit but the message size (tests/swarm/test_swarm_hostile.py checks the bound against
-    real encodings)."""
+def usable_envelope_bytes(max_tokens: int | None, records: int = MAX_ROLLOUTS) -> int:
+    """The encoded size, from above, of the largest envelope whose every completion this node
+    could train on: ``records`` (a batch holds at most MAX_ROLLOUTS) of ``max_tokens`` tokens
+    (5 bytes an id, 9 a float64 log-prob, MAX_TEXT_BYTES_PER_TOKEN of text), each with its task
+    id. Not this node's group size: a sender with bigger groups is honest, and the first
+    ``group_cap`` of each are usable. A body declared larger must hold completions longer than
+    this node trains on, so it is not fetched: what a hostile sender's big batch costs a receiver
+    is an index entry, not 4 MiB of decoding. (A sender with another, finer tokenizer may need
+    more ids than ``max_tokens`` for a text this node could use: such a batch near the bound is
+    refused.) None: no limit but the message size. tests/swarm/test_exchange.py checks the bound
+    against real encodings."""
     if max_tokens is None:
         return MAX_ENVELOPE_SIZE
     record = 160 + MAX_TASK_ID_CHARS + max_tokens * (5 + 9 + MAX_TEXT_BYTES_PER_TOKEN)
-    return min(MAX_ENVELOPE_SIZE, 2048 + min(groups * group_cap, MAX_ROLLOUTS) * record)
-
+    return min(MAX_ENVELOPE_SIZE, 2048 + min(records, MAX_ROLLOUTS) * record)
 
 def allowed_specials(ids: Sequence[int], special_ids: frozenset[int], eos_id: int | None) -> bool:
     """True if ``ids`` holds no special token except, as its last token, EOS. The one rule for
@@ -228,7 +229,7 @@ class SwarmExchange:
         # Completions longer than this node trains on (its max_completion_length) are dropped at
         # admission, and bodies bigger than all it could use are not fetched (None: no bound).
         self.max_tokens = max_tokens
-        self.max_body = usable_envelope_bytes(group_cap, max_tokens)
+        self.max_body = usable_envelope_bytes(max_tokens)
         self.max_round_lag = max_round_lag
         self.poll_seconds = poll_seconds
         # J: what the trainer takes a step, hence what is worth fetching a round (None: everything)
@@ -537,15 +538,16 @@ class SwarmExchange:
                 self.transport.distrust(d.publisher, d.round)
             return self._reject(checked.reason, d, checked.detail)
         env, msg, groups, dropped_long = checked
-        self.stats.dropped_long += dropped_long
         if (msg.sender, msg.round) in self._batches:  # admitted while this one was being checked
             return self._reject("duplicate_round", d)
         if not self.verifier.commit(env):
             return self._reject("replay", d)
+        self.stats.dropped_long += dropped_long
         self._batches.add((msg.sender, msg.round))
         self.stats.envelopes_in += 1
-        if groups:  # a batch with nothing this node can use earns its sender no fetch slot
-            self.transport.vouch(msg.sender)
+        if not groups:  # nothing this node can use: it earns no fetch slot, nor sizes the budget
+            return 0
+        self.transport.vouch(msg.sender)
         # What one envelope can give a step: a sender cannot supply more than its share, so a
         # batch of 64 groups must not shrink the fetch budget (nor one of 1 grow it past J).
         usable = len(groups) if self.external_groups is None else min(

@@ -553,7 +553,8 @@ class TrainingNode:
         step after step: peers' heartbeats arrive over the first rounds, so early steps count
         too few peers, and one step proves nothing."""
         i, j = self.cfg.local_groups, self.cfg.swarm.external_groups
-        advice = batch_overlap(peers, self.cfg.generation.prompts_per_step, j) if taken >= peers * i else None
+        advice = (batch_overlap(peers, self.cfg.generation.prompts_per_step, j, self.cfg.swarm.max_sender_share)
+                  if taken >= peers * i else None)
         self._coincide_steps = self._coincide_steps + 1 if advice else 0
         if self._coincide_warned or self._coincide_steps < COINCIDE_STEPS:
             return

@@ -80,6 +80,7 @@ MAX_INFLIGHT_FETCHES = 16  # bodies downloading at once (x 4 MiB at most each)
 MAX_CONCURRENT_SERVES = 16  # peers downloading our envelopes at once; more are turned away
 BACKOFF_ROUNDS = 2  # a publisher whose body failed verification is skipped this many rounds (doubling)
 MAX_BACKOFF_ROUNDS = 64
+OWNER_REPLY_TIMEOUT_S = 2.0  # a refusing host writes its answer at once
 MAX_KNOWN_PUBLISHERS = 4096  # publishers with a verified history (and heartbeats) remembered
 HEARTBEATS_WANTED = 4  # heartbeat shards are read to find about twice this many peers
 # A stored record's value is {"d": value, "pk": 32 bytes, "sig": 64 bytes} (dht_records), plus its
@@ -107,7 +108,7 @@ def _no_bootstrap(initial_peers: list[str]) -> str:
             f"is running and that its port is reachable from here (firewall, NAT)")
 
 
-from node.transport.dht_records import MAX_RECORD_TTL_S  # noqa: F401 - re-exported
+from node.transport.dht_records import MAX_RECORD_TTL_S, PEER_ID_RE  # noqa: F401 - MAX_RECORD_TTL_S re-exported
 from node.transport.index_records import (HEARTBEAT_ROUNDS, ROUND_ENTRY_ROUNDS, SwarmRecordValidator,  # noqa: F401
                                          heartbeat_entry, index_entry, swarm_validator)
 
@@ -204,13 +205,15 @@ class HivemindTransport(Transport):
     fetch_failures: int = field(default=0, init=False)  # bodies given up on (peer gone, cut off)
     store_unconfirmed: int = field(default=0, init=False)
     refused_requests: int = field(default=0, init=False)  # fetches of ours naming another publisher
+    misdirected: int = field(default=0, init=False)  # entries pointing at a host that serves another publisher
     backed_off: int = field(default=0, init=False)  # back-offs of publishers whose bodies failed
     _strikes: dict = field(default_factory=dict, init=False, repr=False)  # publisher -> failures
     _backoff: dict = field(default_factory=dict, init=False, repr=False)  # publisher -> skip until round
     _host_strikes: dict = field(default_factory=dict, init=False, repr=False)  # libp2p host -> bad bodies
     _host_backoff: dict = field(default_factory=dict, init=False, repr=False)  # host -> skip until round
-    _host_of: collections.OrderedDict = field(default_factory=collections.OrderedDict, init=False,
-                                              repr=False)  # publisher -> host of its last fetch
+    _served_by: dict = field(default_factory=dict, init=False, repr=False)  # (round, publisher) -> host
+    _host_owner: collections.OrderedDict = field(default_factory=collections.OrderedDict, init=False,
+                                                 repr=False)  # host -> the publisher it says it serves
     _first_seen: collections.OrderedDict = field(default_factory=collections.OrderedDict, init=False,
                                                  repr=False)  # publisher -> round first seen (LRU)
     _known: collections.OrderedDict = field(default_factory=collections.OrderedDict, init=False, repr=False)
@@ -279,8 +282,13 @@ class HivemindTransport(Transport):
                 asked = (await asyncio.wait_for(reader.readexactly(n), FETCH_TIMEOUT_S)).decode("ascii", "replace")
                 if asked != self.publisher:
                     # An index entry (someone else's, signed by them) pointing at our address: we
-                    # never serve our body for it, so junk entries cannot spend our upload.
+                    # never serve our body for it, so junk entries cannot spend our upload. The
+                    # reply says whom we serve: over this authenticated stream only we can say it,
+                    # and readers then skip every other key's entry pointing here.
                     self.refused_requests += 1
+                    me = self.publisher.encode("ascii")
+                    writer.write(_U64.pack(0) + bytes([len(me)]) + me)
+                    await asyncio.wait_for(writer.drain(), FETCH_TIMEOUT_S)
                     return
                 data = self._outbox.get(round, (b"", 0))[0]
                 writer.write(_U64.pack(len(data)))
@@ -374,6 +382,9 @@ class HivemindTransport(Transport):
         self._known[publisher] = True
         self._known.move_to_end(publisher)
         self._strikes.pop(publisher, None)  # an admitted envelope ends its back-off record
+        for (_, p), host in self._served_by.items():  # ... and its host's
+            if p == publisher:
+                self._host_strikes.pop(host, None)
         if len(self._known) > MAX_KNOWN_PUBLISHERS:
             self._known.popitem(last=False)
 
@@ -391,6 +402,7 @@ class HivemindTransport(Transport):
         self._failures = {k: v for k, v in self._failures.items() if k[0] >= oldest}
         self._backoff = {p: until for p, until in self._backoff.items() if until >= oldest}
         self._host_backoff = {h: until for h, until in self._host_backoff.items() if until >= oldest}
+        self._served_by = {k: h for k, h in self._served_by.items() if k[0] >= oldest}
         self._budget = {r: b for r, b in self._budget.items() if r >= oldest}
         self._short = {r: v for r, v in self._short.items() if r >= oldest or r == -1}  # -1: heartbeats
         now = get_dht_time()
@@ -413,6 +425,7 @@ class HivemindTransport(Transport):
             by_round.setdefault(r, {}).update(entries)
         started = []
         size_limit = MAX_ENVELOPE_SIZE if max_size is None else min(max_size, MAX_ENVELOPE_SIZE)
+        current = max(rounds)  # ages count the rounds this node has watched a key, whatever rounds it wrote
         for r, entries in by_round.items():
             seen = self._seen.setdefault(r, set())
             b = self._budget[r]
@@ -421,11 +434,20 @@ class HivemindTransport(Transport):
             for publisher, record in entries.items():
                 if publisher == self.publisher or not self._valid_index(record):
                     continue
-                self._saw(publisher, r)
+                self._saw(publisher, current)
                 if self._backoff.get(publisher, -1) >= r or self._host_backoff.get(record["p2p"], -1) >= r:
                     continue  # its (or its host's) last body failed verification: not fetched for a while
                 ident = (r, publisher, record["sha256"])
                 if ident[1:] in seen or ident in self._inflight or publisher in b.tried:
+                    continue
+                owner = self._host_owner.get(record["p2p"])
+                if owner is not None and owner != publisher:  # that host said it serves someone else
+                    seen.add(ident[1:])
+                    self.misdirected += 1
+                    continue
+                if record["size"] > size_limit:  # more than the node could use: not fetched
+                    seen.add(ident[1:])
+                    self.rejected["oversized"] += 1
                     continue
                 fresh[publisher] = record
             if want is None:
@@ -438,13 +460,9 @@ class HivemindTransport(Transport):
                                        bulky={p for p, rec in fresh.items() if rec["size"] > limit},
                                        hosts={p: rec["p2p"] for p, rec in fresh.items()},
                                        reachable=self._reachable(),
-                                       age={p: r - self._first_seen.get(p, r) for p in fresh})
+                                       age={p: current - self._first_seen.get(p, current) for p in fresh})
             for publisher in picks:
                 record = fresh[publisher]
-                if record["size"] > size_limit:  # more than the node could use: not fetched
-                    seen.add((publisher, record["sha256"]))
-                    self.rejected["oversized"] += 1
-                    continue
                 if len(self._inflight) >= MAX_INFLIGHT_FETCHES:
                     break  # bounded memory; the rest is fetched by later polls
                 known = publisher in self._known
@@ -453,10 +471,6 @@ class HivemindTransport(Transport):
                 else:
                     b.explored += 1  # spent whatever the fetch brings
                 b.tried.add(publisher)
-                self._host_of[publisher] = record["p2p"]
-                self._host_of.move_to_end(publisher)
-                if len(self._host_of) > MAX_KNOWN_PUBLISHERS:
-                    self._host_of.popitem(last=False)
                 task = asyncio.create_task(self._fetch(r, publisher, record, known or want is None))
                 self._inflight[(r, publisher, record["sha256"])] = task
                 started.append(task)
@@ -466,9 +480,10 @@ class HivemindTransport(Transport):
         return ready
 
     def _saw(self, publisher: str, round: int) -> None:
-        """Remember when a publisher was first seen (its age ranks unknown keys for exploring);
-        least recently seen forgotten first, so a flood of one-round keys does not push out the
-        peers seen every round."""
+        """Remember the round (this node's current one, not the entry's: a fresh key writing into
+        earlier rounds gains no age) a publisher was first seen: its age ranks unknown keys for
+        exploring. Least recently seen forgotten first, so a flood of one-round keys does not push
+        out the peers seen every round (a poll reads a few shards of at most ~64 entries each)."""
         first = self._first_seen.pop(publisher, round)
         self._first_seen[publisher] = min(first, round)
         if len(self._first_seen) > MAX_KNOWN_PUBLISHERS:
@@ -522,6 +537,7 @@ class HivemindTransport(Transport):
             self.rejected["hash_mismatch"] += 1
             self._back_off(publisher, round, host=record["p2p"])
             return
+        self._served_by[(round, publisher)] = record["p2p"]  # the host the node's verdict is about
         self._ready.append(Delivery(round, publisher, data))
 
     def _fetch_failed(self, round: int, publisher: str, ident: tuple, retry: bool) -> None:
@@ -550,7 +566,7 @@ class HivemindTransport(Transport):
         # The body is what the publisher's owner-signed entry announced (sha256), so a refusal of
         # it is the publisher's own doing: nobody can get an honest key backed off this way. Its
         # host served it, and an honest host serves only its own publisher's: the host goes too.
-        self._back_off(publisher, round, host=self._host_of.get(publisher))
+        self._back_off(publisher, round, host=self._served_by.get((round, publisher)))
 
     def _back_off(self, publisher: str, round: int, host: str | None = None) -> None:
         """Skip a publisher whose body failed verification for the next rounds, twice as long at
@@ -580,13 +596,36 @@ class HivemindTransport(Transport):
             (size,) = _U64.unpack(await reader.readexactly(_U64.size))
             if size > MAX_ENVELOPE_SIZE:  # refuse before buffering a byte of it
                 raise _Oversized(size)
+            if size == 0:  # routine (a restarted publisher, a round it dropped), or not its host
+                owner = await self._read_owner(reader)
+                if owner is not None and owner != publisher:
+                    self._note_owner(peer.to_base58(), owner)
+                    raise LookupError(f"that host serves {owner}, not {publisher}")
+                raise LookupError("the publisher no longer holds this round")
             if size != declared:  # not what the signed entry announced (and the size limit judged)
                 raise _NotAnnounced(size)
-            if size == 0:
-                raise LookupError("the publisher no longer holds this round")
             return await reader.readexactly(size)
         finally:
             writer.close()
+
+    @staticmethod
+    async def _read_owner(reader) -> str | None:
+        """After a zero length, the publisher the host says it serves (absent from a publisher that
+        only no longer holds the round)."""
+        try:
+            (n,) = await asyncio.wait_for(reader.readexactly(1), OWNER_REPLY_TIMEOUT_S)
+            name = (await asyncio.wait_for(reader.readexactly(n), OWNER_REPLY_TIMEOUT_S)).decode("ascii")
+        except (asyncio.TimeoutError, asyncio.IncompleteReadError, UnicodeDecodeError, ConnectionError):
+            return None
+        return name if PEER_ID_RE.fullmatch(name) else None
+
+    def _note_owner(self, host: str, owner: str) -> None:
+        """A host's own word (over its authenticated stream) on the one publisher it serves:
+        entries of other keys pointing at it are skipped from now on (``misdirected``)."""
+        self._host_owner.pop(host, None)
+        self._host_owner[host] = owner
+        if len(self._host_owner) > MAX_KNOWN_PUBLISHERS:
+            self._host_owner.popitem(last=False)
 
     # -- heartbeats: small signed envelopes stored in the DHT itself ---------------------------
     async def announce(self, data: bytes, expires_in: float) -> None:
@@ -638,6 +677,7 @@ class HivemindTransport(Transport):
     def info(self) -> dict:
         info = {"transport": "hivemind", "maddrs": self.maddrs, "fetch_failures": self.fetch_failures,
                 "store_unconfirmed": self.store_unconfirmed, "refused_requests": self.refused_requests,
+                "misdirected": self.misdirected,
                 "backed_off": self.backed_off, "swarm_size": round(self.swarm_size),
                 "index_bytes": self.index_bytes, "body_bytes": self.body_bytes}
         if self._node is not None:

@@ -407,7 +407,7 @@ def test_a_sender_whose_envelope_lies_is_distrusted_and_a_replay_is_only_counted
     assert ex.stats.rejected["replay"] == 1 and distrusted == [(peer.peer_id, 10)]
 
 
-@pytest.mark.parametrize("groups,cap,tokens", [(64, 8, 16), (4, 8, 128), (16, 16, 64), (64, 16, 8)])
+@pytest.mark.parametrize("groups,cap,tokens", [(64, 8, 16), (4, 128, 128), (16, 32, 64), (64, 16, 8)])
 def test_usable_envelope_bytes_bounds_the_largest_envelope_a_node_could_use(groups, cap, tokens):
     from node.swarm import MAX_TEXT_BYTES_PER_TOKEN, usable_envelope_bytes
     from protocol.messages import MAX_ROLLOUTS, MAX_TOKEN_ID
@@ -419,9 +419,9 @@ def test_usable_envelope_bytes_bounds_the_largest_envelope_a_node_could_use(grou
     recs = [RolloutRecord(task[:-1] + str(g % 10), (MAX_TOKEN_ID,) * tokens, text, (-0.123,) * tokens, False)
             for g in range(groups) for _ in range(cap)][:MAX_ROLLOUTS]  # a batch holds at most that many
     size = len(envelope(peer, encode(batch(peer, 10, recs))))
-    bound = usable_envelope_bytes(cap, tokens, groups)
+    bound = usable_envelope_bytes(tokens)  # 512 records of `tokens` tokens, whatever their groups
     assert size <= bound <= 1.2 * size  # from above, and tight enough to mean something
-    assert usable_envelope_bytes(cap, None) == MAX_ENVELOPE_SIZE
+    assert usable_envelope_bytes(None) == MAX_ENVELOPE_SIZE
 
 
 def test_completions_longer_than_the_node_trains_on_are_neither_checked_nor_kept(setup):
@@ -452,7 +452,7 @@ def test_bodies_larger_than_all_the_node_could_use_are_not_taken(setup):
 
     hub, me, peer, clock, _ = setup
     ex = make_exchange(hub, me, clock, max_tokens=4, group_cap=2)
-    assert ex.max_body == usable_envelope_bytes(2, 4)
+    assert ex.max_body == usable_envelope_bytes(4)
     huge = [record(f"arithmetic:{i}:1", (1,) * 200) for i in range(64)] * 8  # valid, and far too much
     data = envelope(peer, encode(batch(peer, 10, huge)))
     assert ex.max_body < len(data) < MAX_ENVELOPE_SIZE

@@ -98,20 +98,22 @@ async def _hostile_server(maddrs, reply: bytes, index: dict, rounds=None, keys=(
     return node
 
 
-async def _store_entries(node, validator, index: dict, rounds, keys) -> None:
+async def _store_entries(node, validator, index: dict, rounds, keys, p2p: str | None = None) -> None:
+    """Entries under each of ``keys`` pointing at ``p2p`` (default: this node's own host)."""
     from hivemind.utils import get_dht_time
 
     node.validator = validator
     for name in keys:
         validator.signer = ident(name)  # one host, many keys: the validator signs for each in turn
         for r in rounds:
-            key, sub, value = index_entry("t", r, pid(name), node.p2p.peer_id.to_base58(), index["size"],
+            key, sub, value = index_entry("t", r, pid(name), p2p or node.p2p.peer_id.to_base58(), index["size"],
                                           index["sha256"])
             await node.store(key, value, get_dht_time() + 60, subkey=sub)
 
 
 @pytest.mark.parametrize("case", ["declared_oversized", "indexed_oversized", "more_than_usable",
-                                  "more_than_indexed", "hash_mismatch", "vanishes_mid_transfer"])
+                                  "more_than_indexed", "hash_mismatch", "vanishes_mid_transfer",
+                                  "no_longer_holds"])
 def test_hostile_publishers_are_refused_without_buffering(case):
     R = _now_round()
     body = b"x" * 1000
@@ -128,6 +130,8 @@ def test_hostile_publishers_are_refused_without_buffering(case):
         "more_than_indexed": (struct.pack(">Q", 2000) + b"x" * 1000, {"size": 1000, "sha256": sha}),
         "hash_mismatch": (struct.pack(">Q", 1000) + b"y" * 1000, {"size": 1000, "sha256": sha}),
         "vanishes_mid_transfer": (struct.pack(">Q", 1000) + b"x" * 10, {"size": 1000, "sha256": sha}),
+        # Length 0: a restarted publisher whose older entries are still in the DHT. Routine.
+        "no_longer_holds": (struct.pack(">Q", 0), {"size": 1000, "sha256": sha}),
     }[case]
 
     async def go():
@@ -146,7 +150,7 @@ def test_hostile_publishers_are_refused_without_buffering(case):
 
     polls, rejected, failures = asyncio.run(go())
     assert polls == [[], [], [], []]
-    if case == "vanishes_mid_transfer":  # churn, not an attack: retried, then given up
+    if case in ("vanishes_mid_transfer", "no_longer_holds"):  # churn, not an attack: given up, not refused
         assert rejected == {} and failures == 1
     elif case == "indexed_oversized":  # no replica keeps an entry announcing more than the limit
         assert rejected == {} and failures == 0
@@ -187,6 +191,52 @@ def test_a_host_that_served_a_bad_body_is_skipped_under_its_fresh_keys():
     first, rejected, requests, found = asyncio.run(go())
     assert first == ({"hash_mismatch": 1}, 1) and found
     assert rejected == {"hash_mismatch": 1} and requests == 1  # sybil2's entry never fetched
+
+
+def test_junk_keys_pointing_at_an_honest_host_are_skipped_once_it_said_whom_it_serves():
+    R = _now_round()
+
+    async def go():
+        boot, maddrs = await _bootstrap()
+        honest, victim = _transport(pid("honest"), maddrs), _transport(pid("victim"), maddrs)
+        hostile = None
+        try:
+            await honest.start(), await victim.start()
+            body = b"h" * 500
+            await honest.publish(R, body, expires_in=60)
+            index = {"size": 500, "sha256": hashlib.sha256(body).hexdigest()}
+            # Junk keys whose signed entries point at the honest node's host.
+            hostile = await _hostile_server(maddrs, b"", index, (R + 1,), keys=("junk1",))
+            await _store_entries(hostile, hostile.validator, index, (R + 1,), ("junk1", "junk2", "junk3"),
+                                 p2p=honest.p2p_peer_id)
+            deadline = time.monotonic() + 30
+            got = []
+            while time.monotonic() < deadline and not (got and victim.misdirected >= 2):
+                got += await victim.poll([R, R + 1], want=1)  # a newcomer: one unknown key a round
+            return got, victim.misdirected, honest.refused_requests, dict(victim._host_owner)
+        finally:
+            for t in (victim, honest):
+                await t.close()
+            if hostile is not None:
+                await hostile.shutdown()
+            await boot.shutdown()
+
+    got, misdirected, refused, owners = asyncio.run(go())
+    assert [(d.publisher, d.data) for d in got] == [(pid("honest"), b"h" * 500)]
+    assert set(owners.values()) == {pid("honest")}  # the honest host's own word
+    # The first junk entry tried cost the honest host one refusal; the others were skipped unfetched.
+    assert refused == 1 and misdirected == 2
+
+
+def test_a_refusal_is_blamed_on_the_host_that_served_that_round():
+    t = _transport(pid("victim"), [])
+    t._served_by[(5, "sn1" + "a" * 32)] = "hostA"
+    t.distrust("sn1" + "a" * 32, 6)  # round 6's body came from nowhere we fetched: no host to blame
+    assert t._host_backoff == {}
+    t.distrust("sn1" + "a" * 32, 5)
+    assert set(t._host_backoff) == {"hostA"} and t._host_strikes == {"hostA": 1}
+    t.vouch("sn1" + "a" * 32)  # a later verified body from that publisher clears its host too
+    assert t._host_strikes == {}
 
 
 def test_unreachable_bootstrap_fails_with_a_clear_message_after_retries(caplog):

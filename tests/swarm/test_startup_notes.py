@@ -80,12 +80,15 @@ def test_the_simulator_warns_before_it_starts():
 
     faults = SimFaults.model_validate({"kill": [{"node": 0, "at_step": 6}, {"node": 1, "at_step": 60}]})
     spec = SimSpec(nodes=2, transport="hivemind", run_dir=Path("/r"), faults=faults)
-    cfgs = [load_config(None, {"swarm.transport": "hivemind"})] * 2  # I = J = 4, checkpoint_every 50
+    # I = J = 4, checkpoint_every 50; one sender may supply ⌈4 x 0.5⌉ = 2 of its 4 groups a step
+    cfgs = [load_config(None, {"swarm.transport": "hivemind"})] * 2
     w = startup_warnings(spec, cfgs)
-    assert len(w) == 2
+    assert len(w) == 1
     assert w[0].startswith("[[kill]] node0 at step 6: its first checkpoint is at step 50") \
         and "restarts from step 0 and redoes 6 steps" in w[0] and "--run.checkpoint_every 6 or less" in w[0]
-    assert w[1].startswith("with 2 nodes, every node trains on every group") \
+    whole = [load_config(None, {"swarm.transport": "hivemind", "swarm.max_sender_share": 1})] * 2
+    w = startup_warnings(spec, whole)
+    assert len(w) == 2 and w[1].startswith("with 2 nodes, every node trains on every group") \
         and "--swarm.external_groups 3 or fewer" in w[1]
     four = [load_config(None, {"swarm.transport": "hivemind", "run.checkpoint_every": 6})] * 4
     assert startup_warnings(SimSpec(nodes=4, transport="hivemind", run_dir=Path("/r"), faults=faults), four) == []
@@ -101,6 +104,9 @@ def test_batch_overlap_advice_by_hand():
     assert batch_overlap(1, 8, 4) is not None and "--swarm.external_groups 3 or fewer" in batch_overlap(1, 8, 4)
     assert batch_overlap(1, 8, 3) is None  # I = 5 > 3: the node takes 3 of its peer's 5
     assert batch_overlap(3, 8, 4) is None  # 3 x 4 = 12 groups to choose 4 from
+    # One sender may supply ⌈4 x 0.5⌉ = 2 of its 4 groups a step: the batches differ.
+    assert batch_overlap(1, 8, 4, max_sender_share=0.5) is None
+    assert batch_overlap(1, 8, 4, max_sender_share=1.0) is not None
     assert "--swarm.external_groups 5 or fewer" in batch_overlap(2, 8, 6)  # I = 2, 2 x 2 <= 6
     assert batch_overlap(0, 8, 4) is None and batch_overlap(1, 8, 0) is None
     assert "raise generation.prompts_per_step" in batch_overlap(1, 2, 1)  # J = 1 = I: no J fits
@@ -236,7 +242,7 @@ def test_the_same_batch_warning_needs_consecutive_steps(caplog):
     from node.config import load_config
     from node.trainer import COINCIDE_STEPS, TrainingNode
 
-    cfg = load_config(None, {"swarm.transport": "memory"})  # I = J = 4
+    cfg = load_config(None, {"swarm.transport": "memory", "swarm.max_sender_share": 1})  # I = J = 4
     node = SimpleNamespace(cfg=cfg, _coincide_warned=False, _coincide_steps=0,
                            status=SimpleNamespace(extra={}))
     warn = TrainingNode._warn_if_batches_coincide
