@@ -84,7 +84,8 @@ SCENARIOS: dict[str, tuple[tuple[str, ...], str]] = {
     "flood": (("flood",), "200 fresh keys a round, each a signed index entry whose body does not exist "
                           "or fails its sha256"),
     "honest_address": (("honest_address",), "20 fresh keys a round whose signed entries point at honest "
-                                            "nodes' addresses: served nothing (refused_requests)"),
+                                            "nodes' addresses: served nothing (refused_requests); the host says whom it "
+                                            "serves, and the other keys' entries are skipped (misdirected)"),
     "logprob_1e300": (("logprob_1e300",), "per-token log-prob -1e300 (-inf in float32): implausible_logprob"),
     "logprob_1e4": (("logprob_1e4",), "per-token log-prob -1e4: implausible_logprob"),
     "foreign_logprob_gap": (("foreign_logprob_gap",), "another tokenizer's fingerprint, Σ log μ claimed "
@@ -386,6 +387,7 @@ def measure(name: str, attacks: tuple[str, ...], setup: Setup, run_dir: Path, sa
             "rss_growth_mb": None if sampler.growth(i) is None else sampler.growth(i) / MIB,
             "rejected": sw.get("rejected") or {},
             "fetch_failures": sw.get("fetch_failures", 0), "refused_requests": sw.get("refused_requests", 0),
+            "misdirected": sw.get("misdirected", 0),
             "backed_off": sw.get("backed_off", 0), "dropped_full": sw.get("dropped_full", 0),
             "pool_bytes": sw.get("pool_bytes", 0), "poll_errors": sw.get("poll_errors", 0),
             "internal_errors": sw.get("internal_errors", 0),
@@ -418,7 +420,8 @@ def measure(name: str, attacks: tuple[str, ...], setup: Setup, run_dir: Path, sa
         max_rss_mb=max(n["max_rss_mb"] for n in nodes), p2pd_max_rss_mb=max(n["p2pd_max_rss_mb"] for n in nodes),
         rss_growth_mb=max((n["rss_growth_mb"] for n in nodes if n["rss_growth_mb"] is not None), default=None),
         received_exact=all(n["honest_received_exact"] for n in nodes), rejected=rejected,
-        **{k: sum(n[k] for n in nodes) for k in ("fetch_failures", "refused_requests", "backed_off", "dropped_full",
+        **{k: sum(n[k] for n in nodes) for k in ("fetch_failures", "refused_requests", "misdirected", "backed_off",
+                                                  "dropped_full",
                                                   "attacker_used", "external_too_long", "poll_errors",
                                                   "internal_errors")},
         max_pool_bytes=max(n["pool_bytes"] for n in nodes),
@@ -570,7 +573,7 @@ def markdown(result: dict) -> list[str]:
             f"{h['nan_steps']} | {_reasons(h['rejected'])} | {targets} ({len(met)}/{len(v)} met) |")
     md += ["", "What each attack is, and the other counters (summed over the honest nodes; the adversary's "
                "own status for what it sent and which of its DHT writes a replica kept):", "",
-           "| scenario | attack | fetch failures | refused requests | backed off | dropped full | pool MB at the last step | "
+           "| scenario | attack | fetch failures | refused requests (misdirected entries skipped) | backed off | dropped full | pool MB at the last step | "
            "too long to train | attacker groups trained on | CPU s: honest nodes (clean) / adversary | "
            "adversary: sent; DHT writes kept/refused |",
            "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -578,7 +581,8 @@ def markdown(result: dict) -> list[str]:
         h, a = s["honest"], s["adversary"] or {}
         stores = "; ".join(f"{k} {x.get('kept', 0)}/{x.get('refused', 0)}" for k, x in sorted((a.get("stores") or {}).items()))
         sent = sum((a.get("sent") or {}).values())
-        md.append(f"| {s['scenario']} | {SCENARIOS[s['scenario']][1]} | {h['fetch_failures']} | {h['refused_requests']} | "
+        md.append(f"| {s['scenario']} | {SCENARIOS[s['scenario']][1]} | {h['fetch_failures']} | "
+                  f"{h['refused_requests']} ({h.get('misdirected', 0)}) | "
                   f"{h['backed_off']} | {h['dropped_full']} | {h['max_pool_bytes'] / MIB:.0f} | {h['external_too_long']} | "
                   f"{h['attacker_used']} | {_f(h.get('honest_cpu_s'), '.0f')} ({_f(base.get('honest_cpu_s'), '.0f')}) / "
                   f"{_f(h.get('adversary_cpu_s'), '.0f')} | sent {sent}{f'; {stores}' if stores else ''} |")
