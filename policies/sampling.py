@@ -6,9 +6,10 @@ Two things used to break that on real checkpoints:
 
 * **Memory.** Returning the logits of every step (``output_logits``) keeps B·T·V floats: about
   40 GB for 64 completions × 1024 tokens × a 152k vocabulary. ``BehaviourLogprobs`` is a logits
-  processor that, at each step, gathers the log-prob of the token sampled at the step before
-  (it is the last column of ``input_ids`` by then) and keeps only that: B floats a step, one
-  (B, V) tensor alive at a time, as plain ``generate`` has anyway.
+  processor that, at each step, computes the log-normaliser of the tempered distribution (rows
+  in chunks, so its temporaries are small) and, at the next step, the log-prob of the token
+  sampled (the last column of ``input_ids`` by then): B floats a step are kept, and the step's
+  scores live one step longer than in plain ``generate``.
 * **Settings that change what is sampled.** A checkpoint's ``generation_config.json`` may ask for
   a repetition penalty, banned words, a minimum length, forced tokens... Each changes the
   distribution tokens are drawn from, but not π_θ as the learner computes it, so the recorded
@@ -101,23 +102,33 @@ class BehaviourLogprobs:
     the padding token got and must be cut by the caller (as the completion's ids are).
     """
 
+    ROW_CHUNK = 8  # rows normalised at once: the temporaries stay (8, V), not (B, V)
+
     def __init__(self, temperature: float, prompt_len: int):
         if temperature <= 0:
             raise ValueError(f"temperature must be > 0, got {temperature}")
         self.temperature = temperature
         self.prompt_len = prompt_len
-        self._pending: torch.Tensor | None = None  # (B, V) log-probs of the step whose token is not known yet
+        # The step whose token is not known yet: its raw scores (transformers' own tensor, kept one
+        # step longer, not copied: its processors are out of place) and log-normaliser (B,).
+        self._pending: tuple[torch.Tensor, torch.Tensor] | None = None
         self._cols: list[torch.Tensor] = []  # (B,) per step
         self.logprobs: torch.Tensor | None = None
 
     def _gather(self, tokens: torch.Tensor) -> None:
-        self._cols.append(self._pending.gather(-1, tokens.unsqueeze(-1)).squeeze(-1))
+        scores, lse = self._pending
+        picked = scores.gather(-1, tokens.unsqueeze(-1)).squeeze(-1).float()
+        self._cols.append(picked / self.temperature - lse)
         self._pending = None
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         if self._pending is not None:  # the token sampled from the previous step's distribution
             self._gather(input_ids[:, -1])
-        self._pending = torch.log_softmax(scores.float() / self.temperature, dim=-1)
+        # log softmax(z / T)[y] = z_y / T - logsumexp(z / T): only the normaliser now, the token's
+        # term next step. No (B, V) result is kept beyond the scores themselves.
+        lse = torch.cat([torch.logsumexp(rows.float() / self.temperature, dim=-1)
+                         for rows in scores.split(self.ROW_CHUNK)])
+        self._pending = (scores, lse)
         return scores
 
     def finish(self, sequences: torch.Tensor) -> torch.Tensor:

@@ -31,6 +31,7 @@ def test_a_node_whose_p2p_daemon_is_killed_rejoins_and_trains_with_peers_again(p
 
     wait_until(back, 90, "b to notice the outage and rejoin", b)
     sw = status(tmp_path / "b")["swarm"]
+    print(f"p2pd killed: the node was down {sw['last_outage_s']:.1f} s")  # shown with pytest -s
     assert sw["last_outage_s"] < 30, sw  # the bound: rejoined within 30 s
     assert p2pd_children_of([b.pid]) != [daemon]  # a new daemon, not the old one
 
