@@ -112,8 +112,9 @@ def run(n: int, *, before: bool, rounds: int, j: int, groups: int, body: bytes, 
     now = [1_800_000_000.0]
     hd.get_dht_time = lambda: now[0]  # the transport's clock and the validator's: simulated
     import node.transport.dht_records as dr
+    import node.transport.index_records as ir
 
-    dr.get_dht_time = hd.get_dht_time
+    dr.get_dht_time = ir.get_dht_time = hd.get_dht_time  # every module that reads the clock
     reader_ident = Identity.generate()
     replica = Replica(hd.swarm_validator(swarm, round_seconds, None))
     writers = [Identity.generate() for _ in range(n)]
@@ -135,7 +136,7 @@ def run(n: int, *, before: bool, rounds: int, j: int, groups: int, body: bytes, 
     t._node = replica
     t._rng = random.Random(seed + 1)
 
-    async def download(peer, round, publisher):
+    async def download(peer, round, publisher, declared):
         return body
 
     t._download = download

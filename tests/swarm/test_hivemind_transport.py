@@ -177,9 +177,11 @@ def test_a_host_that_served_a_bad_body_is_skipped_under_its_fresh_keys():
             first = dict(t.rejected), hostile.requests
             # A fresh key on the same host, in a round with its explore budget unspent.
             await _store_entries(hostile, hostile.validator, index, (R + 1,), ("sybil2",))
-            while pid("sybil2") not in t._first_seen and time.monotonic() < deadline:  # until a read finds it
+            found = False
+            while not found and time.monotonic() < deadline:  # until the victim's DHT node sees it
                 await t.poll([R, R + 1], want=1)
-            found = pid("sybil2") in t._first_seen
+                got = await t._node.get(round_key("t", R + 1, ""), latest=True)
+                found = got is not None and pid("sybil2") in got.value
             for _ in range(3):  # a fetch started with the read would have reached the host by now
                 await t.poll([R, R + 1], want=1)
             return first, dict(t.rejected), hostile.requests, found
@@ -626,3 +628,20 @@ def test_junk_entries_first_cannot_take_the_slots_of_known_peers():
     assert first == []
     assert [(d.publisher, d.data) for d in got] == [(pid("a"), b"body of a")]
     assert backed_off == 2  # each junk key's failed fetch backs it off
+
+
+def test_the_newest_rounds_probes_of_the_levels_above_can_only_raise_the_size_estimate():
+    """A reader at 460 of 1,000 peers whose level-1 shards look full (only the writers whose
+    estimates are low write there) must count its probes of level 2, read in the newest round."""
+    t = _transport(pid("victim"), [])
+    R = 100
+    t.swarm_size = 460.0
+    t._sizes = [(R - 1, 1, 29), (R - 1, 1, 30), (R, 1, 10), (R, 2, 4), (R, 2, 4)]
+    t._observe_size(skip_round=R)
+    assert t.swarm_size == 1024.0  # 4 entries a level-2 shard x 256 shards (without: 472)
+    t._sizes = [(R, 1, 3)]  # the newest round at the node's own level: not counted, either way
+    t._observe_size(skip_round=R)
+    assert t.swarm_size == 1024.0
+    t._sizes = [(R, 3, 0)]  # a probe that found nothing cannot lower it
+    t._observe_size(skip_round=R)
+    assert t.swarm_size == 1024.0
