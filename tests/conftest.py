@@ -34,3 +34,16 @@ def warm_tiny_model_dir(tmp_path_factory) -> Path:
     return build_default_model(tmp_path_factory.mktemp("warm-tiny-model"),
                                replace(TINY_RECIPE, hidden_size=64, intermediate_size=128, sft_steps=60,
                                        sft_lr=3e-3))
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """One torch thread for a module's tests (``pytestmark = pytest.mark.usefixtures(...)``):
+    models this small gain nothing from intra-op threads, and on a busy 2-core machine the
+    threads' spin-waits multiply the wall time several-fold. Restored after the module."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

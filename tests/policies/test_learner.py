@@ -19,14 +19,7 @@ PROMPTS = ["What is 2+3?", "Count the letter a in banana."]
 G = 3  # completions per prompt
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    # A 30k-parameter model gains nothing from intra-op threads; on a busy 2-core box OpenMP
-    # contention made each step ~1 s instead of ~10 ms. Restored after this module.
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
 
 @pytest.fixture(scope="module")

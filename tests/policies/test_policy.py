@@ -16,14 +16,7 @@ from policies.errors import PolicyError
 from policies.learner import Learner, TrainSample
 from policies.policy import Policy, SamplingParams, TokenBatch, tokenizer_fingerprint
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # Models this small gain nothing from intra-op threads, and on a busy 2-core machine the
-    # threads' spin-waits multiply the wall time several-fold.
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
 
 # Three prompts whose token lengths all differ, so generation and recompute both left-pad.
