@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import json
 import logging
+import signal
 import sys
 import traceback
 from pathlib import Path
@@ -296,6 +297,11 @@ def _simulate(args: argparse.Namespace, unknown: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     from node.daemon_thread import exit_if_work_abandoned, work_abandoned
 
+    # A shell starts a background job ('swarm-node train &' from a script) with SIGINT ignored,
+    # and asyncio.run then leaves it so: a Ctrl-C or `kill -INT` during start-up would be lost,
+    # while the running node (loop.add_signal_handler) stops on it. One behaviour: it stops.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         rc = _main(argv)
     except BaseException:
