@@ -82,6 +82,7 @@ class GenerationConfig(_Section):
     temperature: float = Field(1.0, gt=0, description="sampling temperature (log-probs use the same scaling)")
     top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling")
     top_k: int = Field(0, ge=0, description="top-k sampling (0 = off)")
+    batch_size: int = Field(0, ge=0, description="completions sampled per generate call (0 = all of a step's at once); halved for good, and recorded, when one runs out of memory")
 
 
 class LearnerConfig(_Section):
@@ -90,6 +91,7 @@ class LearnerConfig(_Section):
     max_grad_norm: float = Field(1.0, gt=0, description="gradient clipping norm")
     warmup_steps: int = Field(20, ge=0, description="linear learning-rate warm-up over the first updates (0 = off)")
     num_iterations: int = Field(1, ge=1, description="optimisation passes per generated batch (mu)")
+    micro_batch_size: int = Field(0, ge=0, description="completions per forward/backward pass, gradients accumulated to the whole batch's exactly (0 = the whole batch in one pass); halved for good, and recorded, when a pass runs out of memory")
     baseline: Literal["mean", "median", "opob", "opob_approx"] = Field("mean", description="mean (GRPO), median (MC-GRPO, G+1 samples, pivot excluded), opob (VCPO optimal baseline, exact per-sample gradient norms), opob_approx (drops the gradient-norm factor)")
     scale_rewards: Literal["group", "batch", "none"] = Field("none", description="divide advantages by the group or batch reward std")
     loss_type: Literal["grpo", "dapo", "dr_grpo"] = Field("dapo", description="token aggregation of the loss")

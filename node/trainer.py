@@ -80,7 +80,7 @@ def build_learner(policy: Policy, cfg: NodeConfig) -> Learner:
         max_grad_norm=lc.max_grad_norm, num_iterations=lc.num_iterations, baseline=lc.baseline,
         scale_rewards=lc.scale_rewards, lr_rule=lc.lr_rule, rho_ref=lc.rho_ref,
         lr_floor=lc.lr_floor, warmup_steps=lc.warmup_steps, temperature=cfg.generation.temperature,
-        off_policy_correction=lc.off_policy_correction,
+        off_policy_correction=lc.off_policy_correction, micro_batch_size=lc.micro_batch_size,
         loss=LossConfig(importance_sampling_level=lc.importance_sampling_level,
                         epsilon=lc.epsilon, epsilon_high=lc.epsilon_high, delta=lc.delta,
                         m2po_tau=lc.m2po_tau, weight_cap=lc.weight_cap, loss_type=lc.loss_type,
@@ -251,6 +251,7 @@ class TrainingNode:
         self.sampling = SamplingParams(max_new_tokens=cfg.generation.max_completion_length,
                                        temperature=cfg.generation.temperature,
                                        top_p=cfg.generation.top_p, top_k=cfg.generation.top_k)
+        policy.generation_batch_size = cfg.generation.batch_size
         self.reward_cfg = RewardConfig(format_weight=cfg.tasks.format_weight)
         self.swarm = swarm
         self.endpoint = endpoint
@@ -259,6 +260,7 @@ class TrainingNode:
         self.rounds_skipped = 0
         self._closed = False
         self._coincide_warned = False
+        self._gen_halvings = 0  # generation's out-of-memory halvings in the current step
         self._coincide_steps = 0  # consecutive steps in which this node took every peer group
         self.status = status or StatusFile(run_dir, cfg.train.steps, cfg.model.name, start_step)
 
@@ -372,8 +374,10 @@ class TrainingNode:
         task_ids = round_task_ids(task_seed, step, n_groups, cfg.tasks.families, cfg.tasks.difficulties)
         sampler, behaviour_version = self.lagged.sampler()
         version = self.learner.version if behaviour_version < 0 else behaviour_version
+        before = sampler.generation_oom_halvings
         rollouts = generate_rollouts(sampler, task_ids, self.group_size, self.sampling, version,
                                      self.reward_cfg)
+        self._gen_halvings = sampler.generation_oom_halvings - before
         return rollouts, version, time.perf_counter() - t0
 
     @property
@@ -413,6 +417,9 @@ class TrainingNode:
             "learn_time": time.perf_counter() - t0,
             **learn,
             "policy_version": self.learner.version,
+            # Out-of-memory recovery (policies/oom.py): rows a generate call, halvings this step.
+            "gen_batch": self.policy.generation_batch_size or len(rollouts),
+            "gen_oom_halvings": self._gen_halvings,
         }
         if groups is not None:
             record["external_groups"] = len(groups)
@@ -485,12 +492,19 @@ class TrainingNode:
 
     def _write_status(self, record: dict) -> None:
         """status.json: the node's live state for people and tools (replaced atomically)."""
-        fields = {"step": self.step, "last": record}
+        fields = {"step": self.step, "last": record, "memory": self._memory_status()}
         if self.swarm is not None:
             fields["swarm"] = self.swarm.status()
         status = self.status.write(**fields)
         if self.endpoint is not None:  # the same snapshot: the endpoint and the file agree
             self.endpoint.update(status)
+
+    def _memory_status(self) -> dict:
+        """What out-of-memory recovery has done so far this run (0 = the configured sizes)."""
+        return {"micro_batch_size": self.learner.micro_batch_size,
+                "generation_batch_size": self.policy.generation_batch_size,
+                "learner_oom_halvings": self.learner.oom_halvings,
+                "generation_oom_halvings": self.policy.generation_oom_halvings}
 
     # -- the loop ---------------------------------------------------------------------------
     def request_stop(self) -> None:

@@ -13,18 +13,25 @@ It owns the optimizer and the policy version counter. Per step:
 Corrections reuse the one forward pass, so a corrected step costs about what a plain GRPO step
 costs (scripts/bench_learner.py measures it). Exact OPOB is the exception: it needs one extra
 backward per sample and says so in its name.
+
+With ``micro_batch_size`` (or after an out-of-memory error halves it: ``policies.oom``) the batch
+runs in slices: a forward pass without grad gives the values step 2 and the loss's batch-level
+terms need (``loss_plan``: M2PO's mask, the normaliser), then each slice's forward and backward
+accumulate the batch's gradient exactly, for one more forward pass than the whole batch costs.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from dataclasses import dataclass
 
 import torch
 
-from policies.advantages import group_advantages
-from policies.loss import LossConfig, LossInputs, policy_loss, row_caps, sequence_weights
+from policies.advantages import Advantages, group_advantages
+from policies.loss import LossConfig, LossInputs, loss_plan, policy_loss, row_caps, sequence_weights
+from policies.oom import fit_by_halving
 from policies.offpolicy import ess_fraction, ess_fraction_by_source, lr_factor
 from policies.policy import Policy, TokenBatch
 
@@ -33,6 +40,8 @@ log = logging.getLogger(__name__)
 __all__ = ["TrainSample", "Learner", "LOCAL_SOURCE", "sample_source"]
 
 _ZERO_ADV = 1e-9  # |advantage| at or below this carries no gradient (a group whose rewards agree)
+_OOM_HINT = ("lower generation.prompts_per_step, generation.num_generations or "
+             "generation.max_completion_length, train a LoRA adapter (model.lora_rank), or use a smaller model")
 
 
 @dataclass(frozen=True)
@@ -74,7 +83,8 @@ class Learner:
                  max_grad_norm: float = 1.0, num_iterations: int = 1, baseline: str = "mean",
                  scale_rewards: str = "none", lr_rule: str = "sqrt", rho_ref: float = 1.0,
                  lr_floor: float = 0.0, warmup_steps: int = 0, temperature: float = 1.0,
-                 loss: LossConfig = LossConfig(), off_policy_correction: bool = True):
+                 loss: LossConfig = LossConfig(), off_policy_correction: bool = True,
+                 micro_batch_size: int = 0):
         self.policy = policy
         self.params = [p for p in policy.model.parameters() if p.requires_grad]
         if not self.params:
@@ -96,6 +106,10 @@ class Learner:
         # rl-swarm does): no importance ratios against μ, ESS = B. For comparisons only.
         self.off_policy_correction = off_policy_correction
         self.version = 0  # number of optimizer updates applied to the policy
+        # Rows per forward/backward pass (0 = the whole batch): gradients are accumulated over
+        # micro-batches to the whole batch's exactly. Halved for good on out-of-memory.
+        self.micro_batch_size = micro_batch_size
+        self.oom_halvings = 0
 
     def _batch(self, samples: list[TrainSample]):
         pad = int(self.policy.tokenizer.pad_token_id)
@@ -124,17 +138,25 @@ class Learner:
         return (batch, beh.to(dev), seq_beh.to(dev), foreign.to(dev), rewards.to(dev), gids.to(dev),
                 caps.to(dev), local.to(dev), sources.to(dev))
 
-    def _grad_sq_norms(self, batch: TokenBatch) -> torch.Tensor:
-        """‖∇_θ log π(y_i)‖² per sample (exact OPOB): one backward per sample, costly by design."""
-        logp = self.policy.completion_logprobs(batch, self.temperature).sum(-1)  # (B,)
-        out = torch.zeros(logp.shape[0], dtype=torch.float32, device=logp.device)
-        for i in range(logp.shape[0]):
-            grads = torch.autograd.grad(logp[i], self.params, retain_graph=i < logp.shape[0] - 1,
-                                        allow_unused=True)
-            for g in grads:  # summed on the device: no host sync per parameter
-                if g is not None:
-                    out[i] += (g.float() ** 2).sum()
+    def _grad_sq_norms(self, batch: TokenBatch, rows: int) -> torch.Tensor:
+        """‖∇_θ log π(y_i)‖² per sample (exact OPOB): one backward per sample, costly by design;
+        ``rows`` samples' graph is held at a time."""
+        out = torch.zeros(len(batch), dtype=torch.float32, device=self.policy.device)
+        for sl in _slices(len(batch), rows):
+            logp = self.policy.completion_logprobs(batch.rows(sl), self.temperature).sum(-1)  # (b,)
+            for j in range(logp.shape[0]):
+                grads = torch.autograd.grad(logp[j], self.params, retain_graph=j < logp.shape[0] - 1,
+                                            allow_unused=True)
+                for g in grads:  # summed on the device: no host sync per parameter
+                    if g is not None:
+                        out[sl.start + j] += (g.float() ** 2).sum()
         return out
+
+    def _logp_values(self, batch: TokenBatch, rows: int) -> torch.Tensor:
+        """log π_θ of every completion token, (B, T), no graph: ``rows`` rows a forward pass."""
+        with torch.no_grad():
+            return torch.cat([self.policy.completion_logprobs(batch.rows(sl), self.temperature)
+                              for sl in _slices(len(batch), rows)])
 
     def _warmup(self) -> float:
         """Linear LR warm-up over the first updates. Adam's first steps move every parameter by
@@ -144,60 +166,42 @@ class Learner:
             return 1.0
         return min(1.0, (self.version + 1) / self.warmup_steps)
 
+    def _rows_per_pass(self, n: int) -> int:
+        return n if self.micro_batch_size <= 0 else min(self.micro_batch_size, n)
+
+    def _fit(self, attempt, n: int):
+        """``attempt(rows)`` at this learner's micro-batch, halved for good on out-of-memory."""
+        def halved(old: int, new: int) -> None:
+            self.micro_batch_size = new
+            self.oom_halvings += 1
+
+        out, _ = fit_by_halving(attempt, self._rows_per_pass(n), what="the learner's step",
+                                hint=_OOM_HINT, device=self.policy.device, on_halve=halved)
+        return out
+
     def step(self, samples: list[TrainSample]) -> dict[str, float]:
         """Apply ``num_iterations`` updates from ``samples``; return the step's metrics."""
         if not samples:
             raise ValueError("empty batch")
         batch, beh, seq_beh, foreign, rewards, gids, caps, local, sources = self._batch(samples)
+        halvings = self.oom_halvings
         # eval mode: μ was recorded in eval mode (no dropout), so π_θ must be too, or ratios
         # drift from 1 on-policy for any model with dropout. Gradients flow either way.
         self.policy.model.eval()
-        g2 = self._grad_sq_norms(batch) if self.baseline == "opob" else None
+        g2 = self._fit(lambda rows: self._grad_sq_norms(batch, rows), len(batch)) if self.baseline == "opob" else None
+        rows = _Rows(batch, beh, seq_beh, foreign, rewards, gids, caps, local, sources, g2)
         metrics: dict[str, float] = {}
-        adv = None
-        factor = 1.0
+        first = None
         for it in range(self.num_iterations):
-            logp = self.policy.completion_logprobs(batch, self.temperature)  # (B, T)
-            true_w = None
-            if it == 0 and not self.off_policy_correction:
-                # What the batch's ESS really is, for the record: naive sharing ignores it.
-                true_w = sequence_weights(logp.detach(), batch.completion_mask, seq_beh, caps)
-                # Pretend μ = π_θ as this step begins: every ratio and sequence weight starts at 1.
-                beh = torch.where(batch.completion_mask > 0, logp.detach(), torch.zeros_like(logp))
-                seq_beh = beh.sum(-1)
-            # The loss's sequence weights follow π_θ through the iterations, as token ratios do.
-            w = sequence_weights(logp, batch.completion_mask, seq_beh, caps)
-            if adv is None:
-                # ESS, the LR factor and advantages come from the first pass: they describe how
-                # far the behaviour policies are from π_θ as this step begins.
-                adv = group_advantages(rewards, gids, self.baseline, self.scale_rewards,
-                                       seq_weights=w, grad_sq_norms=g2)
-                # Over the rows that carry gradient only (docs/algorithm.md, "ESS"): a pivot or
-                # a zero-advantage row does not move the update, so it must not move the LR.
-                carry = adv.loss_mask & (adv.advantages.abs() > _ZERO_ADV)
-                # Per source, summed: one peer lowers ρ by at most its share of these rows.
-                rho = ess_fraction_by_source(w, sources, carry)
-                factor = lr_factor(rho, self.lr_rule, self.rho_ref, self.lr_floor)
-                w_beh = w if true_w is None else true_w
-                metrics["behaviour_rho"] = rho if true_w is None else ess_fraction_by_source(w_beh, sources, carry)
-                metrics.update(ess=rho * int(carry.sum()), rho=rho, lr_factor=factor,
-                               lr=self.base_lr * factor * self._warmup(), grad_rows=float(carry.sum()),
-                               grad_sources=float(sources[carry].unique().numel()),
-                               # Diagnostics only (they do not drive the LR): the whole-batch ESS
-                               # of the gradient rows, every source's weights pooled (the rule
-                               # before per-source ESS), and over every row, signal or not.
-                               rho_pooled=ess_fraction(w_beh, carry),
-                               rho_all_rows=ess_fraction(w_beh))
-            out = policy_loss(LossInputs(logp=logp, behaviour_logp=beh, behaviour_seq_logp=seq_beh,
-                                         mask=batch.completion_mask, advantages=adv.advantages,
-                                         sample_mask=adv.loss_mask, sequence_level=foreign,
-                                         seq_weights=w, external=~local),
-                              self.loss_cfg)
-            lr = self.base_lr * factor * self._warmup()
+            # Gradients of this iteration, accumulated over micro-batches (all of the batch's in
+            # one pass when it fits); an out-of-memory attempt is redone whole at half the rows.
+            done = self._fit(lambda n: self._gradients(rows, first, n), len(batch))
+            if first is None:
+                first = done
+                # Naive sharing: μ := π_θ as this step begins, for every iteration.
+                rows.beh, rows.seq_beh = done.beh, done.seq_beh
             for group in self.optimizer.param_groups:
-                group["lr"] = lr
-            self.optimizer.zero_grad(set_to_none=True)
-            out.loss.backward()
+                group["lr"] = self.base_lr * first.factor * self._warmup()
             grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.max_grad_norm)
             if math.isfinite(float(grad_norm)):
                 self.optimizer.step()
@@ -205,7 +209,8 @@ class Learner:
                 log.warning("non-finite gradient norm at version %d: update skipped", self.version)
             self.version += 1
             if it == 0:
-                metrics.update(loss=float(out.loss.detach()), grad_norm=float(grad_norm), **out.metrics)
+                metrics.update(first.metrics, loss=done.loss, grad_norm=float(grad_norm), **done.loss_metrics)
+        adv = first.adv
         metrics.update(
             reward_mean=float(rewards.mean()),
             adv_abs_mean=float(adv.advantages.abs().mean()),
@@ -214,5 +219,106 @@ class Learner:
             completion_len=float(batch.completion_mask.sum(-1).mean()),
             batch_size=float(len(samples)),
             policy_version=float(self.version),
+            micro_batch=float(self._rows_per_pass(len(samples))),
+            oom_halvings=float(self.oom_halvings - halvings),
         )
         return metrics
+
+    def _gradients(self, r: "_Rows", first: "_Pass | None", rows: int) -> "_Pass":
+        """One iteration's forward and backward, ``rows`` rows a pass; leaves the gradients in
+        ``.grad`` and changes nothing else, so an attempt that runs out of memory can be redone.
+        ``first`` is the step's first iteration (None: this is it), whose ESS, LR factor and
+        advantages hold for the whole step."""
+        batch, n = r.batch, len(r.batch)
+        self.optimizer.zero_grad(set_to_none=True)
+        whole = rows >= n
+        if whole:  # the pass with grad is also the pass whose values drive ESS and advantages
+            logp_graph = self.policy.completion_logprobs(batch, self.temperature)  # (B, T)
+            logp = logp_graph.detach()
+        else:
+            logp = self._logp_values(batch, rows)
+        mask = batch.completion_mask
+        beh, seq_beh = r.beh, r.seq_beh
+        true_w = None
+        if first is None and not self.off_policy_correction:
+            # What the batch's ESS really is, for the record: naive sharing ignores it.
+            true_w = sequence_weights(logp, mask, seq_beh, r.caps)
+            # Pretend μ = π_θ as this step begins: every ratio and sequence weight starts at 1.
+            beh = torch.where(mask > 0, logp, torch.zeros_like(logp))
+            seq_beh = beh.sum(-1)
+        # The loss's sequence weights follow π_θ through the iterations, as token ratios do.
+        w = sequence_weights(logp, mask, seq_beh, r.caps)
+        if first is None:
+            # ESS, the LR factor and advantages come from the first pass: they describe how
+            # far the behaviour policies are from π_θ as this step begins.
+            adv = group_advantages(r.rewards, r.gids, self.baseline, self.scale_rewards,
+                                   seq_weights=w, grad_sq_norms=r.g2)
+            # Over the rows that carry gradient only (docs/algorithm.md, "ESS"): a pivot or
+            # a zero-advantage row does not move the update, so it must not move the LR.
+            carry = adv.loss_mask & (adv.advantages.abs() > _ZERO_ADV)
+            # Per source, summed: one peer lowers ρ by at most its share of these rows.
+            rho = ess_fraction_by_source(w, r.sources, carry)
+            factor = lr_factor(rho, self.lr_rule, self.rho_ref, self.lr_floor)
+            w_beh = w if true_w is None else true_w
+            stats = dict(behaviour_rho=rho if true_w is None else ess_fraction_by_source(w_beh, r.sources, carry),
+                         ess=rho * int(carry.sum()), rho=rho, lr_factor=factor,
+                         lr=self.base_lr * factor * self._warmup(), grad_rows=float(carry.sum()),
+                         grad_sources=float(r.sources[carry].unique().numel()),
+                         # Diagnostics only (they do not drive the LR): the whole-batch ESS
+                         # of the gradient rows, every source's weights pooled (the rule
+                         # before per-source ESS), and over every row, signal or not.
+                         rho_pooled=ess_fraction(w_beh, carry),
+                         rho_all_rows=ess_fraction(w_beh))
+        else:
+            adv, factor, stats = first.adv, first.factor, first.metrics
+        inputs = LossInputs(logp=logp, behaviour_logp=beh, behaviour_seq_logp=seq_beh, mask=mask,
+                            advantages=adv.advantages, sample_mask=adv.loss_mask, sequence_level=r.foreign,
+                            seq_weights=w, external=~r.local)
+        plan = loss_plan(inputs, self.loss_cfg)
+        if whole:
+            out = policy_loss(dataclasses.replace(inputs, logp=logp_graph), self.loss_cfg, plan)
+            out.loss.backward()
+            loss = float(out.loss.detach())
+        else:
+            loss = 0.0
+            for sl in _slices(n, rows):
+                lp = self.policy.completion_logprobs(batch.rows(sl), self.temperature)
+                part = policy_loss(dataclasses.replace(inputs.rows(sl), logp=lp), self.loss_cfg, plan.rows(sl))
+                part.loss.backward()  # micro-batch losses sum to the batch's: so do their gradients
+                loss += float(part.loss.detach())
+        return _Pass(beh=beh, seq_beh=seq_beh, adv=adv, factor=factor, metrics=stats, loss=loss,
+                     loss_metrics=plan.metrics)
+
+
+@dataclass
+class _Rows:
+    """A step's batch on the device (``Learner._batch``); ``beh``/``seq_beh`` are replaced by
+    π_θ's when off-policy correction is off."""
+
+    batch: TokenBatch
+    beh: torch.Tensor
+    seq_beh: torch.Tensor
+    foreign: torch.Tensor
+    rewards: torch.Tensor
+    gids: torch.Tensor
+    caps: torch.Tensor
+    local: torch.Tensor
+    sources: torch.Tensor
+    g2: torch.Tensor | None
+
+
+@dataclass(frozen=True)
+class _Pass:
+    """What one iteration's forward/backward found (the first one's holds for the whole step)."""
+
+    beh: torch.Tensor
+    seq_beh: torch.Tensor
+    adv: Advantages
+    factor: float
+    metrics: dict
+    loss: float
+    loss_metrics: dict
+
+
+def _slices(n: int, rows: int) -> list[slice]:
+    return [slice(i, min(i + rows, n)) for i in range(0, n, max(1, rows))]

@@ -18,6 +18,7 @@ B · max_completion_length.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
@@ -25,7 +26,7 @@ import torch
 
 from policies.offpolicy import m2po_mask, sequence_log_weights, token_log_ratios, truncated_weights
 
-__all__ = ["LossConfig", "LossInputs", "LossOutputs", "policy_loss", "row_caps", "sequence_weights"]
+__all__ = ["LossConfig", "LossInputs", "LossOutputs", "LossPlan", "loss_plan", "policy_loss", "row_caps", "sequence_weights"]
 
 _MAX_LOG_RATIO = 80.0  # e^80 ≈ 5.5e34 < float32 max ≈ 3.4e38
 EXTERNAL_DELTA = 4.0  # the ratio clamp on peers' rows when learner.delta is off (INTELLECT-2's 4)
@@ -54,6 +55,11 @@ class LossInputs:
     sequence_level: torch.Tensor  # (B,) bool, True = must use the sequence ratio (foreign tokenizer)
     seq_weights: torch.Tensor  # (B,) truncated sequence weights w̄, detached (see sequence_weights)
     external: torch.Tensor | None = None  # (B,) bool, True = a peer's row (its log μ is a claim)
+
+    def rows(self, sl: slice) -> "LossInputs":
+        """These rows only (a micro-batch): every per-row tensor sliced alike."""
+        return LossInputs(**{f.name: (None if getattr(self, f.name) is None else getattr(self, f.name)[sl])
+                             for f in dataclasses.fields(self)})
 
 
 @dataclass(frozen=True)
@@ -89,16 +95,30 @@ def row_caps(cfg: LossConfig, foreign: torch.Tensor, local: torch.Tensor) -> tor
     return caps
 
 
-def policy_loss(inputs: LossInputs, cfg: LossConfig) -> LossOutputs:
-    x = inputs
+@dataclass(frozen=True)
+class LossPlan:
+    """What the loss needs from the whole batch: M2PO's kept tokens, the normaliser and the
+    metrics. Computed once from values (no grad), so a batch split into micro-batches gets the
+    loss, and the summed gradient, of the batch in one pass (``policy_loss(inputs.rows(sl), cfg,
+    plan.rows(sl))`` summed over the slices)."""
+
+    m2po_keep: torch.Tensor | None  # (B, T) tokens M2PO keeps on the token path; None = no M2PO
+    denominator: torch.Tensor  # scalar: dapo Σ used tokens, grpo the sequences used, dr_grpo B·L
+    metrics: dict[str, float]
+
+    def rows(self, sl: slice) -> "LossPlan":
+        keep = None if self.m2po_keep is None else self.m2po_keep[sl]
+        return LossPlan(keep, self.denominator, self.metrics)
+
+
+def _terms(x: LossInputs, cfg: LossConfig):
+    """Token-path ratios and masks shared by the plan and the loss (one definition of each)."""
     mask = x.mask * x.sample_mask.to(x.mask.dtype).unsqueeze(-1)  # (B, T)
     adv = x.advantages.to(x.logp.dtype).unsqueeze(-1)  # (B, 1)
     seq_rows = x.sequence_level.clone()
     if cfg.importance_sampling_level == "sequence":
         seq_rows[:] = True
     seq_f = seq_rows.to(x.logp.dtype).unsqueeze(-1)  # (B, 1)
-
-    w = x.seq_weights  # (B,)
     # Token level: PPO / clamp / M2PO on r_t against the behaviour policy. (torch.where, never
     # a product with a 0/1 mask, wherever a value may be infinite: inf·0 is NaN.)
     log_r = torch.where(seq_f > 0, torch.zeros_like(x.logp), token_log_ratios(x.logp, x.behaviour_logp, x.mask))
@@ -113,44 +133,75 @@ def policy_loss(inputs: LossInputs, cfg: LossConfig) -> LossOutputs:
         ext = x.external.unsqueeze(-1) & torch.ones_like(ratio, dtype=torch.bool)
         unclipped = torch.where(ext, torch.clamp(ratio, max=EXTERNAL_DELTA), ratio)
     token_mask = mask * (1 - seq_f)
+    return mask, adv, seq_rows, seq_f, log_r, ratio, unclipped, token_mask
+
+
+def loss_plan(inputs: LossInputs, cfg: LossConfig) -> LossPlan:
+    """The batch-level part of the loss, from the values of ``inputs`` (its log-probs detached)."""
+    x = _detached(inputs)
+    mask, adv, seq_rows, seq_f, log_r, ratio, unclipped, token_mask = _terms(x, cfg)
+    keep = None
     if cfg.m2po_tau is not None:
-        kept = m2po_mask(log_r, token_mask, cfg.m2po_tau)
-        m2po_dropped = float((token_mask - kept).sum() / token_mask.sum().clamp(min=1))
-        token_mask = kept
-        token_obj = unclipped * adv
+        keep = m2po_mask(log_r, token_mask, cfg.m2po_tau)
+        m2po_dropped = float((token_mask - keep).sum() / token_mask.sum().clamp(min=1))
+        token_mask = keep
         clipped_frac = 0.0
     else:
         eps_hi = cfg.epsilon if cfg.epsilon_high is None else cfg.epsilon_high
         clipped = torch.clamp(ratio, 1 - cfg.epsilon, 1 + eps_hi)
-        token_obj = torch.minimum(unclipped * adv, clipped * adv)
         was_clipped = (clipped * adv < unclipped * adv).to(mask.dtype) * token_mask
         clipped_frac = float(was_clipped.sum() / token_mask.sum().clamp(min=1))
         m2po_dropped = 0.0
-
-    # Sequence level: w̄ · A · ∇log π_θ(y_t), written so the value is w̄·A and the gradient flows
-    # through log π_θ only.
-    seq_obj = w.unsqueeze(-1) * torch.exp(x.logp - x.logp.detach()) * adv
-
-    zero = torch.zeros_like(x.logp)
-    per_token = -(torch.where(token_mask > 0, token_obj, zero) + torch.where(mask * seq_f > 0, seq_obj, zero))
     used = token_mask + mask * seq_f  # (B, T) tokens that carry gradient
     if cfg.loss_type == "dapo":
-        loss = per_token.sum() / used.sum().clamp(min=1)
+        denominator = used.sum().clamp(min=1)
     elif cfg.loss_type == "grpo":
-        per_seq = per_token.sum(-1) / used.sum(-1).clamp(min=1)
-        n_seq = (used.sum(-1) > 0).sum().clamp(min=1)
-        loss = per_seq.sum() / n_seq
+        denominator = (used.sum(-1) > 0).sum().clamp(min=1).to(x.logp.dtype)
     elif cfg.loss_type == "dr_grpo":
-        loss = per_token.sum() / (x.logp.shape[0] * cfg.max_completion_length)
+        denominator = torch.tensor(float(x.logp.shape[0] * cfg.max_completion_length), device=x.logp.device)
     else:
         raise ValueError(f"unknown loss_type {cfg.loss_type!r}; choose grpo, dapo or dr_grpo")
-
+    w = x.seq_weights
     live = x.mask.sum() > 0
     metrics = {
         "clip_frac": clipped_frac,
         "m2po_masked_frac": m2po_dropped,
-        "ratio_mean": float((ratio.detach() * x.mask).sum() / x.mask.sum()) if live else 1.0,
+        "ratio_mean": float((ratio * x.mask).sum() / x.mask.sum()) if live else 1.0,
         "weight_mean": float(w.mean()) if w.numel() else 0.0,
         "seq_level_frac": float(seq_rows.float().mean()) if seq_rows.numel() else 0.0,
     }
-    return LossOutputs(loss=loss, metrics=metrics)
+    return LossPlan(keep, denominator, metrics)
+
+
+def _detached(x: LossInputs) -> LossInputs:
+    return dataclasses.replace(x, logp=x.logp.detach())
+
+
+def policy_loss(inputs: LossInputs, cfg: LossConfig, plan: LossPlan | None = None) -> LossOutputs:
+    """The loss of ``inputs``' rows. Without ``plan`` they are the whole batch; with one (from
+    ``loss_plan`` over the whole batch, sliced to these rows) they are a micro-batch of it, and
+    the micro-batches' losses sum to the whole batch's."""
+    x = inputs
+    if plan is None:
+        plan = loss_plan(x, cfg)
+    mask, adv, seq_rows, seq_f, log_r, ratio, unclipped, token_mask = _terms(x, cfg)
+    if plan.m2po_keep is not None:
+        token_mask = plan.m2po_keep
+        token_obj = unclipped * adv
+    else:
+        eps_hi = cfg.epsilon if cfg.epsilon_high is None else cfg.epsilon_high
+        clipped = torch.clamp(ratio, 1 - cfg.epsilon, 1 + eps_hi)
+        token_obj = torch.minimum(unclipped * adv, clipped * adv)
+
+    # Sequence level: w̄ · A · ∇log π_θ(y_t), written so the value is w̄·A and the gradient flows
+    # through log π_θ only.
+    seq_obj = x.seq_weights.unsqueeze(-1) * torch.exp(x.logp - x.logp.detach()) * adv
+
+    zero = torch.zeros_like(x.logp)
+    per_token = -(torch.where(token_mask > 0, token_obj, zero) + torch.where(mask * seq_f > 0, seq_obj, zero))
+    if cfg.loss_type == "grpo":
+        used = token_mask + mask * seq_f  # (B, T) tokens that carry gradient
+        numerator = (per_token.sum(-1) / used.sum(-1).clamp(min=1)).sum()
+    else:
+        numerator = per_token.sum()
+    return LossOutputs(loss=numerator / plan.denominator, metrics=plan.metrics)

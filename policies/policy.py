@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from policies.errors import PolicyError
+from policies.oom import fit_by_halving
 from policies.sampling import BehaviourLogprobs, sampling_config
 
 log = logging.getLogger(__name__)
@@ -86,6 +87,13 @@ class TokenBatch:
                 cmask[i, :len(c)] = 1.0
         return cls(ids, att, cmask, P)
 
+    def rows(self, sl: slice) -> "TokenBatch":
+        """These rows only (a micro-batch), same columns: their log-probs line up with the batch's."""
+        return TokenBatch(self.input_ids[sl], self.attention_mask[sl], self.completion_mask[sl], self.prompt_len)
+
+    def __len__(self) -> int:
+        return int(self.input_ids.shape[0])
+
 
 def tokenizer_fingerprint(tokenizer) -> str:
     """sha256 over the vocabulary and special tokens: equal fingerprints ⇒ token ids transfer."""
@@ -124,6 +132,10 @@ class Policy:
                         "switched off: %s (policies/sampling.py)", name, ", ".join(dropped))
         self.neutralised_settings = dropped
         model.generation_config = gen  # nothing of the checkpoint's can be merged back in by generate
+        # Completions sampled per ``model.generate`` call (0 = all at once); halved for good when
+        # one runs out of memory (policies/oom.py), each halving counted.
+        self.generation_batch_size = 0
+        self.generation_oom_halvings = 0
 
     @classmethod
     def load(cls, name_or_path: str | Path, *, dtype: str = "float32", device: str = "cpu",
@@ -189,55 +201,73 @@ class Policy:
     @torch.no_grad()
     def generate(self, prompts: list[str], num_generations: int,
                  params: SamplingParams = SamplingParams()) -> list[list[Completion]]:
-        """Sample ``num_generations`` completions for each prompt: result[i][g]."""
-        from transformers import LogitsProcessorList
+        """Sample ``num_generations`` completions for each prompt: result[i][g].
 
+        Rows go to the model ``generation_batch_size`` at a time (all at once when 0); a call
+        that runs out of memory is retried at half the rows, and the smaller size is kept."""
         if num_generations < 1:
             raise ValueError("num_generations must be >= 1")
         prompt_ids = self.encode_prompts(prompts)
         rows = [p for p in prompt_ids for _ in range(num_generations)]
-        pad = int(self.tokenizer.pad_token_id)
-        batch = TokenBatch.build(rows, [()] * len(rows), pad)
-        P = batch.prompt_len
+
+        def halved(old: int, new: int) -> None:
+            self.generation_batch_size = new
+            self.generation_oom_halvings += 1
+
+        flat: list[Completion] = []
         was_training = self.model.training
         self.model.eval()
         try:
-            recorder = BehaviourLogprobs(params.temperature, P)
-            sequences = self.model.generate(
-                input_ids=batch.input_ids[:, :P].to(self.device),
-                attention_mask=batch.attention_mask[:, :P].to(self.device),
-                generation_config=self.model.generation_config,
-                do_sample=True,
-                temperature=params.temperature,
-                top_p=params.top_p,
-                top_k=params.top_k,
-                max_new_tokens=params.max_new_tokens,
-                eos_token_id=self.eos_token_id,
-                pad_token_id=pad,
-                logits_processor=LogitsProcessorList([recorder]),
-            )
-            # Only (B, T) values: the sampled tokens' log-probs, gathered step by step.
-            tok_logp = recorder.finish(sequences).cpu()
+            while len(flat) < len(rows):
+                todo = rows[len(flat):]
+                size = len(todo) if self.generation_batch_size <= 0 else min(self.generation_batch_size, len(todo))
+                done, _ = fit_by_halving(lambda n: self._sample(todo[:n], params), size, what="generation",
+                                         hint="lower generation.prompts_per_step, generation.num_generations or "
+                                              "generation.max_completion_length, or use a smaller model",
+                                         device=self.device, on_halve=halved)
+                flat += done
         finally:
             self.model.train(was_training)
+        return [flat[i:i + num_generations] for i in range(0, len(flat), num_generations)]
+
+    def _sample(self, rows: list[tuple[int, ...]], params: SamplingParams) -> list[Completion]:
+        """One ``model.generate`` call over these prompt rows (eval mode, no grad)."""
+        from transformers import LogitsProcessorList
+
+        pad = int(self.tokenizer.pad_token_id)
+        batch = TokenBatch.build(rows, [()] * len(rows), pad)
+        P = batch.prompt_len
+        recorder = BehaviourLogprobs(params.temperature, P)
+        sequences = self.model.generate(
+            input_ids=batch.input_ids[:, :P].to(self.device),
+            attention_mask=batch.attention_mask[:, :P].to(self.device),
+            generation_config=self.model.generation_config,
+            do_sample=True,
+            temperature=params.temperature,
+            top_p=params.top_p,
+            top_k=params.top_k,
+            max_new_tokens=params.max_new_tokens,
+            eos_token_id=self.eos_token_id,
+            pad_token_id=pad,
+            logits_processor=LogitsProcessorList([recorder]),
+        )
+        # Only (B, T) values: the sampled tokens' log-probs, gathered step by step.
+        tok_logp = recorder.finish(sequences).cpu()
         new = sequences[:, P:].cpu()  # (B, T)
         is_eos = new == self.eos_token_id
-        result: list[list[Completion]] = []
+        out = []
         for i, p in enumerate(rows):
             eos_pos = is_eos[i].nonzero()
             n = int(eos_pos[0]) + 1 if eos_pos.numel() else new.shape[1]
             ids = tuple(int(t) for t in new[i, :n])
-            comp = Completion(
+            out.append(Completion(
                 prompt_ids=p,
                 completion_ids=ids,
                 text=self.tokenizer.decode(ids, skip_special_tokens=True),
                 logprobs=tuple(float(v) for v in tok_logp[i, :n]),
                 truncated=not eos_pos.numel(),
-            )
-            if i % num_generations == 0:
-                result.append([])
-            result[-1].append(comp)
-        return result
+            ))
+        return out
 
     def completion_logprobs(self, batch: TokenBatch, temperature: float = 1.0) -> torch.Tensor:
         """log π(y_t | x, y_<t) for every completion column, (B, T); 0 on padding.

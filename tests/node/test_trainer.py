@@ -199,3 +199,34 @@ def test_lora_run_checkpoints_and_resumes_exactly(warm_tiny_model_dir, tmp_path)
     assert any("lora_A" in k for k in a)  # the adapter is in the checkpoint
     for k in a:
         assert torch.equal(a[k], b[k]), k
+
+
+def test_out_of_memory_in_a_step_is_recovered_and_recorded(warm_tiny_model_dir, tmp_path, monkeypatch):
+    """CUDA's out-of-memory error, injected into generation (over 8 rows) and the learner's
+    forward pass (over 4 rows) of a 16-completion step: the step is retried at half the rows
+    until it fits, the run goes on at that size, and metrics and status.json say so."""
+    from policies.policy import Policy
+
+    real_sample, real_logp = Policy._sample, Policy.completion_logprobs
+
+    def sample(self, rows, params):
+        if len(rows) > 8:
+            raise torch.OutOfMemoryError("CUDA out of memory (injected into generation)")
+        return real_sample(self, rows, params)
+
+    def logprobs(self, batch, temperature=1.0):
+        if len(batch) > 4:
+            raise torch.OutOfMemoryError("CUDA out of memory (injected into the learner)")
+        return real_logp(self, batch, temperature)
+
+    monkeypatch.setattr(Policy, "_sample", sample)
+    monkeypatch.setattr(Policy, "completion_logprobs", logprobs)
+    run = tmp_path / "run"
+    _train(_cfg(warm_tiny_model_dir, run, **{"train.steps": 3}))
+    recs = read_metrics(run / "metrics.jsonl")
+    assert [(r["gen_oom_halvings"], r["gen_batch"]) for r in recs] == [(1, 8), (0, 8), (0, 8)]
+    assert [(r["oom_halvings"], r["micro_batch"]) for r in recs] == [(2, 4), (0, 4), (0, 4)]
+    assert all(r["batch_size"] == 16 for r in recs) and recs[-1]["policy_version"] == 3
+    memory = json.loads((run / "status.json").read_text())["memory"]
+    assert memory == {"micro_batch_size": 4, "generation_batch_size": 8,
+                      "learner_oom_halvings": 2, "generation_oom_halvings": 1}

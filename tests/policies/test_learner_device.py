@@ -55,12 +55,13 @@ def samples(tiny_model_dir) -> list[TrainSample]:
     return out
 
 
+@pytest.mark.parametrize("micro_batch", [0, 2])
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("option", list(OPTIONS))
-def test_every_learner_option_runs_on_the_given_device(tiny_model_dir, samples, device, option):
+def test_every_learner_option_runs_on_the_given_device(tiny_model_dir, samples, device, option, micro_batch):
     torch.manual_seed(0)
     policy = Policy.load(tiny_model_dir, device=device)
-    learner = Learner(policy, learning_rate=1e-3, **OPTIONS[option])
+    learner = Learner(policy, learning_rate=1e-3, micro_batch_size=micro_batch, **OPTIONS[option])
     before = [p.detach().clone() for p in policy.model.parameters()]
     with torch.device("meta"):  # anything made without a device is caught
         metrics = learner.step(samples)
@@ -69,3 +70,104 @@ def test_every_learner_option_runs_on_the_given_device(tiny_model_dir, samples, 
     assert any(not torch.equal(a, b) for a, b in zip(before, policy.model.parameters()))  # it updated
     if option == "m2po":
         assert metrics["m2po_masked_frac"] > 0
+
+
+def _stepped(tiny_model_dir, samples, steps=2, **kw):
+    torch.manual_seed(0)
+    policy = Policy.load(tiny_model_dir)
+    learner = Learner(policy, learning_rate=1e-3, **kw)
+    metrics = [learner.step(samples) for _ in range(steps)]
+    return policy, learner, metrics
+
+
+@pytest.mark.parametrize("option", list(OPTIONS))
+def test_micro_batches_give_the_whole_batch_update(tiny_model_dir, samples, option):
+    """Gradients accumulated over slices of 1, 2 and 4 rows (the batch is 6) are the batch's: the
+    normaliser, M2PO's mask, OPOB's norms and the ESS come from the whole batch, not the slice."""
+    whole, _, m_whole = _stepped(tiny_model_dir, samples, steps=1, **OPTIONS[option])
+    for rows in (1, 2, 4):
+        sliced, learner, m_sliced = _stepped(tiny_model_dir, samples, steps=1, micro_batch_size=rows,
+                                             **OPTIONS[option])
+        _assert_same_update(whole, sliced)
+        for k, v in m_whole[0].items():
+            if k != "micro_batch":
+                assert m_sliced[0][k] == pytest.approx(v, rel=1e-4, abs=1e-6), k
+        assert m_sliced[0]["micro_batch"] == rows and m_whole[0]["micro_batch"] == len(samples)
+
+
+def _assert_same_update(a: Policy, b: Policy) -> None:
+    """The last update's gradients agree to float32 summation order (to 1e-4 of the largest), and
+    so do the weights (Adam divides by √v: a weight whose gradient is ~0 may move by a part of
+    lr = 1e-3; 2e-5 is 2% of it)."""
+    for (name, pa), pb in zip(a.model.named_parameters(), b.model.parameters()):
+        scale = float(pa.grad.abs().max()) if pa.grad is not None else 0.0
+        if pa.grad is not None:
+            torch.testing.assert_close(pa.grad, pb.grad, rtol=1e-4, atol=1e-4 * scale + 1e-12, msg=lambda m: f"{name}: {m}")
+        torch.testing.assert_close(pa, pb, rtol=0, atol=2e-5, msg=lambda m: f"{name}: {m}")
+
+
+def _oom_above(policy, monkeypatch, rows: int, calls: list | None = None):
+    """Every forward pass over more than ``rows`` rows raises CUDA's out-of-memory error."""
+    real = policy.completion_logprobs
+
+    def forward(batch, temperature=1.0):
+        if calls is not None:
+            calls.append(len(batch))
+        if len(batch) > rows:
+            raise torch.OutOfMemoryError(f"CUDA out of memory. Tried to allocate {len(batch)} GiB (injected)")
+        return real(batch, temperature)
+
+    monkeypatch.setattr(policy, "completion_logprobs", forward)
+
+
+@pytest.mark.parametrize("option", ["mean", "opob", "grpo_batch_scale_2_iterations"])
+def test_out_of_memory_halves_the_micro_batch_and_the_update_is_unchanged(tiny_model_dir, samples, option,
+                                                                             monkeypatch):
+    clean, _, m_clean = _stepped(tiny_model_dir, samples, **OPTIONS[option])
+    torch.manual_seed(0)
+    policy = Policy.load(tiny_model_dir)
+    _oom_above(policy, monkeypatch, 2)
+    learner = Learner(policy, learning_rate=1e-3, **OPTIONS[option])
+    m = [learner.step(samples) for _ in range(2)]
+    # 6 rows fail, then 3; 1 row a pass fits, and is kept for the next step (no new failure).
+    assert [x["oom_halvings"] for x in m] == [2.0, 0.0]
+    assert learner.micro_batch_size == 1 and m[0]["micro_batch"] == 1
+    _assert_same_update(clean, policy)
+    assert m[1]["loss"] == pytest.approx(m_clean[1]["loss"], rel=1e-4, abs=1e-6)
+    assert learner.version == clean_version(OPTIONS[option])
+
+
+def clean_version(option: dict) -> int:
+    return 2 * option.get("num_iterations", 1)
+
+
+def test_out_of_memory_at_one_row_is_a_clear_error_that_changes_nothing(tiny_model_dir, samples, monkeypatch):
+    from policies.oom import OutOfMemory
+
+    torch.manual_seed(0)
+    policy = Policy.load(tiny_model_dir)
+    learner = Learner(policy, learning_rate=1e-3)
+    learner.step(samples)  # the optimizer has state to lose
+    before = [p.detach().clone() for p in policy.model.parameters()]
+    state = {k: v["exp_avg"].clone() for k, v in learner.optimizer.state.items()}
+    _oom_above(policy, monkeypatch, 0)
+    with pytest.raises(OutOfMemory, match="does not fit in memory even one row at a time.*model.lora_rank"):
+        learner.step(samples)
+    assert all(torch.equal(a, b) for a, b in zip(before, policy.model.parameters()))
+    assert all(torch.equal(state[k], v["exp_avg"]) for k, v in learner.optimizer.state.items())
+    assert learner.version == 1
+
+
+def test_an_error_that_is_not_out_of_memory_is_not_retried(tiny_model_dir, samples, monkeypatch):
+    torch.manual_seed(0)
+    policy = Policy.load(tiny_model_dir)
+    calls = []
+
+    def broken(batch, temperature=1.0):
+        calls.append(len(batch))
+        raise RuntimeError("CUDA error: device-side assert triggered")
+
+    monkeypatch.setattr(policy, "completion_logprobs", broken)
+    with pytest.raises(RuntimeError, match="device-side assert"):
+        Learner(policy, learning_rate=1e-3).step(samples)
+    assert calls == [len(samples)]

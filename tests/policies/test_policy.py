@@ -135,6 +135,46 @@ def test_generate_returns_g_completions_per_prompt(tiny_model_dir):
         policy.generate(PROMPTS, 0)
 
 
+def _oom_generate_above(policy, monkeypatch, rows: int) -> list[int]:
+    """``model.generate`` over more than ``rows`` rows raises CUDA's out-of-memory error."""
+    real, calls = policy.model.generate, []
+
+    def generate(**kw):
+        calls.append(int(kw["input_ids"].shape[0]))
+        if calls[-1] > rows:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 9.00 GiB (injected)")
+        return real(**kw)
+
+    monkeypatch.setattr(policy.model, "generate", generate)
+    return calls
+
+
+def test_generation_out_of_memory_halves_the_rows_and_keeps_every_completion(tiny_model_dir, monkeypatch):
+    policy = Policy.load(tiny_model_dir)
+    calls = _oom_generate_above(policy, monkeypatch, 3)
+    prompt_ids = policy.encode_prompts(PROMPTS)
+    groups = policy.generate(PROMPTS, 4, SamplingParams(max_new_tokens=6))
+    n = 4 * len(PROMPTS)
+    # all rows fail, then half; a quarter fits and is kept: the rest go a quarter at a time.
+    assert calls[:3] == [n, n // 2, n // 4] and all(c == n // 4 for c in calls[2:]) and sum(calls[2:]) == n
+    assert policy.generation_batch_size == n // 4 and policy.generation_oom_halvings == 2
+    assert [len(g) for g in groups] == [4] * len(PROMPTS)
+    for ids, group in zip(prompt_ids, groups):  # each completion still under its own prompt
+        assert all(c.prompt_ids == ids and len(c.logprobs) == len(c.completion_ids) for c in group)
+    calls.clear()
+    policy.generate(PROMPTS, 4, SamplingParams(max_new_tokens=6))
+    assert calls == [n // 4] * 4 and policy.generation_oom_halvings == 2  # no failed attempt again
+
+
+def test_generation_that_does_not_fit_one_row_is_a_clear_error(tiny_model_dir, monkeypatch):
+    from policies.oom import OutOfMemory
+
+    policy = Policy.load(tiny_model_dir)
+    _oom_generate_above(policy, monkeypatch, 0)
+    with pytest.raises(OutOfMemory, match="generation does not fit in memory even one row at a time.*max_completion_length"):
+        policy.generate(PROMPTS, 2)
+
+
 def test_generate_restores_training_mode(tiny_model_dir):
     policy = Policy.load(tiny_model_dir)
     policy.model.train()
