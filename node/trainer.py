@@ -70,7 +70,7 @@ def load_policy(cfg: NodeConfig, phase: Phase | None = None) -> Policy:
         phase("loading the model", name)
     return Policy.load(name, dtype=cfg.model.dtype, device=cfg.model.device,
                        lora_rank=cfg.model.lora_rank, lora_alpha=cfg.model.lora_alpha,
-                       seed=cfg.train.seed)
+                       seed=cfg.train.seed, gradient_checkpointing=cfg.model.gradient_checkpointing)
 
 
 def build_learner(policy: Policy, cfg: NodeConfig) -> Learner:
@@ -351,9 +351,15 @@ class TrainingNode:
     @staticmethod
     def _restore(policy: Policy, learner: Learner, state: CheckpointState) -> None:
         try:
-            policy.model.load_state_dict(state.model_state, strict=True)
-        except RuntimeError as e:  # missing/unexpected keys or shapes: another model or LoRA rank
-            raise CheckpointError(_mismatch(policy.model.state_dict(), state)) from None
+            policy.load_trained_state(state.model_state)
+        except (ValueError, RuntimeError):  # missing/unexpected keys or shapes: another model or LoRA rank
+            raise CheckpointError(_mismatch(policy.trained_state(), state)) from None
+        base = state.extra.get("frozen_fingerprint")
+        if policy.adapter_only and base is not None and base != policy.frozen_fingerprint():
+            saved = ((state.extra.get("config") or {}).get("model") or {}).get("name")
+            raise CheckpointError(f"the checkpoint holds a LoRA adapter trained on other base weights than "
+                                  f"--model.name {policy.name!r} has (it was trained from {saved!r}): resume "
+                                  f"with the model it was trained from, or use another --run.dir")
         if state.optimizer_state is not None:
             try:
                 learner.optimizer.load_state_dict(state.optimizer_state)
@@ -579,9 +585,10 @@ class TrainingNode:
     def checkpoint(self) -> Path:
         state = CheckpointState(
             step=self.step, policy_version=self.learner.version,
-            model_state=self.policy.model.state_dict(),
+            model_state=self.policy.trained_state(),  # with LoRA, the adapter only
             optimizer_state=self.learner.optimizer.state_dict(), rng=capture_rng(),
-            extra={"config": json.loads(self.cfg.to_json())})
+            extra={"config": json.loads(self.cfg.to_json()),
+                   **({"frozen_fingerprint": self.policy.frozen_fingerprint()} if self.policy.adapter_only else {})})
         path = save_checkpoint(self.run_dir / "checkpoints", state, keep_last=self.cfg.run.keep_checkpoints)
         log.info("checkpoint %s (step %d, policy v%d)", path.name, self.step, self.learner.version)
         return path

@@ -187,7 +187,7 @@ class Learner:
         halvings = self.oom_halvings
         # eval mode: μ was recorded in eval mode (no dropout), so π_θ must be too, or ratios
         # drift from 1 on-policy for any model with dropout. Gradients flow either way.
-        self.policy.model.eval()
+        self.policy.learning_mode()
         g2 = self._fit(lambda rows: self._grad_sq_norms(batch, rows), len(batch)) if self.baseline == "opob" else None
         rows = _Rows(batch, beh, seq_beh, foreign, rewards, gids, caps, local, sources, g2)
         metrics: dict[str, float] = {}

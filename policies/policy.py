@@ -136,11 +136,16 @@ class Policy:
         # one runs out of memory (policies/oom.py), each halving counted.
         self.generation_batch_size = 0
         self.generation_oom_halvings = 0
+        self._frozen_fp: str | None = None
 
     @classmethod
     def load(cls, name_or_path: str | Path, *, dtype: str = "float32", device: str = "cpu",
-             lora_rank: int = 0, lora_alpha: int = 16, seed: int | None = None) -> "Policy":
-        """Load from a hub id or local directory; ``lora_rank > 0`` trains a LoRA adapter only."""
+             lora_rank: int = 0, lora_alpha: int = 16, seed: int | None = None,
+             gradient_checkpointing: bool = False) -> "Policy":
+        """Load from a hub id or local directory; ``lora_rank > 0`` trains a LoRA adapter only;
+        ``gradient_checkpointing`` recomputes each layer's activations in the backward pass
+        instead of keeping them (about a third more compute for the learner, a fraction of its
+        activation memory)."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         torch_dtype = getattr(torch, dtype, None)
@@ -161,6 +166,15 @@ class Policy:
         except (OSError, ValueError) as e:  # missing files, bad repo id, no loadable tokenizer
             raise PolicyError(f"cannot load model {name_or_path!r}: {e}") from e
         model.to(device)
+        if gradient_checkpointing:
+            if not getattr(model, "supports_gradient_checkpointing", False):
+                raise PolicyError(f"{name_or_path!r} ({type(model).__name__}) does not support gradient "
+                                  f"checkpointing: set model.gradient_checkpointing = false")
+            # Not re-entrant: works with frozen inputs (LoRA) without enable_input_require_grads.
+            if hasattr(model, "activation_checkpointing_enable"):  # its name from transformers 5.2x on
+                model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            else:
+                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         if lora_rank > 0:
             try:
                 from peft import LoraConfig, get_peft_model
@@ -285,6 +299,53 @@ class Policy:
         targets = ids[:, P:]  # (B, T)
         logp = torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
         return logp * batch.completion_mask.to(logp.device)
+
+    def learning_mode(self) -> None:
+        """Eval mode for the learner's passes (no dropout: the behaviour log-probs were recorded
+        without it), except that layers with gradient checkpointing are marked training: it is
+        only active in a training layer, and their sub-modules (dropout) stay in eval mode."""
+        from transformers.modeling_layers import GradientCheckpointingLayer
+
+        self.model.eval()
+        for m in self.model.modules():
+            if isinstance(m, GradientCheckpointingLayer) and m.gradient_checkpointing:
+                m.training = True  # this module only: not .train(), which would recurse
+
+    @property
+    def adapter_only(self) -> bool:
+        """Whether only a LoRA adapter trains (the base weights are frozen, re-read at load)."""
+        return hasattr(self.model, "peft_config")
+
+    def trained_state(self) -> dict[str, torch.Tensor]:
+        """The tensors a checkpoint must hold to restore this policy: with LoRA the adapter only
+        (megabytes; the frozen base comes from ``model.name`` again), else the whole model."""
+        if self.adapter_only:
+            return {n: p.detach() for n, p in self.model.named_parameters() if p.requires_grad}
+        return self.model.state_dict()
+
+    def load_trained_state(self, state: dict[str, torch.Tensor]) -> None:
+        """Put ``trained_state()``'s tensors back; ValueError unless the keys and shapes are
+        exactly this policy's (another model, or another LoRA rank)."""
+        want = self.trained_state()
+        if set(state) != set(want) or any(tuple(state[k].shape) != tuple(want[k].shape) for k in want):
+            raise ValueError("the tensors are not this policy's")
+        self.model.load_state_dict(state, strict=not self.adapter_only)
+
+    def frozen_fingerprint(self) -> str:
+        """A fingerprint of the frozen weights (a LoRA adapter's base): names, shapes and up to
+        4096 evenly spaced values of each tensor, enough to tell two checkpoints apart without
+        hashing gigabytes. Computed once: frozen weights do not change."""
+        if self._frozen_fp is None:
+            h = hashlib.sha256()
+            for name, p in self.model.named_parameters():
+                if p.requires_grad:
+                    continue
+                flat = p.detach().reshape(-1)
+                sample = flat[::max(1, flat.numel() // 4096)].float().cpu()
+                h.update(f"{name}:{tuple(p.shape)}:{p.dtype}".encode())
+                h.update(sample.numpy().tobytes())
+            self._frozen_fp = h.hexdigest()[:16]
+        return self._frozen_fp
 
     def save(self, path: str | Path) -> None:
         """Write a Hugging Face checkpoint (safetensors) that ``Policy.load`` reads back."""

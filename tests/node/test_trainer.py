@@ -196,9 +196,31 @@ def test_lora_run_checkpoints_and_resumes_exactly(warm_tiny_model_dir, tmp_path)
     _train(_cfg(warm_tiny_model_dir, split, **{**lora, "train.steps": 2}))
     _train(_cfg(warm_tiny_model_dir, split, **{**lora, "run.resume": True}))
     a, b = _final_weights(straight), _final_weights(split)
-    assert any("lora_A" in k for k in a)  # the adapter is in the checkpoint
+    # The checkpoint holds the adapter only: the frozen base is read from model.name again.
+    assert a and all("lora_" in k for k in a), sorted(a)[:5]
+    full = load_file(warm_tiny_model_dir / "model.safetensors")
+    assert sum(t.numel() for t in a.values()) < 0.5 * sum(t.numel() for t in full.values())
     for k in a:
         assert torch.equal(a[k], b[k]), k
+
+
+def test_lora_resume_on_other_base_weights_is_refused(warm_tiny_model_dir, tmp_path):
+    """Same architecture, other weights (a fine-tune of the same model, say): an adapter trained
+    on one base would load into the other without a word, so resume refuses it."""
+    import shutil
+
+    from safetensors.torch import save_file
+
+    from node.errors import CheckpointError
+
+    other = tmp_path / "other-base"
+    shutil.copytree(warm_tiny_model_dir, other)
+    weights = load_file(other / "model.safetensors")
+    save_file({k: v + 0.01 for k, v in weights.items()}, str(other / "model.safetensors"), metadata={"format": "pt"})
+    lora = {"model.lora_rank": 4, "train.steps": 2}
+    _train(_cfg(warm_tiny_model_dir, tmp_path / "run", **lora))
+    with pytest.raises(CheckpointError, match="LoRA adapter trained on other base weights"):
+        _train(_cfg(other, tmp_path / "run", **{**lora, "train.steps": 3, "run.resume": True}))
 
 
 def test_out_of_memory_in_a_step_is_recovered_and_recorded(warm_tiny_model_dir, tmp_path, monkeypatch):
