@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import inspect
 import json
 import logging
 from dataclasses import dataclass
@@ -137,6 +138,8 @@ class Policy:
         self.generation_batch_size = 0
         self.generation_oom_halvings = 0
         self._frozen_fp: str | None = None
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model  # under a LoRA wrapper
+        self._keeps_logits = "logits_to_keep" in inspect.signature(base.forward).parameters
 
     @classmethod
     def load(cls, name_or_path: str | Path, *, dtype: str = "float32", device: str = "cpu",
@@ -293,9 +296,13 @@ class Policy:
         att = batch.attention_mask.to(self.device)
         pos = (att.cumsum(-1) - 1).clamp(min=0)
         P = batch.prompt_len
-        logits = self.model(input_ids=ids, attention_mask=att, position_ids=pos).logits
+        T = ids.shape[1] - P
+        # Logits of the completion columns only: a (B, P + T, V) tensor for the prompts too would
+        # be most of the learner's memory on a 152k vocabulary.
+        keep = {"logits_to_keep": T + 1} if self._keeps_logits else {}
+        logits = self.model(input_ids=ids, attention_mask=att, position_ids=pos, **keep).logits
         # logits at column j predict token j+1: completion tokens P..P+T-1 come from P-1..P+T-2.
-        logits = logits[:, P - 1:-1].float() / temperature  # (B, T, V)
+        logits = logits[:, -(T + 1):-1].float() / temperature  # (B, T, V)
         targets = ids[:, P:]  # (B, T)
         logp = torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
         return logp * batch.completion_mask.to(logp.device)

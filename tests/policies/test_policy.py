@@ -487,3 +487,17 @@ def test_behaviour_logprobs_are_those_of_the_full_logits_path(tiny_model_dir):
     full = torch.log_softmax(torch.stack(out.logits, 1).float() / 0.7, -1).gather(-1, new[..., None])[..., 0]
     assert rec.finish(out.sequences).shape == new.shape
     assert float((rec.logprobs - full).abs().max()) < 1e-5
+
+
+def test_learner_logprobs_compute_logits_for_completion_columns_only(tiny_model_dir, monkeypatch):
+    policy = Policy.load(tiny_model_dir)
+    assert policy._keeps_logits  # Qwen2 takes logits_to_keep
+    batch = TokenBatch.build([(5, 6, 7, 8), (9,)], [(10, 11), (12, 13, 14)], int(policy.tokenizer.pad_token_id))
+    shapes = []
+    policy.model.register_forward_hook(lambda m, a, out: shapes.append(tuple(out.logits.shape)))
+    kept = policy.completion_logprobs(batch)
+    monkeypatch.setattr(policy, "_keeps_logits", False)
+    full = policy.completion_logprobs(batch)
+    V = policy.model.config.vocab_size
+    assert shapes == [(2, 3 + 1, V), (2, 4 + 3, V)]  # T + 1 columns, then every column
+    torch.testing.assert_close(kept, full, rtol=0, atol=1e-6)
