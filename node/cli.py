@@ -72,6 +72,17 @@ def _overrides(ns: argparse.Namespace, unknown: list[str]) -> dict:
     return out
 
 
+def _add_profile_flag(p: argparse.ArgumentParser) -> None:
+    from node.profile_select import PROFILE_CHOICES
+
+    p.add_argument("--profile", default="auto", choices=PROFILE_CHOICES, metavar="PROFILE",
+                   help="memory profile: auto (default) reads the free memory of the CUDA device in "
+                        "--model.device and picks LoRA rank, micro-batch, gradient checkpointing, bf16 and "
+                        "generation batch to fit it, with a margin; 8gb, 12gb, 16gb, 24gb, 40gb or 80gb plan "
+                        "for a card of that size; none uses the settings as configured. Settings you give "
+                        "(flags or TOML) always win; the choice and its estimate are printed at start")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="swarm-node", allow_abbrev=False,
@@ -89,6 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--resume", action="store_true",
                        help="continue from the newest valid checkpoint in --run.dir (same as --run.resume true)")
     train.add_argument("--print-config", action="store_true", help="print the resolved config as JSON and exit")
+    _add_profile_flag(train)
 
     join = sub.add_parser(
         "join", help="train in a swarm over hivemind (train with --swarm.transport hivemind)",
@@ -107,6 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
                            "it at the address it logs")
     join.add_argument("--resume", action="store_true", help="continue from the newest valid checkpoint in --run.dir")
     join.add_argument("--print-config", action="store_true", help="print the resolved config as JSON and exit")
+    _add_profile_flag(join)
 
     boot = sub.add_parser(
         "bootstrap", help="run a bootstrap (and relay) peer that nodes join through",
@@ -171,6 +184,28 @@ def build_parser() -> argparse.ArgumentParser:
                                       "`swarm-node sim` folder, its reward.png and ess.png and each node's curve.")
     plot.add_argument("run_dir", type=Path, help="a run folder (--run.dir) or a sim folder")
     return parser
+
+
+def _with_profile(cfg, args: argparse.Namespace, overrides: dict):
+    """The config with the memory profile's settings where the user set none (node/profile_select.py)."""
+    from node.profile_select import check_settings_fit, describe, plan_profile, profile_overrides
+
+    plan = plan_profile(cfg, args.profile)
+    if plan is None:
+        return cfg
+    for line in describe(plan):
+        log.info("%s", line)
+    explicit = set(overrides) | (_flat_keys(read_toml(args.config)) if args.config else set())
+    chosen = {k: v for k, v in profile_overrides(plan).items() if k not in explicit}
+    cfg = load_config(args.config, {**chosen, **overrides})
+    warning = check_settings_fit(plan, cfg)
+    if warning:
+        log.warning("%s", warning)
+    return cfg
+
+
+def _flat_keys(toml: dict) -> set[str]:
+    return {f"{section}.{key}" for section, table in toml.items() if isinstance(table, dict) for key in table}
 
 
 async def _train(cfg) -> dict:
@@ -337,6 +372,8 @@ def _main(argv: list[str] | None) -> int:
                 if "run.dir" not in overrides and "dir" not in file_run:
                     overrides["run.dir"] = JOIN_RUN_DIR  # not train's runs/solo: this node is not alone
             cfg = load_config(args.config, overrides)
+            setup_logging(cfg.run.log_level, cfg.run.log_format)
+            cfg = _with_profile(cfg, args, overrides)
             if args.command == "join" and not cfg.swarm.initial_peers and not args.new_swarm:
                 raise ConfigError("join needs a swarm to join: pass --bootstrap MADDR (the address `swarm-node "
                                   "bootstrap` prints, e.g. /ip4/1.2.3.4/tcp/31337/p2p/QmWyMy...) or set "
@@ -345,7 +382,6 @@ def _main(argv: list[str] | None) -> int:
             if args.print_config:
                 print(cfg.to_json())
                 return 0
-            setup_logging(cfg.run.log_level, cfg.run.log_format)
             log.info("resolved config: %s", json.dumps(cfg.model_dump(), sort_keys=True))
             summary = asyncio.run(_train(cfg))
             log.info("summary: %s", json.dumps(summary))

@@ -206,6 +206,12 @@ class NodeConfig(_Section):
         return self
 
     @property
+    def group_size(self) -> int:
+        """Completions per prompt: G, and G + 1 for MC-GRPO, whose median is one real completion
+        (the pivot, left out of the loss)."""
+        return self.generation.num_generations + (1 if self.learner.baseline == "median" else 0)
+
+    @property
     def local_groups(self) -> int:
         """I: groups this node generates per step (all of them when it trains alone)."""
         if self.swarm.transport == "none":

@@ -116,6 +116,17 @@ def _same_model(saved, now) -> bool:
         and Path(saved).resolve() == Path(now).resolve()
 
 
+def longest_prompt(encode, cfg) -> int:
+    """The longest prompt, in tokens (``encode``: texts → token id lists), of a sample of 256 of
+    this run's tasks: what a prompt can take of the context and of the memory."""
+    from node.rollouts import round_task_ids
+    from rewards.registry import make_task
+
+    t = cfg.tasks
+    ids = [i for step in range(32) for i in round_task_ids(cfg.train.seed, step, 8, t.families, t.difficulties)]
+    return max(len(p) for p in encode([make_task(i).prompt for i in ids]))
+
+
 def check_context(policy, cfg) -> None:
     """Prompts plus ``generation.max_completion_length`` fit the model's positions.
 
@@ -127,12 +138,7 @@ def check_context(policy, cfg) -> None:
     limit = getattr(policy.model.config, "max_position_embeddings", None)
     if not isinstance(limit, int) or limit <= 0:
         return
-    from node.rollouts import round_task_ids
-    from rewards.registry import make_task
-
-    t = cfg.tasks
-    ids = [i for step in range(32) for i in round_task_ids(cfg.train.seed, step, 8, t.families, t.difficulties)]
-    longest = max(len(p) for p in policy.encode_prompts([make_task(i).prompt for i in ids]))
+    longest = longest_prompt(policy.encode_prompts, cfg)
     want = cfg.generation.max_completion_length
     if longest + want > limit:
         room = limit - longest

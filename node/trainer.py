@@ -87,11 +87,6 @@ def build_learner(policy: Policy, cfg: NodeConfig) -> Learner:
                         max_completion_length=cfg.generation.max_completion_length))
 
 
-def _group_size(cfg: NodeConfig) -> int:
-    # MC-GRPO samples G+1 so the median is one real completion (the pivot), left out of the loss.
-    return cfg.generation.num_generations + (1 if cfg.learner.baseline == "median" else 0)
-
-
 def identity_path(cfg: NodeConfig) -> Path:
     return Path(cfg.swarm.identity) if cfg.swarm.identity else Path(cfg.run.dir) / "identity.pem"
 
@@ -130,7 +125,7 @@ async def build_exchange(cfg: NodeConfig, policy: Policy, transport: Transport |
         tokenizer_fingerprint=policy.tokenizer_fingerprint,
         model_fingerprint=policy.model_fingerprint, vocab_size=min(len(tok), embeddings),
         decode_text=lambda ids: tok.decode(list(ids), skip_special_tokens=True),
-        group_cap=_group_size(cfg), max_round_lag=sc.max_round_lag, poll_seconds=sc.poll_seconds,
+        group_cap=cfg.group_size, max_round_lag=sc.max_round_lag, poll_seconds=sc.poll_seconds,
         max_clock_skew=sc.max_clock_skew, seed=cfg.train.seed, external_groups=sc.external_groups,
         max_sender_share=sc.max_sender_share, special_ids=frozenset(tok.all_special_ids), eos_id=tok.eos_token_id,
         max_tokens=cfg.generation.max_completion_length)
@@ -299,7 +294,7 @@ class TrainingNode:
                 log.warning("learner.baseline opob runs one backward pass per sample (%d a step here): measured "
                             "about 20x the learner time of mean at 32 samples, growing with the batch "
                             "(docs/results/exp_baselines.md); opob_approx costs what mean costs",
-                            cfg.generation.prompts_per_step * _group_size(cfg))
+                            cfg.generation.prompts_per_step * cfg.group_size)
             start_step = 0
             if cfg.run.resume:
                 status.phase("restoring the newest checkpoint", str(ckpt_root))
@@ -388,7 +383,7 @@ class TrainingNode:
 
     @property
     def group_size(self) -> int:
-        return _group_size(self.cfg)
+        return self.cfg.group_size
 
     def _learn(self, step: int, rollouts: list, version: int, t_gen: float,
                groups: list[PeerGroup] | None = None) -> dict:

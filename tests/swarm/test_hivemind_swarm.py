@@ -74,6 +74,9 @@ def test_killed_node_restarts_and_rejoins_with_the_same_peer_id(procs, warm_tiny
         assert st["step"] == 40 and st["swarm"]["rejected_total"] == 0, st["swarm"]
 
 
+LAG = 8  # rounds the victim still reads a round's entries: 12 s at 1.5 s rounds, for a loaded CI
+
+
 def test_attacks_over_hivemind_are_rejected_by_a_running_node(procs, warm_tiny_model_dir, tmp_path):
     """An attacker joins the DHT from this process and publishes hostile envelopes."""
     from node.clock import RoundClock
@@ -87,7 +90,7 @@ def test_attacks_over_hivemind_are_rejected_by_a_running_node(procs, warm_tiny_m
     _, maddr = procs.bootstrap()
     round_s = 1.5
     node = procs.node("victim", maddr, warm_tiny_model_dir, "--train.steps", "40",
-                      "--swarm.round_seconds", str(round_s))
+                      "--swarm.round_seconds", str(round_s), "--swarm.max_round_lag", str(LAG))
     victim_dir = tmp_path / "victim"
     wait_until(lambda: len(metrics(victim_dir)) >= 1, 120, "the victim to start training", node)
     policy = Policy.load(str(warm_tiny_model_dir))
@@ -114,23 +117,23 @@ def test_attacks_over_hivemind_are_rejected_by_a_running_node(procs, warm_tiny_m
                                          nat_port_map=False, join_retries=0)
             await ts[name].start()
         try:
-            r = clock.current()
-            valid = envelope_to_bytes(sign(encode(batch(attackers["valid"], r)), attackers["valid"], 1))
-
             def admitted():
                 try:
                     return status(victim_dir)["swarm"]["envelopes_in"] >= 1
                 except (OSError, ValueError, KeyError):  # the node rewrites it as we read
                     return False
 
-            first = r
-            for _ in range(3):  # the victim admits it (an entry can be lost on a small DHT: again)...
+            # The victim admits one valid envelope first (the replay below needs one it has seen).
+            # An index entry can be lost on a small DHT, and a loaded machine can be slow: the entry
+            # is stored again every round while the victim still reads its round (LAG rounds).
+            first = clock.current()
+            valid = envelope_to_bytes(sign(encode(batch(attackers["valid"], first)), attackers["valid"], 1))
+            while not admitted() and clock.current() < first + LAG:
                 await ts["valid"].publish(first, valid, 30)
-                deadline = time.time() + 2 * round_s
-                while not admitted() and time.time() < deadline:
+                until = time.time() + round_s
+                while not admitted() and time.time() < until:
                     await asyncio.sleep(0.1)
-                if admitted():
-                    break
+            assert admitted(), f"the victim never admitted the valid envelope: {status(victim_dir)['swarm']}"
             r = clock.current()
 
             async def next_round(r):
@@ -188,7 +191,7 @@ def test_attacks_over_hivemind_are_rejected_by_a_running_node(procs, warm_tiny_m
     # refused twice; its key is backed off after the first), and nothing else refused.
     assert set(st["rejected"]) == {"replay", "bad_signature", "malformed", "unknown_field",
                                    "sender_mismatch"}, st["rejected"]
-    assert st["rejected"]["replay"] == 1
+    assert st["envelopes_in"] >= 1 and st["rejected"]["replay"] >= 1  # a late-found entry may be refused twice
     # Only the one valid envelope could reach the learner.
     assert set(st["groups_used_by_peer"]) <= {attackers["valid"]}
     assert p2pd_children_of([node.pid]) == []
