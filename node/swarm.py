@@ -647,6 +647,15 @@ class SwarmExchange:
             _bump(self.stats.groups_used, g.sender)
         return picked
 
+    def buffer_sizes(self) -> dict[str, int]:
+        """Entries held in each of the exchange's (and its transport's) caches."""
+        v = self.verifier
+        return {"pool": len(self._pool), "pool_bytes": len(self._bytes), "sender_bytes": len(self._sender_bytes),
+                "batches": len(self._batches), "peers": len(self.peers), "groups_in": len(self.stats.groups_in),
+                "groups_used": len(self.stats.groups_used), "rejected": len(self.stats.rejected),
+                "verifier_senders": len(v._senders), "verifier_entries": v.remembered(),
+                **{f"transport.{k}": n for k, n in self.transport.buffer_sizes().items()}}
+
     def status(self) -> dict:
         s = self.stats
         return {

@@ -255,17 +255,15 @@ class Policy:
         batch = TokenBatch.build(rows, [()] * len(rows), pad)
         P = batch.prompt_len
         recorder = BehaviourLogprobs(params.temperature, P)
+        # This call's settings on a copy of the clean config (sampling_config): one object, so
+        # nothing of a checkpoint's own config can come back in.
+        gen = copy.deepcopy(self.model.generation_config)
+        gen.update(do_sample=True, temperature=params.temperature, top_p=params.top_p, top_k=params.top_k,
+                   max_new_tokens=params.max_new_tokens, eos_token_id=self.eos_token_id, pad_token_id=pad)
         sequences = self.model.generate(
             input_ids=batch.input_ids[:, :P].to(self.device),
             attention_mask=batch.attention_mask[:, :P].to(self.device),
-            generation_config=self.model.generation_config,
-            do_sample=True,
-            temperature=params.temperature,
-            top_p=params.top_p,
-            top_k=params.top_k,
-            max_new_tokens=params.max_new_tokens,
-            eos_token_id=self.eos_token_id,
-            pad_token_id=pad,
+            generation_config=gen,
             logits_processor=LogitsProcessorList([recorder]),
         )
         # Only (B, T) values: the sampled tokens' log-probs, gathered step by step.

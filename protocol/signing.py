@@ -210,10 +210,11 @@ def envelope_from_bytes(data: bytes) -> Envelope | None:
 
 @dataclass
 class _SenderState:
-    """Replay memory for one sender: recently accepted seqs (with their nonces) and nonces."""
+    """Replay memory for one sender: recently accepted seqs (with their nonces and signed
+    timestamps) and nonces."""
 
     highest_seq: int = -1
-    seqs: collections.OrderedDict[int, bytes] = field(default_factory=collections.OrderedDict)
+    seqs: collections.OrderedDict[int, tuple[bytes, float]] = field(default_factory=collections.OrderedDict)
     nonces: set[bytes] = field(default_factory=set)
 
 
@@ -226,7 +227,15 @@ class Verifier:
     Memory: at most ``replay_window`` (seq, nonce) pairs per sender and ``max_senders`` senders
     (least-recently-accepted sender is forgotten first). A forgotten sender's old envelopes are
     still bounded by the clock check: they are rejected once older than ``max_skew_s``.
+
+    That same check is why an envelope signed more than ``max_skew_s`` ago need not be remembered:
+    it can only come back as STALE_CLOCK. Such entries are forgotten as new ones arrive (and in a
+    sweep of every sender every ``SWEEP_EVERY`` envelopes), so what is held is what the swarm sent
+    in the last ``max_skew_s`` seconds, not what it sent since the node started: a node that runs
+    for days beside a thousand peers does not fill ``replay_window`` for each of them.
     """
+
+    SWEEP_EVERY = 1024
 
     def __init__(self, max_skew_s: float = 30.0, replay_window: int = 4096,
                  max_senders: int = 10_000) -> None:
@@ -237,6 +246,7 @@ class Verifier:
         self.max_senders = int(max_senders)
         self.counts: collections.Counter[str] = collections.Counter()
         self._senders: collections.OrderedDict[str, _SenderState] = collections.OrderedDict()
+        self._remembered = 0  # envelopes remembered so far (drives the sweep)
 
     def verify(self, env: Envelope, now: float | None = None, *, commit: bool = True) -> VerifyResult:
         """Classify ``env``; never raises. With ``commit`` (the default) an ACCEPTED envelope is
@@ -251,16 +261,20 @@ class Verifier:
             sender = env.sender if isinstance(env, Envelope) else None
             logger.debug("rejected envelope from %.64r: %s", sender, result.value)
         elif commit:
-            self._remember(env)
+            self._remember(env, time.time() if now is None else now)
         return result
 
-    def commit(self, env: Envelope) -> bool:
+    def commit(self, env: Envelope, now: float | None = None) -> bool:
         """Remember an envelope that ``verify(..., commit=False)`` accepted; False (and nothing
         remembered) if it has become a replay in between."""
         if self._is_replay(env):
             return False
-        self._remember(env)
+        self._remember(env, time.time() if now is None else now)
         return True
+
+    def remembered(self) -> int:
+        """(seq, nonce) pairs held, over every sender."""
+        return sum(len(st.seqs) for st in self._senders.values())
 
     def _check(self, env: Envelope, now: float) -> VerifyResult:
         if not _well_formed(env):
@@ -294,7 +308,7 @@ class Verifier:
         # Window full and this seq is older than the oldest remembered: cannot prove it fresh.
         return len(state.seqs) >= self.replay_window and env.seq < next(iter(state.seqs))
 
-    def _remember(self, env: Envelope) -> None:
+    def _remember(self, env: Envelope, now: float) -> None:
         state = self._senders.get(env.sender)
         if state is None:
             state = self._senders[env.sender] = _SenderState()
@@ -303,7 +317,7 @@ class Verifier:
                 logger.debug("replay memory full, forgetting sender %s", forgotten)
         else:
             self._senders.move_to_end(env.sender)
-        state.seqs[env.seq] = env.nonce
+        state.seqs[env.seq] = (env.nonce, env.timestamp)
         state.nonces.add(env.nonce)
         if env.seq > state.highest_seq:
             state.highest_seq = env.seq
@@ -312,5 +326,28 @@ class Verifier:
             for seq in [s for s in state.seqs if s > env.seq]:
                 state.seqs.move_to_end(seq)
         while len(state.seqs) > self.replay_window:
-            _, old_nonce = state.seqs.popitem(last=False)
+            _, (old_nonce, _) = state.seqs.popitem(last=False)
             state.nonces.discard(old_nonce)
+        self._forget_expired(state, now)
+        self._remembered += 1
+        if self._remembered % self.SWEEP_EVERY == 0:
+            self._sweep(now)
+
+    def _forget_expired(self, state: _SenderState, now: float) -> None:
+        """Drop, oldest seq first, what the clock check would reject anyway. (A seq whose
+        timestamp is out of order stays until those before it go: memory, never safety.)"""
+        cutoff = now - self.max_skew_s
+        while state.seqs:
+            seq, (nonce, ts) = next(iter(state.seqs.items()))
+            if ts >= cutoff:
+                break
+            del state.seqs[seq]
+            state.nonces.discard(nonce)
+
+    def _sweep(self, now: float) -> None:
+        """Forget expired entries of every sender, and senders with nothing left (gone quiet)."""
+        for sender in list(self._senders):
+            state = self._senders[sender]
+            self._forget_expired(state, now)
+            if not state.seqs:
+                del self._senders[sender]

@@ -103,3 +103,8 @@ class Transport(abc.ABC):
     def info(self) -> dict:
         """Addresses and peer counts for the status display and logs."""
         return {"transport": type(self).__name__}
+
+    def buffer_sizes(self) -> dict[str, int]:
+        """Entries held in each of this transport's caches: none may grow with the run's length
+        (tests/swarm/test_long_run_memory.py)."""
+        return {}

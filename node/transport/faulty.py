@@ -89,6 +89,9 @@ class FaultyTransport(Transport):
     async def close(self) -> None:
         await self.inner.close()
 
+    def buffer_sizes(self) -> dict[str, int]:
+        return self.inner.buffer_sizes()
+
     def info(self) -> dict:
         now = time.time()
         return {**self.inner.info(), "fault_dropped": self.dropped, "fault_delayed": self.delayed,

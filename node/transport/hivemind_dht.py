@@ -671,6 +671,14 @@ class HivemindTransport(Transport):
                 pass
             await stop_dht_node(node)
 
+    def buffer_sizes(self) -> dict[str, int]:
+        sizes = {name: len(getattr(self, name)) for name in (
+            "_outbox", "_seen", "_failures", "_heard", "_inflight", "_ready", "_strikes", "_backoff",
+            "_host_strikes", "_host_backoff", "_served_by", "_host_owner", "_known", "_budget", "_short",
+            "_sizes", "_body_sizes")}
+        sizes["_seen_entries"] = sum(len(v) for v in self._seen.values())
+        return sizes
+
     def info(self) -> dict:
         info = {"transport": "hivemind", "maddrs": self.maddrs, "fetch_failures": self.fetch_failures,
                 "store_unconfirmed": self.store_unconfirmed, "refused_requests": self.refused_requests,

@@ -111,3 +111,8 @@ class MemoryTransport(Transport):
 
     def info(self) -> dict:
         return {"transport": "memory"}
+
+    def buffer_sizes(self) -> dict[str, int]:
+        return {"seen_rounds": len(self._seen), "seen": sum(len(v) for v in self._seen.values()),
+                "heard": len(self._heard), "hub_keys": len(self.hub.records),
+                "hub_entries": sum(len(v) for v in self.hub.records.values())}

@@ -245,3 +245,21 @@ def test_fuzz_mutations_never_raise(alice: Identity) -> None:
                 assert bytes(buf) == data
     assert verifier.counts["ACCEPTED"] <= 1
     assert VerifyResult.BAD_SIGNATURE in results  # some mutations parse and get a verdict
+
+
+def test_replay_memory_holds_only_the_clock_window(alice: Identity, bob: Identity) -> None:
+    """Ten hours of two envelopes a minute from a sender: what is remembered is the last
+    max_skew_s seconds' worth, not the run's; a forgotten envelope sent again is refused by the
+    clock, one still inside the window as a replay; a sender gone quiet is swept away."""
+    verifier = Verifier(max_skew_s=60.0)
+    verifier.SWEEP_EVERY = 64
+    assert verifier.verify(sign(b"x", bob, 1, NOW), now=NOW) is VerifyResult.ACCEPTED  # then quiet
+    sent = []
+    for i in range(1200):
+        now = NOW + 30.0 * i
+        sent.append(sign(b"x", alice, i, now))
+        assert verifier.verify(sent[-1], now=now) is VerifyResult.ACCEPTED
+        assert len(verifier._senders[alice.peer_id].seqs) <= 3  # 60 s of envelopes every 30 s, and this one
+    assert verifier.remembered() <= 3 and bob.peer_id not in verifier._senders
+    assert verifier.verify(sent[0], now=now) is VerifyResult.STALE_CLOCK
+    assert verifier.verify(sent[-2], now=now) is VerifyResult.REPLAY
