@@ -372,6 +372,8 @@ class TrainingNode:
         """This step's local rollouts (worker thread)."""
         cfg = self.cfg
         t0 = time.perf_counter()
+        if self.policy.device.type == "cuda":  # this step's peak, generation and learner together
+            torch.cuda.reset_peak_memory_stats(self.policy.device)
         task_ids = round_task_ids(task_seed, step, n_groups, cfg.tasks.families, cfg.tasks.difficulties)
         sampler, behaviour_version = self.lagged.sampler()
         version = self.learner.version if behaviour_version < 0 else behaviour_version
@@ -422,6 +424,8 @@ class TrainingNode:
             "gen_batch": self.policy.generation_batch_size or len(rollouts),
             "gen_oom_halvings": self._gen_halvings,
         }
+        if self.policy.device.type == "cuda":
+            record["cuda_peak_mib"] = torch.cuda.max_memory_allocated(self.policy.device) / 2 ** 20
         if groups is not None:
             record["external_groups"] = len(groups)
             record["external_samples"] = len(samples) - (len(local) - dropped)

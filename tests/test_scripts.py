@@ -63,3 +63,20 @@ def test_experiments_refuse_settings_they_cannot_run(argv, says, tmp_path):
                         "--out", str(tmp_path / "out")], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 2 and says in r.stderr
     assert not (tmp_path / "runs").exists() and not (tmp_path / "out").exists()  # refused before any work
+
+
+def test_gpu_check_runs_in_its_cpu_form(tmp_path):
+    """scripts/gpu_check.py, the prepared GPU check, on the CPU (--quick): every learner option
+    runs a real node in bf16 with LoRA and gradient checkpointing, and the out-of-memory run (the
+    error injected here) halves the micro-batch and goes on."""
+    out = tmp_path / "gpu_check.json"
+    r = subprocess.run([sys.executable, "scripts/gpu_check.py", "--device", "cpu", "--quick", "--steps", "2",
+                        "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert set(report["runs"]) == {"mean", "median", "opob", "opob_approx", "m2po"}
+    for name, run in report["runs"].items():
+        assert run["steps"] == 2 and run["finite"] and run["tokens_per_s"] > 0, name
+    oom = report["oom_recovery"]
+    assert oom["mode"] == "injected (CPU)" and oom["oom_halvings"] == 2 and oom["micro_batch"] == 4
+    assert report["profile"]["estimated_peak_gib"] > 0
