@@ -142,7 +142,8 @@ class Estimate:
         g = lambda b: f"{b / GiB:.2f}"  # noqa: E731
         return (f"peak {g(self.peak)} GiB = context {g(self.context)} + weights {g(self.weights)} + trained state "
                 f"{g(self.trained_state)} + max(learner {g(self.learner)} [activations {g(self.learner_activations)}, "
-                f"logits {g(self.learner_logits)}], generation {g(self.generation)})")
+                f"recomputed layer {g(self.learner_recompute)}, logits {g(self.learner_logits)}], "
+                f"generation {g(self.generation)})")
 
 
 def _bytes(dtype: str) -> int:

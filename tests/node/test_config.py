@@ -313,3 +313,14 @@ def test_example_configs_validate(name):
     path = Path(__file__).resolve().parents[2] / "docs" / "examples" / name
     cfg = load_config(path, {"swarm.transport": "hivemind"} if name == "swarm_demo.toml" else None)
     assert cfg.model.name == "default" and cfg.run.resume
+
+
+def test_every_config_key_is_in_the_running_docs():
+    """docs/running.md's configuration table lists every key (a new setting is documented)."""
+    from pathlib import Path
+
+    from node.config import flag_fields
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "running.md").read_text()
+    missing = [f"{s}.{n}" for s, n, *_ in flag_fields() if f"| `{s}.{n}` |" not in doc]
+    assert not missing, f"docs/running.md's configuration table lacks {missing}"
