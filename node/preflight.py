@@ -80,7 +80,7 @@ def check_device(device: str) -> None:
 
 
 def check_resume_matches(ckpt_root: Path, model_cfg: dict) -> None:
-    """The checkpoint a resume would load was written with this run's LoRA rank.
+    """The checkpoint a resume would load was written with this run's LoRA rank and alpha.
 
     A LoRA adapter and full weights can never load into each other, so another rank is refused
     here, before the model loads. Another ``model.name`` is only logged: the same weights may
@@ -103,6 +103,12 @@ def check_resume_matches(ckpt_root: Path, model_cfg: dict) -> None:
                           f"for --model.lora_rank {now} (LoRA adapters and full weights do not load into each "
                           f"other). Resume with --model.lora_rank {was}, or start the new setting in another "
                           f"--run.dir")
+    if saved.get("lora_rank") and "lora_alpha" in saved and saved["lora_alpha"] != model_cfg.get("lora_alpha"):
+        # Not a tensor: the adapter would load, and scale its update by another alpha / rank.
+        was, now = saved["lora_alpha"], model_cfg.get("lora_alpha")
+        raise ConfigError(f"cannot resume {path}: its LoRA adapter was trained with --model.lora_alpha {was}, "
+                          f"this run asks for {now} (the adapter's output is scaled by alpha / rank). Resume "
+                          f"with --model.lora_alpha {was}, or start the new setting in another --run.dir")
     if "name" in saved and not _same_model(saved["name"], model_cfg.get("name")):
         log.warning("resuming %s, which was trained from model %r, with --model.name %r: the load checks "
                     "that its tensors fit", path, saved["name"], model_cfg.get("name"))

@@ -246,7 +246,9 @@ class TrainingNode:
         self.sampling = SamplingParams(max_new_tokens=cfg.generation.max_completion_length,
                                        temperature=cfg.generation.temperature,
                                        top_p=cfg.generation.top_p, top_k=cfg.generation.top_k)
-        policy.generation_batch_size = cfg.generation.batch_size
+        for p in (policy, self.lagged.behaviour):  # the lagged copy samples when behaviour_lag > 0
+            if p is not None:
+                p.generation_batch_size = cfg.generation.batch_size
         self.reward_cfg = RewardConfig(format_weight=cfg.tasks.format_weight)
         self.swarm = swarm
         self.endpoint = endpoint
@@ -351,10 +353,15 @@ class TrainingNode:
             raise CheckpointError(_mismatch(policy.trained_state(), state)) from None
         base = state.extra.get("frozen_fingerprint")
         if policy.adapter_only and base is not None and base != policy.frozen_fingerprint():
-            saved = ((state.extra.get("config") or {}).get("model") or {}).get("name")
+            saved = (state.extra.get("config") or {}).get("model") or {}
+            now_dtype = str(policy.model.dtype).removeprefix("torch.")
+            if saved.get("dtype") not in (None, now_dtype):
+                raise CheckpointError(f"the checkpoint holds a LoRA adapter trained on the base weights in "
+                                      f"{saved['dtype']}; this run loads them in {now_dtype}: resume with "
+                                      f"--model.dtype {saved['dtype']}, or use another --run.dir")
             raise CheckpointError(f"the checkpoint holds a LoRA adapter trained on other base weights than "
-                                  f"--model.name {policy.name!r} has (it was trained from {saved!r}): resume "
-                                  f"with the model it was trained from, or use another --run.dir")
+                                  f"--model.name {policy.name!r} has (it was trained from {saved.get('name')!r}): "
+                                  f"resume with the model it was trained from, or use another --run.dir")
         if state.optimizer_state is not None:
             try:
                 learner.optimizer.load_state_dict(state.optimizer_state)
@@ -421,7 +428,7 @@ class TrainingNode:
             **learn,
             "policy_version": self.learner.version,
             # Out-of-memory recovery (policies/oom.py): rows a generate call, halvings this step.
-            "gen_batch": self.policy.generation_batch_size or len(rollouts),
+            "gen_batch": (self.lagged.behaviour or self.policy).generation_batch_size or len(rollouts),
             "gen_oom_halvings": self._gen_halvings,
         }
         if self.policy.device.type == "cuda":
@@ -506,10 +513,11 @@ class TrainingNode:
 
     def _memory_status(self) -> dict:
         """What out-of-memory recovery has done so far this run (0 = the configured sizes)."""
+        sampler = self.lagged.behaviour or self.policy
         return {"micro_batch_size": self.learner.micro_batch_size,
-                "generation_batch_size": self.policy.generation_batch_size,
+                "generation_batch_size": sampler.generation_batch_size,
                 "learner_oom_halvings": self.learner.oom_halvings,
-                "generation_oom_halvings": self.policy.generation_oom_halvings}
+                "generation_oom_halvings": sampler.generation_oom_halvings}
 
     # -- the loop ---------------------------------------------------------------------------
     def request_stop(self) -> None:

@@ -31,7 +31,7 @@ import torch
 
 from policies.advantages import Advantages, group_advantages
 from policies.loss import LossConfig, LossInputs, loss_plan, policy_loss, row_caps, sequence_weights
-from policies.oom import fit_by_halving
+from policies.oom import OutOfMemory, fit_by_halving, is_out_of_memory
 from policies.offpolicy import ess_fraction, ess_fraction_by_source, lr_factor
 from policies.policy import Policy, TokenBatch
 
@@ -166,6 +166,20 @@ class Learner:
             return 1.0
         return min(1.0, (self.version + 1) / self.warmup_steps)
 
+    def _optimizer_step(self) -> None:
+        """AdamW's step; its first one allocates the moments (2x the trained weights), which no
+        micro-batch makes smaller: out of memory there is a clear error, not a retry."""
+        try:
+            self.optimizer.step()
+        except Exception as e:  # noqa: BLE001 (only out-of-memory is translated)
+            if not is_out_of_memory(e):
+                raise
+            msg = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        else:
+            return
+        raise OutOfMemory(f"the optimizer's state does not fit in memory ({msg}); train a LoRA adapter "
+                          f"(model.lora_rank) or use a smaller model")
+
     def _rows_per_pass(self, n: int) -> int:
         return n if self.micro_batch_size <= 0 else min(self.micro_batch_size, n)
 
@@ -180,7 +194,10 @@ class Learner:
         return out
 
     def step(self, samples: list[TrainSample]) -> dict[str, float]:
-        """Apply ``num_iterations`` updates from ``samples``; return the step's metrics."""
+        """Apply ``num_iterations`` updates from ``samples``; return the step's metrics.
+
+        ``OutOfMemory`` (one row a pass does not fit) raised in iteration k > 1 leaves the first
+        k - 1 updates applied; the node stops on it, so nothing is trained on half a step."""
         if not samples:
             raise ValueError("empty batch")
         batch, beh, seq_beh, foreign, rewards, gids, caps, local, sources = self._batch(samples)
@@ -204,7 +221,7 @@ class Learner:
                 group["lr"] = self.base_lr * first.factor * self._warmup()
             grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.max_grad_norm)
             if math.isfinite(float(grad_norm)):
-                self.optimizer.step()
+                self._optimizer_step()
             else:  # one bad batch must not poison the weights
                 log.warning("non-finite gradient norm at version %d: update skipped", self.version)
             self.version += 1

@@ -96,6 +96,19 @@ class TokenBatch:
         return int(self.input_ids.shape[0])
 
 
+def _dropout_off(config) -> list[str]:
+    """Set every dropout probability of a model config to 0, before the model is built (layers
+    copy them at init); returns the settings that were not 0. Generation samples without dropout,
+    and the learner must compute log π_θ the same way: most layers drop out by their own
+    ``training`` flag, which gradient checkpointing has to set (``Policy.learning_mode``)."""
+    off = []
+    for key, value in config.to_dict().items():
+        if ("dropout" in key or key.endswith("pdrop")) and isinstance(value, float) and value > 0:
+            setattr(config, key, 0.0)
+            off.append(f"{key} {value:g}")
+    return off
+
+
 def tokenizer_fingerprint(tokenizer) -> str:
     """sha256 over the vocabulary and special tokens: equal fingerprints ⇒ token ids transfer."""
     vocab = sorted(tokenizer.get_vocab().items())
@@ -149,7 +162,7 @@ class Policy:
         ``gradient_checkpointing`` recomputes each layer's activations in the backward pass
         instead of keeping them (about a third more compute for the learner, a fraction of its
         activation memory)."""
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
         torch_dtype = getattr(torch, dtype, None)
         if not isinstance(torch_dtype, torch.dtype):
@@ -165,9 +178,14 @@ class Policy:
             name = str(local)
         try:
             tokenizer = AutoTokenizer.from_pretrained(name)
-            model = AutoModelForCausalLM.from_pretrained(name, dtype=torch_dtype)
+            config = AutoConfig.from_pretrained(name)
+            off = _dropout_off(config)
+            model = AutoModelForCausalLM.from_pretrained(name, dtype=torch_dtype, config=config)
         except (OSError, ValueError) as e:  # missing files, bad repo id, no loadable tokenizer
             raise PolicyError(f"cannot load model {name_or_path!r}: {e}") from e
+        if off:
+            log.info("dropout is off (%s): the learner's log-probs must be those generation recorded",
+                     ", ".join(off))
         model.to(device)
         if gradient_checkpointing:
             if not getattr(model, "supports_gradient_checkpointing", False):
@@ -332,9 +350,11 @@ class Policy:
         """Put ``trained_state()``'s tensors back; ValueError unless the keys and shapes are
         exactly this policy's (another model, or another LoRA rank)."""
         want = self.trained_state()
+        if self.adapter_only and set(state) == set(self.model.state_dict()):
+            want = self.model.state_dict()  # a LoRA checkpoint from before adapter-only ones: all of it
         if set(state) != set(want) or any(tuple(state[k].shape) != tuple(want[k].shape) for k in want):
             raise ValueError("the tensors are not this policy's")
-        self.model.load_state_dict(state, strict=not self.adapter_only)
+        self.model.load_state_dict(state, strict=len(want) == len(self.model.state_dict()))
 
     def frozen_fingerprint(self) -> str:
         """A fingerprint of the frozen weights (a LoRA adapter's base): names, shapes and up to

@@ -215,6 +215,10 @@ class _SenderState:
 
     highest_seq: int = -1
     seqs: collections.OrderedDict[int, tuple[bytes, float]] = field(default_factory=collections.OrderedDict)
+    # The newest seq the full window pushed out, and the newest timestamp among those pushed out:
+    # a seq at or below it may be a replay for as long as that timestamp is inside the clock window.
+    evicted_seq: int = -1
+    evicted_ts: float = float("-inf")
     nonces: set[bytes] = field(default_factory=set)
 
 
@@ -233,6 +237,11 @@ class Verifier:
     sweep of every sender every ``SWEEP_EVERY`` envelopes), so what is held is what the swarm sent
     in the last ``max_skew_s`` seconds, not what it sent since the node started: a node that runs
     for days beside a thousand peers does not fill ``replay_window`` for each of them.
+
+    Forgetting moves a floor up: an envelope signed before ``now - max_skew_s`` as of any
+    forgetting is refused as STALE_CLOCK from then on, even if this machine's clock steps back
+    (or a caller passes an earlier ``now``): what was forgotten can never come back as new. Seqs
+    pushed out by a full window stay refused while the newest of them is inside the clock window.
     """
 
     SWEEP_EVERY = 1024
@@ -247,6 +256,7 @@ class Verifier:
         self.counts: collections.Counter[str] = collections.Counter()
         self._senders: collections.OrderedDict[str, _SenderState] = collections.OrderedDict()
         self._remembered = 0  # envelopes remembered so far (drives the sweep)
+        self._floor = float("-inf")  # envelopes signed before this are refused: what was forgotten
 
     def verify(self, env: Envelope, now: float | None = None, *, commit: bool = True) -> VerifyResult:
         """Classify ``env``; never raises. With ``commit`` (the default) an ACCEPTED envelope is
@@ -267,9 +277,10 @@ class Verifier:
     def commit(self, env: Envelope, now: float | None = None) -> bool:
         """Remember an envelope that ``verify(..., commit=False)`` accepted; False (and nothing
         remembered) if it has become a replay in between."""
-        if self._is_replay(env):
+        now = time.time() if now is None else now
+        if env.timestamp <= self._floor or self._is_replay(env, now):
             return False
-        self._remember(env, time.time() if now is None else now)
+        self._remember(env, now)
         return True
 
     def remembered(self) -> int:
@@ -293,18 +304,20 @@ class Verifier:
         except InvalidSignature:
             return VerifyResult.BAD_SIGNATURE
         # Clock after signature: an unauthenticated timestamp is not worth reporting as skew.
-        if abs(env.timestamp - now) > self.max_skew_s:
+        if abs(env.timestamp - now) > self.max_skew_s or env.timestamp <= self._floor:
             return VerifyResult.STALE_CLOCK
-        if self._is_replay(env):
+        if self._is_replay(env, now):
             return VerifyResult.REPLAY
         return VerifyResult.ACCEPTED
 
-    def _is_replay(self, env: Envelope) -> bool:
+    def _is_replay(self, env: Envelope, now: float) -> bool:
         state = self._senders.get(env.sender)
         if state is None:
             return False
         if env.seq in state.seqs or env.nonce in state.nonces:
             return True
+        if env.seq <= state.evicted_seq and state.evicted_ts >= now - self.max_skew_s:
+            return True  # pushed out by the full window while it could still pass the clock check
         # Window full and this seq is older than the oldest remembered: cannot prove it fresh.
         return len(state.seqs) >= self.replay_window and env.seq < next(iter(state.seqs))
 
@@ -326,8 +339,10 @@ class Verifier:
             for seq in [s for s in state.seqs if s > env.seq]:
                 state.seqs.move_to_end(seq)
         while len(state.seqs) > self.replay_window:
-            _, (old_nonce, _) = state.seqs.popitem(last=False)
+            old_seq, (old_nonce, old_ts) = state.seqs.popitem(last=False)
             state.nonces.discard(old_nonce)
+            state.evicted_seq = max(state.evicted_seq, old_seq)
+            state.evicted_ts = max(state.evicted_ts, old_ts)
         self._forget_expired(state, now)
         self._remembered += 1
         if self._remembered % self.SWEEP_EVERY == 0:
@@ -343,11 +358,12 @@ class Verifier:
                 break
             del state.seqs[seq]
             state.nonces.discard(nonce)
+            self._floor = max(self._floor, ts)  # it, and anything signed before it, stays refused
 
     def _sweep(self, now: float) -> None:
         """Forget expired entries of every sender, and senders with nothing left (gone quiet)."""
         for sender in list(self._senders):
             state = self._senders[sender]
             self._forget_expired(state, now)
-            if not state.seqs:
+            if not state.seqs and state.evicted_ts < now - self.max_skew_s:
                 del self._senders[sender]

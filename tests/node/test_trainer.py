@@ -221,6 +221,10 @@ def test_lora_resume_on_other_base_weights_is_refused(warm_tiny_model_dir, tmp_p
     _train(_cfg(warm_tiny_model_dir, tmp_path / "run", **lora))
     with pytest.raises(CheckpointError, match="LoRA adapter trained on other base weights"):
         _train(_cfg(other, tmp_path / "run", **{**lora, "train.steps": 3, "run.resume": True}))
+    # Another alpha is not a tensor: the adapter would load and scale its update differently.
+    with pytest.raises(ConfigError, match="--model.lora_alpha 16, this run asks for 64"):
+        _train(_cfg(warm_tiny_model_dir, tmp_path / "run", **{**lora, "train.steps": 3, "run.resume": True,
+                                                             "model.lora_alpha": 64}))
 
 
 def test_out_of_memory_in_a_step_is_recovered_and_recorded(warm_tiny_model_dir, tmp_path, monkeypatch):
@@ -252,3 +256,20 @@ def test_out_of_memory_in_a_step_is_recovered_and_recorded(warm_tiny_model_dir, 
     memory = json.loads((run / "status.json").read_text())["memory"]
     assert memory == {"micro_batch_size": 4, "generation_batch_size": 8,
                       "learner_oom_halvings": 2, "generation_oom_halvings": 1}
+
+
+def test_generation_batch_size_applies_to_the_lagged_sampler(warm_tiny_model_dir, tmp_path, monkeypatch):
+    from policies.policy import Policy
+
+    real, rows = Policy._sample, []
+
+    def sample(self, todo, params):
+        rows.append(len(todo))
+        return real(self, todo, params)
+
+    monkeypatch.setattr(Policy, "_sample", sample)
+    run = tmp_path / "run"
+    _train(_cfg(warm_tiny_model_dir, run, **{"train.steps": 2, "train.behaviour_lag": 1,
+                                            "generation.batch_size": 4}))
+    assert rows and set(rows) == {4}  # 16 completions a step, 4 a call, by the lagged copy too
+    assert [r["gen_batch"] for r in read_metrics(run / "metrics.jsonl")] == [4, 4]

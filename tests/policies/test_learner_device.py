@@ -171,3 +171,17 @@ def test_an_error_that_is_not_out_of_memory_is_not_retried(tiny_model_dir, sampl
     with pytest.raises(RuntimeError, match="device-side assert"):
         Learner(policy, learning_rate=1e-3).step(samples)
     assert calls == [len(samples)]
+
+
+def test_out_of_memory_in_the_optimizer_is_a_clear_error(tiny_model_dir, samples, monkeypatch):
+    from policies.oom import OutOfMemory
+
+    torch.manual_seed(0)
+    learner = Learner(Policy.load(tiny_model_dir), learning_rate=1e-3)
+
+    def step():
+        raise torch.OutOfMemoryError("CUDA out of memory (injected into AdamW's first step)")
+
+    monkeypatch.setattr(learner.optimizer, "step", step)
+    with pytest.raises(OutOfMemory, match="optimizer's state does not fit.*model.lora_rank"):
+        learner.step(samples)

@@ -74,3 +74,29 @@ def test_gradient_checkpointing_leaves_generation_and_dropout_in_eval_mode(tiny_
     torch.manual_seed(0)
     policy.generate(["What is 2+3?"], 2, SamplingParams(max_new_tokens=4))
     assert not any(m.training for m in policy.model.modules())  # generate put every module in eval
+
+
+def test_dropout_is_off_so_checkpointed_learner_passes_match_generation(tiny_model_dir, tmp_path):
+    """OPT's layers drop out by their own training flag, which gradient checkpointing sets: a
+    checkpoint with dropout 0.3 must still give the learner the log-probs generation records."""
+    from transformers import AutoTokenizer, OPTConfig, OPTForCausalLM
+
+    from policies.policy import TokenBatch
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    cfg = OPTConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, ffn_dim=64, num_attention_heads=2,
+                    word_embed_proj_dim=32, dropout=0.3, attention_dropout=0.1, max_position_embeddings=128,
+                    pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, bos_token_id=tok.eos_token_id)
+    torch.manual_seed(0)
+    OPTForCausalLM(cfg).save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    policy = Policy.load(tmp_path, gradient_checkpointing=True)
+    assert policy.model.config.dropout == 0.0 and policy.model.config.attention_dropout == 0.0
+    batch = TokenBatch.build([(5, 6, 7, 8)], [(20, 21, 22, 23)], int(tok.pad_token_id))
+    policy.model.eval()
+    with torch.no_grad():
+        recorded = policy.completion_logprobs(batch)
+    policy.learning_mode()
+    assert any(m.training for m in policy.model.modules())  # the checkpointed layers
+    for _ in range(2):
+        torch.testing.assert_close(policy.completion_logprobs(batch).detach(), recorded, rtol=0, atol=1e-6)

@@ -263,3 +263,27 @@ def test_replay_memory_holds_only_the_clock_window(alice: Identity, bob: Identit
     assert verifier.remembered() <= 3 and bob.peer_id not in verifier._senders
     assert verifier.verify(sent[0], now=now) is VerifyResult.STALE_CLOCK
     assert verifier.verify(sent[-2], now=now) is VerifyResult.REPLAY
+
+
+def test_forgotten_envelopes_never_come_back_as_new(alice: Identity) -> None:
+    """Forgetting by time must not reopen a replay: not when this machine's clock steps back,
+    not when commit() is called with another clock than verify(), not when a sender's seqs and
+    timestamps disagree (its clock stepped back) and the window pushed a seq out."""
+    v = Verifier(max_skew_s=30.0)
+    e1 = sign(b"a", alice, 1, 1000.0)
+    assert v.verify(e1, now=1000.0) is VerifyResult.ACCEPTED
+    assert v.verify(sign(b"b", alice, 2, 1031.0), now=1031.0) is VerifyResult.ACCEPTED  # e1 forgotten
+    assert v.verify(e1, now=1010.0) is VerifyResult.STALE_CLOCK  # the clock stepped back 21 s
+
+    v = Verifier(max_skew_s=30.0)
+    e = sign(b"x", alice, 1, 1000.0)
+    assert v.verify(e, now=1000.0, commit=False) is VerifyResult.ACCEPTED
+    assert v.commit(e)  # with the wall clock: e is forgotten at once
+    assert v.verify(e, now=1000.0) is not VerifyResult.ACCEPTED
+
+    v = Verifier(max_skew_s=30.0, replay_window=3)
+    e1 = sign(b"1", alice, 1, 1020.0)
+    for e in (e1, sign(b"2", alice, 2, 971.0), sign(b"3", alice, 3, 972.0), sign(b"4", alice, 4, 1000.0)):
+        assert v.verify(e, now=1000.0) is VerifyResult.ACCEPTED  # the window of 3 pushes seq 1 out
+    assert v.verify(sign(b"5", alice, 5, 1003.0), now=1003.0) is VerifyResult.ACCEPTED  # 2 and 3 go too
+    assert v.verify(e1, now=1003.0) is VerifyResult.REPLAY
