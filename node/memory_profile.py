@@ -217,15 +217,25 @@ def _generation_batch(shape: ModelShape, s: Settings, w: Workload, room: int) ->
     return 1
 
 
-def choose_settings(shape: ModelShape, budget_bytes: int, w: Workload, *,
-                    bf16: bool = True) -> tuple[Settings, Estimate]:
+def choose_settings(shape: ModelShape, budget_bytes: int, w: Workload, *, bf16: bool = True,
+                    vllm: bool = False) -> tuple[Settings, Estimate]:
     """The most capable settings whose peak fits ``budget_bytes`` less the margin. If none does
-    at the workload's completion length, it is halved (down to 32 tokens); then ``NoFit``."""
-    limit = usable(budget_bytes)
+    at the workload's completion length, it is halved (down to 32 tokens); then ``NoFit``.
+
+    ``vllm``: a vLLM engine samples, beside the learner on the same card: it takes its share
+    (``vllm_share``) for good, generation costs the learner's process nothing, and the learner
+    must fit in the rest."""
     while True:
         for s in _candidates(shape, w, bf16):
             e = estimate(shape, s, w)
             resident = e.context + e.weights + e.trained_state
+            if vllm:
+                share = vllm_share(shape, s, w, budget_bytes)
+                limit = usable(int(budget_bytes * (1 - share)))
+                if resident + e.learner <= limit:
+                    return s, replace(e, generation=0, vllm_share=share)
+                continue
+            limit = usable(budget_bytes)
             if resident + e.learner <= limit:
                 s = replace(s, generation_batch=_generation_batch(shape, s, w, max(limit - resident, 0)))
                 e = estimate(shape, s, w)

@@ -38,6 +38,7 @@ class ProfilePlan:
     settings: Settings
     estimate: Estimate
     largest: str | None  # the largest Qwen2.5 size class this budget fits
+    vllm: bool = False  # a vLLM engine samples beside the learner (planned for its share)
 
 
 def _model_config(name: str) -> dict:
@@ -97,11 +98,25 @@ def plan_profile(cfg: NodeConfig, profile: str) -> ProfilePlan | None:
     shape = ModelShape.from_config(_model_config(cfg.model.name))
     w = Workload(rows=cfg.generation.prompts_per_step * cfg.group_size, prompt_tokens=_prompt_tokens(cfg),
                  completion_tokens=cfg.generation.max_completion_length)
+    vllm = _vllm_samples(cfg)
     try:
-        settings, est = choose_settings(shape, budget, w, bf16=bf16)
+        settings, est = choose_settings(shape, budget, w, bf16=bf16, vllm=vllm)
     except NoFit as e:
         raise ConfigError(f"memory profile ({source}): {e}") from None
-    return ProfilePlan(source, budget, shape, w, settings, est, largest_class(budget, w, bf16=bf16))
+    return ProfilePlan(source, budget, shape, w, settings, est, largest_class(budget, w, bf16=bf16), vllm)
+
+
+def _vllm_samples(cfg: NodeConfig) -> bool:
+    """Whether this run's generation backend will be vLLM (its engine then takes a share of the card)."""
+    from policies.errors import PolicyError
+    from policies.vllm_backend import choose_backend
+
+    g = cfg.generation
+    try:
+        return choose_backend(g.backend, cfg.model.device, top_p=g.top_p, top_k=g.top_k,
+                              behaviour_lag=cfg.train.behaviour_lag) == "vllm"
+    except PolicyError:
+        return False  # the node refuses this configuration when it starts, and says why
 
 
 def profile_overrides(plan: ProfilePlan) -> dict:
@@ -123,8 +138,10 @@ def describe(plan: ProfilePlan) -> list[str]:
              f"{w.rows} completions a step of up to {w.prompt_tokens} + {w.completion_tokens} tokens -> "
              f"{plan.settings.describe()}",
              f"memory estimate: {plan.estimate.describe()}; budget {plan.budget / GiB:.1f} GiB less a 15% margin",
-             f"a vLLM engine beside the learner would take gpu_memory_utilization {plan.estimate.vllm_share:.2f}; "
-             f"the largest Qwen2.5 size this budget fits: {plan.largest or 'none'}"]
+             (f"generation: a vLLM engine, planned at gpu_memory_utilization {plan.estimate.vllm_share:.2f} of the "
+              f"card; the learner has the rest" if plan.vllm else
+              f"a vLLM engine beside the learner would take gpu_memory_utilization {plan.estimate.vllm_share:.2f}")
+             + f"; the largest Qwen2.5 size this budget fits: {plan.largest or 'none'}"]
     if plan.settings.max_completion_length < w.completion_tokens:
         lines.append(f"generation.max_completion_length lowered from {w.completion_tokens} to "
                      f"{plan.settings.max_completion_length}: longer completions do not fit")
@@ -147,10 +164,14 @@ def check_settings_fit(plan: ProfilePlan, cfg: NodeConfig) -> str | None:
                      generation_batch=cfg.generation.batch_size,
                      max_completion_length=cfg.generation.max_completion_length)
     est = estimate(plan.shape, final, replace(plan.workload, completion_tokens=cfg.generation.max_completion_length))
-    if est.peak <= usable(plan.budget):
+    limit = usable(plan.budget)
+    if plan.vllm:  # the engine holds its share and does the generating
+        limit = usable(int(plan.budget * (1 - cfg.generation.vllm_gpu_memory_utilization)))
+        est = replace(est, generation=0)
+    if est.peak <= limit:
         return None
     shown = ", ".join(f"{k} {json.dumps(v)}" for k, v in kept.items())
     return (f"your settings ({shown}) are estimated at a peak of {est.peak / GiB:.1f} GiB, over the "
-            f"{usable(plan.budget) / GiB:.1f} GiB this profile plans for ({plan.source}, less the margin). "
+            f"{limit / GiB:.1f} GiB this profile plans for ({plan.source}, less the margin). "
             f"The node will halve its batches when it runs out of memory; the profile would run: "
             f"{plan.settings.describe()}")

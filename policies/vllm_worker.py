@@ -19,8 +19,13 @@ class WeightSync:
         """Load Hugging Face-named tensors (any subset of the model's) in place; returns seconds."""
         import safetensors.torch
 
+        import logging
+
         t0 = time.perf_counter()
         tensors = safetensors.torch.load_file(path)
+        # A LoRA run sends only the adapted layers: vLLM's "weights were not loaded" warning
+        # would then fill the log every step.
+        logging.getLogger("vllm.model_executor.model_loader.reload.inplace").setLevel(logging.ERROR)
         # reload_weights, not model.load_weights: it restores the weight loaders (CPU backends
         # repack the GEMM weights after loading, leaving the originals empty), maps q/k/v onto
         # qkv_proj and gate/up onto gate_up_proj, and re-runs the post-load processing.

@@ -169,3 +169,15 @@ def test_no_profile_without_a_gpu_or_with_none(half_b_dir, tmp_path):
         cfg, err = _join(half_b_dir, *flags, cwd=tmp_path)
         assert cfg["model"] == defaults["model"] and cfg["learner"] == defaults["learner"]
         assert (said in err) if said else ("memory profile" not in err)
+
+
+def test_with_vllm_the_learner_fits_beside_the_engines_share():
+    for gb in (12, 24, 80):
+        s, e = choose_settings(QWEN25["0.5B"], gb * GiB, WORKLOAD, vllm=True)
+        plain, _ = choose_settings(QWEN25["0.5B"], gb * GiB, WORKLOAD)
+        assert 0 < e.vllm_share < 1 and e.generation == 0  # the engine generates, in its own share
+        assert e.peak <= usable(int(gb * GiB * (1 - e.vllm_share)))
+        ladder = list(_candidates(QWEN25["0.5B"], WORKLOAD, True))
+        index = lambda x: ladder.index(Settings(x.dtype, x.lora_rank, x.micro_batch,  # noqa: E731
+                                                x.gradient_checkpointing, max_completion_length=256))
+        assert index(s) >= index(plain)  # less room for the learner: never more capable settings
