@@ -57,7 +57,9 @@ def test_caches_and_memory_stay_flat_over_a_long_run(warm_tiny_model_dir, tmp_pa
                 continue
             before = max(samples[s][node][key] for s in early)
             after = max(samples[s][node][key] for s in late)
-            assert after <= before, f"node {node}: {key} grew from {before} to {after}"
+            # What a round holds jitters with timing (a heartbeat more or less in the window); a
+            # cache that grows with the run gains a round's worth each round: 13 rounds here.
+            assert after <= 1.25 * before + 2, f"node {node}: {key} grew from {before} to {after}"
     assert samples[steps[-1]][0]["verifier_entries"] > 0 and samples[steps[-1]][0]["batches"] > 0
     # Resident memory: no trend once warm (a per-step leak of a tensor or a list shows as a slope).
     xs = [s for s in steps if s >= WARM]
