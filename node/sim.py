@@ -634,14 +634,20 @@ def write_summary(spec: SimSpec, wall_s: float, interrupted: bool, failed: dict,
         correct = [r.get("correct") or 0.0 for r in recs]
         st = read_status(d) or {}
         sw = st.get("swarm") or {}
+        # What it used over the whole run, from every step's record: status.json covers only the
+        # node's last process, and a restarted node may have rejoined after its peers finished.
+        by_peer: dict[str, int] = {}
+        for r in recs:
+            for peer, n in (r.get("external_by_peer") or {}).items():
+                by_peer[peer] = by_peer.get(peer, 0) + n
         nodes.append({
             "node": f"node{i}", "peer_id": sw.get("peer_id"), "steps": len(recs),
             "correct_first": sum(correct[:w]) / w if correct else None,
             "correct_last": sum(correct[-w:]) / w if correct else None,
-            "groups_used": sw.get("groups_used"), "peers_used": sw.get("peers_used"),
+            "groups_used": sum(by_peer.values()), "peers_used": len(by_peer),
             "rollouts_out": sw.get("rollouts_out"), "rejected": sw.get("rejected", {}),
             "rejected_total": sw.get("rejected_total"), "rounds_skipped": (st.get("last") or {}).get("rounds_skipped"),
-            "groups_used_by_peer": sw.get("groups_used_by_peer", {}),
+            "groups_used_by_peer": by_peer,
             "restarts": faults.restarts[i] if faults is not None else 0,
             "fault_dropped": sw.get("fault_dropped", 0), "fault_delayed": sw.get("fault_delayed", 0),
             "note": st.get("note"),

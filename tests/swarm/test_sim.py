@@ -167,7 +167,8 @@ attacks = ["garbage", "bad_signature", "forged_reward", "forged_truth", "text_mi
     # Each refusal backs the adversary's key off (2, 4, 8 ... rounds), so honest nodes see only some
     # of its attacks, each under its own reason (test_attacks.py checks every reason one by one).
     assert len(reasons) >= 3 and reasons <= {ATTACK_REASON[a] for a in sent}, (sent, reasons)
-    assert all(n["peers_used"] == 2 for n in nodes)  # honest peers still shared with each other
+    # Honest peers still shared with each other over the run (node1 may rejoin after the others end).
+    assert all(n["peers_used"] == 2 for n in nodes)
     assert "adversary0 (malicious" in (tmp_path / "sim" / "summary.md").read_text()
     assert alive(seen) == set()
 

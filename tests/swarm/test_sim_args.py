@@ -58,3 +58,25 @@ def test_bad_faults_files_are_refused_with_a_reason(tmp_path):
     f.write_text("[[kill]]\nnode = 0\nat_step = 3\n")
     with pytest.raises(ConfigError, match="hivemind"):
         load_faults(f).check(3, "memory")
+
+
+def test_the_summary_counts_what_a_restarted_node_used_over_its_whole_run(tmp_path):
+    """status.json is the last process's; the summary reads every step's record, so peers a node
+    used before it was killed still count (its restart may come after the others finished)."""
+    import json
+
+    from node.sim import write_summary
+
+    d = tmp_path / "node0"
+    d.mkdir()
+    recs = [{"step": 1, "external_by_peer": {}}, {"step": 2, "external_by_peer": {"sn1a": 1, "sn1b": 1}},
+            {"step": 3, "external_by_peer": {"sn1a": 1}},  # killed here; the restart found nobody
+            {"step": 4, "external_by_peer": {}}]
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    (d / "status.json").write_text(json.dumps({"swarm": {"groups_used": 0, "peers_used": 0,
+                                                          "groups_used_by_peer": {}}}))
+    (tmp_path / "sim.json").write_text("{}")
+    spec = SimSpec(nodes=1, transport="memory", run_dir=tmp_path)
+    [n] = write_summary(spec, 1.0, False, {})["nodes"]
+    assert (n["steps"], n["groups_used"], n["peers_used"]) == (4, 3, 2)
+    assert n["groups_used_by_peer"] == {"sn1a": 2, "sn1b": 1}
