@@ -1,0 +1,44 @@
+"""An upload cap every node applies to what it sends: an asyncio token bucket.
+
+The broadcast benchmark caps every node's upload at the same U in the application, so its numbers
+mean the same on any machine (loopback is otherwise far faster than any home uplink); a node
+can also use it to keep weight forwarding from eating the uplink its rollouts need.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+__all__ = ["TokenBucket"]
+
+
+class TokenBucket:
+    """``rate`` bytes a second with bursts up to ``burst`` bytes; ``take(n)`` waits for n tokens.
+    Takers are served in arrival order (one lock), so a big write cannot starve small ones
+    forever and the long-run rate holds however many streams share the bucket."""
+
+    def __init__(self, rate: float, burst: float | None = None):
+        if rate <= 0:
+            raise ValueError("rate must be positive")
+        self.rate = float(rate)
+        self.burst = float(burst if burst is not None else max(rate / 20, 64 * 1024))
+        self._tokens = self.burst
+        self._stamp = time.monotonic()
+        self._lock = asyncio.Lock()
+        self.taken = 0  # bytes sent through this bucket
+
+    async def take(self, n: int) -> None:
+        async with self._lock:
+            need = float(n)
+            while True:
+                now = time.monotonic()
+                self._tokens = min(self.burst, self._tokens + (now - self._stamp) * self.rate)
+                self._stamp = now
+                # A write bigger than the burst goes through on a full bucket and leaves a debt:
+                # the long-run rate is what matters, and writes are sliced small anyway.
+                if self._tokens >= min(need, self.burst):
+                    self._tokens -= need
+                    self.taken += n
+                    return
+                await asyncio.sleep((min(need, self.burst) - self._tokens) / self.rate)

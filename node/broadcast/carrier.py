@@ -1,0 +1,131 @@
+"""What the broadcast needs from a transport: one request, one reply, between two peers.
+
+The broadcast (manifests, chunks, topology) knows nothing of hivemind, libp2p or MQTT; a carrier
+only moves bytes. A request is small bytes; the reply is a status byte and a payload the server
+writes in slices through the node's upload cap. Framing on a stream::
+
+    request  u32 length | request bytes            (<= MAX_REQUEST)
+    reply    u8 status  | u64 length | payload     (the caller says the most it will read)
+
+``MemoryCarrier`` joins carriers of one process through a hub (unit tests and simulation);
+``node/broadcast/hivemind_carrier.py`` runs the same framing over hivemind's p2p streams, beside
+the rollout bodies. A carrier that closes aborts the replies it is writing, as a killed process
+would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from abc import ABC, abstractmethod
+from typing import Awaitable, Callable
+
+from node.broadcast.bucket import TokenBucket
+from protocol.manifest import MAX_MANIFEST_BYTES
+
+__all__ = ["Carrier", "CarrierError", "Handler", "MemoryCarrier", "MemoryHub", "MAX_REQUEST", "SLICE"]
+
+MAX_REQUEST = MAX_MANIFEST_BYTES + 1024  # a manifest offer is the biggest request
+SLICE = 64 * 1024  # bytes written per upload-cap token take
+U32 = struct.Struct(">I")
+HEADER = struct.Struct(">BQ")
+
+# handler(remote carrier id, request) -> (status, payload)
+Handler = Callable[[str, bytes], Awaitable[tuple[int, bytes | memoryview]]]
+
+
+class CarrierError(ConnectionError):
+    """The peer could not be reached, vanished mid-reply, or replied out of bounds."""
+
+
+class Carrier(ABC):
+    """Moves one request and its reply between this peer and another; paces what it uploads."""
+
+    address: str = ""  # how others reach this peer (set by start)
+
+    def __init__(self, upload: TokenBucket | None = None):
+        self.upload = upload
+
+    @abstractmethod
+    async def start(self, handler: Handler) -> None: ...
+
+    @abstractmethod
+    async def call(self, address: str, request: bytes, *, max_reply: int, timeout: float) -> tuple[int, bytes]:
+        """Send ``request`` and read the reply. ``timeout`` bounds the wait for the reply to start
+        and for each slice of it (progress, not the whole: a capped upload may take long).
+        Raises ``CarrierError``."""
+
+    @abstractmethod
+    async def close(self) -> None: ...
+
+    def remote_id(self, address: str) -> str:
+        """The id a handler sees for requests from the peer at ``address``."""
+        return address
+
+    async def paced(self, payload: bytes | memoryview, write: Callable[[memoryview], Awaitable[None]]) -> None:
+        view = memoryview(payload)
+        for i in range(0, len(view), SLICE):
+            piece = view[i:i + SLICE]
+            if self.upload is not None:
+                await self.upload.take(len(piece))
+            await write(piece)
+
+
+class MemoryHub:
+    def __init__(self):
+        self.carriers: dict[str, MemoryCarrier] = {}
+
+
+class MemoryCarrier(Carrier):
+    """In-process carrier: a call runs the other peer's handler and streams its paced reply."""
+
+    def __init__(self, hub: MemoryHub, name: str, upload: TokenBucket | None = None):
+        super().__init__(upload)
+        self.hub, self.address = hub, name
+        self._handler: Handler | None = None
+        self._serving: set[asyncio.Task] = set()
+
+    async def start(self, handler: Handler) -> None:
+        self._handler = handler
+        self.hub.carriers[self.address] = self
+
+    async def call(self, address: str, request: bytes, *, max_reply: int, timeout: float) -> tuple[int, bytes]:
+        server = self.hub.carriers.get(address)
+        if server is None or server._handler is None:
+            raise CarrierError(f"{address} is not reachable")
+        task = asyncio.ensure_future(server._serve(self.address, request, max_reply))
+        server._serving.add(task)
+        task.add_done_callback(server._serving.discard)
+        try:
+            done, _ = await asyncio.wait({task}, timeout=timeout)
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        if not done:
+            task.cancel()
+            raise CarrierError(f"{address} did not answer within {timeout:g} s")
+        if task.cancelled():
+            raise CarrierError(f"{address} went away mid-reply")
+        if task.exception() is not None:
+            e = task.exception()
+            raise e if isinstance(e, CarrierError) else CarrierError(f"{address} failed: {e!r}") from e
+        return task.result()
+
+    async def _serve(self, remote: str, request: bytes, max_reply: int) -> tuple[int, bytes]:
+        status, payload = await self._handler(remote, request)
+        if len(payload) > max_reply:
+            raise CarrierError(f"{self.address} replied {len(payload)} bytes, over {max_reply}")
+        parts: list[bytes] = []
+
+        async def write(piece: memoryview) -> None:
+            parts.append(bytes(piece))
+            await asyncio.sleep(0)
+
+        await self.paced(payload, write)
+        return status, b"".join(parts)
+
+    async def close(self) -> None:
+        if self.hub.carriers.get(self.address) is self:
+            del self.hub.carriers[self.address]
+        for t in list(self._serving):
+            t.cancel()

@@ -1,0 +1,77 @@
+"""Where a follower keeps weight chunks on disk, so a restart resumes a transfer.
+
+Chunks are content-addressed (``chunks/<sha256 hex>``), written to a temporary file and renamed,
+so a node killed mid-write leaves no half chunk under a real name; every chunk read back is
+hashed again before it is served or used (a disk can rot, a file can be edited). ``pending``
+is the signed manifest of the version being fetched, ``applied`` the last version applied
+whole: a restarted follower loads ``applied`` (its last good weights) and resumes ``pending``
+from the chunks it has. A chunk unchanged between versions is never fetched twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+from protocol.errors import ProtocolError
+from protocol.manifest import Manifest, decode_manifest, encode_manifest
+
+__all__ = ["ChunkStore"]
+
+
+class ChunkStore:
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        (self.root / "chunks").mkdir(parents=True, exist_ok=True)
+
+    def _path(self, digest: bytes) -> Path:
+        return self.root / "chunks" / digest.hex()
+
+    def get(self, digest: bytes) -> bytes | None:
+        """The chunk with this SHA-256, or None (absent, or no longer what its name says)."""
+        try:
+            data = self._path(digest).read_bytes()
+        except OSError:
+            return None
+        if hashlib.sha256(data).digest() != digest:
+            self._path(digest).unlink(missing_ok=True)  # rotted or edited: fetch it again
+            return None
+        return data
+
+    def put(self, digest: bytes, data: bytes | memoryview) -> None:
+        path = self._path(digest)
+        if path.exists():
+            return
+        tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+
+    def save_manifest(self, slot: str, m: Manifest) -> None:
+        """``slot``: "pending" or "applied"; atomically replaced."""
+        path = self.root / f"{slot}.manifest"
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_bytes(encode_manifest(m))
+        os.replace(tmp, path)
+
+    def load_manifest(self, slot: str) -> Manifest | None:
+        """The saved manifest, None if there is none or it no longer verifies."""
+        try:
+            m = decode_manifest((self.root / f"{slot}.manifest").read_bytes())
+        except (OSError, ProtocolError):
+            return None
+        return m if m.signature_ok() else None
+
+    def drop_manifest(self, slot: str) -> None:
+        (self.root / f"{slot}.manifest").unlink(missing_ok=True)
+
+    def prune(self, keep: list[Manifest]) -> int:
+        """Delete chunks no manifest in ``keep`` lists (and stray temporary files); returns how many."""
+        wanted = {h.hex() for m in keep for h in m.chunk_hashes}
+        n = 0
+        for p in (self.root / "chunks").iterdir():
+            if p.name not in wanted:
+                p.unlink(missing_ok=True)
+                n += 1
+        return n
