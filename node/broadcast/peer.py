@@ -86,7 +86,7 @@ class Transfer:
 class BroadcastStats:
     bad_chunks: collections.Counter = field(default_factory=collections.Counter)  # peer -> bad chunks served
     failed_requests: collections.Counter = field(default_factory=collections.Counter)  # peer -> errors, stalls
-    fallbacks: int = 0  # chunks fetched from a node above the parent
+    fallbacks: int = 0  # chunks fetched from a node above the parent (it failed or lied)
     served_bytes: int = 0
     served_chunks: int = 0
     turned_away: int = 0  # requests refused for lack of a serve slot
@@ -131,7 +131,9 @@ class BroadcastPeer:
             if data is not None:
                 self.applied, last_good = applied, (applied, data)
                 self.check.newest = applied.version
-                self._hold(Transfer(applied, data=data, finished=time.monotonic()))
+                t = Transfer(applied, data=data, finished=time.monotonic())
+                t.done.set()
+                self._hold(t)
         pending = self.store.load_manifest("pending")
         if pending is not None and self.check.accept(pending):
             self._begin(pending, resumed=True)
@@ -194,7 +196,7 @@ class BroadcastPeer:
         if self.store is not None:
             self.store.save_manifest("pending", m)
         self._offer_down(m)
-        t.task = self._spawn(self._receive(t, resumed))
+        t.task = self._spawn(self._receive_logged(t, resumed))
 
     def _hold(self, t: Transfer) -> None:
         self.held[t.manifest.digest] = t
@@ -215,6 +217,14 @@ class BroadcastPeer:
             await self.carrier.call(self.directory[peer], request, max_reply=16, timeout=self.request_timeout_s)
         except CarrierError as e:
             log.debug("offer to %s failed: %s", peer, e)
+
+    async def _receive_logged(self, t: Transfer, resumed: bool) -> None:
+        try:
+            await self._receive(t, resumed)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # a bug or a full disk: say so; the last good version stays
+            log.exception("receiving version %d of %s failed", t.manifest.version, t.manifest.source)
 
     async def _receive(self, t: Transfer, resumed: bool) -> None:
         m = t.manifest
@@ -255,7 +265,7 @@ class BroadcastPeer:
 
     async def _fetch_chunk(self, t: Transfer, i: int) -> None:
         m = t.manifest
-        first = None
+        parent = topology.upstream(m, self.me)[0]
         while True:
             holders = [p for p in topology.upstream(m, self.me) if p not in t.dropped and p in self.directory]
             if not holders:
@@ -265,7 +275,6 @@ class BroadcastPeer:
                 await asyncio.sleep(self.chunk_wait_s)
                 continue
             peer = holders[0]
-            first = first if first is not None else peer
             try:
                 status, body = await self._ask_chunk(t, peer, i)
             except CarrierError as e:
@@ -274,7 +283,7 @@ class BroadcastPeer:
                 log.info("chunk %d of version %d: %s failed (%s); asking the next node up", i, m.version, peer, e)
                 continue
             if status == OK and m.chunk_ok(i, body):
-                if peer != first:
+                if peer != parent:
                     self.stats.fallbacks += 1
                 self._keep(t, i, body, peer)
                 if self.store is not None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 from pathlib import Path
 
 from protocol.errors import ProtocolError
@@ -43,7 +44,7 @@ class ChunkStore:
         path = self._path(digest)
         if path.exists():
             return
-        tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+        tmp = path.with_name(f"{path.name}.tmp{os.getpid()}-{threading.get_ident()}")  # two writers, one hash
         with open(tmp, "wb") as f:
             f.write(data)
         os.replace(tmp, path)
