@@ -45,6 +45,7 @@ class Carrier(ABC):
 
     def __init__(self, upload: TokenBucket | None = None):
         self.upload = upload
+        self._reply_order: dict[str, tuple[asyncio.Lock, int]] = {}  # remote -> (lock, replies queued)
 
     @abstractmethod
     async def start(self, handler: Handler) -> None: ...
@@ -62,13 +63,27 @@ class Carrier(ABC):
         """The id a handler sees for requests from the peer at ``address``."""
         return address
 
-    async def paced(self, payload: bytes | memoryview, write: Callable[[memoryview], Awaitable[None]]) -> None:
-        view = memoryview(payload)
-        for i in range(0, len(view), SLICE):
-            piece = view[i:i + SLICE]
-            if self.upload is not None:
-                await self.upload.take(len(piece))
-            await write(piece)
+    async def paced(self, payload: bytes | memoryview, write: Callable[[memoryview], Awaitable[None]],
+                    remote: str = "") -> None:
+        """Write ``payload`` through the upload cap. Replies to one peer go out one at a time, in
+        the order they were asked: interleaved, a window of chunk requests would finish together,
+        each ``window`` times later, and a relay forwards a chunk only once it has all of it."""
+        lock, users = self._reply_order.get(remote, (asyncio.Lock(), 0))
+        self._reply_order[remote] = (lock, users + 1)
+        try:
+            async with lock:
+                view = memoryview(payload)
+                for i in range(0, len(view), SLICE):
+                    piece = view[i:i + SLICE]
+                    if self.upload is not None:
+                        await self.upload.take(len(piece))
+                    await write(piece)
+        finally:
+            lock, users = self._reply_order[remote]
+            if users == 1:
+                del self._reply_order[remote]
+            else:
+                self._reply_order[remote] = (lock, users - 1)
 
 
 class MemoryHub:
@@ -121,7 +136,7 @@ class MemoryCarrier(Carrier):
             parts.append(bytes(piece))
             await asyncio.sleep(0)
 
-        await self.paced(payload, write)
+        await self.paced(payload, write, remote)
         return status, b"".join(parts)
 
     async def close(self) -> None:

@@ -43,7 +43,7 @@ from node.broadcast.store import ChunkStore
 from protocol.errors import ProtocolError
 from protocol.identity import Identity
 from protocol.manifest import (MAX_CHUNK_SIZE, MAX_MANIFEST_BYTES, Manifest, ManifestCheck, build_manifest,
-                               cut_chunks, decode_manifest, encode_manifest)
+                               choose_chunk_size, decode_manifest, encode_manifest)
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +155,8 @@ class BroadcastPeer:
     # -- source ---------------------------------------------------------------------------------
     async def publish(self, data: bytes, *, version: int, step: int, model_fingerprint: str,
                       tokenizer_fingerprint: str, format: str, relays: list[str], fanout: int = 1,
-                      chunk_size: int = 1 << 20) -> Manifest:
+                      chunk_size: int | None = None) -> Manifest:
+        chunk_size = chunk_size or choose_chunk_size(len(data))
         m = await asyncio.to_thread(build_manifest, data, self.identity, swarm=self.swarm, version=version,
                                     step=step, model_fingerprint=model_fingerprint,
                                     tokenizer_fingerprint=tokenizer_fingerprint, format=format,

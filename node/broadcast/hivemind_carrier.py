@@ -1,0 +1,130 @@
+"""The broadcast's carrier over hivemind's p2p streams (the daemon that already carries rollout bodies).
+
+One stream per request, on the handler ``/swarm-node/<swarm>/weights``, with the framing of
+node/broadcast/carrier.py. An address is a full multiaddr ending in ``/p2p/<libp2p peer id>``;
+the carrier dials it once and lets the daemon keep the connection. The remote id a handler sees
+is the libp2p peer id the daemon authenticated (TLS/noise), so it cannot be claimed.
+
+It can own its ``P2P`` (``HivemindCarrier.create``: benchmarks, tests) or share the node's
+(``HivemindCarrier(p2p, swarm)``: the DHT node's daemon, so a node has one p2pd).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from hivemind.p2p import P2P, P2PDaemonError, PeerID
+from hivemind.utils.multiaddr import Multiaddr
+
+from node.broadcast.bucket import TokenBucket
+from node.broadcast.carrier import HEADER, MAX_REQUEST, U32, Carrier, CarrierError, Handler
+
+log = logging.getLogger(__name__)
+
+__all__ = ["HivemindCarrier"]
+
+READ_TIMEOUT_S = 30.0  # a requester that sends nothing for this long is dropped
+
+
+def _handler_name(swarm: str) -> str:
+    return f"/swarm-node/{swarm}/weights"
+
+
+def _peer_of(address: str) -> tuple[PeerID, Multiaddr]:
+    try:
+        maddr = Multiaddr(address)
+        pid = maddr.value_for_protocol("p2p")
+        return PeerID.from_base58(pid), maddr.decapsulate(Multiaddr(f"/p2p/{pid}"))
+    except Exception as e:  # multiaddr raises a zoo of errors on bad text
+        raise CarrierError(f"{address!r} is not a multiaddr ending in /p2p/<peer id>: {e}") from e
+
+
+class HivemindCarrier(Carrier):
+    def __init__(self, p2p: P2P, swarm: str, upload: TokenBucket | None = None, owns_p2p: bool = False):
+        super().__init__(upload)
+        self.p2p, self.swarm, self.owns_p2p = p2p, swarm, owns_p2p
+        self._handler: Handler | None = None
+        self._connected: set[str] = set()
+        self._serving: set[asyncio.Task] = set()
+
+    @classmethod
+    async def create(cls, swarm: str, upload: TokenBucket | None = None,
+                     host_maddrs=("/ip4/127.0.0.1/tcp/0",)) -> "HivemindCarrier":
+        p2p = await P2P.create(host_maddrs=list(host_maddrs), nat_port_map=False, auto_nat=False, use_relay=False)
+        return cls(p2p, swarm, upload, owns_p2p=True)
+
+    async def start(self, handler: Handler) -> None:
+        self._handler = handler
+        await self.p2p.add_binary_stream_handler(_handler_name(self.swarm), self._serve)
+        maddrs = await self.p2p.get_visible_maddrs()
+        self.address = str(maddrs[0]) if "/p2p/" in str(maddrs[0]) else f"{maddrs[0]}/p2p/{self.p2p.peer_id}"
+
+    def remote_id(self, address: str) -> str:
+        return _peer_of(address)[0].to_base58()
+
+    async def _serve(self, info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        self._serving.add(task)
+        try:
+            (n,) = U32.unpack(await asyncio.wait_for(reader.readexactly(U32.size), READ_TIMEOUT_S))
+            if n > MAX_REQUEST:
+                return  # closing is the answer to a request nobody honest sends
+            request = await asyncio.wait_for(reader.readexactly(n), READ_TIMEOUT_S)
+            remote = info.peer_id.to_base58()
+            status, payload = await self._handler(remote, request)
+            writer.write(HEADER.pack(status, len(payload)))
+
+            async def write(piece: memoryview) -> None:
+                writer.write(piece)
+                await asyncio.wait_for(writer.drain(), READ_TIMEOUT_S)
+
+            await self.paced(payload, write, remote)
+        except (asyncio.TimeoutError, asyncio.IncompleteReadError, ConnectionError) as e:
+            log.debug("weights request from %s failed: %s", info.peer_id, e)
+        except asyncio.CancelledError:  # close(): the reply is cut, as a killed node's would be
+            pass
+        finally:
+            self._serving.discard(task)
+            writer.close()
+
+    async def call(self, address: str, request: bytes, *, max_reply: int, timeout: float) -> tuple[int, bytes]:
+        peer, maddr = _peer_of(address)
+        try:
+            if address not in self._connected:
+                await asyncio.wait_for(self.p2p._client.connect(peer, [maddr]), timeout)  # no public dial in hivemind
+                self._connected.add(address)
+            _, reader, writer = await asyncio.wait_for(
+                self.p2p.call_binary_stream_handler(peer, _handler_name(self.swarm)), timeout)
+        except (asyncio.TimeoutError, P2PDaemonError, ConnectionError, OSError) as e:
+            self._connected.discard(address)
+            raise CarrierError(f"could not reach {address}: {type(e).__name__}: {e}") from e
+        try:
+            writer.write(U32.pack(len(request)) + request)
+            await asyncio.wait_for(writer.drain(), timeout)
+            status, size = HEADER.unpack(await asyncio.wait_for(reader.readexactly(HEADER.size), timeout))
+            if size > max_reply:
+                raise CarrierError(f"{address} announced a {size}-byte reply, over {max_reply}: not read")
+            body = bytearray()
+            while len(body) < size:  # a deadline per piece, not per reply: progress is what counts
+                piece = await asyncio.wait_for(reader.read(min(size - len(body), 1 << 20)), timeout)
+                if not piece:
+                    raise CarrierError(f"{address} went away mid-reply ({len(body)} of {size} bytes)")
+                body += piece
+            return status, bytes(body)
+        except CarrierError:
+            raise
+        except (asyncio.TimeoutError, asyncio.IncompleteReadError, ConnectionError, OSError) as e:
+            raise CarrierError(f"{address} failed mid-reply: {type(e).__name__}") from e
+        finally:
+            writer.close()
+
+    async def close(self) -> None:
+        for t in list(self._serving):
+            t.cancel()
+        try:
+            await self.p2p.remove_binary_stream_handler(_handler_name(self.swarm))
+        except Exception as e:  # the daemon may already be gone (killed peer)
+            log.debug("removing the weights handler: %s", e)
+        if self.owns_p2p:
+            await self.p2p.shutdown()
