@@ -34,6 +34,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from node.errors import CheckpointError, CheckpointFormatError
+from policies.weight_state import tensors_for_save as _for_save  # one rule for tied weights
 
 __all__ = [
     "FORMAT_VERSION", "CheckpointState", "RngState", "capture_rng", "restore_rng",
@@ -90,21 +91,6 @@ def restore_rng(rng: RngState) -> None:
         else:
             logger.warning("checkpoint has %d CUDA RNG states but this machine cannot restore "
                            "them; GPU random streams will differ", len(rng.torch_cuda))
-
-
-def _for_save(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """CPU, contiguous, unshared copies: safetensors refuses shared storage (tied weights)."""
-    out, seen = {}, set()
-    for key, t in tensors.items():
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{key!r} is a {type(t).__name__}, not a tensor")
-        t = t.detach().to("cpu")
-        ptr = t.untyped_storage().data_ptr()
-        if not t.is_contiguous() or (ptr != 0 and ptr in seen):
-            t = t.clone(memory_format=torch.contiguous_format)
-        seen.add(t.untyped_storage().data_ptr())
-        out[key] = t
-    return out
 
 
 def _encode(obj: Any, path: str, tensors: dict[str, torch.Tensor]) -> Any:

@@ -19,6 +19,7 @@ import hashlib
 import inspect
 import json
 import logging
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -151,6 +152,9 @@ class Policy:
         self.generation_batch_size = 0
         self.generation_oom_halvings = 0
         self._frozen_fp: str | None = None
+        # Held by generate for a whole call and by whoever swaps the weights (policies/weight_state.py,
+        # a follower applying a broadcast version): no completion mixes two versions' weights.
+        self.weights_lock = threading.RLock()
         base = model.get_base_model() if hasattr(model, "get_base_model") else model  # under a LoRA wrapper
         self._keeps_logits = "logits_to_keep" in inspect.signature(base.forward).parameters
 
@@ -249,21 +253,26 @@ class Policy:
             self.generation_batch_size = new
             self.generation_oom_halvings += 1
 
-        flat: list[Completion] = []
         was_training = self.model.training
-        self.model.eval()
-        try:
-            while len(flat) < len(rows):
-                todo = rows[len(flat):]
-                size = len(todo) if self.generation_batch_size <= 0 else min(self.generation_batch_size, len(todo))
-                done, _ = fit_by_halving(lambda n: self._sample(todo[:n], params), size, what="generation",
-                                         hint="lower generation.prompts_per_step, generation.num_generations or "
-                                              "generation.max_completion_length, or use a smaller model",
-                                         device=self.device, on_halve=halved)
-                flat += done
-        finally:
-            self.model.train(was_training)
+        with self.weights_lock:
+            self.model.eval()
+            try:
+                flat = self._generate_rows(rows, params, halved)
+            finally:
+                self.model.train(was_training)
         return [flat[i:i + num_generations] for i in range(0, len(flat), num_generations)]
+
+    def _generate_rows(self, rows, params: SamplingParams, halved) -> list[Completion]:
+        flat: list[Completion] = []
+        while len(flat) < len(rows):
+            todo = rows[len(flat):]
+            size = len(todo) if self.generation_batch_size <= 0 else min(self.generation_batch_size, len(todo))
+            done, _ = fit_by_halving(lambda n: self._sample(todo[:n], params), size, what="generation",
+                                     hint="lower generation.prompts_per_step, generation.num_generations or "
+                                          "generation.max_completion_length, or use a smaller model",
+                                     device=self.device, on_halve=halved)
+            flat += done
+        return flat
 
     def _sample(self, rows: list[tuple[int, ...]], params: SamplingParams) -> list[Completion]:
         """One ``model.generate`` call over these prompt rows (eval mode, no grad)."""

@@ -92,7 +92,9 @@ async def _trial(peers, done, data: bytes, version: int, fanout: int, chunk: int
             raise SystemExit(f"follower {p.me} got different bytes")
         ends.append(at - t0)
     out = {"seconds": max(ends), "first_s": min(ends), "source_upload_bytes": src.carrier.upload.taken - taken0,
-           "followers_done": len(ends), "fallbacks": sum(p.stats.fallbacks for p in alive)}
+           "followers_done": len(ends), "fallbacks": sum(p.stats.fallbacks for p in alive),
+           "failed_requests": sum(sum(p.stats.failed_requests.values()) for p in alive),
+           "bad_chunks": sum(sum(p.stats.bad_chunks.values()) for p in alive)}
     if killed:
         out["killed"] = killed
     return out

@@ -105,7 +105,7 @@ def make_batch(policy_path: str, device: str, prompts: int, generations: int, ma
         return generate_rollouts(policy, ids, generations, params, 0, rcfg)
 
     policy = Policy.load(policy_path, device=device)
-    behaviour = copy.deepcopy(policy)  # frozen here: the older copy
+    behaviour = Policy(copy.deepcopy(policy.model), policy.tokenizer, policy.name)  # frozen here: the older copy
     learner = build_learner(policy, cfg)
     for step in range(lag):  # the learner's policy moves ``lag`` updates ahead on its own data
         learner.step(to_train_samples(rollouts(policy, step)))

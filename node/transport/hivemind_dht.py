@@ -292,6 +292,9 @@ class HivemindTransport(Transport):
                 writer.write(_U64.pack(len(data)))
                 writer.write(data)  # no concatenated copy of a body of up to 4 MiB
                 await asyncio.wait_for(writer.drain(), FETCH_TIMEOUT_S)
+                # Close once the reader has closed its end: p2pd drops what is still in flight when
+                # the server closes first (seen with the weight broadcast's 256 KiB replies under load).
+                await asyncio.wait_for(reader.read(1), FETCH_TIMEOUT_S)
             except (asyncio.TimeoutError, asyncio.IncompleteReadError, ConnectionError) as e:
                 log.debug("rollout request from %s failed: %s", info.peer_id, e)
             finally:

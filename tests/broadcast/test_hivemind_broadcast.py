@@ -1,0 +1,119 @@
+"""The broadcast over real hivemind p2p daemons on loopback: a chain that delivers, a relay that
+lies over a real stream, a relay whose daemon dies mid-transfer, and replies out of bounds."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import random
+
+import pytest
+
+from node.broadcast.bucket import TokenBucket
+from node.broadcast.carrier import CarrierError
+from node.broadcast.hivemind_carrier import HivemindCarrier
+from node.broadcast.peer import OK, BroadcastPeer
+from protocol.identity import Identity
+
+META = dict(step=1, model_fingerprint="mf", tokenizer_fingerprint="tf", format="safetensors-full")
+
+
+class LyingHivemindCarrier(HivemindCarrier):
+    """Serves every chunk with one byte flipped (what it keeps and verifies itself is fine)."""
+
+    async def paced(self, payload, write, remote=""):
+        if len(payload) > 1000:
+            payload = bytes([payload[0] ^ 1]) + bytes(payload[1:])
+        await super().paced(payload, write, remote)
+
+
+async def network(n: int, upload: float | None = None, liar: int | None = None):
+    ids = [Identity.generate() for _ in range(n + 1)]
+    directory: dict[str, str] = {}
+    got: dict[str, list] = {i.peer_id: [] for i in ids}
+    peers = []
+    for k, ident in enumerate(ids):
+        cls = LyingHivemindCarrier if k == liar else HivemindCarrier
+        carrier = await cls.create("t", TokenBucket(upload) if upload else None)
+
+        async def on_version(m, data, who=ident.peer_id):
+            got[who].append((m.version, hashlib.sha256(data).digest()))
+
+        peers.append(BroadcastPeer(ident, carrier, swarm="t", directory=directory,
+                                   follow=None if k == 0 else ids[0].peer_id, on_version=on_version,
+                                   request_timeout_s=10.0))
+    for p in peers:
+        await p.start()
+        directory[p.me] = p.carrier.address
+    return peers, got
+
+
+async def wait_for(cond, timeout=60.0):
+    async def loop():
+        while not cond():
+            await asyncio.sleep(0.02)
+    await asyncio.wait_for(loop(), timeout)
+
+
+async def close_all(peers):
+    for p in peers:
+        await p.close()
+
+
+def test_a_chain_over_hivemind_streams_with_a_lying_relay_delivers_the_exact_bytes():
+    async def go():
+        peers, got = await network(3, liar=1)  # source -> f0 (lies) -> f1 -> f2
+        data = random.Random(1).randbytes(3_000_000)
+        try:
+            await peers[0].publish(data, version=1, relays=[p.me for p in peers[1:]], chunk_size=256 * 1024, **META)
+            await wait_for(lambda: all(got[p.me] for p in peers[1:]))
+            return data, got, peers
+        finally:
+            await close_all(peers)
+
+    data, got, peers = asyncio.run(go())
+    want = [(1, hashlib.sha256(data).digest())]
+    assert all(got[p.me] == want for p in peers[1:])
+    f1 = peers[2]  # the liar's child: it noticed, dropped it and took the chunks from the source
+    assert set(f1.stats.bad_chunks) == {peers[1].me} and f1.stats.fallbacks == 12
+    assert peers[3].stats.bad_chunks == {}  # f2's parent is f1, honest
+
+
+def test_a_relay_whose_daemon_dies_mid_transfer_is_routed_around():
+    async def go():
+        peers, got = await network(3, upload=2_000_000)  # 4 MB at 2 MB/s: 2 s a copy
+        data = random.Random(2).randbytes(4_000_000)
+        try:
+            await peers[0].publish(data, version=1, relays=[p.me for p in peers[1:]], chunk_size=256 * 1024, **META)
+            relay = peers[1]
+            await wait_for(lambda: sum(len(c) for t in relay.held.values() for c in t.chunks.values()) >= 1_500_000)
+            await relay.carrier.p2p.shutdown()  # its p2pd is gone: streams cut, dials refused
+            await wait_for(lambda: got[peers[2].me] and got[peers[3].me])
+            return data, got, peers
+        finally:
+            await close_all(peers)
+
+    data, got, peers = asyncio.run(go())
+    want = [(1, hashlib.sha256(data).digest())]
+    assert got[peers[2].me] == want and got[peers[3].me] == want
+    assert peers[2].stats.failed_requests[peers[1].me] >= 1 and peers[2].stats.fallbacks > 0
+
+
+def test_replies_over_the_limit_and_garbage_requests_are_refused():
+    async def go():
+        a, b = await HivemindCarrier.create("t"), await HivemindCarrier.create("t")
+        peer = BroadcastPeer(Identity.generate(), a, swarm="t", directory={})
+        await peer.start()
+        await b.start(lambda remote, req: asyncio.sleep(0, (OK, b"")))
+        try:
+            replies = [await b.call(a.address, req, max_reply=1024, timeout=5)
+                       for req in (b"\xc1garbage", b"\x93\xa1c\xc4\x01x\x05", b"\x92\xa1o\xc4\x03abc")]
+            with pytest.raises(CarrierError):
+                await b.call("not-a-multiaddr", b"x", max_reply=10, timeout=5)
+            return replies
+        finally:
+            await peer.close()
+            await b.close()
+
+    replies = asyncio.run(go())
+    assert [s for s, _ in replies] == [3, 2, 3]  # bad request, unknown version, a manifest that is not one

@@ -1,0 +1,89 @@
+"""A policy's weights as broadcast bytes: the round trip, what a hostile source cannot apply, and
+that generation never runs on half-applied weights."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+from safetensors.torch import save as st_save
+
+from policies.policy import Policy
+from policies.weight_state import WeightStateError, apply_state, encode_state
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+@pytest.fixture()
+def pair(tiny_model_dir):
+    """Two policies of one model with different weights: a learner and its follower."""
+    learner = Policy.load(tiny_model_dir, seed=0)
+    with torch.no_grad():
+        for p in learner.model.parameters():
+            p.add_(0.01 * torch.randn_like(p))
+    return learner, Policy.load(tiny_model_dir, seed=0)
+
+
+def _same(a: Policy, b: Policy) -> bool:
+    sa, sb = a.model.state_dict(), b.model.state_dict()
+    return all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+def test_a_version_round_trips_exactly(pair):
+    learner, follower = pair
+    data, fmt = encode_state(learner)
+    assert fmt == "safetensors-full" and not _same(learner, follower)
+    apply_state(follower, data, fmt)
+    assert _same(learner, follower)
+
+
+def test_weights_that_are_not_this_policys_are_refused_and_nothing_changes(pair):
+    learner, follower = pair
+    before = {k: v.clone() for k, v in follower.model.state_dict().items()}
+    state = {k: v.clone() for k, v in learner.trained_state().items()}
+    k0 = next(iter(state))
+    bad = {
+        "not safetensors": (b"\0" * 64, "safetensors-full"),
+        "another format": (encode_state(learner)[0], "safetensors-lora"),
+        "a missing tensor": (st_save({k: v for k, v in state.items() if k != k0}), "safetensors-full"),
+        "a NaN": (st_save({**state, k0: torch.full_like(state[k0], float("nan"))}), "safetensors-full"),
+        "another dtype": (st_save({**state, k0: state[k0].double()}), "safetensors-full"),
+        "another shape": (st_save({**state, k0: state[k0].reshape(-1)[:-1].clone()}), "safetensors-full"),
+    }
+    for what, (data, fmt) in bad.items():
+        with pytest.raises(WeightStateError):
+            apply_state(follower, data, fmt)
+        assert all(torch.equal(before[k], v) for k, v in follower.model.state_dict().items()), what
+
+
+def test_generation_never_runs_on_half_applied_weights(pair, monkeypatch):
+    """Generation holds the weights lock for the whole call: an apply that arrives meanwhile
+    waits, and the call sees one version from its first token to its last."""
+    learner, follower = pair
+    data, fmt = encode_state(learner)
+    inside, release = threading.Event(), threading.Event()
+    seen = []
+    real_sample = Policy._sample
+
+    def slow_sample(self, rows, params):
+        seen.append(next(self.model.parameters()).detach().clone())
+        inside.set()
+        release.wait(30)  # an apply is attempted while we are mid-generation
+        out = real_sample(self, rows, params)
+        seen.append(next(self.model.parameters()).detach().clone())
+        return out
+
+    monkeypatch.setattr(Policy, "_sample", slow_sample)
+    gen = threading.Thread(target=follower.generate, args=(["1+1="], 2))
+    gen.start()
+    assert inside.wait(30)
+    applier = threading.Thread(target=apply_state, args=(follower, data, fmt))
+    applier.start()
+    applier.join(0.5)
+    assert applier.is_alive() and not _same(learner, follower)  # waiting on the lock, nothing applied
+    release.set()
+    gen.join(30)
+    applier.join(30)
+    assert not applier.is_alive() and _same(learner, follower)  # applied, once generation ended
+    assert torch.equal(seen[0], seen[-1])  # the whole call sampled from one version
