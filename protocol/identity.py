@@ -19,6 +19,7 @@ import base64
 import hashlib
 import logging
 import os
+import re
 import secrets
 import stat
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from protocol.errors import IdentityError
 
 __all__ = [
     "PEER_ID_PREFIX",
+    "PEER_ID_RE",
     "PUBLIC_KEY_SIZE",
     "Identity",
     "IdentityError",
@@ -42,6 +44,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 PEER_ID_PREFIX = "sn1"
+PEER_ID_RE = re.compile(r"sn1[a-z2-7]{32}")  # what peer_id_from_public_key makes, exactly
 PUBLIC_KEY_SIZE = 32
 # 160 bits of the hash: collision-resistant enough for peer naming, and 20 bytes base32-encode
 # to exactly 32 characters, so there is never padding to strip.

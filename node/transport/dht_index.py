@@ -38,8 +38,10 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence, Set
 
+from protocol.identity import PEER_ID_RE
+
 __all__ = ["SHARD_FANOUT", "MAX_LEVEL", "SHARD_TARGET", "EXPLORE_EVERY_ROUNDS", "peer_hash", "shard_prefix",
-           "level_for", "write_levels", "round_key", "peers_key", "parse_key", "ParsedKey", "read_plan",
+           "level_for", "write_levels", "round_key", "peers_key", "weights_key", "parse_key", "ParsedKey", "read_plan",
            "estimate_size", "choose_fetches", "explore_order", "envelopes_wanted", "explore_allowance", "bulky_threshold"]
 
 SHARD_FANOUT = 16  # one hex digit of the peer-id hash per level
@@ -83,12 +85,19 @@ def peers_key(swarm: str, prefix: str) -> str:
     return f"swarm-node/{swarm}/peers/{prefix}"
 
 
+def weights_key(swarm: str, source: str) -> str:
+    """Where a weight source's newest version (its subkey) and its followers (theirs) are
+    announced: node/broadcast/directory.py."""
+    return f"swarm-node/{swarm}/weights/{source}"
+
+
 @dataclass(frozen=True)
 class ParsedKey:
     swarm: str
-    kind: str  # "rollouts" | "peers"
+    kind: str  # "rollouts" | "peers" | "weights"
     round: int | None
     prefix: str
+    source: str | None = None  # a weights key's source peer id
 
 
 def parse_key(raw: str) -> ParsedKey | None:
@@ -100,6 +109,8 @@ def parse_key(raw: str) -> ParsedKey | None:
         swarm, kind, round, prefix = parts[1], "peers", None, parts[3]
     elif len(parts) == 5 and parts[2] == "rollouts" and _ROUND_RE.fullmatch(parts[3]):
         swarm, kind, round, prefix = parts[1], "rollouts", int(parts[3]), parts[4]
+    elif len(parts) == 4 and parts[2] == "weights" and PEER_ID_RE.fullmatch(parts[3]):
+        return ParsedKey(parts[1], "weights", None, "", parts[3]) if parts[1] else None
     else:
         return None
     if not swarm or not _PREFIX_RE.fullmatch(prefix):

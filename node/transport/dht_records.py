@@ -21,7 +21,6 @@ from __future__ import annotations
 import collections
 import hashlib
 import math
-import re
 
 import msgpack
 from cryptography.exceptions import InvalidSignature
@@ -30,12 +29,11 @@ from hivemind.dht.protocol import DHTProtocol
 from hivemind.dht.validation import DHTRecord, RecordValidatorBase
 from hivemind.utils import get_dht_time
 
-from protocol.identity import PUBLIC_KEY_SIZE, Identity, peer_id_from_public_key
+from protocol.identity import PEER_ID_RE, PUBLIC_KEY_SIZE, Identity, peer_id_from_public_key
 
 __all__ = ["OwnerSignatureValidator", "bootstrap_validator", "signed_bytes", "PEER_ID_RE", "MAX_RECORD_TTL_S"]
 
 DOMAIN = b"swarm-node/dht-record/v1"
-PEER_ID_RE = re.compile(r"sn1[a-z2-7]{32}")
 _SIGNATURE_SIZE = 64
 _FIELDS = {"d", "pk", "sig"}
 _VERIFIED_MEMO = 65536  # verified records remembered (each entry ~200 bytes)

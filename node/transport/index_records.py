@@ -32,6 +32,10 @@ _CLOCK_SLACK_S = CLOCK_SLACK_S
 _SHA256_RE = re.compile(r"[0-9a-f]{64}")
 _ROUND_FIELDS = {"k", "p2p", "size", "sha256"}
 _PEERS_FIELDS = {"k", "hb"}
+_POINTER_FIELDS = {"k", "v", "d", "addr"}  # a weight source's newest version (node/broadcast/directory.py)
+_FOLLOWER_FIELDS = {"k", "addr", "applied"}  # a follower announcing itself to that source
+WEIGHTS_TTL_S = 600.0  # no weights record lives longer (honest ones are re-announced every few rounds)
+_MAX_ADDR = 256
 _KEY_MEMO = 65536
 
 
@@ -68,7 +72,10 @@ class SwarmRecordValidator(RecordValidatorBase):
 
     - only this swarm's keys, and only rounds from 33 back to 2 (plus the clock slack) ahead:
       nothing is kept that no reader will read before it expires;
-    - heartbeats expire within ``HEARTBEAT_ROUNDS`` rounds.
+    - heartbeats expire within ``HEARTBEAT_ROUNDS`` rounds;
+    - weights records (``swarm-node/<swarm>/weights/<source>``, node/broadcast/directory.py): under
+      the source's own subkey only its pointer ``{k, v: version, d: 64 hex, addr}``, under any other
+      a follower's ``{k, addr, applied: int >= -1}``; each lives at most ``WEIGHTS_TTL_S``.
 
     Other swarms' records are refused (a node is no replica for them; a shared bootstrap peer
     keeps any owner-signed record).
@@ -119,6 +126,8 @@ class SwarmRecordValidator(RecordValidatorBase):
         if parsed.swarm != self.swarm:
             return False  # a node keeps its own swarm's index only (the bootstrap peer keeps any)
         now = get_dht_time()
+        if parsed.kind == "weights":
+            return self._weights_ok(parsed.source, subkey, value, record.expiration_time - now)
         if parsed.kind == "peers":
             # A heartbeat lives 3 rounds: none may outlive HEARTBEAT_ROUNDS, so junk heartbeats
             # cost their sender a store every few rounds, not one an hour.
@@ -135,6 +144,20 @@ class SwarmRecordValidator(RecordValidatorBase):
                 and isinstance(value["p2p"], str) and len(value["p2p"]) <= 128
                 and type(value["size"]) is int and 0 <= value["size"] <= MAX_ENVELOPE_SIZE
                 and isinstance(value["sha256"], str) and _SHA256_RE.fullmatch(value["sha256"]) is not None)
+
+
+    @staticmethod
+    def _weights_ok(source: str, subkey: str, value: dict, ttl: float) -> bool:
+        """The source's subkey holds its pointer, anyone else's their follower announcement: both
+        small, short-lived. Owner signatures (checked first) keep each to its own subkey."""
+        if ttl > WEIGHTS_TTL_S + _CLOCK_SLACK_S or not (isinstance(value.get("addr"), str)
+                                                        and len(value["addr"]) <= _MAX_ADDR):
+            return False
+        if subkey == source:
+            return (set(value) == _POINTER_FIELDS and type(value["v"]) is int and 0 <= value["v"] < 2 ** 63
+                    and isinstance(value["d"], str) and _SHA256_RE.fullmatch(value["d"]) is not None)
+        return (set(value) == _FOLLOWER_FIELDS and type(value["applied"]) is int
+                and -1 <= value["applied"] < 2 ** 63)
 
 
 def swarm_validator(swarm: str, round_seconds: float, signer: Identity | None) -> CompositeValidator:

@@ -1,0 +1,142 @@
+"""The broadcast from a node's side: a source that publishes its policy's versions, and a follower
+that keeps a policy at the source's newest version, within a staleness bound.
+
+``WeightSource.publish`` encodes the policy's trained state (policies/weight_state.py), orders the
+announced followers into the manifest's relays (node/broadcast/directory.py), signs and offers it
+(node/broadcast/peer.py), and writes its pointer to the DHT. ``WeightFollower.run`` announces
+the follower every few seconds, learns the relays' addresses and the newest version from the
+DHT, asks for a manifest it has missed, and applies each complete version to its policy
+atomically (``apply_state`` under the policy's weights lock, in a worker thread). The last good
+version stays when a version fails to apply.
+
+Staleness: ``newest_seen`` is the newest version announced by the source (pointer) or held;
+``lag = newest_seen - applied``; a worker may publish rollouts only while ``lag <= max_staleness``
+(``fresh_enough``: prime-rl's default bound is 2; ECHO-2 stayed stable to about 6).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from node.broadcast.directory import WeightDirectory, relay_order
+from node.broadcast.peer import BroadcastPeer
+from policies.weight_state import apply_state, encode_state
+from protocol.manifest import Manifest
+
+log = logging.getLogger(__name__)
+
+__all__ = ["WeightSource", "WeightFollower", "fresh_enough"]
+
+
+def fresh_enough(applied: int | None, newest_seen: int | None, max_staleness: int) -> bool:
+    """Whether rollouts of version ``applied`` may still be published (None: nothing applied)."""
+    if applied is None:
+        return False
+    return newest_seen is None or newest_seen - applied <= max_staleness
+
+
+class WeightSource:
+    def __init__(self, policy, peer: BroadcastPeer, directory: WeightDirectory, fanout: int = 1):
+        self.policy, self.peer, self.directory, self.fanout = policy, peer, directory, fanout
+        self.version = -1
+        self.last: Manifest | None = None
+
+    async def publish(self, version: int, step: int) -> Manifest:
+        data, fmt = await asyncio.to_thread(encode_state, self.policy)
+        _, followers = await self.directory.read()
+        for peer, (addr, _) in followers.items():
+            self.peer.directory[peer] = addr
+        relays = relay_order({p: v for p, (_, v) in followers.items()}, self.version, version)
+        m = await self.peer.publish(data, version=version, step=step, model_fingerprint=self.policy.model_fingerprint,
+                                    tokenizer_fingerprint=self.policy.tokenizer_fingerprint, format=fmt,
+                                    relays=relays, fanout=self.fanout)
+        self.version, self.last = version, m
+        await self.directory.announce_version(m, self.peer.carrier.address)
+        return m
+
+    async def refresh(self) -> None:
+        """Re-announce the pointer before it expires."""
+        if self.last is not None:
+            await self.directory.announce_version(self.last, self.peer.carrier.address)
+
+
+class WeightFollower:
+    def __init__(self, policy, peer: BroadcastPeer, directory: WeightDirectory, *, max_staleness: int = 2,
+                 poll_s: float = 2.0):
+        self.policy, self.peer, self.directory = policy, peer, directory
+        self.max_staleness, self.poll_s = max_staleness, poll_s
+        self.pointer_version: int | None = None
+        self.applied_versions = 0
+        self.apply_failures = 0
+        self.changed = asyncio.Event()  # set on every version applied
+        peer.on_version = self._apply
+
+    async def start(self) -> None:
+        """Start serving; a restarted follower first puts back its last good version."""
+        last_good = await self.peer.start()
+        if last_good is not None:
+            await self._apply(*last_good)
+
+    async def _apply(self, m: Manifest, data: bytes) -> None:
+        if m.model_fingerprint != self.policy.model_fingerprint or \
+                m.tokenizer_fingerprint != self.policy.tokenizer_fingerprint:
+            self.apply_failures += 1
+            raise ValueError(f"version {m.version} is for another model or tokenizer")
+        try:
+            await asyncio.to_thread(apply_state, self.policy, data, m.format)
+        except Exception:
+            self.apply_failures += 1
+            raise
+        self.applied_versions += 1
+        self.changed.set()
+        log.info("applied version %d of %s (learner step %d)", m.version, m.source, m.step)
+
+    @property
+    def applied(self) -> int | None:
+        return self.peer.applied.version if self.peer.applied is not None else None
+
+    @property
+    def newest_seen(self) -> int | None:
+        held = [t.manifest.version for t in self.peer.held.values()]
+        seen = [v for v in [*held, self.pointer_version] if v is not None]
+        return max(seen) if seen else None
+
+    @property
+    def lag(self) -> int | None:
+        a, n = self.applied, self.newest_seen
+        return None if a is None or n is None else n - a
+
+    def fresh_enough(self) -> bool:
+        return fresh_enough(self.applied, self.newest_seen, self.max_staleness)
+
+    async def poll_once(self) -> None:
+        await self.directory.announce_follower(self.peer.carrier.address, self.applied)
+        pointer, followers = await self.directory.read()
+        for peer, (addr, _) in followers.items():
+            self.peer.directory.setdefault(peer, addr)
+        if pointer is None:
+            return
+        self.peer.directory[self.directory.source] = pointer.address
+        self.pointer_version = max(pointer.version, self.pointer_version or -1)
+        newest_held = max((t.manifest.version for t in self.peer.held.values()), default=-1)
+        if pointer.version > newest_held:  # an offer we missed (joined late, was down): ask for it,
+            # first of followers that say they have it (only the source's signature counts, so a
+            # liar costs one request), then of the source
+            have = [p for p, (_, v) in followers.items() if v >= pointer.version and p != self.peer.me]
+            for who in [*have[:3], self.directory.source]:
+                if await self.peer.ask_newest(who):
+                    break
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self.poll_once()
+            except (ConnectionError, OSError, asyncio.TimeoutError) as e:
+                log.warning("weights directory: %s: %s", type(e).__name__, e)
+            await asyncio.sleep(self.poll_s)
+
+    def status(self) -> dict:
+        return {**self.peer.status(), "pointer_version": self.pointer_version, "lag": self.lag,
+                "applied_versions": self.applied_versions, "apply_failures": self.apply_failures,
+                "fresh_enough": self.fresh_enough(), "max_staleness": self.max_staleness}
