@@ -72,6 +72,15 @@ def _overrides(ns: argparse.Namespace, unknown: list[str]) -> dict:
     return out
 
 
+def _add_role_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--role", choices=["full", "learner", "worker"], default=None,
+                   help="full (default): generate, train and share; learner: also publish its weights to "
+                        "followers every --broadcast.publish_every steps; worker: follow a learner's weights "
+                        "(--follow), generate and share with them, train nothing (same as --broadcast.role)")
+    p.add_argument("--follow", default=None, metavar="PEER_ID",
+                   help="worker: the learner's peer id, as it logs it at start (same as --broadcast.follow)")
+
+
 def _add_profile_flag(p: argparse.ArgumentParser) -> None:
     from node.profile_select import PROFILE_CHOICES
 
@@ -119,6 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
                            "it at the address it logs")
     join.add_argument("--resume", action="store_true", help="continue from the newest valid checkpoint in --run.dir")
     join.add_argument("--print-config", action="store_true", help="print the resolved config as JSON and exit")
+    _add_role_flags(join)
     _add_profile_flag(join)
 
     boot = sub.add_parser(
@@ -365,6 +375,10 @@ def _main(argv: list[str] | None) -> int:
             if args.resume:
                 overrides["run.resume"] = True
             if args.command == "join":
+                if args.role is not None:
+                    overrides["broadcast.role"] = args.role
+                if args.follow is not None:
+                    overrides["broadcast.follow"] = args.follow
                 overrides["swarm.transport"] = "hivemind"
                 if args.bootstrap:
                     overrides["swarm.initial_peers"] = list(overrides.get("swarm.initial_peers", [])) + args.bootstrap

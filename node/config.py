@@ -190,6 +190,26 @@ class FaultsConfig(_Section):
         return bool(self.delay_seconds or self.jitter_seconds or self.blocked_peers)
 
 
+class BroadcastConfig(_Section):
+    role: Literal["full", "learner", "worker"] = Field("full", description="full: generate, train and share (SAPO); learner: also publish its weights every publish_every steps (docs/broadcast.md); worker: follow a learner's weights (broadcast.follow), generate and share rollouts with them, train nothing")
+    follow: str = Field("", description="worker: the peer id (sn1...) of the learner whose weights it follows")
+    publish_every: int = Field(1, ge=1, description="learner: steps between published weight versions (k)")
+    max_staleness: int = Field(2, ge=0, description="S: a worker publishes no rollouts from a version more than S behind the newest the learner announced, and a learner drops (and counts) its workers' rollouts older than that (prime-rl's default 2; ECHO-2 stable to about 6)")
+    fanout: int = Field(1, ge=1, le=256, description="learner: children per node in the relay tree (1 = a chain, each node uploads one copy: fastest when uploads are equal)")
+    upload_mbps: float = Field(0.0, ge=0, description="cap on what this node uploads of weight chunks, MB/s (0 = none)")
+
+    @model_validator(mode="after")
+    def _worker_follows(self) -> "BroadcastConfig":
+        from protocol.identity import PEER_ID_RE
+
+        if self.role == "worker" and not PEER_ID_RE.fullmatch(self.follow):
+            raise ValueError("a worker needs broadcast.follow: the learner's peer id (sn1 followed by 32 "
+                             "characters, as the learner logs it at start and writes in its status.json)")
+        if self.role != "worker" and self.follow:
+            raise ValueError("broadcast.follow is for --broadcast.role worker")
+        return self
+
+
 class NodeConfig(_Section):
     model: ModelConfig = ModelConfig()
     tasks: TasksConfig = TasksConfig()
@@ -199,6 +219,14 @@ class NodeConfig(_Section):
     run: RunConfig = RunConfig()
     swarm: SwarmConfig = SwarmConfig()
     faults: FaultsConfig = FaultsConfig()
+    broadcast: BroadcastConfig = BroadcastConfig()
+
+    @model_validator(mode="after")
+    def _roles_need_the_hivemind_swarm(self) -> "NodeConfig":
+        if self.broadcast.role != "full" and self.swarm.transport != "hivemind":
+            raise ValueError(f"broadcast.role {self.broadcast.role} needs swarm.transport hivemind (swarm-node join): "
+                             f"weights travel over its p2p streams")
+        return self
 
     @model_validator(mode="after")
     def _local_groups_left(self) -> "NodeConfig":

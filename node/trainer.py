@@ -40,6 +40,7 @@ from node.metrics_endpoint import MetricsEndpoint
 from node.plots import plot_reward_curve
 from node.preflight import check_context, check_device, check_resume_matches, check_run_dir
 from node.progress import Progress
+from node.roles import make_role
 from node.rollouts import external_samples, generate_rollouts, round_task_ids, to_records, to_train_samples
 from node.status import Phase, StatusFile
 from node.swarm import PeerGroup, SwarmExchange
@@ -286,6 +287,7 @@ class TrainingNode:
         self._gen_halvings = 0  # generation's out-of-memory halvings in the current step
         self._coincide_steps = 0  # consecutive steps in which this node took every peer group
         self.status = status or StatusFile(run_dir, cfg.train.steps, cfg.model.name, start_step)
+        self.role = make_role(cfg.broadcast.role)  # node/roles.py: full, learner or worker
 
     @classmethod
     async def create(cls, cfg: NodeConfig, transport: Transport | None = None) -> "TrainingNode":
@@ -360,8 +362,16 @@ class TrainingNode:
                        else cfg.swarm.transport)
                 status.phase("joining the swarm", how)
                 swarm = await build_exchange(cfg, policy, transport, status.phase)
+            node = cls(cfg, policy, learner, run_dir, start_step, swarm, endpoint, status, vllm)
+            if cfg.broadcast.role != "full":
+                status.phase("starting the weight broadcast", f"role {cfg.broadcast.role}")
+                try:
+                    await node.role.start(node)
+                except BaseException:
+                    await node.role.close()
+                    raise
             (run_dir / "config.json").write_text(cfg.to_json())
-            return cls(cfg, policy, learner, run_dir, start_step, swarm, endpoint, status, vllm)
+            return node
         except BaseException as e:
             if vllm is not None:
                 vllm.close()
@@ -418,10 +428,15 @@ class TrainingNode:
         sampler, behaviour_version = self.lagged.sampler()
         if self.vllm is not None:  # holds the weights of learner.version (synced after each update)
             sampler = self.vllm
-        version = self.learner.version if behaviour_version < 0 else behaviour_version
         before = sampler.generation_oom_halvings
-        rollouts = generate_rollouts(sampler, task_ids, self.group_size, self.sampling, version,
-                                     self.reward_cfg)
+        # The version label and the weights are read under one lock: a follower applying a new
+        # version (node/roles.py) waits for this step's generation, so the label is exact.
+        with self.policy.weights_lock:
+            role_version = self.role.rollout_version(self)
+            version = (role_version if role_version is not None
+                       else self.learner.version if behaviour_version < 0 else behaviour_version)
+            rollouts = generate_rollouts(sampler, task_ids, self.group_size, self.sampling, version,
+                                         self.reward_cfg)
         self._gen_halvings = sampler.generation_oom_halvings - before
         return rollouts, version, time.perf_counter() - t0
 
@@ -441,12 +456,15 @@ class TrainingNode:
         dropped = len(local) - len(samples)
         ext_correct: list[float] = []
         too_long = 0
+        role_info: dict = {}
+        if groups:
+            groups, role_info = self.role.admit_groups(self, groups)  # a learner's bound on its workers' lag
         if groups:
             ext, ext_correct, too_long = external_samples(
                 groups, self.policy, self.reward_cfg, self.group_size, cfg.generation.max_completion_length)
             samples += ext
-        learn = self.learner.step(samples) if samples else {}
-        if self.vllm is not None and samples:
+        learn = self.learner.step(samples) if samples and self.role.learns else {}
+        if self.vllm is not None and samples and self.role.learns:
             learn["weight_sync_s"] = self.vllm.sync(self.policy)  # in place, before the next step samples
         self.lagged.push(self.learner.version)
         n_tok = sum(len(r.completion.completion_ids) for r in rollouts)
@@ -476,9 +494,10 @@ class TrainingNode:
             record["external_correct"] = float(np.mean(ext_correct)) if ext_correct else None
             record["external_too_long"] = too_long
             record["external_by_peer"] = dict(collections.Counter(g.sender for g in groups))
+        record.update(role_info)
         return record
 
-    async def _step(self) -> dict:
+    async def _step(self) -> dict | None:
         t0 = time.perf_counter()
         if self.swarm is None:
             rollouts, version, t_gen = await asyncio.to_thread(
@@ -486,13 +505,19 @@ class TrainingNode:
             record = await asyncio.to_thread(self._learn, self.step, rollouts, version, t_gen)
         else:
             record = await self._swarm_step()
+            if record is None:
+                return None
+        await self.role.after_step(self, record)
         record["step_time"] = time.perf_counter() - t0
         return record
 
-    async def _swarm_step(self) -> dict:
+    async def _swarm_step(self) -> dict | None:
         """One SAPO step in the current round of the shared clock: generate I groups, publish
         them, collect J peer groups (until the round ends at most), learn from all of them."""
         sw, clock, scfg = self.swarm, self.clock, self.cfg.swarm
+        await self.role.before_step(self)  # a worker waits for weights fresh enough to share
+        if self.stop_requested and self.role.rollout_version(self) is None:
+            return None  # stopped before it had any weights to generate with
         r = clock.current()
         if self.last_round is not None and r <= self.last_round:
             await clock.wait_for(self.last_round + 1)  # one step per round: wait for the next
@@ -509,7 +534,7 @@ class TrainingNode:
         await sw.publish(r, version, to_records(rollouts, frozenset(self.policy.tokenizer.all_special_ids),
                                                 self.policy.tokenizer.eos_token_id))
         await sw.announce(r, self.learner.version)
-        j = scfg.external_groups
+        j = scfg.external_groups if self.role.learns else 0  # a worker trains on nothing: takes nothing
         deadline = time.time() + scfg.collect_seconds if scfg.collect_seconds > 0 else clock.end_of(r)
         if first and j:
             until = (f"for at most {scfg.collect_seconds:g} s" if scfg.collect_seconds > 0
@@ -544,6 +569,8 @@ class TrainingNode:
         fields = {"step": self.step, "last": record, "memory": self._memory_status()}
         if self.swarm is not None:
             fields["swarm"] = self.swarm.status()
+        if self.role.name != "full":
+            fields["broadcast"] = self.role.status()
         status = self.status.write(**fields)
         if self.endpoint is not None:  # the same snapshot: the endpoint and the file agree
             self.endpoint.update(status)
@@ -588,6 +615,8 @@ class TrainingNode:
         try:
             while self.step < total and not self.stop_requested:
                 record = await self._step()
+                if record is None:  # stopped while waiting (a worker without weights yet)
+                    break
                 self.step += 1
                 self.metrics.write(record)
                 # Checkpoint before the status says "step N": whoever acts on that status (the
@@ -672,6 +701,7 @@ class TrainingNode:
             try:
                 if self.vllm is not None:
                     self.vllm.close()
+                await self.role.close()  # before the swarm: it shares the swarm's p2p daemon
                 if self.swarm is not None:
                     await self.swarm.close()
             finally:

@@ -70,6 +70,7 @@ class WeightFollower:
         self.applied_versions = 0
         self.apply_failures = 0
         self.changed = asyncio.Event()  # set on every version applied
+        self.after_apply = None  # called (in the apply thread) after each version: a vLLM engine's sync
         peer.on_version = self._apply
 
     async def start(self) -> None:
@@ -83,8 +84,13 @@ class WeightFollower:
                 m.tokenizer_fingerprint != self.policy.tokenizer_fingerprint:
             self.apply_failures += 1
             raise ValueError(f"version {m.version} is for another model or tokenizer")
+        def apply() -> None:
+            apply_state(self.policy, data, m.format)
+            if self.after_apply is not None:
+                self.after_apply()
+
         try:
-            await asyncio.to_thread(apply_state, self.policy, data, m.format)
+            await asyncio.to_thread(apply)
         except Exception:
             self.apply_failures += 1
             raise

@@ -1,0 +1,206 @@
+"""What a node does with the weight broadcast: its role (``broadcast.role``).
+
+- ``full`` (the default): generate, train and share (SAPO); no broadcast.
+- ``learner``: a full node that also publishes its weights (a broadcast version) every
+  ``publish_every`` steps, starting with the weights it has at start, and treats the rollouts of
+  the workers that follow it as its own older policy's: their policy version is one of its own
+  versions, so ``learner.version - version`` is their exact lag, and rollouts more than
+  ``max_staleness`` versions behind (or claiming a version it never published) are dropped and
+  counted (``worker_dropped_stale``).
+- ``worker``: follows a learner's versions (node/broadcast/follow.py), generates with the newest
+  applied one, publishes its rollouts labelled with that version, and trains nothing. It waits
+  (and says so) until it has a version within ``max_staleness`` of the newest the learner
+  announced.
+
+The trainer calls a role at fixed points (``start``, ``before_step``, ``rollout_version``,
+``admit_groups``, ``learns``, ``after_step``, ``status``, ``close``); the broadcast's own code
+lives in node/broadcast/.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Role", "LearnerRole", "WorkerRole", "make_role"]
+
+REFRESH_S = 20.0  # the learner re-announces its pointer and re-reads its followers this often
+
+
+class Role:
+    """The full node: no broadcast."""
+
+    name = "full"
+    learns = True
+
+    async def start(self, node) -> None:
+        pass
+
+    async def before_step(self, node) -> None:
+        pass
+
+    def rollout_version(self, node) -> int | None:
+        """The policy version this step's rollouts are labelled with (None: the trainer's own)."""
+        return None
+
+    def admit_groups(self, node, groups: list) -> tuple[list, dict]:
+        return groups, {}
+
+    async def after_step(self, node, record: dict) -> None:
+        pass
+
+    def status(self) -> dict:
+        return {"role": self.name}
+
+    async def close(self) -> None:
+        pass
+
+
+def _broadcast_parts(node, follow: str | None):
+    """The broadcast peer of this node, on its transport's p2p daemon (one daemon per node)."""
+    from node.broadcast.bucket import TokenBucket
+    from node.broadcast.directory import WeightDirectory
+    from node.broadcast.hivemind_carrier import HivemindCarrier
+    from node.broadcast.peer import BroadcastPeer
+    from node.broadcast.store import ChunkStore
+
+    bc, sw = node.cfg.broadcast, node.swarm
+    transport = getattr(sw.transport, "inner", sw.transport)  # under the simulator's fault wrapper
+    dht = transport._node
+    upload = TokenBucket(bc.upload_mbps * 1e6) if bc.upload_mbps > 0 else None
+    carrier = HivemindCarrier(dht.p2p, node.cfg.swarm.name, upload)
+    store = ChunkStore(Path(node.run_dir) / "broadcast") if follow else None
+    peer = BroadcastPeer(sw.identity, carrier, swarm=node.cfg.swarm.name, directory={}, follow=follow, store=store)
+    directory = WeightDirectory(dht, node.cfg.swarm.name, follow or sw.peer_id, sw.peer_id)
+    return peer, directory
+
+
+class LearnerRole(Role):
+    name = "learner"
+
+    def __init__(self):
+        self.source = None
+        self.published: int | None = None
+        self.followers: set[str] = set()
+        self.dropped_stale = 0
+        self._task: asyncio.Task | None = None
+
+    async def start(self, node) -> None:
+        from node.broadcast.follow import WeightSource
+
+        peer, directory = _broadcast_parts(node, None)
+        await peer.start()
+        self.source = WeightSource(node.policy, peer, directory, fanout=node.cfg.broadcast.fanout)
+        await self._publish(node)  # the weights it starts with: workers can begin at once
+        self._task = asyncio.ensure_future(self._refresh())
+
+    async def _publish(self, node) -> None:
+        m = await self.source.publish(version=node.learner.version, step=node.step)
+        self.published = m.version
+        self.followers = set(m.relays) | self.followers
+        log.info("published weights version %d (step %d, %d bytes, %d relays)", m.version, node.step,
+                 m.total_size, len(m.relays))
+
+    async def _refresh(self) -> None:
+        while True:
+            await asyncio.sleep(REFRESH_S)
+            try:
+                await self.source.refresh()
+                _, followers = await self.source.directory.read()
+                self.followers |= set(followers)
+            except (ConnectionError, OSError, asyncio.TimeoutError) as e:
+                log.warning("weights directory: %s: %s", type(e).__name__, e)
+
+    def admit_groups(self, node, groups: list) -> tuple[list, dict]:
+        s, v_now = node.cfg.broadcast.max_staleness, node.learner.version
+        kept, lags, dropped = [], [], 0
+        for g in groups:
+            if g.sender not in self.followers:
+                kept.append(g)  # a full peer's rollouts: its own versions, bounded by rounds
+            elif 0 <= v_now - g.policy_version <= s and self.published is not None:
+                kept.append(g)
+                lags.append(v_now - g.policy_version)
+            else:
+                dropped += 1
+        self.dropped_stale += dropped
+        info = {"worker_groups": len(lags), "worker_lag_mean": (sum(lags) / len(lags)) if lags else None,
+                "worker_dropped_stale": self.dropped_stale}
+        return kept, info
+
+    async def after_step(self, node, record: dict) -> None:
+        k = node.cfg.broadcast.publish_every
+        if node.learner.version != self.published and node.step % k == 0:
+            await self._publish(node)
+        record["published_version"] = self.published
+
+    def status(self) -> dict:
+        st = self.source.peer.status() if self.source else {}
+        return {"role": self.name, "published_version": self.published, "followers": len(self.followers),
+                "worker_dropped_stale": self.dropped_stale, "served_bytes": st.get("served_bytes", 0),
+                "turned_away": st.get("turned_away", 0)}
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+        if self.source is not None:
+            await self.source.peer.close()
+
+
+class WorkerRole(Role):
+    name = "worker"
+    learns = False
+
+    def __init__(self):
+        self.follower = None
+        self._task: asyncio.Task | None = None
+        self._version: int | None = None
+
+    async def start(self, node) -> None:
+        from node.broadcast.follow import WeightFollower
+
+        bc = node.cfg.broadcast
+        peer, directory = _broadcast_parts(node, bc.follow)
+        self.follower = WeightFollower(node.policy, peer, directory, max_staleness=bc.max_staleness, poll_s=1.0)
+        if node.vllm is not None:  # the engine samples: every applied version goes into it too
+            self.follower.after_apply = lambda: node.vllm.sync(node.policy)
+        await self.follower.start()
+        self._task = asyncio.ensure_future(self.follower.run())
+
+    async def before_step(self, node) -> None:
+        f = self.follower
+        since = time.monotonic()
+        while not f.fresh_enough() and not node.stop_requested:
+            what = ("no version yet" if f.applied is None
+                    else f"version {f.applied} applied, the learner announced {f.newest_seen}")
+            t = f.peer.status().get("transfer")
+            if t:
+                what += f"; receiving version {t['version']}: {t['bytes'] / 1e6:.1f} of {t['total'] / 1e6:.1f} MB"
+            node.status.phase("waiting for the learner's weights",
+                              f"{what} (following {f.directory.source}, {time.monotonic() - since:.0f} s)")
+            await asyncio.sleep(0.2)
+
+    def rollout_version(self, node) -> int | None:
+        return self.follower.applied
+
+    async def after_step(self, node, record: dict) -> None:
+        st = self.follower.status()
+        record.update({"applied_version": st["applied_version"], "version_lag": st["lag"],
+                       "versions_applied": st["applied_versions"]})
+
+    def status(self) -> dict:
+        st = self.follower.status() if self.follower else {}
+        return {"role": self.name, "following": self.follower.directory.source if self.follower else None, **st}
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+        if self.follower is not None:
+            await self.follower.peer.close()
+
+
+def make_role(name: str) -> Role:
+    return {"full": Role, "learner": LearnerRole, "worker": WorkerRole}[name]()

@@ -1,0 +1,73 @@
+"""A worker never generates with weights more than S versions behind what its learner announced."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+import pytest
+
+from node.broadcast.carrier import MemoryCarrier, MemoryHub
+from node.broadcast.directory import WeightDirectory
+from node.broadcast.follow import WeightFollower, WeightSource
+from node.broadcast.peer import BroadcastPeer
+from node.roles import WorkerRole
+from node.status import StatusFile
+from policies.policy import Policy
+from protocol.identity import Identity
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+class _NoDHT:
+    """A source publishing without a DHT: the offer down the tree is what reaches the worker here."""
+
+    async def read(self):
+        return None, {}
+
+    async def announce_version(self, *a, **k):
+        return True
+
+
+def test_a_worker_waits_until_its_weights_are_within_the_bound(tiny_model_dir, tmp_path):
+    async def go():
+        hub = MemoryHub()
+        src_id, w_id = Identity.generate(), Identity.generate()
+        directory = {src_id.peer_id: "src", w_id.peer_id: "w"}
+        src_peer = BroadcastPeer(src_id, MemoryCarrier(hub, "src"), swarm="s", directory=directory)
+        w_peer = BroadcastPeer(w_id, MemoryCarrier(hub, "w"), swarm="s", directory=directory, follow=src_id.peer_id)
+        await src_peer.start()
+        source = WeightSource(Policy.load(tiny_model_dir, seed=0), src_peer, _NoDHT())
+        follower = WeightFollower(Policy.load(tiny_model_dir, seed=0), w_peer,
+                                  WeightDirectory(None, "s", src_id.peer_id, w_id.peer_id), max_staleness=2)
+        await follower.start()
+        role = WorkerRole()
+        role.follower = follower
+        node = SimpleNamespace(stop_requested=False, status=StatusFile(tmp_path, 10, "m"))
+
+        async def publish(v):
+            await source.publish(version=v, step=v)
+            follower.peer.offer(source.last)  # no relays (nobody announced): hand it over as an offer would
+            await asyncio.wait_for(_until(lambda: follower.applied == v), 30)
+
+        await publish(1)
+        follower.pointer_version = 5  # the learner announced version 5; the worker holds 1
+        waiting = asyncio.ensure_future(role.before_step(node))
+        await asyncio.sleep(0.5)
+        blocked = not waiting.done()
+        phase = node.status.phase_name
+        await publish(3)  # 5 - 3 = 2 = S: fresh enough again
+        await asyncio.wait_for(waiting, 5)
+        version = role.rollout_version(node)
+        await w_peer.close()
+        await src_peer.close()
+        return blocked, version, phase
+
+    blocked, version, phase = asyncio.run(go())
+    assert blocked  # 5 - 1 = 4 > S: it did not go on to generate
+    assert version == 3 and phase == "waiting for the learner's weights"
+
+
+async def _until(cond):
+    while not cond():
+        await asyncio.sleep(0.01)
