@@ -194,7 +194,7 @@ class BroadcastConfig(_Section):
     role: Literal["full", "learner", "worker"] = Field("full", description="full: generate, train and share (SAPO); learner: also publish its weights every publish_every steps (docs/broadcast.md); worker: follow a learner's weights (broadcast.follow), generate and share rollouts with them, train nothing")
     follow: str = Field("", description="worker: the peer id (sn1...) of the learner whose weights it follows")
     publish_every: int = Field(1, ge=1, description="learner: steps between published weight versions (k)")
-    max_staleness: int = Field(2, ge=0, description="S: a worker publishes no rollouts from a version more than S behind the newest the learner announced, and a learner drops (and counts) its workers' rollouts older than that (prime-rl's default 2; ECHO-2 stable to about 6)")
+    max_staleness: int = Field(2, ge=0, description="S, in learner updates (versions): a worker publishes no rollouts from a version more than S behind the newest the learner announced, and a learner drops (and counts) its workers' rollouts older than that (prime-rl's default 2; ECHO-2 stable to about 6); a learner needs S >= publish_every")
     fanout: int = Field(1, ge=1, le=256, description="learner: children per node in the relay tree (1 = a chain, each node uploads one copy: fastest when uploads are equal)")
     upload_mbps: float = Field(0.0, ge=0, description="cap on what this node uploads of weight chunks, MB/s (0 = none)")
 
@@ -207,6 +207,12 @@ class BroadcastConfig(_Section):
                              "characters, as the learner logs it at start and writes in its status.json)")
         if self.role != "worker" and self.follow:
             raise ValueError("broadcast.follow is for --broadcast.role worker")
+        if self.role == "learner" and self.max_staleness < self.publish_every:
+            # Versions count the learner's updates: with a version every k updates its workers'
+            # rollouts are up to k updates old before the next one even leaves.
+            raise ValueError(f"broadcast.max_staleness ({self.max_staleness}) must be at least broadcast.publish_every "
+                             f"({self.publish_every}): versions count learner updates, so a learner publishing every "
+                             f"{self.publish_every} steps would drop most of its workers' rollouts")
         return self
 
 

@@ -324,3 +324,27 @@ def test_every_config_key_is_in_the_running_docs():
     doc = (Path(__file__).resolve().parents[2] / "docs" / "running.md").read_text()
     missing = [f"{s}.{n}" for s, n, *_ in flag_fields() if f"| `{s}.{n}` |" not in doc]
     assert not missing, f"docs/running.md's configuration table lacks {missing}"
+
+
+def test_roles_are_checked_at_start_with_the_fix_named():
+    pid = "sn1" + "a" * 32
+    ok = load_config(None, {"swarm.transport": "hivemind", "broadcast.role": "worker", "broadcast.follow": pid})
+    assert ok.broadcast.follow == pid
+    for over, words in (
+        ({"swarm.transport": "hivemind", "broadcast.role": "worker"}, "needs broadcast.follow"),
+        ({"swarm.transport": "hivemind", "broadcast.role": "worker", "broadcast.follow": "bob"}, "needs broadcast.follow"),
+        ({"swarm.transport": "hivemind", "broadcast.follow": pid}, "for --broadcast.role worker"),
+        ({"broadcast.role": "learner"}, "needs swarm.transport hivemind"),
+        ({"swarm.transport": "hivemind", "broadcast.role": "learner", "broadcast.publish_every": 4},
+         "must be at least broadcast.publish_every"),
+    ):
+        with pytest.raises(ConfigError, match=words):
+            load_config(None, over)
+
+
+def test_join_role_flags_set_the_broadcast_section(tmp_path, capsys):
+    pid = "sn1" + "b" * 32
+    assert main(["join", "--new-swarm", "--role", "worker", "--follow", pid, "--print-config",
+                 "--run.dir", str(tmp_path / "w")]) == 0
+    cfg = json.loads(capsys.readouterr().out)
+    assert cfg["broadcast"]["role"] == "worker" and cfg["broadcast"]["follow"] == pid
