@@ -163,6 +163,10 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--nodes", type=int, default=4, help="number of nodes (default 4)")
     sim.add_argument("--transport", choices=["hivemind", "memory"], default="hivemind",
                      help="hivemind: real processes and daemons on loopback (default); memory: in one process")
+    sim.add_argument("--roles", choices=["full", "learner-workers"], default="full",
+                     help="full (default): every node generates, trains and shares; learner-workers: node0 is a "
+                          "learner publishing its weights, the others are workers following it (hivemind only; "
+                          "docs/broadcast.md)")
     sim.add_argument("--config", type=Path, help="TOML config for every node")
     sim.add_argument("--resume", action="store_true", help="resume every node from its newest checkpoint")
 
@@ -295,8 +299,14 @@ def _simulate(args: argparse.Namespace, unknown: list[str]) -> int:
     progress = str(sim_keys.get("run.progress", base.run.progress))
     faults = load_faults(args.faults)
     faults.check(args.nodes, args.transport)
-    # Each node's own config (every node's flags plus its [[node]] overrides), valid or refused here.
+    if args.roles != "full" and (args.transport != "hivemind" or args.nodes < 2):
+        raise ConfigError(f"--roles {args.roles} needs --transport hivemind and at least 2 nodes (a learner and a worker)")
+    # Each node's own config (every node's flags plus its [[node]] overrides), valid or refused here;
+    # a worker's learner id is not made yet: any well-formed one checks the rest.
+    from node.sim import role_flags
+
     node_cfgs = [load_config(args.config, {**overrides, "swarm.transport": args.transport,
+                                           **role_flags(args.roles, i, "sn1" + "a" * 32),
                                            **{k: v for o in faults.node if o.index == i for k, v in o.flags.items()}})
                  for i in range(args.nodes)]
     for k in faults.kill:
@@ -320,7 +330,7 @@ def _simulate(args: argparse.Namespace, unknown: list[str]) -> int:
         raw["run.resume"] = "true"
     spec = SimSpec(nodes=args.nodes, transport=args.transport, run_dir=run_dir.resolve(),
                    config=args.config.resolve() if args.config else None,
-                   overrides=raw, seed=seed, progress=progress, faults=faults,
+                   overrides=raw, seed=seed, progress=progress, faults=faults, roles=args.roles,
                    build_default_model=any(c.model.name == "default" for c in node_cfgs))
     done = check_prior_run(spec, [c.train.steps for c in node_cfgs], base.run.resume)
     if done is not None:

@@ -146,6 +146,7 @@ class SimSpec:
     faults: SimFaults = field(default_factory=SimFaults)
     build_default_model: bool = False  # build the embedded model once before starting the nodes
     peer_ids: list[str] = field(default_factory=list)  # node i's peer id (identities made up front)
+    roles: str = "full"  # "full", or "learner-workers": node0 a learner, the others its workers
     partition_start: float | None = None  # unix time the nodes were launched
 
 
@@ -298,13 +299,27 @@ def _raw(v: Any) -> str:
     return json.dumps(v, ensure_ascii=False)
 
 
+ROLE_LAYOUTS = ("full", "learner-workers")
+
+
+def role_flags(layout: str, i: int, learner_id: str) -> dict[str, str]:
+    """Node i's role flags: with ``learner-workers`` node0 publishes its weights and every other
+    node follows them (node/roles.py)."""
+    if layout == "full":
+        return {}
+    if i == 0:
+        return {"broadcast.role": "learner"}
+    return {"broadcast.role": "worker", "broadcast.follow": learner_id}
+
+
 def _node_args(spec: SimSpec, i: int) -> list[str]:
     node_dir = spec.run_dir / f"node{i}"
     args = ["--run.dir", str(node_dir), "--run.progress", "off", "--train.threads", "1",
             "--train.seed", str(spec.seed + i), "--run.plot", "false"]
     if spec.config is not None:
         args = ["--config", str(spec.config), *args]
-    per_node = {k: _raw(v) for o in spec.faults.node if o.index == i for k, v in o.flags.items()}
+    per_node = role_flags(spec.roles, i, spec.peer_ids[0] if spec.peer_ids else "")
+    per_node |= {k: _raw(v) for o in spec.faults.node if o.index == i for k, v in o.flags.items()}
     port = spec.overrides.get("run.metrics_port")
     if port and port.lower() not in ("0", "none", "off", "null"):  # one port per node
         per_node["run.metrics_port"] = str(int(port) + i)
@@ -358,12 +373,28 @@ def status_rows(spec: SimSpec, faults: "_Faults | None" = None, kids: "_Children
             "delay": sw.get("fault_delay_s", 0.0), "stale": (last.get("staleness") or 0),
             "phase": phase, "note": st.get("note"),
             "link": sw.get("link", "up"), "outages": sw.get("outages", 0),
+            "weights": weights_text(st.get("broadcast")),
         })
     for j in range(len(spec.faults.malicious)):
         st = read_status(spec.run_dir / f"adversary{j}") or {}
         rows.append({"node": f"adversary{j}", "adversary": True, "peer_id": st.get("peer_id"),
                      "sent": st.get("sent", {})})
     return rows
+
+
+def weights_text(b: dict | None) -> str:
+    """The live table's weights column: a learner's published version; a worker's applied version,
+    its lag behind the learner and a transfer in progress (how far, from whom)."""
+    if not b:
+        return "-"
+    if b.get("role") == "learner":
+        return f"publishes v{_fmt(b.get('published_version'))} to {b.get('followers', 0)}"
+    text = f"v{_fmt(b.get('applied_version'))} (lag {_fmt(b.get('lag'))})"
+    t = b.get("transfer")
+    if t:
+        src = max(t.get("from") or {"-": 0}, key=lambda k: (t.get("from") or {}).get(k, 0))
+        text += f", v{t['version']} {100 * t['bytes'] / max(t['total'], 1):.0f}% from {src[:10]}"
+    return text
 
 
 def _fmt(v, spec: str = "") -> str:
@@ -374,13 +405,15 @@ def render_table(rows: list[dict], title: str):
     from rich.table import Table
 
     t = Table(title=title)
+    weights = any(r.get("weights", "-") != "-" for r in rows)
     for col in ("node", "phase", "round", "step", "reward", "correct", "ESS/B", "LR factor", "groups in",
-                "rollouts out", "peers", "rejected", "faults"):
-        t.add_column(col, justify="left" if col == "phase" else "right")
+                "rollouts out", "peers", "rejected", "faults") + (("weights",) if weights else ()):
+        t.add_column(col, justify="left" if col in ("phase", "weights") else "right")
     for r in rows:
         if r.get("adversary"):
             sent = ", ".join(f"{k} {v}" for k, v in sorted(r["sent"].items()) if v)
-            t.add_row(r["node"], "malicious", *["-"] * 10, f"sent {sum(r['sent'].values())} ({sent})")
+            t.add_row(r["node"], "malicious", *["-"] * 10, f"sent {sum(r['sent'].values())} ({sent})",
+                      *(["-"] if weights else []))
             continue
         rej = ", ".join(f"{k} {v}" for k, v in sorted(r["rejected_by"].items()))
         fault = " ".join(x for x in (
@@ -392,7 +425,8 @@ def render_table(rows: list[dict], title: str):
         t.add_row(r["node"], "down" if r["down"] else r["phase"], _fmt(r["round"]), f"{r['step']}/{_fmt(r['total'])}",
                   _fmt(r["reward"], ".3f"),
                   _fmt(r["correct"], ".3f"), _fmt(r["ess"], ".3f"), _fmt(r["lr_factor"], ".2f"), _fmt(r["in"]),
-                  _fmt(r["out"]), _fmt(r["peers"]), _fmt(r["rejected"]) + (f" ({rej})" if rej else ""), fault)
+                  _fmt(r["out"]), _fmt(r["peers"]), _fmt(r["rejected"]) + (f" ({rej})" if rej else ""), fault,
+                  *([r.get("weights", "-")] if weights else []))
     return t
 
 
@@ -650,7 +684,7 @@ def write_summary(spec: SimSpec, wall_s: float, interrupted: bool, failed: dict,
             "groups_used_by_peer": by_peer,
             "restarts": faults.restarts[i] if faults is not None else 0,
             "fault_dropped": sw.get("fault_dropped", 0), "fault_delayed": sw.get("fault_delayed", 0),
-            "note": st.get("note"),
+            "note": st.get("note"), "broadcast": st.get("broadcast"),
         })
     adversaries = []
     for j in range(len(spec.faults.malicious)):
@@ -674,6 +708,17 @@ def write_summary(spec: SimSpec, wall_s: float, interrupted: bool, failed: dict,
         lines.append(f"| {n['node']} | {n['steps']} | {_fmt(n['correct_first'], '.3f')} | {_fmt(n['correct_last'], '.3f')} | "
                      f"{_fmt(n['groups_used'])} | {_fmt(n['peers_used'])} | {_fmt(n['rollouts_out'])} | "
                      f"{_fmt(n['rejected_total'])}{f' ({rej})' if rej else ''} | {_fault_text(n)} |")
+    roles = [n for n in nodes if n.get("broadcast")]
+    if roles:
+        lines += ["", "| node | role | weights |", "|---|---|---|"]
+        for n in roles:
+            b = n["broadcast"]
+            what = (f"published {b.get('published_version')} versions, uploaded {b.get('served_bytes', 0) / 1e6:.1f} MB"
+                    if b.get("role") == "learner" else
+                    f"applied {b.get('applied_versions')} versions (last v{b.get('applied_version')}, lag "
+                    f"{b.get('lag')}), forwarded {b.get('served_bytes', 0) / 1e6:.1f} MB, bad chunks "
+                    f"{sum((b.get('bad_chunks') or {}).values())}, fallbacks {b.get('fallbacks', 0)}")
+            lines.append(f"| {n['node']} | {b.get('role')} | {what} |")
     notes = {n["node"]: n["note"] for n in nodes if n.get("note")}
     for name, note in notes.items():
         lines += ["", f"{name}: {note}"]

@@ -201,3 +201,22 @@ flags = { "train.behaviour_lag" = 3 }
     assert nodes["node2"]["fault_delayed"] > 0 and nodes["node0"]["fault_delayed"] == 0
     stale = [json.loads(l)["staleness"] for l in (tmp_path / "sim" / "node1" / "metrics.jsonl").read_text().splitlines()]
     assert max(stale) == 3
+
+
+def test_sim_starts_a_learner_and_its_workers(warm_tiny_model_dir, tmp_path):
+    p = start_sim(tmp_path, warm_tiny_model_dir, "--nodes", "3", "--roles", "learner-workers",
+                  "--train.steps", "8", "--swarm.round_seconds", "2")
+    seen: set[int] = set()
+    assert wait_watching(p, seen, 300) == 0, (tmp_path / "sim.log").read_text()[-3000:]
+    summary = json.loads((tmp_path / "sim" / "summary.json").read_text())
+    learner, *workers = summary["nodes"]
+    assert learner["broadcast"]["role"] == "learner" and learner["broadcast"]["published_version"] >= 5
+    assert set(learner["groups_used_by_peer"]) == {w["peer_id"] for w in workers}  # it trained on its workers'
+    for w in workers:
+        b = w["broadcast"]
+        assert b["role"] == "worker" and b["following"] == learner["peer_id"] and b["applied_versions"] >= 5
+        assert w["groups_used"] == 0  # workers train on nothing
+    md = (tmp_path / "sim" / "summary.md").read_text()
+    assert "| node0 | learner | published" in md and "| node2 | worker | applied" in md
+    assert "publishes v" in (tmp_path / "sim.log").read_text()  # the live table's weights column
+    assert alive(seen) == set()

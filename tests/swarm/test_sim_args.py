@@ -80,3 +80,31 @@ def test_the_summary_counts_what_a_restarted_node_used_over_its_whole_run(tmp_pa
     [n] = write_summary(spec, 1.0, False, {})["nodes"]
     assert (n["steps"], n["groups_used"], n["peers_used"]) == (4, 3, 2)
     assert n["groups_used_by_peer"] == {"sn1a": 2, "sn1b": 1}
+
+
+def test_learner_workers_make_node0_the_learner_and_the_others_follow_it():
+    spec = SimSpec(nodes=3, transport="hivemind", run_dir=Path("/r"), peer_ids=["sn1a", "sn1b", "sn1c"],
+                   roles="learner-workers")
+    a = [_flags(_node_args(spec, i)) for i in range(3)]
+    assert a[0]["broadcast.role"] == "learner" and "broadcast.follow" not in a[0]
+    assert [(x["broadcast.role"], x["broadcast.follow"]) for x in a[1:]] == [("worker", "sn1a")] * 2
+    assert "broadcast.role" not in _flags(_node_args(SimSpec(nodes=2, transport="hivemind", run_dir=Path("/r"),
+                                                             peer_ids=["sn1a", "sn1b"]), 1))
+
+
+def test_the_weights_column_says_what_each_role_holds():
+    from node.sim import weights_text
+
+    assert weights_text(None) == "-"
+    assert weights_text({"role": "learner", "published_version": 7, "followers": 3}) == "publishes v7 to 3"
+    assert weights_text({"role": "worker", "applied_version": 5, "lag": 2,
+                         "transfer": {"version": 7, "bytes": 50, "total": 200, "from": {"sn1relay12345": 3}}}) \
+        == "v5 (lag 2), v7 25% from sn1relay12"
+
+
+def test_roles_in_the_simulator_need_hivemind(tmp_path, capsys):
+    from node.cli import main
+
+    assert main(["sim", "--nodes", "3", "--roles", "learner-workers", "--transport", "memory",
+                 "--run.dir", str(tmp_path / "s")]) == 2
+    assert "needs --transport hivemind" in capsys.readouterr().err
