@@ -622,7 +622,7 @@ async def run_sim(spec: SimSpec) -> dict:
                 log.info("sim: %s", "; ".join(
                     f"{r['node']} {r['phase']} step {r['step']} correct {_fmt(r['correct'], '.3f')} "
                     f"ESS/B {_fmt(r['ess'], '.3f')} in {_fmt(r['in'])} rejected {_fmt(r['rejected'])} "
-                    f"restarts {r['restarts']}"
+                    f"restarts {r['restarts']}" + (f" weights {r['weights']}" if r.get("weights", "-") != "-" else "")
                     if not r.get("adversary") else f"{r['node']} sent {r['sent']}" for r in rows))
             try:
                 await asyncio.wait_for(stop.wait(), timeout=0.5)

@@ -218,5 +218,5 @@ def test_sim_starts_a_learner_and_its_workers(warm_tiny_model_dir, tmp_path):
         assert w["groups_used"] == 0  # workers train on nothing
     md = (tmp_path / "sim" / "summary.md").read_text()
     assert "| node0 | learner | published" in md and "| node2 | worker | applied" in md
-    assert "publishes v" in (tmp_path / "sim.log").read_text()  # the live table's weights column
+    # (the live table's weights column: test_sim_args.py; plain lines come every 10 s, maybe none in training)
     assert alive(seen) == set()
