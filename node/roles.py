@@ -85,6 +85,7 @@ class LearnerRole(Role):
     def __init__(self):
         self.source = None
         self.published: int | None = None
+        self.published_versions: set[int] = set()  # every version it signed this run
         self.followers: set[str] = set()
         self.dropped_stale = 0
         self._task: asyncio.Task | None = None
@@ -101,6 +102,7 @@ class LearnerRole(Role):
     async def _publish(self, node) -> None:
         m = await self.source.publish(version=node.learner.version, step=node.step)
         self.published = m.version
+        self.published_versions.add(m.version)
         self.followers = set(m.relays) | self.followers
         log.info("published weights version %d (step %d, %d bytes, %d relays)", m.version, node.step,
                  m.total_size, len(m.relays))
@@ -121,7 +123,7 @@ class LearnerRole(Role):
         for g in groups:
             if g.sender not in self.followers:
                 kept.append(g)  # a full peer's rollouts: its own versions, bounded by rounds
-            elif 0 <= v_now - g.policy_version <= s and self.published is not None:
+            elif 0 <= v_now - g.policy_version <= s and g.policy_version in self.published_versions:
                 kept.append(g)
                 lags.append(v_now - g.policy_version)
             else:
@@ -184,7 +186,7 @@ class WorkerRole(Role):
             await asyncio.sleep(0.2)
 
     def rollout_version(self, node) -> int | None:
-        return self.follower.applied
+        return self.follower.label  # set under the weights lock with the weights themselves
 
     async def after_step(self, node, record: dict) -> None:
         st = self.follower.status()

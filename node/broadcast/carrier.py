@@ -23,15 +23,22 @@ from typing import Awaitable, Callable
 from node.broadcast.bucket import TokenBucket
 from protocol.manifest import MAX_MANIFEST_BYTES
 
-__all__ = ["Carrier", "CarrierError", "Handler", "MemoryCarrier", "MemoryHub", "MAX_REQUEST", "SLICE"]
+__all__ = ["Carrier", "CarrierError", "Handler", "unpack_reply", "MemoryCarrier", "MemoryHub", "MAX_REQUEST", "SLICE"]
 
 MAX_REQUEST = MAX_MANIFEST_BYTES + 1024  # a manifest offer is the biggest request
 SLICE = 64 * 1024  # bytes written per upload-cap token take
 U32 = struct.Struct(">I")
 HEADER = struct.Struct(">BQ")
 
-# handler(remote carrier id, request) -> (status, payload)
-Handler = Callable[[str, bytes], Awaitable[tuple[int, bytes | memoryview]]]
+# handler(remote carrier id, request) -> (status, payload) or (status, payload, done): ``done`` is
+# called once the reply is written (or failed), so a handler's serve slot covers the upload too.
+Handler = Callable[[str, bytes], Awaitable[tuple]]
+
+
+def unpack_reply(result: tuple) -> tuple[int, bytes | memoryview, Callable[[], None]]:
+    if len(result) == 3:
+        return result
+    return result[0], result[1], lambda: None
 
 
 class CarrierError(ConnectionError):
@@ -127,17 +134,20 @@ class MemoryCarrier(Carrier):
         return task.result()
 
     async def _serve(self, remote: str, request: bytes, max_reply: int) -> tuple[int, bytes]:
-        status, payload = await self._handler(remote, request)
-        if len(payload) > max_reply:
-            raise CarrierError(f"{self.address} replied {len(payload)} bytes, over {max_reply}")
-        parts: list[bytes] = []
+        status, payload, done = unpack_reply(await self._handler(remote, request))
+        try:
+            if len(payload) > max_reply:
+                raise CarrierError(f"{self.address} replied {len(payload)} bytes, over {max_reply}")
+            parts: list[bytes] = []
 
-        async def write(piece: memoryview) -> None:
-            parts.append(bytes(piece))
-            await asyncio.sleep(0)
+            async def write(piece: memoryview) -> None:
+                parts.append(bytes(piece))
+                await asyncio.sleep(0)
 
-        await self.paced(payload, write, remote)
-        return status, b"".join(parts)
+            await self.paced(payload, write, remote)
+            return status, b"".join(parts)
+        finally:
+            done()
 
     async def close(self) -> None:
         if self.hub.carriers.get(self.address) is self:

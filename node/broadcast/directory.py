@@ -10,11 +10,11 @@ validator (node/transport/index_records.py) bounds their shape and life (``WEIGH
 values are a few hundred bytes: the manifest itself (up to 2 MiB) never enters the DHT, it travels
 over the carrier (``["n", source]`` to any holder, or an offer down the tree).
 
-A source reads the followers to order the next manifest's relays: those that say they applied
-the last version first (a claim, but one that only buys a relay slot, and a relay that does not
-serve is routed around), then the others; the order rotates with the version so the end of the
-chain, the slowest place to be, is not always the same node's. At most ``MAX_RELAYS``: followers
-past that attach as leaves.
+A source reads the followers to order the next manifest's relays: in an order drawn from a hash
+of the version and the peer id, so it rotates (the end of the chain, the slowest place to be, is
+not always the same node's) and no announcement can buy a place near the source (what a follower
+says it applied is a claim, and is not used). At most ``MAX_RELAYS``: followers past that attach
+as leaves. A relay that does not serve is routed around (node/broadcast/peer.py).
 """
 
 from __future__ import annotations
@@ -43,14 +43,9 @@ class Pointer:
     address: str
 
 
-def relay_order(followers: dict[str, int], last_version: int, next_version: int) -> list[str]:
-    """Followers (peer id -> version it says it applied) in relay order; pure, see the module doc."""
-    def rotate(peer: str) -> bytes:
-        return hashlib.sha256(f"{next_version}:{peer}".encode()).digest()
-
-    caught_up = sorted((p for p, v in followers.items() if v >= last_version >= 0), key=rotate)
-    rest = sorted((p for p in followers if p not in set(caught_up)), key=rotate)
-    return (caught_up + rest)[:MAX_RELAYS]
+def relay_order(followers, next_version: int) -> list[str]:
+    """Followers (peer ids) in relay order for ``next_version``; pure, see the module doc."""
+    return sorted(followers, key=lambda p: hashlib.sha256(f"{next_version}:{p}".encode()).digest())[:MAX_RELAYS]
 
 
 class WeightDirectory:

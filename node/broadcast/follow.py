@@ -47,7 +47,7 @@ class WeightSource:
         _, followers = await self.directory.read()
         for peer, (addr, _) in followers.items():
             self.peer.directory[peer] = addr
-        relays = relay_order({p: v for p, (_, v) in followers.items()}, self.version, version)
+        relays = relay_order(followers, version)
         m = await self.peer.publish(data, version=version, step=step, model_fingerprint=self.policy.model_fingerprint,
                                     tokenizer_fingerprint=self.policy.tokenizer_fingerprint, format=fmt,
                                     relays=relays, fanout=self.fanout)
@@ -70,14 +70,23 @@ class WeightFollower:
         self.applied_versions = 0
         self.apply_failures = 0
         self.changed = asyncio.Event()  # set on every version applied
-        self.after_apply = None  # called (in the apply thread) after each version: a vLLM engine's sync
+        self.after_apply = None  # called (in the apply thread, under the weights lock): a vLLM engine's sync
+        self.label: int | None = None  # the version the policy's weights are now, set with them
         peer.on_version = self._apply
 
     async def start(self) -> None:
-        """Start serving; a restarted follower first puts back its last good version."""
+        """Start serving; a restarted follower first puts back its last good version (one that no
+        longer applies, say after a change of model in the same run folder, is dropped)."""
         last_good = await self.peer.start()
         if last_good is not None:
-            await self._apply(*last_good)
+            try:
+                await self._apply(*last_good)
+            except Exception as e:  # noqa: BLE001 - the reason is logged; it waits for a new version
+                log.warning("the saved weights version %d does not apply here (%s): waiting for a new one",
+                            last_good[0].version, e)
+                self.peer.applied = None
+                if self.peer.store is not None:
+                    self.peer.store.drop_manifest("applied")
 
     async def _apply(self, m: Manifest, data: bytes) -> None:
         if m.model_fingerprint != self.policy.model_fingerprint or \
@@ -85,9 +94,13 @@ class WeightFollower:
             self.apply_failures += 1
             raise ValueError(f"version {m.version} is for another model or tokenizer")
         def apply() -> None:
-            apply_state(self.policy, data, m.format)
-            if self.after_apply is not None:
-                self.after_apply()
+            # One critical section: the weights, the engine that samples them and the version label
+            # change together, so no generation sees one without the others.
+            with self.policy.weights_lock:
+                apply_state(self.policy, data, m.format)
+                if self.after_apply is not None:
+                    self.after_apply()
+                self.label = m.version
 
         try:
             await asyncio.to_thread(apply)
@@ -120,18 +133,19 @@ class WeightFollower:
         await self.directory.announce_follower(self.peer.carrier.address, self.applied)
         pointer, followers = await self.directory.read()
         for peer, (addr, _) in followers.items():
-            self.peer.directory.setdefault(peer, addr)
+            if peer != self.directory.source:
+                self.peer.directory[peer] = addr  # a relay restarted on a new port is found again
         if pointer is None:
             return
         self.peer.directory[self.directory.source] = pointer.address
         self.pointer_version = max(pointer.version, self.pointer_version or -1)
         newest_held = max((t.manifest.version for t in self.peer.held.values()), default=-1)
-        if pointer.version > newest_held:  # an offer we missed (joined late, was down): ask for it,
-            # first of followers that say they have it (only the source's signature counts, so a
-            # liar costs one request), then of the source
+        if pointer.version > newest_held:  # an offer we missed (joined late, was down): ask for the
+            # manifest the pointer names by digest, first of followers that say they have it (a liar
+            # costs one request and cannot hand over another version), then of the source
             have = [p for p, (_, v) in followers.items() if v >= pointer.version and p != self.peer.me]
             for who in [*have[:3], self.directory.source]:
-                if await self.peer.ask_newest(who):
+                if await self.peer.ask_manifest(who, pointer.digest):
                     break
 
     async def run(self) -> None:

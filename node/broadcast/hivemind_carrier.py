@@ -18,13 +18,14 @@ from hivemind.p2p import P2P, P2PDaemonError, PeerID
 from hivemind.utils.multiaddr import Multiaddr
 
 from node.broadcast.bucket import TokenBucket
-from node.broadcast.carrier import HEADER, MAX_REQUEST, U32, Carrier, CarrierError, Handler
+from node.broadcast.carrier import HEADER, MAX_REQUEST, U32, Carrier, CarrierError, Handler, unpack_reply
 
 log = logging.getLogger(__name__)
 
 __all__ = ["HivemindCarrier"]
 
 READ_TIMEOUT_S = 30.0  # a requester that sends nothing for this long is dropped
+MIN_RATE = 64 * 1024  # bytes/s: a reply slower than this is given up (a 256 KiB chunk: 4 s + the timeout)
 
 
 def _handler_name(swarm: str) -> str:
@@ -72,14 +73,17 @@ class HivemindCarrier(Carrier):
                 return  # closing is the answer to a request nobody honest sends
             request = await asyncio.wait_for(reader.readexactly(n), READ_TIMEOUT_S)
             remote = info.peer_id.to_base58()
-            status, payload = await self._handler(remote, request)
-            writer.write(HEADER.pack(status, len(payload)))
+            status, payload, done = unpack_reply(await self._handler(remote, request))
+            try:
+                writer.write(HEADER.pack(status, len(payload)))
 
-            async def write(piece: memoryview) -> None:
-                writer.write(piece)
-                await asyncio.wait_for(writer.drain(), READ_TIMEOUT_S)
+                async def write(piece: memoryview) -> None:
+                    writer.write(piece)
+                    await asyncio.wait_for(writer.drain(), READ_TIMEOUT_S)
 
-            await self.paced(payload, write, remote)
+                await self.paced(payload, write, remote)
+            finally:
+                done()
             # Close only once the requester has read it all and closed its end: p2pd drops what is
             # still in flight when the server closes first (measured: the last 32-128 KiB of a
             # 256 KiB reply lost, one reply in a few hundred, under load).
@@ -110,8 +114,21 @@ class HivemindCarrier(Carrier):
             if size > max_reply:
                 raise CarrierError(f"{address} announced a {size}-byte reply, over {max_reply}: not read")
             body = bytearray()
-            while len(body) < size:  # a deadline per piece, not per reply: progress is what counts
-                piece = await asyncio.wait_for(reader.read(min(size - len(body), 1 << 20)), timeout)
+            # A deadline per piece (a capped upload may be slow) and one for the whole at MIN_RATE,
+            # so a peer trickling a byte a while cannot hold the request forever.
+            deadline = asyncio.get_running_loop().time() + timeout + size / MIN_RATE
+            while len(body) < size:
+                left = deadline - asyncio.get_running_loop().time()
+                if left <= 0:
+                    raise CarrierError(f"{address} sent {len(body)} of {size} bytes, slower than "
+                                       f"{MIN_RATE / 1e3:.0f} kB/s")
+                try:
+                    piece = await asyncio.wait_for(reader.read(min(size - len(body), 1 << 20)), min(timeout, left))
+                except asyncio.TimeoutError:
+                    if asyncio.get_running_loop().time() < deadline:
+                        raise  # no progress for ``timeout``
+                    raise CarrierError(f"{address} sent {len(body)} of {size} bytes, slower than "
+                                       f"{MIN_RATE / 1e3:.0f} kB/s") from None
                 if not piece:
                     raise CarrierError(f"{address} went away mid-reply ({len(body)} of {size} bytes)")
                 body += piece

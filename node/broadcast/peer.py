@@ -42,7 +42,7 @@ from node.broadcast.carrier import MAX_REQUEST, Carrier, CarrierError
 from node.broadcast.store import ChunkStore
 from protocol.errors import ProtocolError
 from protocol.identity import Identity
-from protocol.manifest import (MAX_CHUNK_SIZE, MAX_MANIFEST_BYTES, Manifest, ManifestCheck, build_manifest,
+from protocol.manifest import (MAX_MANIFEST_BYTES, Manifest, ManifestCheck, build_manifest,
                                choose_chunk_size, decode_manifest, encode_manifest)
 
 log = logging.getLogger(__name__)
@@ -53,6 +53,11 @@ OK, NOT_YET, UNKNOWN, BAD_REQUEST, BUSY = 0, 1, 2, 3, 4
 HELD_VERSIONS = 2  # versions a node keeps serving (the newest and the one before)
 MAX_SERVES = 16  # replies being written at once
 STRANGER_SERVES = 2  # ... of them to peers that are not our children in the version asked for
+
+
+def _join_and_hash(parts: list[bytes]) -> tuple[bytes, bytes]:
+    data = b"".join(parts)
+    return data, hashlib.sha256(data).digest()
 
 
 @dataclass
@@ -101,7 +106,7 @@ class BroadcastPeer:
                  directory: dict[str, str], follow: str | None = None, store: ChunkStore | None = None,
                  on_version: Callable[[Manifest, bytes], Awaitable[None]] | None = None,
                  window: int = 4, chunk_wait_s: float = 5.0, request_timeout_s: float = 20.0,
-                 stall_s: float = 60.0):
+                 stall_s: float = 20.0):
         self.identity, self.carrier, self.swarm = identity, carrier, swarm
         self.me = identity.peer_id
         self.directory = directory  # peer id -> carrier address (from announcements)
@@ -170,7 +175,12 @@ class BroadcastPeer:
     # -- following ------------------------------------------------------------------------------
     def offer(self, m: Manifest) -> bool:
         """A manifest from anyone: fetched if it is the followed source's and newer."""
-        if self.check is None or m.digest in self.held or not self.check.accept(m):
+        if self.check is None or m.source != self.check.source or m.version <= self.check.newest:
+            if self.check is not None:  # counted without hashing 0.7 MB of someone's manifest
+                reason = "not_followed_source" if m.source != self.check.source else "old_version"
+                self.check.refused[reason] = self.check.refused.get(reason, 0) + 1
+            return False
+        if m.digest in self.held or not self.check.accept(m):
             return False
         self._begin(m)
         return True
@@ -181,10 +191,28 @@ class BroadcastPeer:
         if self.check is None or peer not in self.directory:
             return False
         try:
-            status, body = await self.carrier.call(self.directory[peer], msgpack.packb(["n", self.check.source]),
-                                                   max_reply=MAX_MANIFEST_BYTES, timeout=self.request_timeout_s)
+            status, body = await asyncio.wait_for(
+                self.carrier.call(self.directory[peer], msgpack.packb(["n", self.check.source]),
+                                  max_reply=MAX_MANIFEST_BYTES, timeout=self.request_timeout_s),
+                2 * self.request_timeout_s)
             return status == OK and self.offer(decode_manifest(body))
-        except (CarrierError, ProtocolError):
+        except (CarrierError, ProtocolError, asyncio.TimeoutError):
+            return False
+
+    async def ask_manifest(self, peer: str, digest: bytes) -> bool:
+        """Fetch the manifest the source's DHT pointer names (by digest) from ``peer``: a peer that
+        only claims to hold the newest version cannot hand over an older signed one instead."""
+        if self.check is None or peer not in self.directory:
+            return False
+        try:
+            status, body = await asyncio.wait_for(
+                self.carrier.call(self.directory[peer], msgpack.packb(["m", digest]), max_reply=MAX_MANIFEST_BYTES,
+                                  timeout=self.request_timeout_s), 2 * self.request_timeout_s)
+            if status != OK:
+                return False
+            m = decode_manifest(body)
+            return m.digest == digest and self.offer(m)
+        except (CarrierError, ProtocolError, asyncio.TimeoutError):
             return False
 
     def _begin(self, m: Manifest, resumed: bool = False) -> None:
@@ -194,10 +222,13 @@ class BroadcastPeer:
                 old.task.cancel()
         t = Transfer(m)
         self._hold(t)
-        if self.store is not None:
-            self.store.save_manifest("pending", m)
-        self._offer_down(m)
         t.task = self._spawn(self._receive_logged(t, resumed))
+        self._offer_down(m)
+        if self.store is not None:
+            try:
+                self.store.save_manifest("pending", m)
+            except OSError as e:  # a full disk: the transfer goes on, it just cannot resume
+                log.warning("could not save the pending manifest: %s", e)
 
     def _hold(self, t: Transfer) -> None:
         self.held[t.manifest.digest] = t
@@ -236,9 +267,11 @@ class BroadcastPeer:
             if resumed:
                 self.stats.resumed_chunks += len(found)
         todo = collections.deque(i for i in range(m.n_chunks) if i not in t.chunks)
-        await asyncio.gather(*(self._fetch_worker(t, todo) for _ in range(self.window)))
-        data = b"".join(t.chunks[i] for i in range(m.n_chunks))
-        if hashlib.sha256(data).digest() != m.total_sha256:  # chunks all verified: a lying source
+        async with asyncio.TaskGroup() as tg:  # one failing cancels the others: no orphan downloads
+            for _ in range(self.window):
+                tg.create_task(self._fetch_worker(t, todo))
+        data, digest = await asyncio.to_thread(_join_and_hash, [t.chunks[i] for i in range(m.n_chunks)])
+        if digest != m.total_sha256:  # chunks all verified: a lying source
             log.warning("version %d of %s: the whole does not match its signed hash", m.version, m.source)
             return
         t.data, t.chunks, t.finished = data, {}, time.monotonic()
@@ -283,12 +316,15 @@ class BroadcastPeer:
                 t.dropped.add(peer)
                 log.info("chunk %d of version %d: %s failed (%s); asking the next node up", i, m.version, peer, e)
                 continue
-            if status == OK and m.chunk_ok(i, body):
+            if status == OK and await asyncio.to_thread(m.chunk_ok, i, body):
                 if peer != parent:
                     self.stats.fallbacks += 1
                 self._keep(t, i, body, peer)
                 if self.store is not None:
-                    await asyncio.to_thread(self.store.put, m.chunk_hashes[i], body)
+                    try:
+                        await asyncio.to_thread(self.store.put, m.chunk_hashes[i], body)
+                    except OSError as e:  # not persisted: a restart fetches it again
+                        log.warning("could not store chunk %d of version %d: %s", i, m.version, e)
                 return
             if status == OK:  # it served bytes that are not the signed chunk
                 self.stats.bad_chunks[peer] += 1
@@ -305,16 +341,17 @@ class BroadcastPeer:
         request = msgpack.packb(["c", t.manifest.digest, i])
         since, offered = time.monotonic(), False
         while True:
-            status, body = await self.carrier.call(self.directory[peer], request, max_reply=MAX_CHUNK_SIZE,
-                                                   timeout=self.request_timeout_s)
+            asked = time.monotonic()
+            status, body = await self.carrier.call(self.directory[peer], request,
+                                                   max_reply=t.manifest.chunk_sizes[i], timeout=self.request_timeout_s)
             if status == UNKNOWN and not offered:
                 offered = True
                 await self._quiet_call(peer, msgpack.packb(["o", encode_manifest(t.manifest)]))
                 continue
             if status not in (NOT_YET, BUSY) or time.monotonic() - since > self.stall_s:
                 return status, body
-            if status == BUSY:
-                await asyncio.sleep(0.05)
+            if status == BUSY or time.monotonic() - asked < self.chunk_wait_s / 2:
+                await asyncio.sleep(0.1)  # an instant NOT_YET did not wait for the chunk: do not hammer
 
     def _keep(self, t: Transfer, i: int, data: bytes, peer: str | None) -> None:
         t.chunks[i] = data
@@ -366,37 +403,55 @@ class BroadcastPeer:
             return await self._serve_chunk(remote, req[1], req[2])
         return BAD_REQUEST, b""
 
-    async def _serve_chunk(self, remote: str, digest: bytes, i: int) -> tuple[int, bytes | memoryview]:
+    def _children_ids(self, m: Manifest) -> set[str]:
+        ours = set()
+        for c in topology.children(m, self.me):
+            try:
+                ours.add(self.carrier.remote_id(self.directory[c]))
+            except (KeyError, CarrierError):  # not announced, or an address that is no address
+                continue
+        return ours
+
+    async def _serve_chunk(self, remote: str, digest: bytes, i: int):
+        """A chunk, with a release callback the carrier calls once the reply is written: the serve
+        slots bound the uploads themselves, not just the waits before them."""
         t = self.held.get(digest)
         if t is None or not 0 <= i < t.manifest.n_chunks:
             return UNKNOWN, b""
-        ours = {self.carrier.remote_id(self.directory[c]) for c in topology.children(t.manifest, self.me)
-                if c in self.directory}
         # Our children wait for a slot; everyone else shares a few and is turned away when they
         # are taken (they may ask again, or ask the node the topology gave them).
-        stranger = remote not in ours
+        stranger = remote not in self._children_ids(t.manifest)
         if stranger and self._stranger_serves.locked():
             self.stats.turned_away += 1
             return BUSY, b""
-        async with self._serves:
+        await self._serves.acquire()
+        if stranger:
+            await self._stranger_serves.acquire()
+
+        def release() -> None:
+            self._serves.release()
             if stranger:
-                await self._stranger_serves.acquire()
-            try:
+                self._stranger_serves.release()
+
+        try:
+            data = t.chunk(i)
+            if data is None and not t.abandoned:
+                try:
+                    await asyncio.wait_for(t.event(i).wait(), self.chunk_wait_s)
+                except asyncio.TimeoutError:
+                    release()
+                    return NOT_YET, b""
                 data = t.chunk(i)
-                if data is None and not t.abandoned:
-                    try:
-                        await asyncio.wait_for(t.event(i).wait(), self.chunk_wait_s)
-                    except asyncio.TimeoutError:
-                        return NOT_YET, b""
-                    data = t.chunk(i)
-                if data is None:
-                    return UNKNOWN, b""
-                self.stats.served_chunks += 1
-                self.stats.served_bytes += len(data)
-                return OK, data
-            finally:
-                if stranger:
-                    self._stranger_serves.release()
+        except BaseException:
+            release()
+            raise
+        if data is None:
+            release()
+            return UNKNOWN, b""
+        self.stats.served_chunks += 1
+        self.stats.served_bytes += len(data)
+        # A copy of the chunk, not a view: a slow reader must not pin a whole evicted version.
+        return OK, bytes(data), release
 
     # -- status ---------------------------------------------------------------------------------
     def status(self) -> dict:

@@ -72,6 +72,8 @@ class ChunkStore:
         wanted = {h.hex() for m in keep for h in m.chunk_hashes}
         n = 0
         for p in (self.root / "chunks").iterdir():
+            if ".tmp" in p.name:
+                continue  # a chunk being written right now (another thread renames it next)
             if p.name not in wanted:
                 p.unlink(missing_ok=True)
                 n += 1

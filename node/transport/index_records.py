@@ -36,6 +36,10 @@ _POINTER_FIELDS = {"k", "v", "d", "addr"}  # a weight source's newest version (n
 _FOLLOWER_FIELDS = {"k", "addr", "applied"}  # a follower announcing itself to that source
 WEIGHTS_TTL_S = 600.0  # no weights record lives longer (honest ones are re-announced every few rounds)
 _MAX_ADDR = 256
+# A carrier address: a dialable multiaddr ending in a libp2p id (no /unix, no relay chains): a
+# follower's address goes into the learner's table of whom to serve first.
+_ADDR_RE = re.compile(r"/(ip4|ip6|dns|dns4|dns6)/[0-9A-Za-z.:%-]{1,100}/(tcp|udp)/[0-9]{1,5}(/quic(-v1)?)?"
+                      r"/p2p/[1-9A-HJ-NP-Za-km-z]{30,60}")
 _KEY_MEMO = 65536
 
 
@@ -151,7 +155,8 @@ class SwarmRecordValidator(RecordValidatorBase):
         """The source's subkey holds its pointer, anyone else's their follower announcement: both
         small, short-lived. Owner signatures (checked first) keep each to its own subkey."""
         if ttl > WEIGHTS_TTL_S + _CLOCK_SLACK_S or not (isinstance(value.get("addr"), str)
-                                                        and len(value["addr"]) <= _MAX_ADDR):
+                                                        and len(value["addr"]) <= _MAX_ADDR
+                                                        and _ADDR_RE.fullmatch(value["addr"])):
             return False
         if subkey == source:
             return (set(value) == _POINTER_FIELDS and type(value["v"]) is int and 0 <= value["v"] < 2 ** 63

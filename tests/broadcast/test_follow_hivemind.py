@@ -29,12 +29,11 @@ def test_fresh_enough_is_the_staleness_bound():
     assert fresh_enough(1, 3, 2) and not fresh_enough(1, 4, 2) and fresh_enough(4, None, 0)
 
 
-def test_relays_that_caught_up_come_first_and_the_order_rotates():
-    followers = {"sn1a": 3, "sn1b": -1, "sn1c": 3, "sn1d": 2}
-    order = relay_order(followers, last_version=3, next_version=4)
-    assert set(order[:2]) == {"sn1a", "sn1c"} and set(order[2:]) == {"sn1b", "sn1d"}
-    orders = {tuple(relay_order(followers, 3, v)) for v in range(4, 40)}
-    assert len(orders) > 1  # the end of the chain is not always the same node's
+def test_the_relay_order_rotates_and_no_claim_buys_a_place():
+    followers = ["sn1a", "sn1b", "sn1c", "sn1d"]
+    orders = {tuple(relay_order(followers, v)) for v in range(4, 40)}
+    assert len(orders) > 1 and all(sorted(o) == followers for o in orders)  # the end of the chain moves
+    assert relay_order({"sn1a": ("addr", 2 ** 62), "sn1b": ("addr", -1)}, 5) == relay_order(["sn1b", "sn1a"], 5)
 
 
 async def _node(identity: Identity, initial_peers):
@@ -138,7 +137,8 @@ def test_the_dht_refuses_weights_records_out_of_shape_or_under_another_peers_sub
             exp = get_dht_time() + 60
             results = {
                 # mallory's own follower record: fine
-                "follower": await b.store(key, {"k": key, "addr": "/ip4/1.2.3.4/tcp/1", "applied": -1}, exp,
+                "follower": await b.store(key, {"k": key, "addr": "/ip4/1.2.3.4/tcp/1/p2p/12D3KooWMrfg6tTVDtAeGjEfVjExerrtnGSr8XZfBDkBMMobEUgK",
+                                                "applied": -1}, exp,
                                           subkey=mallory.peer_id),
                 # a pointer under mallory's subkey: only the source's subkey holds one
                 "pointer_as_follower": await b.store(key, {"k": key, "v": 9, "d": "0" * 64, "addr": "x"}, exp,
@@ -148,6 +148,9 @@ def test_the_dht_refuses_weights_records_out_of_shape_or_under_another_peers_sub
                                                  subkey=src.peer_id),
                 "too_long": await b.store(key, {"k": key, "addr": "x", "applied": 1}, get_dht_time() + 7200,
                                           subkey=mallory.peer_id),
+                # an address the learner could not dial (or that breaks its table of children)
+                "unix_addr": await b.store(key, {"k": key, "addr": "/unix/tmp/p2pd.sock", "applied": 1}, exp,
+                                           subkey=mallory.peer_id),
             }
             found = await a.get(key, latest=True)
             return results, (set(found.value) if found else set()), mallory.peer_id
@@ -158,4 +161,5 @@ def test_the_dht_refuses_weights_records_out_of_shape_or_under_another_peers_sub
 
     results, subkeys, mallory = asyncio.run(go())
     assert results["follower"] and not results["pointer_as_follower"] and not results["too_long"]
+    assert not results["unix_addr"]
     assert subkeys == {mallory}  # only mallory's well-formed follower record; no pointer under the source

@@ -117,3 +117,43 @@ def test_replies_over_the_limit_and_garbage_requests_are_refused():
 
     replies = asyncio.run(go())
     assert [s for s, _ in replies] == [3, 2, 3]  # bad request, unknown version, a manifest that is not one
+
+
+def test_a_peer_trickling_its_reply_is_given_up_on():
+    """A reply announced at full size but sent a few bytes at a time: the per-piece timeout alone
+    would wait forever; the whole-reply deadline (MIN_RATE) ends it."""
+    import node.broadcast.hivemind_carrier as hc
+    from node.broadcast.carrier import HEADER
+
+    async def go():
+        a, b = await HivemindCarrier.create("t"), await HivemindCarrier.create("t")
+
+        async def trickle(info, reader, writer):
+            await reader.readexactly(4 + 1)
+            writer.write(HEADER.pack(OK, 1_000_000))
+            try:
+                for _ in range(200):
+                    writer.write(b"x")
+                    await writer.drain()
+                    await asyncio.sleep(0.05)
+            except ConnectionError:
+                pass  # the requester gave up: what this test waits for
+
+        await a.p2p.add_binary_stream_handler("/swarm-node/t/weights", trickle)
+        a.address = f"{(await a.p2p.get_visible_maddrs())[0]}"
+        await b.start(lambda remote, req: asyncio.sleep(0, (OK, b"")))
+        old = hc.MIN_RATE
+        hc.MIN_RATE = 1_000_000  # 1 MB/s: this 1 MB reply must be done in 1 s + the timeout
+        try:
+            loop = asyncio.get_running_loop()
+            t0 = loop.time()
+            with pytest.raises(CarrierError, match="slower than"):
+                await b.call(a.address, b"x", max_reply=2_000_000, timeout=1.0)
+            return loop.time() - t0
+        finally:
+            hc.MIN_RATE = old
+            await a.close()
+            await b.close()
+
+    took = asyncio.run(go())
+    assert took < 5  # not the 10 s the trickle would take, nor forever

@@ -71,3 +71,18 @@ def test_a_worker_waits_until_its_weights_are_within_the_bound(tiny_model_dir, t
 async def _until(cond):
     while not cond():
         await asyncio.sleep(0.01)
+
+
+def test_a_learner_keeps_only_its_workers_groups_of_versions_it_published_within_the_bound():
+    from node.roles import LearnerRole
+
+    role = LearnerRole()
+    role.followers, role.published, role.published_versions = {"sn1w"}, 10, {6, 8, 10}
+    node = SimpleNamespace(cfg=SimpleNamespace(broadcast=SimpleNamespace(max_staleness=2)),
+                           learner=SimpleNamespace(version=10))
+    g = lambda sender, v: SimpleNamespace(sender=sender, policy_version=v)  # noqa: E731
+    kept, info = role.admit_groups(node, [g("sn1w", 10), g("sn1w", 8), g("sn1w", 9), g("sn1w", 6),
+                                          g("sn1w", 11), g("sn1full", 3)])
+    # 9 was never published, 6 is 4 behind, 11 is in the future; a full peer's own versions pass
+    assert [(x.sender, x.policy_version) for x in kept] == [("sn1w", 10), ("sn1w", 8), ("sn1full", 3)]
+    assert info == {"worker_groups": 2, "worker_lag_mean": 1.0, "worker_dropped_stale": 3}
