@@ -175,10 +175,14 @@ class BroadcastPeer:
     # -- following ------------------------------------------------------------------------------
     def offer(self, m: Manifest) -> bool:
         """A manifest from anyone: fetched if it is the followed source's and newer."""
-        if self.check is None or m.source != self.check.source or m.version <= self.check.newest:
-            if self.check is not None:  # counted without hashing 0.7 MB of someone's manifest
-                reason = "not_followed_source" if m.source != self.check.source else "old_version"
-                self.check.refused[reason] = self.check.refused.get(reason, 0) + 1
+        if self.check is None:
+            return False
+        if m.version == self.check.newest and m.source == self.check.source:
+            return False  # the version it has, offered again (by its parent and its pointer): no news
+        if m.source != self.check.source or m.version < self.check.newest:
+            # counted without hashing 0.7 MB of someone's manifest
+            reason = "not_followed_source" if m.source != self.check.source else "old_version"
+            self.check.refused[reason] = self.check.refused.get(reason, 0) + 1
             return False
         if m.digest in self.held or not self.check.accept(m):
             return False
