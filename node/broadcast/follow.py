@@ -69,7 +69,6 @@ class WeightFollower:
         self.pointer_version: int | None = None
         self.applied_versions = 0
         self.apply_failures = 0
-        self.changed = asyncio.Event()  # set on every version applied
         self.after_apply = None  # called (in the apply thread, under the weights lock): a vLLM engine's sync
         self.label: int | None = None  # the version the policy's weights are now, set with them
         peer.on_version = self._apply
@@ -108,7 +107,6 @@ class WeightFollower:
             self.apply_failures += 1
             raise
         self.applied_versions += 1
-        self.changed.set()
         log.info("applied version %d of %s (learner step %d)", m.version, m.source, m.step)
 
     @property
