@@ -3,10 +3,13 @@
 - ``full`` (the default): generate, train and share (SAPO); no broadcast.
 - ``learner``: a full node that also publishes its weights (a broadcast version) every
   ``publish_every`` steps, starting with the weights it has at start, and treats the rollouts of
-  the workers that follow it as its own older policy's: their policy version is one of its own
-  versions, so ``learner.version - version`` is their exact lag, and rollouts more than
-  ``max_staleness`` versions behind (or claiming a version it never published) are dropped and
-  counted (``worker_dropped_stale``).
+  the workers that follow it as its own older policy's: their policy version is one it published,
+  which maps to exactly one of its updates, so the lag is exact, and rollouts more than
+  ``max_staleness`` updates behind (or claiming a version it never published in this life) are
+  dropped and counted (``worker_dropped_stale``). A broadcast version is ``learner.version +
+  offset``; the offset is 0 unless the learner restarted behind a version it had already signed
+  (resumed from an older checkpoint): then it jumps past it (``WeightSource.next_free_version``),
+  so no number is signed twice. Workers whose rollouts it admitted are *vouched* and relay first.
 - ``worker``: follows a learner's versions (node/broadcast/follow.py), generates with the newest
   applied one, publishes its rollouts labelled with that version, and trains nothing. It waits
   (and says so) until it has a version within ``max_staleness`` of the newest the learner
@@ -73,10 +76,11 @@ def _broadcast_parts(node, follow: str | None):
     dht = transport._node
     upload = TokenBucket(bc.upload_mbps * 1e6) if bc.upload_mbps > 0 else None
     carrier = HivemindCarrier(dht.p2p, node.cfg.swarm.name, upload)
-    store = ChunkStore(Path(node.run_dir) / "broadcast") if follow else None
-    peer = BroadcastPeer(sw.identity, carrier, swarm=node.cfg.swarm.name, directory={}, follow=follow, store=store)
+    store = ChunkStore(Path(node.run_dir) / "broadcast")  # a follower's chunks; a source's last manifest
+    peer = BroadcastPeer(sw.identity, carrier, swarm=node.cfg.swarm.name, directory={}, follow=follow,
+                         store=store if follow else None)
     directory = WeightDirectory(dht, node.cfg.swarm.name, follow or sw.peer_id, sw.peer_id)
-    return peer, directory
+    return peer, directory, store
 
 
 class LearnerRole(Role):
@@ -85,24 +89,32 @@ class LearnerRole(Role):
     def __init__(self):
         self.source = None
         self.published: int | None = None
-        self.published_versions: set[int] = set()  # every version it signed this run
+        self.offset = 0  # broadcast version - learner version (see the module doc)
+        self.published_versions: dict[int, int] = {}  # broadcast version -> learner version, this life
         self.followers: set[str] = set()
+        self.vouched: set[str] = set()  # followers whose rollouts of our versions were admitted
         self.dropped_stale = 0
         self._task: asyncio.Task | None = None
 
     async def start(self, node) -> None:
         from node.broadcast.follow import WeightSource
 
-        peer, directory = _broadcast_parts(node, None)
+        peer, directory, store = _broadcast_parts(node, None)
         await peer.start()
-        self.source = WeightSource(node.policy, peer, directory, fanout=node.cfg.broadcast.fanout)
+        self.source = WeightSource(node.policy, peer, directory, fanout=node.cfg.broadcast.fanout, store=store)
+        free = await self.source.next_free_version()
+        self.offset = max(0, free - node.learner.version)
+        if self.offset:
+            log.warning("version %d was already signed (this learner restarted behind it): broadcast versions "
+                        "are learner versions + %d from now on", free - 1, self.offset)
         await self._publish(node)  # the weights it starts with: workers can begin at once
         self._task = asyncio.ensure_future(self._refresh())
 
     async def _publish(self, node) -> None:
-        m = await self.source.publish(version=node.learner.version, step=node.step)
+        version = node.learner.version + self.offset
+        m = await self.source.publish(version=version, step=node.step, vouched=self.vouched)
         self.published = m.version
-        self.published_versions.add(m.version)
+        self.published_versions[m.version] = node.learner.version
         self.followers = set(m.relays) | self.followers
         log.info("published weights version %d (step %d, %d bytes, %d relays)", m.version, node.step,
                  m.total_size, len(m.relays))
@@ -112,8 +124,9 @@ class LearnerRole(Role):
             await asyncio.sleep(REFRESH_S)
             try:
                 await self.source.refresh()
-                _, followers = await self.source.directory.read()
-                self.followers |= set(followers)
+                # what the DHT holds now (not a union over time: a flood of identities ages out)
+                read = set(await self.source.directory.read_followers())
+                self.followers = read | self.vouched | set(self.source.last.relays if self.source.last else ())
             except (ConnectionError, OSError, asyncio.TimeoutError) as e:
                 log.warning("weights directory: %s: %s", type(e).__name__, e)
 
@@ -123,9 +136,12 @@ class LearnerRole(Role):
         for g in groups:
             if g.sender not in self.followers:
                 kept.append(g)  # a full peer's rollouts: its own versions, bounded by rounds
-            elif 0 <= v_now - g.policy_version <= s and g.policy_version in self.published_versions:
+                continue
+            made_at = self.published_versions.get(g.policy_version)
+            if made_at is not None and 0 <= v_now - made_at <= s:
                 kept.append(g)
-                lags.append(v_now - g.policy_version)
+                lags.append(v_now - made_at)
+                self.vouched.add(g.sender)
             else:
                 dropped += 1
         self.dropped_stale += dropped
@@ -135,13 +151,17 @@ class LearnerRole(Role):
 
     async def after_step(self, node, record: dict) -> None:
         k = node.cfg.broadcast.publish_every
-        if node.learner.version != self.published and node.step % k == 0:
+        if node.learner.version + self.offset != self.published and node.step % k == 0:
             await self._publish(node)
+            # versions past the staleness bound can no longer be admitted: forget them
+            floor = node.learner.version - node.cfg.broadcast.max_staleness
+            self.published_versions = {b: v for b, v in self.published_versions.items() if v >= floor}
         record["published_version"] = self.published
 
     def status(self) -> dict:
         st = self.source.peer.status() if self.source else {}
         return {"role": self.name, "published_version": self.published, "followers": len(self.followers),
+                "vouched": len(self.vouched), "version_offset": self.offset,
                 "worker_dropped_stale": self.dropped_stale, "served_bytes": st.get("served_bytes", 0),
                 "turned_away": st.get("turned_away", 0)}
 
@@ -165,7 +185,7 @@ class WorkerRole(Role):
         from node.broadcast.follow import WeightFollower
 
         bc = node.cfg.broadcast
-        peer, directory = _broadcast_parts(node, bc.follow)
+        peer, directory, _ = _broadcast_parts(node, bc.follow)
         self.follower = WeightFollower(node.policy, peer, directory, max_staleness=bc.max_staleness, poll_s=1.0)
         if node.vllm is not None:  # the engine samples: every applied version goes into it too
             self.follower.after_apply = lambda: node.vllm.sync(node.policy)

@@ -1,4 +1,4 @@
-"""An upload cap every node applies to what it sends: an asyncio token bucket.
+"""An upload cap every node applies to what it sends, and request budgets: token buckets.
 
 The broadcast benchmark caps every node's upload at the same U in the application, so its numbers
 mean the same on any machine (loopback is otherwise far faster than any home uplink); a node
@@ -42,3 +42,14 @@ class TokenBucket:
                     self.taken += n
                     return
                 await asyncio.sleep((min(need, self.burst) - self._tokens) / self.rate)
+
+    def try_take(self, n: float = 1.0) -> bool:
+        """Take ``n`` tokens now if the bucket has them (a request budget: refuse, do not wait)."""
+        now = time.monotonic()
+        self._tokens = min(self.burst, self._tokens + (now - self._stamp) * self.rate)
+        self._stamp = now
+        if self._tokens < n:
+            return False
+        self._tokens -= n
+        self.taken += int(n)
+        return True

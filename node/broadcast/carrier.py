@@ -29,6 +29,8 @@ MAX_REQUEST = MAX_MANIFEST_BYTES + 1024  # a manifest offer is the biggest reque
 SLICE = 64 * 1024  # bytes written per upload-cap token take
 U32 = struct.Struct(">I")
 HEADER = struct.Struct(">BQ")
+STREAMS_PER_REMOTE = 16  # requests one peer may have open with us (an honest one: a window + offers)
+MAX_STREAMS = 256  # ... and all peers together (peer ids are free: the per-peer bound alone is not one)
 
 # handler(remote carrier id, request) -> (status, payload) or (status, payload, done): ``done`` is
 # called once the reply is written (or failed), so a handler's serve slot covers the upload too.
@@ -53,6 +55,26 @@ class Carrier(ABC):
     def __init__(self, upload: TokenBucket | None = None):
         self.upload = upload
         self._reply_order: dict[str, tuple[asyncio.Lock, int]] = {}  # remote -> (lock, replies queued)
+        self._open: dict[str, int] = {}  # remote -> requests being served
+        self.refused_streams = 0
+        # remote -> whether the topology ties it to us (a child or a node above): set by the
+        # broadcast peer; those are served past MAX_STREAMS, so strangers cannot crowd them out
+        self.favoured: Callable[[str], bool] = lambda remote: False
+
+    def admit(self, remote: str) -> bool:
+        """Whether to serve one more request from ``remote`` (pair with ``leave``): a peer that
+        opens requests by the hundred is refused past its share instead of queueing them all."""
+        if self._open.get(remote, 0) >= STREAMS_PER_REMOTE or (
+                sum(self._open.values()) >= MAX_STREAMS and not self.favoured(remote)):
+            self.refused_streams += 1
+            return False
+        self._open[remote] = self._open.get(remote, 0) + 1
+        return True
+
+    def leave(self, remote: str) -> None:
+        n = self._open.pop(remote, 1) - 1
+        if n > 0:
+            self._open[remote] = n
 
     @abstractmethod
     async def start(self, handler: Handler) -> None: ...
@@ -134,6 +156,14 @@ class MemoryCarrier(Carrier):
         return task.result()
 
     async def _serve(self, remote: str, request: bytes, max_reply: int) -> tuple[int, bytes]:
+        if not self.admit(remote):
+            raise CarrierError(f"{self.address} refused a request from {remote}: too many open")
+        try:
+            return await self._serve_admitted(remote, request, max_reply)
+        finally:
+            self.leave(remote)
+
+    async def _serve_admitted(self, remote: str, request: bytes, max_reply: int) -> tuple[int, bytes]:
         status, payload, done = unpack_reply(await self._handler(remote, request))
         try:
             if len(payload) > max_reply:

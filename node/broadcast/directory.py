@@ -1,20 +1,27 @@
-"""Who follows a weight source, and what its newest version is: two kinds of small DHT records.
+"""Who follows a weight source, and what its newest version is: small DHT records.
 
-    key     swarm-node/<swarm>/weights/<source peer id>
-    subkey  <source peer id>    value {"k", "v": newest version, "d": manifest digest (hex), "addr"}
-    subkey  <follower peer id>  value {"k", "addr": its carrier address, "applied": version or -1}
+    key  swarm-node/<swarm>/weights/<source>          subkey <source>    {"k", "v": newest version,
+                                                                          "d": manifest digest (hex), "addr"}
+    key  swarm-node/<swarm>/weights/<source>/<h[:1]>  subkey <follower>  {"k", "addr": its carrier address,
+                                                                          "applied": version or -1}
 
 Each record is owner-signed like every swarm-node DHT value (node/transport/dht_records.py), so
 only the source can write the pointer and only a follower its own announcement; the record
-validator (node/transport/index_records.py) bounds their shape and life (``WEIGHTS_TTL_S``). The
-values are a few hundred bytes: the manifest itself (up to 2 MiB) never enters the DHT, it travels
-over the carrier (``["n", source]`` to any holder, or an offer down the tree).
+validator (node/transport/index_records.py) keeps the pointer's key to the source's subkey
+alone (a flood of fresh identities cannot grow it past a reply, or hide the pointer) and each
+announcement to its follower's shard (16, by the hash of its id). The values are a few hundred
+bytes: the manifest itself (up to 2 MiB) never enters the DHT, it travels over the carrier
+(``["m", digest]`` to any holder, or an offer down the tree).
 
-A source reads the followers to order the next manifest's relays: in an order drawn from a hash
-of the version and the peer id, so it rotates (the end of the chain, the slowest place to be, is
-not always the same node's) and no announcement can buy a place near the source (what a follower
-says it applied is a claim, and is not used). At most ``MAX_RELAYS``: followers past that attach
-as leaves. A relay that does not serve is routed around (node/broadcast/peer.py).
+A source reads every shard to order the next manifest's relays (``relay_order``): first the
+followers it has *vouched* for (their rollouts, made with its versions, were admitted: work a
+fresh identity has not done), then at most ``MAX_UNVOUCHED_RELAYS`` others; each group in an
+order drawn from a hash of the version and the peer id, so it rotates (the end of the chain,
+the slowest place to be, is not always the same node's) and no announcement can buy a place
+(what a follower says it applied is a claim, and is not used). Everyone else attaches as a
+leaf (node/broadcast/topology.py), so identities that never serve can stand in front of at most
+a few honest followers. A follower reads the pointer, and only the shards of the peers it
+receives from. A relay that does not serve is routed around (node/broadcast/peer.py).
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from dataclasses import dataclass
 
 from hivemind.utils import get_dht_time
 
-from node.transport.dht_index import weights_key
+from node.transport.dht_index import FOLLOWER_LEVEL, SHARD_FANOUT, followers_key, shard_prefix, weights_key
 from protocol.identity import PEER_ID_RE
 from protocol.manifest import MAX_RELAYS, Manifest
 
@@ -34,6 +41,7 @@ log = logging.getLogger(__name__)
 __all__ = ["Pointer", "WeightDirectory", "relay_order"]
 
 ANNOUNCE_TTL_S = 120.0
+MAX_UNVOUCHED_RELAYS = 4  # followers the source has no work from that still get a relay's place
 
 
 @dataclass(frozen=True)
@@ -43,18 +51,32 @@ class Pointer:
     address: str
 
 
-def relay_order(followers, next_version: int) -> list[str]:
+def _rank(next_version: int, peer: str) -> bytes:
+    return hashlib.sha256(f"{next_version}:{peer}".encode()).digest()
+
+
+def relay_order(followers, next_version: int, vouched=frozenset()) -> list[str]:
     """Followers (peer ids) in relay order for ``next_version``; pure, see the module doc."""
-    return sorted(followers, key=lambda p: hashlib.sha256(f"{next_version}:{p}".encode()).digest())[:MAX_RELAYS]
+    ranked = sorted(followers, key=lambda p: _rank(next_version, p))
+    known = [p for p in ranked if p in vouched]
+    others = [p for p in ranked if p not in vouched][:MAX_UNVOUCHED_RELAYS]
+    return (known + others)[:MAX_RELAYS]
+
+
+def _all_prefixes() -> list[str]:
+    return [format(i, "x") for i in range(SHARD_FANOUT ** FOLLOWER_LEVEL)]
 
 
 class WeightDirectory:
-    """Reads and writes one source's weights key through a hivemind ``DHTNode`` whose record
+    """Reads and writes one source's weights records through a hivemind ``DHTNode`` whose record
     validator signs for ``me``."""
 
     def __init__(self, dht_node, swarm: str, source: str, me: str):
         self.node, self.swarm, self.source, self.me = dht_node, swarm, source, me
         self.key = weights_key(swarm, source)
+
+    def _shard_key(self, peer: str) -> str:
+        return followers_key(self.swarm, self.source, shard_prefix(peer, FOLLOWER_LEVEL))
 
     async def announce_version(self, m: Manifest, address: str, ttl: float = ANNOUNCE_TTL_S) -> bool:
         assert self.me == self.source, "only the source writes its pointer"
@@ -62,24 +84,37 @@ class WeightDirectory:
         return bool(await self.node.store(self.key, value, get_dht_time() + ttl, subkey=self.me))
 
     async def announce_follower(self, address: str, applied: int | None, ttl: float = ANNOUNCE_TTL_S) -> bool:
-        value = {"k": self.key, "addr": address, "applied": -1 if applied is None else applied}
-        return bool(await self.node.store(self.key, value, get_dht_time() + ttl, subkey=self.me))
+        key = self._shard_key(self.me)
+        value = {"k": key, "addr": address, "applied": -1 if applied is None else applied}
+        return bool(await self.node.store(key, value, get_dht_time() + ttl, subkey=self.me))
 
-    async def read(self) -> tuple[Pointer | None, dict[str, tuple[str, int]]]:
-        """(the source's pointer, {follower: (address, applied)}), what the DHT holds now."""
+    async def read_pointer(self) -> Pointer | None:
+        """The source's newest version, as its pointer says (None: none announced, or expired)."""
         found = await self.node.get(self.key, latest=True)
-        pointer, followers = None, {}
-        if found is None or not isinstance(found.value, dict):
-            return None, {}
-        for peer, entry in found.value.items():
-            value = getattr(entry, "value", None)
-            if not isinstance(peer, str) or not PEER_ID_RE.fullmatch(peer) or not isinstance(value, dict):
+        entry = found.value.get(self.source) if found is not None and isinstance(found.value, dict) else None
+        value = getattr(entry, "value", None)
+        if not isinstance(value, dict):
+            return None
+        try:
+            return Pointer(value["v"], bytes.fromhex(value["d"]), value["addr"])
+        except (KeyError, ValueError, TypeError):
+            return None  # the validator has checked it; a bug elsewhere is no reason to stop
+
+    async def read_followers(self, near: list[str] | None = None) -> dict[str, tuple[str, int]]:
+        """{follower: (address, applied)} from the shards of the peers in ``near`` (all shards
+        when None), what the DHT holds now. Shards are read in one traversal."""
+        prefixes = (_all_prefixes() if near is None
+                    else list(dict.fromkeys(shard_prefix(p, FOLLOWER_LEVEL) for p in near)))
+        keys = [followers_key(self.swarm, self.source, x) for x in prefixes]
+        found = await self.node.get_many(keys, sufficient_expiration_time=float("inf")) if keys else {}
+        followers = {}
+        for key in keys:
+            got = found.get(key)
+            if got is None or not isinstance(got.value, dict):
                 continue
-            if peer == self.source and "v" in value:
-                try:
-                    pointer = Pointer(value["v"], bytes.fromhex(value["d"]), value["addr"])
-                except (KeyError, ValueError, TypeError):
-                    continue  # the validator has checked it; a bug elsewhere is no reason to stop
-            elif peer != self.source and "applied" in value:
-                followers[peer] = (value["addr"], value["applied"])
-        return pointer, followers
+            for peer, entry in got.value.items():
+                value = getattr(entry, "value", None)
+                if (isinstance(peer, str) and PEER_ID_RE.fullmatch(peer) and peer != self.source
+                        and isinstance(value, dict) and "applied" in value):
+                    followers[peer] = (value["addr"], value["applied"])
+        return followers

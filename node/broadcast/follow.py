@@ -2,12 +2,13 @@
 that keeps a policy at the source's newest version, within a staleness bound.
 
 ``WeightSource.publish`` encodes the policy's trained state (policies/weight_state.py), orders the
-announced followers into the manifest's relays (node/broadcast/directory.py), signs and offers it
-(node/broadcast/peer.py), and writes its pointer to the DHT. ``WeightFollower.run`` announces
-the follower every few seconds, learns the relays' addresses and the newest version from the
-DHT, asks for a manifest it has missed, and applies each complete version to its policy
-atomically (``apply_state`` under the policy's weights lock, in a worker thread). The last good
-version stays when a version fails to apply.
+announced followers into the manifest's relays (node/broadcast/directory.py: the ones it vouches
+for first), signs and offers it (node/broadcast/peer.py), and writes its pointer to the DHT.
+``WeightFollower.run`` announces the follower every few seconds, reads the newest version from the
+source's pointer and the addresses of the peers it exchanges with (its upstream and children)
+from their shards, asks for a manifest it has missed, and applies each complete version to its
+policy atomically (``apply_state`` under the policy's weights lock, in a worker thread). The last
+good version stays when a version fails to apply.
 
 Staleness: ``newest_seen`` is the newest version announced by the source (pointer) or held;
 ``lag = newest_seen - applied``; a worker may publish rollouts only while ``lag <= max_staleness``
@@ -21,6 +22,7 @@ import logging
 
 from node.broadcast.directory import WeightDirectory, relay_order
 from node.broadcast.peer import BroadcastPeer
+from node.broadcast.store import ChunkStore
 from policies.weight_state import apply_state, encode_state
 from protocol.manifest import Manifest
 
@@ -37,23 +39,55 @@ def fresh_enough(applied: int | None, newest_seen: int | None, max_staleness: in
 
 
 class WeightSource:
-    def __init__(self, policy, peer: BroadcastPeer, directory: WeightDirectory, fanout: int = 1):
+    """Publishes a policy's versions. With a ``store``, the last signed manifest is kept on disk
+    before it is offered, so a restarted source (resumed from an older checkpoint, say) never
+    signs a version number again: its followers would refuse the new weights as old, or worse,
+    label rollouts of the old ones with a number that now means others."""
+
+    def __init__(self, policy, peer: BroadcastPeer, directory: WeightDirectory, fanout: int = 1,
+                 store: ChunkStore | None = None):
         self.policy, self.peer, self.directory, self.fanout = policy, peer, directory, fanout
+        self.store = store
         self.version = -1
         self.last: Manifest | None = None
 
-    async def publish(self, version: int, step: int) -> Manifest:
+    async def next_free_version(self) -> int:
+        """The lowest version this source has not signed, as far as its disk and its DHT pointer
+        (a deleted run folder's, while it lives) know."""
+        seen = [-1]
+        if self.store is not None:
+            m = self.store.load_manifest("published")
+            if m is not None and m.source == self.peer.me and m.swarm == self.peer.swarm:
+                seen.append(m.version)
+        try:
+            pointer = await self.directory.read_pointer()
+        except (ConnectionError, OSError, asyncio.TimeoutError) as e:
+            log.warning("weights directory: %s: %s", type(e).__name__, e)
+            pointer = None
+        if pointer is not None:
+            seen.append(pointer.version)
+        self.version = max(self.version, *seen)
+        return self.version + 1
+
+    async def publish(self, version: int, step: int, vouched=frozenset()) -> Manifest:
+        """Sign and offer ``version``; ``vouched``: followers whose work the caller admitted."""
+        if version <= self.version:
+            raise ValueError(f"version {version} is not newer than {self.version}, signed before")
         data, fmt = await asyncio.to_thread(encode_state, self.policy)
-        _, followers = await self.directory.read()
+        followers = await self.directory.read_followers()
         for peer, (addr, _) in followers.items():
             self.peer.directory[peer] = addr
-        relays = relay_order(followers, version)
+        relays = relay_order(followers, version, vouched)
         m = await self.peer.publish(data, version=version, step=step, model_fingerprint=self.policy.model_fingerprint,
                                     tokenizer_fingerprint=self.policy.tokenizer_fingerprint, format=fmt,
-                                    relays=relays, fanout=self.fanout)
+                                    relays=relays, fanout=self.fanout,
+                                    before_offer=self._record if self.store is not None else None)
         self.version, self.last = version, m
         await self.directory.announce_version(m, self.peer.carrier.address)
         return m
+
+    def _record(self, m: Manifest) -> None:
+        self.store.save_manifest("published", m)  # an OSError here stops the publish: nothing offered
 
     async def refresh(self) -> None:
         """Re-announce the pointer before it expires."""
@@ -72,6 +106,7 @@ class WeightFollower:
         self.after_apply = None  # called (in the apply thread, under the weights lock): a vLLM engine's sync
         self.label: int | None = None  # the version the policy's weights are now, set with them
         peer.on_version = self._apply
+        peer.resolve = self._resolve
 
     async def start(self) -> None:
         """Start serving; a restarted follower first puts back its last good version (one that no
@@ -127,12 +162,17 @@ class WeightFollower:
     def fresh_enough(self) -> bool:
         return fresh_enough(self.applied, self.newest_seen, self.max_staleness)
 
+    async def _resolve(self, peers: list[str]) -> dict[str, tuple[str, int]]:
+        """Addresses of ``peers`` (and of the others in their shards) into the peer's table."""
+        followers = await self.directory.read_followers([p for p in peers if p != self.directory.source])
+        for peer, (addr, _) in followers.items():
+            self.peer.directory[peer] = addr  # a relay restarted on a new port is found again
+        return followers
+
     async def poll_once(self) -> None:
         await self.directory.announce_follower(self.peer.carrier.address, self.applied)
-        pointer, followers = await self.directory.read()
-        for peer, (addr, _) in followers.items():
-            if peer != self.directory.source:
-                self.peer.directory[peer] = addr  # a relay restarted on a new port is found again
+        pointer = await self.directory.read_pointer()
+        followers = await self._resolve([self.peer.me, *self.peer.neighbours()])
         if pointer is None:
             return
         self.peer.directory[self.directory.source] = pointer.address

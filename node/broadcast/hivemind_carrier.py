@@ -24,7 +24,8 @@ log = logging.getLogger(__name__)
 
 __all__ = ["HivemindCarrier"]
 
-READ_TIMEOUT_S = 30.0  # a requester that sends nothing for this long is dropped
+READ_TIMEOUT_S = 30.0  # a peer that reads or writes nothing for this long is dropped
+REQUEST_TIMEOUT_S = 5.0  # a request is small: its header must come this fast (its body at MIN_RATE)
 MIN_RATE = 64 * 1024  # bytes/s: a reply slower than this is given up (a 256 KiB chunk: 4 s + the timeout)
 
 
@@ -65,14 +66,18 @@ class HivemindCarrier(Carrier):
         return _peer_of(address)[0].to_base58()
 
     async def _serve(self, info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        remote = info.peer_id.to_base58()
+        if not self.admit(remote):
+            writer.close()  # past its share of open requests: closing is the answer
+            return
         task = asyncio.current_task()
         self._serving.add(task)
         try:
-            (n,) = U32.unpack(await asyncio.wait_for(reader.readexactly(U32.size), READ_TIMEOUT_S))
+            (n,) = U32.unpack(await asyncio.wait_for(reader.readexactly(U32.size), REQUEST_TIMEOUT_S))
             if n > MAX_REQUEST:
                 return  # closing is the answer to a request nobody honest sends
-            request = await asyncio.wait_for(reader.readexactly(n), READ_TIMEOUT_S)
-            remote = info.peer_id.to_base58()
+            # A stream slot is held while the request arrives: a trickling peer gives it back soon.
+            request = await asyncio.wait_for(reader.readexactly(n), REQUEST_TIMEOUT_S + n / MIN_RATE)
             status, payload, done = unpack_reply(await self._handler(remote, request))
             try:
                 writer.write(HEADER.pack(status, len(payload)))
@@ -94,6 +99,7 @@ class HivemindCarrier(Carrier):
             pass
         finally:
             self._serving.discard(task)
+            self.leave(remote)
             writer.close()
 
     async def call(self, address: str, request: bytes, *, max_reply: int, timeout: float) -> tuple[int, bytes]:

@@ -21,8 +21,12 @@ Requests (msgpack lists, through the carrier)::
     ["c", digest, index]       a chunk                             -> OK + bytes | NOT_YET | UNKNOWN
 
 What a stranger can do: offer manifests (each costs a signature check, only for the source we
-follow), and download what we hold through our upload cap, in a few serve slots shared by
-everyone outside our own children.
+follow) and ask for them, within a request budget per peer and one for everyone
+(``MANIFEST_REQUESTS``); download what we hold through our upload cap, in a few serve slots
+shared by everyone outside our own children; and keep a few requests open, within the carrier's
+per-peer bound (node/broadcast/carrier.py; the peers the topology ties us to are served past the
+overall one). A node above us that failed us is asked last for the next ``SUSPECT_VERSIONS``
+versions, so a relay that stalls costs its children one stall, not one per version.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from typing import Awaitable, Callable
 import msgpack
 
 from node.broadcast import topology
+from node.broadcast.bucket import TokenBucket
 from node.broadcast.carrier import MAX_REQUEST, Carrier, CarrierError
 from node.broadcast.store import ChunkStore
 from protocol.errors import ProtocolError
@@ -53,6 +58,10 @@ OK, NOT_YET, UNKNOWN, BAD_REQUEST, BUSY = 0, 1, 2, 3, 4
 HELD_VERSIONS = 2  # versions a node keeps serving (the newest and the one before)
 MAX_SERVES = 16  # replies being written at once
 STRANGER_SERVES = 2  # ... of them to peers that are not our children in the version asked for
+MANIFEST_REQUESTS = (2.0, 16.0)  # offers and manifest asks a second (and burst) from one peer ...
+ALL_MANIFEST_REQUESTS = (32.0, 64.0)  # ... and from everyone
+REMOTES_TRACKED = 1024  # per-peer budgets kept (the least recent go first)
+SUSPECT_VERSIONS = 3  # versions a node that failed us is asked after the others
 
 
 def _join_and_hash(parts: list[bytes]) -> tuple[bytes, bytes]:
@@ -95,6 +104,7 @@ class BroadcastStats:
     served_bytes: int = 0
     served_chunks: int = 0
     turned_away: int = 0  # requests refused for lack of a serve slot
+    over_budget: int = 0  # manifest offers and asks refused past a request budget
     resumed_chunks: int = 0  # chunks found on disk at a restart
     versions_completed: int = 0
 
@@ -119,8 +129,14 @@ class BroadcastPeer:
         self.stats = BroadcastStats()
         self._serves = asyncio.Semaphore(MAX_SERVES)
         self._stranger_serves = asyncio.Semaphore(STRANGER_SERVES)
+        self._budgets: collections.OrderedDict[str, TokenBucket] = collections.OrderedDict()
+        self._all_budget = TokenBucket(*ALL_MANIFEST_REQUESTS)
+        self.suspects: dict[str, int] = {}  # peer -> the version it failed us in
+        # async (peers) -> fills ``directory`` with their addresses (the follower's DHT reads)
+        self.resolve: Callable[[list[str]], Awaitable[object]] | None = None
         self._tasks: set[asyncio.Task] = set()
         self._closed = False
+        carrier.favoured = self._favoured
 
     # -- life cycle -----------------------------------------------------------------------------
     async def start(self) -> tuple[Manifest, bytes] | None:
@@ -160,12 +176,17 @@ class BroadcastPeer:
     # -- source ---------------------------------------------------------------------------------
     async def publish(self, data: bytes, *, version: int, step: int, model_fingerprint: str,
                       tokenizer_fingerprint: str, format: str, relays: list[str], fanout: int = 1,
-                      chunk_size: int | None = None) -> Manifest:
+                      chunk_size: int | None = None,
+                      before_offer: Callable[[Manifest], None] | None = None) -> Manifest:
+        """Sign ``data`` as ``version`` and offer it down the tree; ``before_offer(manifest)`` runs
+        first (the source records what it signed: if that fails, nothing is offered)."""
         chunk_size = chunk_size or choose_chunk_size(len(data))
         m = await asyncio.to_thread(build_manifest, data, self.identity, swarm=self.swarm, version=version,
                                     step=step, model_fingerprint=model_fingerprint,
                                     tokenizer_fingerprint=tokenizer_fingerprint, format=format,
                                     chunk_size=chunk_size, relays=relays, fanout=fanout)
+        if before_offer is not None:
+            before_offer(m)
         t = Transfer(m, data=bytes(data), finished=time.monotonic())
         t.done.set()
         self._hold(t)
@@ -227,7 +248,6 @@ class BroadcastPeer:
         t = Transfer(m)
         self._hold(t)
         t.task = self._spawn(self._receive_logged(t, resumed))
-        self._offer_down(m)
         if self.store is not None:
             try:
                 self.store.save_manifest("pending", m)
@@ -262,8 +282,47 @@ class BroadcastPeer:
         except Exception:  # a bug or a full disk: say so; the last good version stays
             log.exception("receiving version %d of %s failed", t.manifest.version, t.manifest.source)
 
+    def neighbours(self) -> list[str]:
+        """The peers the newest held version ties us to: children, then the nearest nodes above."""
+        if not self.held:
+            return []
+        m = next(reversed(self.held.values())).manifest
+        return [*topology.children(m, self.me), *topology.upstream(m, self.me)[:3]]
+
+    def _favoured(self, remote: str) -> bool:
+        ids = set()
+        for peer in self.neighbours():
+            try:
+                ids.add(self.carrier.remote_id(self.directory[peer]))
+            except (KeyError, CarrierError):
+                continue
+        return remote in ids
+
+    def _allowed(self, remote: str) -> bool:
+        """Within the manifest-request budgets (per peer, and everyone's)."""
+        bucket = self._budgets.get(remote)
+        if bucket is None:
+            bucket = self._budgets[remote] = TokenBucket(*MANIFEST_REQUESTS)
+            if len(self._budgets) > REMOTES_TRACKED:
+                self._budgets.popitem(last=False)
+        self._budgets.move_to_end(remote)
+        # one peer cannot spend everyone's budget; many fresh ones can, except for our neighbours'
+        if bucket.try_take() and (self._all_budget.try_take() or self._favoured(remote)):
+            return True
+        self.stats.over_budget += 1
+        return False
+
     async def _receive(self, t: Transfer, resumed: bool) -> None:
         m = t.manifest
+        wanted = [p for p in [*topology.children(m, self.me), *topology.upstream(m, self.me)]
+                  if p not in self.directory and p != m.source]
+        if wanted and self.resolve is not None:  # addresses of the peers this version ties us to
+            try:
+                await self.resolve(wanted)
+            except (ConnectionError, OSError, asyncio.TimeoutError) as e:
+                log.info("looking up the relays of version %d: %s", m.version, e)
+        self._offer_down(m)
+        self.suspects = {p: v for p, v in self.suspects.items() if m.version - v < SUSPECT_VERSIONS}
         if self.store is not None:  # what an earlier run (or an older version) already got
             found = await asyncio.to_thread(self._chunks_on_disk, m)
             for i, data in found.items():
@@ -306,6 +365,7 @@ class BroadcastPeer:
         parent = topology.upstream(m, self.me)[0]
         while True:
             holders = [p for p in topology.upstream(m, self.me) if p not in t.dropped and p in self.directory]
+            holders.sort(key=lambda p: p in self.suspects)  # (stable: the tree's order otherwise)
             if not holders:
                 # Everyone above us failed this version: start over from the parent (a dead relay
                 # may be back, a stall may have cleared) after a pause, rather than give up.
@@ -317,7 +377,7 @@ class BroadcastPeer:
                 status, body = await self._ask_chunk(t, peer, i)
             except CarrierError as e:
                 self.stats.failed_requests[peer] += 1
-                t.dropped.add(peer)
+                self._drop(t, peer)
                 log.info("chunk %d of version %d: %s failed (%s); asking the next node up", i, m.version, peer, e)
                 continue
             if status == OK and await asyncio.to_thread(m.chunk_ok, i, body):
@@ -336,7 +396,12 @@ class BroadcastPeer:
                             "version", i, m.version, peer)
             else:  # stalled past stall_s, or it does not hold the version even after our offer
                 self.stats.failed_requests[peer] += 1
-            t.dropped.add(peer)
+            self._drop(t, peer)
+
+    def _drop(self, t: Transfer, peer: str) -> None:
+        t.dropped.add(peer)
+        if peer != t.manifest.source:
+            self.suspects[peer] = t.manifest.version
 
     async def _ask_chunk(self, t: Transfer, peer: str, i: int) -> tuple[int, bytes]:
         """Ask until ``peer`` answers with bytes, or for stall_s. NOT_YET and BUSY mean alive
@@ -389,6 +454,8 @@ class BroadcastPeer:
             kind = req[0]
         except Exception:  # hostile bytes: any msgpack failure is a bad request
             return BAD_REQUEST, b""
+        if kind in ("o", "m", "n") and not self._allowed(remote):
+            return BUSY, b""
         if kind == "o" and len(req) == 2 and type(req[1]) is bytes:
             try:
                 self.offer(decode_manifest(req[1]))
@@ -473,7 +540,8 @@ class BroadcastPeer:
             "newest_seen": newest, "transfer": flight,
             "bad_chunks": dict(self.stats.bad_chunks), "failed_requests": dict(self.stats.failed_requests),
             "fallbacks": self.stats.fallbacks, "served_bytes": self.stats.served_bytes,
-            "turned_away": self.stats.turned_away, "resumed_chunks": self.stats.resumed_chunks,
+            "turned_away": self.stats.turned_away, "over_budget": self.stats.over_budget,
+            "refused_streams": self.carrier.refused_streams, "resumed_chunks": self.stats.resumed_chunks,
             "manifests_refused": dict(self.check.refused) if self.check else {},
             "versions_completed": self.stats.versions_completed,
         }

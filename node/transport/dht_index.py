@@ -40,9 +40,9 @@ from typing import Iterable, Mapping, Sequence, Set
 
 from protocol.identity import PEER_ID_RE
 
-__all__ = ["SHARD_FANOUT", "MAX_LEVEL", "SHARD_TARGET", "EXPLORE_EVERY_ROUNDS", "peer_hash", "shard_prefix",
-           "level_for", "write_levels", "round_key", "peers_key", "weights_key", "parse_key", "ParsedKey", "read_plan",
-           "estimate_size", "choose_fetches", "explore_order", "envelopes_wanted", "explore_allowance", "bulky_threshold"]
+__all__ = ["SHARD_FANOUT", "MAX_LEVEL", "SHARD_TARGET", "EXPLORE_EVERY_ROUNDS", "FOLLOWER_LEVEL", "peer_hash",
+           "shard_prefix", "level_for", "write_levels", "round_key", "peers_key", "weights_key", "followers_key",
+           "parse_key", "ParsedKey", "read_plan", "estimate_size", "choose_fetches", "explore_order", "envelopes_wanted", "explore_allowance", "bulky_threshold"]
 
 SHARD_FANOUT = 16  # one hex digit of the peer-id hash per level
 MAX_LEVEL = 3  # 4096 shards: ~64 entries a shard at a quarter of a million peers
@@ -85,16 +85,25 @@ def peers_key(swarm: str, prefix: str) -> str:
     return f"swarm-node/{swarm}/peers/{prefix}"
 
 
+FOLLOWER_LEVEL = 1  # a source's followers announce on 16 shards (at most MAX_RELAYS are relays)
+
+
 def weights_key(swarm: str, source: str) -> str:
-    """Where a weight source's newest version (its subkey) and its followers (theirs) are
-    announced: node/broadcast/directory.py."""
+    """Where a weight source's newest version is announced, under its own subkey only
+    (node/broadcast/directory.py): no flood of followers can grow this record."""
     return f"swarm-node/{swarm}/weights/{source}"
+
+
+def followers_key(swarm: str, source: str, prefix: str) -> str:
+    """One shard of a source's follower announcements: each follower's at ``shard_prefix(its id,
+    FOLLOWER_LEVEL)``."""
+    return f"swarm-node/{swarm}/weights/{source}/{prefix}"
 
 
 @dataclass(frozen=True)
 class ParsedKey:
     swarm: str
-    kind: str  # "rollouts" | "peers" | "weights"
+    kind: str  # "rollouts" | "peers" | "weights" | "followers"
     round: int | None
     prefix: str
     source: str | None = None  # a weights key's source peer id
@@ -111,6 +120,9 @@ def parse_key(raw: str) -> ParsedKey | None:
         swarm, kind, round, prefix = parts[1], "rollouts", int(parts[3]), parts[4]
     elif len(parts) == 4 and parts[2] == "weights" and PEER_ID_RE.fullmatch(parts[3]):
         return ParsedKey(parts[1], "weights", None, "", parts[3]) if parts[1] else None
+    elif (len(parts) == 5 and parts[2] == "weights" and PEER_ID_RE.fullmatch(parts[3])
+          and len(parts[4]) == FOLLOWER_LEVEL and _PREFIX_RE.fullmatch(parts[4])):
+        return ParsedKey(parts[1], "followers", None, parts[4], parts[3]) if parts[1] else None
     else:
         return None
     if not swarm or not _PREFIX_RE.fullmatch(prefix):

@@ -77,9 +77,10 @@ class SwarmRecordValidator(RecordValidatorBase):
     - only this swarm's keys, and only rounds from 33 back to 2 (plus the clock slack) ahead:
       nothing is kept that no reader will read before it expires;
     - heartbeats expire within ``HEARTBEAT_ROUNDS`` rounds;
-    - weights records (``swarm-node/<swarm>/weights/<source>``, node/broadcast/directory.py): under
-      the source's own subkey only its pointer ``{k, v: version, d: 64 hex, addr}``, under any other
-      a follower's ``{k, addr, applied: int >= -1}``; each lives at most ``WEIGHTS_TTL_S``.
+    - weights records (node/broadcast/directory.py): ``swarm-node/<swarm>/weights/<source>`` holds
+      only the source's pointer ``{k, v: version, d: 64 hex, addr}`` under the source's subkey;
+      ``.../weights/<source>/<h[:1]>`` followers' ``{k, addr, applied: int >= -1}`` in their own
+      shard; each lives at most ``WEIGHTS_TTL_S``.
 
     Other swarms' records are refused (a node is no replica for them; a shared bootstrap peer
     keeps any owner-signed record).
@@ -130,8 +131,8 @@ class SwarmRecordValidator(RecordValidatorBase):
         if parsed.swarm != self.swarm:
             return False  # a node keeps its own swarm's index only (the bootstrap peer keeps any)
         now = get_dht_time()
-        if parsed.kind == "weights":
-            return self._weights_ok(parsed.source, subkey, value, record.expiration_time - now)
+        if parsed.kind in ("weights", "followers"):
+            return self._weights_ok(parsed.kind, parsed.source, subkey, value, record.expiration_time - now)
         if parsed.kind == "peers":
             # A heartbeat lives 3 rounds: none may outlive HEARTBEAT_ROUNDS, so junk heartbeats
             # cost their sender a store every few rounds, not one an hour.
@@ -151,17 +152,19 @@ class SwarmRecordValidator(RecordValidatorBase):
 
 
     @staticmethod
-    def _weights_ok(source: str, subkey: str, value: dict, ttl: float) -> bool:
-        """The source's subkey holds its pointer, anyone else's their follower announcement: both
-        small, short-lived. Owner signatures (checked first) keep each to its own subkey."""
+    def _weights_ok(kind: str, source: str, subkey: str, value: dict, ttl: float) -> bool:
+        """A source's weights key holds its pointer under its own subkey and nothing else, so no
+        flood of identities can grow it past a reply or hide it; its followers' announcements go
+        on their shards (the general shard rule keeps each in its own). Both are small and
+        short-lived. Owner signatures (checked first) keep each to its own subkey."""
         if ttl > WEIGHTS_TTL_S + _CLOCK_SLACK_S or not (isinstance(value.get("addr"), str)
                                                         and len(value["addr"]) <= _MAX_ADDR
                                                         and _ADDR_RE.fullmatch(value["addr"])):
             return False
-        if subkey == source:
-            return (set(value) == _POINTER_FIELDS and type(value["v"]) is int and 0 <= value["v"] < 2 ** 63
+        if kind == "weights":
+            return (subkey == source and set(value) == _POINTER_FIELDS and type(value["v"]) is int and 0 <= value["v"] < 2 ** 63
                     and isinstance(value["d"], str) and _SHA256_RE.fullmatch(value["d"]) is not None)
-        return (set(value) == _FOLLOWER_FIELDS and type(value["applied"]) is int
+        return (subkey != source and set(value) == _FOLLOWER_FIELDS and type(value["applied"]) is int
                 and -1 <= value["applied"] < 2 ** 63)
 
 

@@ -7,14 +7,15 @@ import asyncio
 import os
 import random
 
+import msgpack
 import pytest
 
 from node.broadcast.bucket import TokenBucket
 from node.broadcast.carrier import MemoryCarrier, MemoryHub
-from node.broadcast.peer import OK, BroadcastPeer
+from node.broadcast.peer import BUSY, NOT_YET, OK, BroadcastPeer
 from node.broadcast.store import ChunkStore
 from protocol.identity import Identity
-from protocol.manifest import Manifest, build_manifest
+from protocol.manifest import Manifest, build_manifest, encode_manifest
 
 SWARM = "s"
 META = dict(step=7, model_fingerprint="mf", tokenizer_fingerprint="tf", format="safetensors-full")
@@ -194,6 +195,7 @@ def test_a_restarted_follower_resumes_from_its_chunks_and_keeps_its_last_good_ve
         last_good = await again.start()
         assert last_good is not None and last_good[0].version == 1 and last_good[1] == v1
         await net.wait_all(2, names=["f0"])
+        await next(t for t in again.held.values() if t.manifest.version == 2).task  # (it prunes after applying)
         st = again.status()
         await net.close()
         return net, v2, st, again
@@ -223,3 +225,89 @@ def test_a_restarted_follower_refuses_a_replay_of_what_it_already_applied(tmp_pa
 
     taken, again = run(go())
     assert not taken and again.check.newest == 4 and again.status()["manifests_refused"] == {"old_version": 1}
+
+
+class StallingCarrier(MemoryCarrier):
+    """A relay that answers every chunk request "not yet", forever (it holds the version)."""
+
+    async def _serve(self, remote, request, max_reply):
+        if msgpack.unpackb(request)[0] == "c":
+            await asyncio.sleep(0.01)
+            return NOT_YET, b""
+        return await super()._serve(remote, request, max_reply)
+
+
+def test_a_relay_that_stalled_is_asked_last_in_the_next_versions():
+    async def go():
+        net = Net(3, stall_s=0.3, chunk_wait_s=0.1)
+        await net.start(carrier_cls={"f1": StallingCarrier})
+        src, f2 = net.peers["src"], net.peers["f2"]
+        await src.publish(weights(20_000, 10), version=1, relays=net.followers(), chunk_size=4096, **META)
+        await net.wait_all(1)
+        after_v1 = f2.stats.failed_requests[net.pid("f1")]
+        await src.publish(weights(20_000, 11), version=2, relays=net.followers(), chunk_size=4096, **META)
+        await net.wait_all(2)
+        t2 = next(t for t in f2.held.values() if t.manifest.version == 2)
+        st = (after_v1, f2.stats.failed_requests[net.pid("f1")], dict(t2.from_peer), dict(f2.suspects))
+        await net.close()
+        return net, st
+
+    net, (after_v1, after_v2, from_v2, suspects) = run(go())
+    assert 1 <= after_v1 <= 4  # the window's requests in flight stalled once, in version 1
+    assert after_v2 == after_v1 and from_v2 == {net.pid("f0"): 5}  # version 2: straight to its grandparent
+    assert suspects == {net.pid("f1"): 1}
+
+
+def test_a_flood_of_offers_is_refused_past_its_budget_and_the_parents_offer_still_counts():
+    async def go():
+        net = Net(1)
+        await net.start()
+        mallory = MemoryCarrier(net.hub, "mallory")
+        await mallory.start(lambda remote, request: None)
+        junk = build_manifest(weights(9000, 12), Identity.generate(), swarm=SWARM, version=9, chunk_size=4096, **META)
+        offer = msgpack.packb(["o", encode_manifest(junk)])
+        replies = [await mallory.call("f0", offer, max_reply=16, timeout=5) for _ in range(200)]
+        await net.peers["src"].publish(weights(9000, 13), version=1, relays=net.followers(), chunk_size=4096, **META)
+        await net.wait_all(1)
+        st = net.peers["f0"].status()
+        await net.close()
+        return replies, st
+
+    replies, st = run(go())
+    busy = sum(status == BUSY for status, _ in replies)
+    assert busy >= 180 and st["over_budget"] == busy  # 16 in a burst (then 2 a second) from one peer
+    assert st["manifests_refused"] == {"not_followed_source": 200 - busy} and st["applied_version"] == 1
+
+
+def test_a_peer_cannot_hold_more_than_its_share_of_open_requests(monkeypatch):
+    import node.broadcast.carrier as carrier_mod
+
+    async def go():
+        hub, gate = MemoryHub(), asyncio.Event()
+        server = MemoryCarrier(hub, "server")
+
+        async def handler(remote, request):
+            await gate.wait()
+            return OK, b"x"
+
+        await server.start(handler)
+        server.favoured = lambda remote: remote == "child"
+        clients = {name: MemoryCarrier(hub, name) for name in ("hog", "other", "child")}
+
+        async def ask(name):
+            try:
+                return (await clients[name].call("server", b"r", max_reply=8, timeout=10))[0]
+            except carrier_mod.CarrierError:
+                return "refused"
+
+        hog = [asyncio.ensure_future(ask("hog")) for _ in range(carrier_mod.STREAMS_PER_REMOTE + 4)]
+        await asyncio.sleep(0.05)
+        monkeypatch.setattr(carrier_mod, "MAX_STREAMS", carrier_mod.STREAMS_PER_REMOTE)  # the server is full
+        late = [asyncio.ensure_future(ask("other")), asyncio.ensure_future(ask("child"))]
+        await asyncio.sleep(0.05)
+        gate.set()
+        return await asyncio.gather(*hog), await asyncio.gather(*late), server.refused_streams
+
+    hog, (other, child), refused = run(go())
+    assert hog.count("refused") == 4 and hog.count(OK) == 16  # the rest of its requests were served
+    assert other == "refused" and child == OK and refused == 5  # a child of ours is served past the cap

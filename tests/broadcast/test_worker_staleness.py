@@ -22,8 +22,11 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 class _NoDHT:
     """A source publishing without a DHT: the offer down the tree is what reaches the worker here."""
 
-    async def read(self):
-        return None, {}
+    async def read_followers(self, near=None):
+        return {}
+
+    async def read_pointer(self):
+        return None
 
     async def announce_version(self, *a, **k):
         return True
@@ -77,7 +80,7 @@ def test_a_learner_keeps_only_its_workers_groups_of_versions_it_published_within
     from node.roles import LearnerRole
 
     role = LearnerRole()
-    role.followers, role.published, role.published_versions = {"sn1w"}, 10, {6, 8, 10}
+    role.followers, role.published, role.published_versions = {"sn1w", "sn1x"}, 10, {6: 6, 8: 8, 10: 10}
     node = SimpleNamespace(cfg=SimpleNamespace(broadcast=SimpleNamespace(max_staleness=2)),
                            learner=SimpleNamespace(version=10))
     g = lambda sender, v: SimpleNamespace(sender=sender, policy_version=v)  # noqa: E731
@@ -86,3 +89,20 @@ def test_a_learner_keeps_only_its_workers_groups_of_versions_it_published_within
     # 9 was never published, 6 is 4 behind, 11 is in the future; a full peer's own versions pass
     assert [(x.sender, x.policy_version) for x in kept] == [("sn1w", 10), ("sn1w", 8), ("sn1full", 3)]
     assert info == {"worker_groups": 2, "worker_lag_mean": 1.0, "worker_dropped_stale": 3}
+    assert role.vouched == {"sn1w"}  # its work was admitted: it relays first next time
+
+
+def test_a_learner_restarted_behind_a_signed_version_maps_new_numbers_to_its_own_updates():
+    """After a restart from an older checkpoint the learner signs learner version + offset; a
+    worker still on the old life's version 12 (other weights, same number) is dropped."""
+    from node.roles import LearnerRole
+
+    role = LearnerRole()
+    role.offset = 5  # the old life signed up to version 14; it resumed at update 10
+    role.followers, role.published, role.published_versions = {"sn1w"}, 15, {15: 10}
+    node = SimpleNamespace(cfg=SimpleNamespace(broadcast=SimpleNamespace(max_staleness=2)),
+                           learner=SimpleNamespace(version=11))
+    g = lambda v: SimpleNamespace(sender="sn1w", policy_version=v)  # noqa: E731
+    kept, info = role.admit_groups(node, [g(15), g(12), g(11)])
+    assert [x.policy_version for x in kept] == [15]  # 15 = update 10, one behind; 12 and 11 are another life's
+    assert info["worker_lag_mean"] == 1.0 and info["worker_dropped_stale"] == 2
