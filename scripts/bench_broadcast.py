@@ -14,7 +14,11 @@ the cap is the same on any machine. For each N, in one run and on the same daemo
 The time of a trial is from ``publish`` to the last follower holding the whole version, verified
 (``on_version``); each follower's bytes are checked against the source's. At the largest N the
 chain runs once more with one relay (the middle one) killed when it holds half the version: its
-daemon is shut down, its children route around it.
+daemon is shut down, its children route around it; and once under a flood of fresh identities:
+200 announce as followers, the source orders relays as a learner does (node/broadcast/directory.py:
+the N - 1 followers it vouches for first, then at most 4 strangers, drawn by hash from the
+newcomer and the 200), and the strangers that get a place stall every chunk request (NOT_YET,
+forever). The row gives the vouched followers' time and the newcomer's, beside the clean chain.
 
 Writes ``bench_broadcast.json`` and ``bench_broadcast.md`` into ``--out``.
 """
@@ -37,7 +41,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 META = dict(model_fingerprint="bench", tokenizer_fingerprint="bench", format="safetensors-full")
 
 
-async def _network(n: int, upload: float, window: int):
+def _staller_class():
+    from node.broadcast.peer import NOT_YET, BroadcastPeer
+
+    class Staller(BroadcastPeer):
+        """A stranger with a relay's place that never serves: every chunk is "not yet", after the
+        wait an honest parent would take."""
+
+        async def _serve_chunk(self, remote, digest, i):
+            await asyncio.sleep(self.chunk_wait_s)
+            return NOT_YET, b""
+
+    return Staller
+
+
+async def _network(n: int, upload: float, window: int, stallers=()):
     from node.broadcast.bucket import TokenBucket
     from node.broadcast.hivemind_carrier import HivemindCarrier
     from node.broadcast.peer import BroadcastPeer
@@ -57,19 +75,29 @@ async def _network(n: int, upload: float, window: int):
         peers.append(BroadcastPeer(ident, carrier, swarm="bench", directory=directory,
                                    follow=None if k == 0 else ids[0].peer_id, on_version=on_version,
                                    window=window))
+    Staller = _staller_class()
+    for ident in stallers:
+        carrier = await HivemindCarrier.create("bench", TokenBucket(upload, burst=256 * 1024))
+        peers.append(Staller(ident, carrier, swarm="bench", directory=directory))
     for p in peers:
         await p.start()
         directory[p.me] = p.carrier.address
     return peers, done
 
 
-async def _trial(peers, done, data: bytes, version: int, fanout: int, chunk: int, kill: int | None = None) -> dict:
-    src, followers = peers[0], peers[1:]
+async def _trial(peers, done, data: bytes, version: int, fanout: int, chunk: int, kill: int | None = None,
+                 relays: list[str] | None = None) -> dict:
+    """One version to every follower; a follower not in ``relays`` learns of it as a node does
+    from the source's DHT pointer: it asks the source for the manifest by digest."""
+    src, followers = peers[0], [p for p in peers[1:] if p.me in done]
     want = hashlib.sha256(data).digest()
     taken0 = src.carrier.upload.taken
     t0 = time.monotonic()
-    await src.publish(data, version=version, step=version, relays=[p.me for p in followers], fanout=fanout,
-                      chunk_size=chunk, **META)
+    m = await src.publish(data, version=version, step=version, relays=relays or [p.me for p in followers],
+                          fanout=fanout, chunk_size=chunk, **META)
+    for p in followers:
+        if p.me not in m.relays:
+            await p.ask_manifest(src.me, m.digest)
     alive = list(followers)
     killed = None
     if kill is not None:
@@ -91,7 +119,7 @@ async def _trial(peers, done, data: bytes, version: int, fanout: int, chunk: int
         if digest != want:
             raise SystemExit(f"follower {p.me} got different bytes")
         ends.append(at - t0)
-    out = {"seconds": max(ends), "first_s": min(ends), "source_upload_bytes": src.carrier.upload.taken - taken0,
+    out = {"seconds": max(ends), "first_s": min(ends), "each_s": ends, "source_upload_bytes": src.carrier.upload.taken - taken0,
            "followers_done": len(ends), "fallbacks": sum(p.stats.fallbacks for p in alive),
            "failed_requests": sum(sum(p.stats.failed_requests.values()) for p in alive),
            "bad_chunks": sum(sum(p.stats.bad_chunks.values()) for p in alive)}
@@ -130,10 +158,52 @@ async def run(args) -> dict:
         finally:
             for p in peers:
                 await p.close()
+    if n >= 2:
+        rows.append(await _flood_trial(n, upload, args.window, rng.randbytes(size), version + 1, chunk, limit))
     return {"size_bytes": size, "upload_bytes_per_s": upload, "chunk_bytes": chunk, "window": args.window,
             "limit_s": limit, "rows": rows,
             "environment": {"python": platform.python_version(), "machine": f"{platform.machine()}, "
                             f"{os.cpu_count()} CPUs", "carrier": "hivemind p2p streams (loopback)"}}
+
+
+async def _flood_trial(n: int, upload: float, window: int, data: bytes, version: int, chunk: int,
+                       limit: float) -> dict:
+    """N honest followers (N - 1 vouched, one newcomer) and 200 fresh identities announcing as
+    followers; the relays are what a learner would sign; the strangers listed stall."""
+    from node.broadcast.directory import relay_order
+    from node.broadcast.topology import upstream
+    from protocol.identity import Identity
+
+    sybils = [Identity.generate() for _ in range(200)]
+    draft = [Identity.generate() for _ in range(n)]  # ids of the honest followers, known in advance
+    # the strangers that the learner's rule lists get a daemon (they stall); the rest only announced
+    ids_of = {i.peer_id: i for i in sybils}
+    honest = [i.peer_id for i in draft]
+    order = relay_order([*honest, *ids_of], version, vouched=set(honest[:-1]))
+    listed = [ids_of[p] for p in order if p in ids_of]
+    peers, done = await _network(n, upload, window, stallers=listed)
+    try:
+        followers = [p for p in peers[1:] if p.me in done]
+        # map the drafted ids onto the network's followers (same count, order kept)
+        rename = dict(zip(honest, [p.me for p in followers]))
+        relays = [rename.get(p, p) for p in order]
+        r = await _trial(peers, done, data, version, 1, chunk, relays=relays)
+        m = next(reversed(peers[0].held.values())).manifest
+        newcomer = followers[-1]
+        up = upstream(m, newcomer.me)
+        each = dict(zip([p.me for p in followers], r["each_s"]))
+        row = {"followers": n, "mode": "pipelined, 200 fresh identities", "fanout": 1, **r, "limit_s": limit,
+               "x_limit": r["seconds"] / limit, "strangers_listed": len(listed),
+               "vouched_s": max(each[p.me] for p in followers[:-1]), "newcomer_s": each[newcomer.me],
+               "newcomer_listed": newcomer.me in m.relays,
+               "strangers_above_newcomer": sum(p in {s.peer_id for s in listed} for p in up),
+               "newcomer_failed_requests": sum(newcomer.stats.failed_requests.values())}
+        print(f"N={n} flood: vouched {row['vouched_s']:.2f} s, newcomer {row['newcomer_s']:.2f} s "
+              f"({row['strangers_above_newcomer']} strangers above it)", flush=True)
+        return row
+    finally:
+        for p in peers:
+            await p.close()
 
 
 def report(result: dict, out: Path) -> str:
@@ -158,6 +228,15 @@ def report(result: dict, out: Path) -> str:
                    f"{r['killed']['at_s']:.2f} s, holding half the version: the other {r['followers_done']} "
                    f"followers completed in {r['seconds']:.2f} s ({r['x_limit']:.2f} × S/U), "
                    f"{r['fallbacks']} chunks fetched from the node above the dead relay."]
+    for r in [r for r in result["rows"] if "newcomer_s" in r]:
+        clean = by.get((r["followers"], "pipelined"))
+        md += ["", f"Under a flood of 200 fresh identities announcing as followers ({r['strangers_listed']} of them "
+                   f"listed as relays by the learner's rule, each stalling every request): the "
+                   f"{r['followers'] - 1} vouched followers completed in {r['vouched_s']:.2f} s "
+                   f"({r['vouched_s'] / result['limit_s']:.2f} × S/U"
+                   + (f"; clean chain {clean['seconds']:.2f} s" if clean else "") + "), the newcomer (not vouched, "
+                   f"{'listed' if r['newcomer_listed'] else 'a leaf'}, {r['strangers_above_newcomer']} stranger(s) "
+                   f"above it) in {r['newcomer_s']:.2f} s after {r['newcomer_failed_requests']} failed requests."]
     md += ["", "Command: `python scripts/bench_broadcast.py --out docs/results` "
                f"(--size-mb {S:g} --upload-mbps {U:g})."]
     table = "\n".join(md) + "\n"
