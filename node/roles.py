@@ -9,7 +9,8 @@
   dropped and counted (``worker_dropped_stale``). A broadcast version is ``learner.version +
   offset``; the offset is 0 unless the learner restarted behind a version it had already signed
   (resumed from an older checkpoint): then it jumps past it (``WeightSource.next_free_version``),
-  so no number is signed twice. Workers whose rollouts it admitted are *vouched* and relay first.
+  so no number is signed twice. Workers whose rollouts it admitted at ``VOUCH_STEPS`` steps (the
+  last within ``VOUCH_IDLE_STEPS``) are *vouched* and relay first.
 - ``worker``: follows a learner's versions (node/broadcast/follow.py), generates with the newest
   applied one, publishes its rollouts labelled with that version, and trains nothing. It waits
   (and says so) until it has a version within ``max_staleness`` of the newest the learner
@@ -23,6 +24,8 @@ lives in node/broadcast/.
 from __future__ import annotations
 
 import asyncio
+import collections
+import dataclasses
 import logging
 import time
 from pathlib import Path
@@ -32,6 +35,9 @@ log = logging.getLogger(__name__)
 __all__ = ["Role", "LearnerRole", "WorkerRole", "make_role"]
 
 REFRESH_S = 20.0  # the learner re-announces its pointer and re-reads its followers this often
+VOUCH_STEPS = 3  # a follower is vouched for once its rollouts were admitted at this many steps ...
+VOUCH_IDLE_STEPS = 100  # ... and stops being after this many steps without any
+MAX_VOUCHED = 512  # followers tracked towards vouching (the least recent go first)
 
 
 class Role:
@@ -92,7 +98,7 @@ class LearnerRole(Role):
         self.offset = 0  # broadcast version - learner version (see the module doc)
         self.published_versions: dict[int, int] = {}  # broadcast version -> learner version, this life
         self.followers: set[str] = set()
-        self.vouched: set[str] = set()  # followers whose rollouts of our versions were admitted
+        self._work: collections.OrderedDict[str, tuple[int, set]] = collections.OrderedDict()  # peer -> (last step, steps)
         self.dropped_stale = 0
         self._task: asyncio.Task | None = None
 
@@ -112,7 +118,7 @@ class LearnerRole(Role):
 
     async def _publish(self, node) -> None:
         version = node.learner.version + self.offset
-        m = await self.source.publish(version=version, step=node.step, vouched=self.vouched)
+        m = await self.source.publish(version=version, step=node.step, vouched=self.vouched_at(node.step))
         self.published = m.version
         self.published_versions[m.version] = node.learner.version
         self.followers = set(m.relays) | self.followers
@@ -126,7 +132,7 @@ class LearnerRole(Role):
                 await self.source.refresh()
                 # what the DHT holds now (not a union over time: a flood of identities ages out)
                 read = set(await self.source.directory.read_followers())
-                self.followers = read | self.vouched | set(self.source.last.relays if self.source.last else ())
+                self.followers = read | set(self._work) | set(self.source.last.relays if self.source.last else ())
             except (ConnectionError, OSError, asyncio.TimeoutError) as e:
                 log.warning("weights directory: %s: %s", type(e).__name__, e)
 
@@ -139,15 +145,34 @@ class LearnerRole(Role):
                 continue
             made_at = self.published_versions.get(g.policy_version)
             if made_at is not None and 0 <= v_now - made_at <= s:
-                kept.append(g)
+                # relabelled with the learner's own update count: what the correction and the
+                # metrics read is the learner's version, whatever the broadcast offset
+                kept.append(dataclasses.replace(g, policy_version=made_at))
                 lags.append(v_now - made_at)
-                self.vouched.add(g.sender)
+                self._worked(g.sender, getattr(node, "step", 0))
             else:
                 dropped += 1
         self.dropped_stale += dropped
         info = {"worker_groups": len(lags), "worker_lag_mean": (sum(lags) / len(lags)) if lags else None,
                 "worker_dropped_stale": self.dropped_stale}
         return kept, info
+
+    def _worked(self, peer: str, step: int) -> None:
+        _, steps = self._work.pop(peer, (step, set()))
+        steps = {x for x in steps if x > step - VOUCH_IDLE_STEPS} | {step}
+        self._work[peer] = (step, set(sorted(steps)[-VOUCH_STEPS:]))
+        while len(self._work) > MAX_VOUCHED:
+            self._work.popitem(last=False)
+
+    def vouched_at(self, step: int) -> set[str]:
+        """Followers whose rollouts of our versions were admitted at VOUCH_STEPS steps, the last
+        within VOUCH_IDLE_STEPS: sustained work, which one labelled batch from a fresh id is not."""
+        return {p for p, (last, steps) in self._work.items()
+                if len(steps) >= VOUCH_STEPS and last > step - VOUCH_IDLE_STEPS}
+
+    @property
+    def vouched(self) -> set[str]:
+        return {p for p, (_, steps) in self._work.items() if len(steps) >= VOUCH_STEPS}
 
     async def after_step(self, node, record: dict) -> None:
         k = node.cfg.broadcast.publish_every

@@ -26,9 +26,25 @@ class TokenBucket:
         self._tokens = self.burst
         self._stamp = time.monotonic()
         self._lock = asyncio.Lock()
+        self._normal = 0  # normal-priority takers inside take()
         self.taken = 0  # bytes sent through this bucket
 
-    async def take(self, n: int) -> None:
+    async def take(self, n: int, low: bool = False) -> None:
+        """``low``: go only while no normal taker is waiting (a relay's uploads to peers the
+        topology did not give it yield to its own children's, so a late follower hung under it
+        does not halve the chain below it). A normal taker waits at most one slice behind a low one."""
+        if low:
+            while self._normal:
+                await asyncio.sleep(0.005)
+        else:
+            self._normal += 1
+        try:
+            await self._take(n)
+        finally:
+            if not low:
+                self._normal -= 1
+
+    async def _take(self, n: int) -> None:
         async with self._lock:
             need = float(n)
             while True:

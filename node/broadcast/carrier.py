@@ -32,15 +32,18 @@ HEADER = struct.Struct(">BQ")
 STREAMS_PER_REMOTE = 16  # requests one peer may have open with us (an honest one: a window + offers)
 MAX_STREAMS = 256  # ... and all peers together (peer ids are free: the per-peer bound alone is not one)
 
-# handler(remote carrier id, request) -> (status, payload) or (status, payload, done): ``done`` is
-# called once the reply is written (or failed), so a handler's serve slot covers the upload too.
+# handler(remote carrier id, request) -> (status, payload) or (status, payload, done[, low]):
+# ``done`` is called once the reply is written (or failed), so a handler's serve slot covers the
+# upload too; ``low``: the upload yields to normal ones (TokenBucket.take).
 Handler = Callable[[str, bytes], Awaitable[tuple]]
 
 
-def unpack_reply(result: tuple) -> tuple[int, bytes | memoryview, Callable[[], None]]:
-    if len(result) == 3:
+def unpack_reply(result: tuple) -> tuple[int, bytes | memoryview, Callable[[], None], bool]:
+    if len(result) == 4:
         return result
-    return result[0], result[1], lambda: None
+    if len(result) == 3:
+        return (*result, False)
+    return result[0], result[1], lambda: None, False
 
 
 class CarrierError(ConnectionError):
@@ -93,7 +96,7 @@ class Carrier(ABC):
         return address
 
     async def paced(self, payload: bytes | memoryview, write: Callable[[memoryview], Awaitable[None]],
-                    remote: str = "") -> None:
+                    remote: str = "", low: bool = False) -> None:
         """Write ``payload`` through the upload cap. Replies to one peer go out one at a time, in
         the order they were asked: interleaved, a window of chunk requests would finish together,
         each ``window`` times later, and a relay forwards a chunk only once it has all of it."""
@@ -105,7 +108,7 @@ class Carrier(ABC):
                 for i in range(0, len(view), SLICE):
                     piece = view[i:i + SLICE]
                     if self.upload is not None:
-                        await self.upload.take(len(piece))
+                        await self.upload.take(len(piece), low=low)
                     await write(piece)
         finally:
             lock, users = self._reply_order[remote]
@@ -164,7 +167,7 @@ class MemoryCarrier(Carrier):
             self.leave(remote)
 
     async def _serve_admitted(self, remote: str, request: bytes, max_reply: int) -> tuple[int, bytes]:
-        status, payload, done = unpack_reply(await self._handler(remote, request))
+        status, payload, done, low = unpack_reply(await self._handler(remote, request))
         try:
             if len(payload) > max_reply:
                 raise CarrierError(f"{self.address} replied {len(payload)} bytes, over {max_reply}")
@@ -174,7 +177,7 @@ class MemoryCarrier(Carrier):
                 parts.append(bytes(piece))
                 await asyncio.sleep(0)
 
-            await self.paced(payload, write, remote)
+            await self.paced(payload, write, remote, low)
             return status, b"".join(parts)
         finally:
             done()

@@ -26,6 +26,7 @@ receives from. A relay that does not serve is routed around (node/broadcast/peer
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 from dataclasses import dataclass
@@ -102,14 +103,17 @@ class WeightDirectory:
 
     async def read_followers(self, near: list[str] | None = None) -> dict[str, tuple[str, int]]:
         """{follower: (address, applied)} from the shards of the peers in ``near`` (all shards
-        when None), what the DHT holds now. Shards are read in one traversal."""
+        when None), what the DHT holds now."""
         prefixes = (_all_prefixes() if near is None
                     else list(dict.fromkeys(shard_prefix(p, FOLLOWER_LEVEL) for p in near)))
         keys = [followers_key(self.swarm, self.source, x) for x in prefixes]
-        found = await self.node.get_many(keys, sufficient_expiration_time=float("inf")) if keys else {}
+        # One read per shard: a shard stuffed past a DHT reply by ground ids fails alone.
+        results = await asyncio.gather(*(self.node.get(k, latest=True) for k in keys), return_exceptions=True)
         followers = {}
-        for key in keys:
-            got = found.get(key)
+        for key, got in zip(keys, results):
+            if isinstance(got, BaseException):
+                log.info("weights directory: reading %s: %s: %s", key, type(got).__name__, got)
+                continue
             if got is None or not isinstance(got.value, dict):
                 continue
             for peer, entry in got.value.items():

@@ -75,9 +75,13 @@ class WeightSource:
             raise ValueError(f"version {version} is not newer than {self.version}, signed before")
         data, fmt = await asyncio.to_thread(encode_state, self.policy)
         followers = await self.directory.read_followers()
-        for peer, (addr, _) in followers.items():
-            self.peer.directory[peer] = addr
         relays = relay_order(followers, version, vouched)
+        # Only relays, of this version and those still held: the table is no bigger than two
+        # manifests' lists, however many ids announce themselves.
+        held = {p for t in self.peer.held.values() for p in t.manifest.relays}
+        for peer in [p for p in self.peer.directory if p not in held]:
+            del self.peer.directory[peer]
+        self.peer.directory.update({p: followers[p][0] for p in relays})
         m = await self.peer.publish(data, version=version, step=step, model_fingerprint=self.policy.model_fingerprint,
                                     tokenizer_fingerprint=self.policy.tokenizer_fingerprint, format=fmt,
                                     relays=relays, fanout=self.fanout,
@@ -163,15 +167,24 @@ class WeightFollower:
         return fresh_enough(self.applied, self.newest_seen, self.max_staleness)
 
     async def _resolve(self, peers: list[str]) -> dict[str, tuple[str, int]]:
-        """Addresses of ``peers`` (and of the others in their shards) into the peer's table."""
+        """Addresses of ``peers`` into the peer's table (only theirs: the table stays as big as
+        the versions held, however many ids crowd their shards); returns every announcement read."""
         followers = await self.directory.read_followers([p for p in peers if p != self.directory.source])
-        for peer, (addr, _) in followers.items():
-            self.peer.directory[peer] = addr  # a relay restarted on a new port is found again
+        for peer in peers:
+            if peer in followers:
+                self.peer.directory[peer] = followers[peer][0]  # a relay restarted on a new port is found again
         return followers
+
+    def _prune_directory(self) -> None:
+        keep = {self.directory.source, self.peer.me}
+        keep.update(p for t in self.peer.held.values() for p in t.manifest.relays)
+        for peer in [p for p in self.peer.directory if p not in keep]:
+            del self.peer.directory[peer]
 
     async def poll_once(self) -> None:
         await self.directory.announce_follower(self.peer.carrier.address, self.applied)
         pointer = await self.directory.read_pointer()
+        self._prune_directory()
         followers = await self._resolve([self.peer.me, *self.peer.neighbours()])
         if pointer is None:
             return
@@ -179,10 +192,14 @@ class WeightFollower:
         self.pointer_version = max(pointer.version, self.pointer_version or -1)
         newest_held = max((t.manifest.version for t in self.peer.held.values()), default=-1)
         if pointer.version > newest_held:  # an offer we missed (joined late, was down): ask for the
-            # manifest the pointer names by digest, first of followers that say they have it (a liar
-            # costs one request and cannot hand over another version), then of the source
-            have = [p for p, (_, v) in followers.items() if v >= pointer.version and p != self.peer.me]
-            for who in [*have[:3], self.directory.source]:
+            # manifest the pointer names by digest: of the source first (a manifest is small, and a
+            # follower's "I have it" is a claim anyone in our shard can make), then of two who say so
+            # and have not failed us (a liar costs one request, and cannot hand over another version)
+            have = [p for p, (_, v) in followers.items()
+                    if v >= pointer.version and p != self.peer.me and p not in self.peer.suspects]
+            for who in [self.directory.source, *have[:2]]:
+                if who != self.directory.source:
+                    self.peer.directory[who] = followers[who][0]
                 if await self.peer.ask_manifest(who, pointer.digest):
                     break
 
@@ -192,6 +209,8 @@ class WeightFollower:
                 await self.poll_once()
             except (ConnectionError, OSError, asyncio.TimeoutError) as e:
                 log.warning("weights directory: %s: %s", type(e).__name__, e)
+            except Exception:  # noqa: BLE001 - a bug must not end the following for good
+                log.exception("weights directory: polling failed")
             await asyncio.sleep(self.poll_s)
 
     def status(self) -> dict:

@@ -25,7 +25,10 @@ log = logging.getLogger(__name__)
 __all__ = ["HivemindCarrier"]
 
 READ_TIMEOUT_S = 30.0  # a peer that reads or writes nothing for this long is dropped
-REQUEST_TIMEOUT_S = 5.0  # a request is small: its header must come this fast (its body at MIN_RATE)
+REQUEST_TIMEOUT_S = 5.0  # a request is small: its header must come this fast ...
+REQUEST_RATE = 1_000_000  # ... and its body (a manifest offer, up to 2 MiB) at least this fast
+MAX_CONNECTED = 1024  # addresses remembered as dialled
+LINGER_S = 5.0  # after a reply, how long to wait for the requester to close its end
 MIN_RATE = 64 * 1024  # bytes/s: a reply slower than this is given up (a 256 KiB chunk: 4 s + the timeout)
 
 
@@ -72,13 +75,14 @@ class HivemindCarrier(Carrier):
             return
         task = asyncio.current_task()
         self._serving.add(task)
+        admitted = True
         try:
             (n,) = U32.unpack(await asyncio.wait_for(reader.readexactly(U32.size), REQUEST_TIMEOUT_S))
             if n > MAX_REQUEST:
                 return  # closing is the answer to a request nobody honest sends
             # A stream slot is held while the request arrives: a trickling peer gives it back soon.
-            request = await asyncio.wait_for(reader.readexactly(n), REQUEST_TIMEOUT_S + n / MIN_RATE)
-            status, payload, done = unpack_reply(await self._handler(remote, request))
+            request = await asyncio.wait_for(reader.readexactly(n), REQUEST_TIMEOUT_S + n / REQUEST_RATE)
+            status, payload, done, low = unpack_reply(await self._handler(remote, request))
             try:
                 writer.write(HEADER.pack(status, len(payload)))
 
@@ -86,20 +90,23 @@ class HivemindCarrier(Carrier):
                     writer.write(piece)
                     await asyncio.wait_for(writer.drain(), READ_TIMEOUT_S)
 
-                await self.paced(payload, write, remote)
+                await self.paced(payload, write, remote, low)
             finally:
                 done()
+            self.leave(remote)  # the slot covers the request and the reply, not the wait below
+            admitted = False
             # Close only once the requester has read it all and closed its end: p2pd drops what is
             # still in flight when the server closes first (measured: the last 32-128 KiB of a
             # 256 KiB reply lost, one reply in a few hundred, under load).
-            await asyncio.wait_for(reader.read(1), READ_TIMEOUT_S)
+            await asyncio.wait_for(reader.read(1), LINGER_S)
         except (asyncio.TimeoutError, asyncio.IncompleteReadError, ConnectionError) as e:
             log.debug("weights request from %s failed: %s", info.peer_id, e)
         except asyncio.CancelledError:  # close(): the reply is cut, as a killed node's would be
             pass
         finally:
             self._serving.discard(task)
-            self.leave(remote)
+            if admitted:
+                self.leave(remote)
             writer.close()
 
     async def call(self, address: str, request: bytes, *, max_reply: int, timeout: float) -> tuple[int, bytes]:
@@ -107,6 +114,8 @@ class HivemindCarrier(Carrier):
         try:
             if address not in self._connected:
                 await asyncio.wait_for(self.p2p._client.connect(peer, [maddr]), timeout)  # no public dial in hivemind
+                if len(self._connected) >= MAX_CONNECTED:
+                    self._connected.clear()  # dialling again is cheap (the daemon keeps what it has)
                 self._connected.add(address)
             _, reader, writer = await asyncio.wait_for(
                 self.p2p.call_binary_stream_handler(peer, _handler_name(self.swarm)), timeout)

@@ -64,6 +64,17 @@ REMOTES_TRACKED = 1024  # per-peer budgets kept (the least recent go first)
 SUSPECT_VERSIONS = 3  # versions a node that failed us is asked after the others
 
 
+COUNTED_PEERS = 256  # peers a per-peer failure counter keeps (the most counted)
+
+
+def _bump(counter: collections.Counter, peer: str) -> None:
+    """Count one for ``peer``, keeping the counter to COUNTED_PEERS peers (ids are free)."""
+    counter[peer] += 1
+    if len(counter) > COUNTED_PEERS:
+        for p, _ in counter.most_common()[COUNTED_PEERS // 2:]:
+            del counter[p]
+
+
 def _join_and_hash(parts: list[bytes]) -> tuple[bytes, bytes]:
     data = b"".join(parts)
     return data, hashlib.sha256(data).digest()
@@ -132,6 +143,7 @@ class BroadcastPeer:
         self._budgets: collections.OrderedDict[str, TokenBucket] = collections.OrderedDict()
         self._all_budget = TokenBucket(*ALL_MANIFEST_REQUESTS)
         self.suspects: dict[str, int] = {}  # peer -> the version it failed us in
+        self._favoured_memo: tuple = ((), -1, frozenset())  # (held digests, directory size, remote ids)
         # async (peers) -> fills ``directory`` with their addresses (the follower's DHT reads)
         self.resolve: Callable[[list[str]], Awaitable[object]] | None = None
         self._tasks: set[asyncio.Task] = set()
@@ -262,10 +274,10 @@ class BroadcastPeer:
             if old.task is not None:
                 old.task.cancel()
 
-    def _offer_down(self, m: Manifest) -> None:
+    def _offer_down(self, m: Manifest, only: set[str] | None = None) -> None:
         request = msgpack.packb(["o", encode_manifest(m)])
         for child in topology.children(m, self.me):
-            if child in self.directory:
+            if child in self.directory and (only is None or child in only):
                 self._spawn(self._quiet_call(child, request))
 
     async def _quiet_call(self, peer: str, request: bytes) -> None:
@@ -289,17 +301,30 @@ class BroadcastPeer:
         m = next(reversed(self.held.values())).manifest
         return [*topology.children(m, self.me), *topology.upstream(m, self.me)[:3]]
 
-    def _favoured(self, remote: str) -> bool:
+    def _remote_ids(self, peers) -> set[str]:
         ids = set()
-        for peer in self.neighbours():
+        for peer in peers:
             try:
                 ids.add(self.carrier.remote_id(self.directory[peer]))
-            except (KeyError, CarrierError):
+            except (KeyError, CarrierError):  # not announced, or an address that is no address
                 continue
-        return remote in ids
+        return ids
 
-    def _allowed(self, remote: str) -> bool:
-        """Within the manifest-request budgets (per peer, and everyone's)."""
+    def _favoured(self, remote: str) -> bool:
+        """Whether ``remote`` is a node the versions we hold list (their source and relays: a
+        parent of the next version, a child falling back to us) or one of our neighbours: those
+        are served past the shared bounds, so a crowd of fresh ids cannot shut them out."""
+        key = (tuple(self.held), len(self.directory))
+        if self._favoured_memo[:2] != key:
+            peers = {p for t in self.held.values() for p in (t.manifest.source, *t.manifest.relays)}
+            if self.check is not None:
+                peers.add(self.check.source)
+            self._favoured_memo = (*key, frozenset(self._remote_ids(peers | set(self.neighbours()))))
+        return remote in self._favoured_memo[2]
+
+    def _allowed(self, remote: str, offered: Manifest | None = None) -> bool:
+        """Within the manifest-request budgets (per peer, and everyone's; a favoured peer, or the
+        sender of an offer that names it our parent, is not held to everyone's)."""
         bucket = self._budgets.get(remote)
         if bucket is None:
             bucket = self._budgets[remote] = TokenBucket(*MANIFEST_REQUESTS)
@@ -307,21 +332,23 @@ class BroadcastPeer:
                 self._budgets.popitem(last=False)
         self._budgets.move_to_end(remote)
         # one peer cannot spend everyone's budget; many fresh ones can, except for our neighbours'
-        if bucket.try_take() and (self._all_budget.try_take() or self._favoured(remote)):
+        if bucket.try_take() and (self._all_budget.try_take() or self._favoured(remote) or (
+                offered is not None and remote in self._remote_ids(topology.upstream(offered, self.me)[:2]))):
             return True
         self.stats.over_budget += 1
         return False
 
     async def _receive(self, t: Transfer, resumed: bool) -> None:
         m = t.manifest
+        self._offer_down(m)  # to the children whose addresses we have: the news goes on at once
         wanted = [p for p in [*topology.children(m, self.me), *topology.upstream(m, self.me)]
                   if p not in self.directory and p != m.source]
-        if wanted and self.resolve is not None:  # addresses of the peers this version ties us to
+        if wanted and self.resolve is not None:  # addresses of the other peers this version ties us to
             try:
                 await self.resolve(wanted)
-            except (ConnectionError, OSError, asyncio.TimeoutError) as e:
-                log.info("looking up the relays of version %d: %s", m.version, e)
-        self._offer_down(m)
+            except Exception as e:  # noqa: BLE001 - a DHT hiccup: the fetch falls back on whom we know
+                log.info("looking up the relays of version %d: %s: %s", m.version, type(e).__name__, e)
+            self._offer_down(m, only=set(wanted))
         self.suspects = {p: v for p, v in self.suspects.items() if m.version - v < SUSPECT_VERSIONS}
         if self.store is not None:  # what an earlier run (or an older version) already got
             found = await asyncio.to_thread(self._chunks_on_disk, m)
@@ -376,7 +403,7 @@ class BroadcastPeer:
             try:
                 status, body = await self._ask_chunk(t, peer, i)
             except CarrierError as e:
-                self.stats.failed_requests[peer] += 1
+                _bump(self.stats.failed_requests, peer)
                 self._drop(t, peer)
                 log.info("chunk %d of version %d: %s failed (%s); asking the next node up", i, m.version, peer, e)
                 continue
@@ -391,11 +418,11 @@ class BroadcastPeer:
                         log.warning("could not store chunk %d of version %d: %s", i, m.version, e)
                 return
             if status == OK:  # it served bytes that are not the signed chunk
-                self.stats.bad_chunks[peer] += 1
+                _bump(self.stats.bad_chunks, peer)
                 log.warning("chunk %d of version %d from %s does not match the manifest: dropped for this "
                             "version", i, m.version, peer)
             else:  # stalled past stall_s, or it does not hold the version even after our offer
-                self.stats.failed_requests[peer] += 1
+                _bump(self.stats.failed_requests, peer)
             self._drop(t, peer)
 
     def _drop(self, t: Transfer, peer: str) -> None:
@@ -454,13 +481,16 @@ class BroadcastPeer:
             kind = req[0]
         except Exception:  # hostile bytes: any msgpack failure is a bad request
             return BAD_REQUEST, b""
-        if kind in ("o", "m", "n") and not self._allowed(remote):
+        if kind in ("m", "n") and not self._allowed(remote):
             return BUSY, b""
         if kind == "o" and len(req) == 2 and type(req[1]) is bytes:
             try:
-                self.offer(decode_manifest(req[1]))
+                m = decode_manifest(req[1])  # (parsing is cheap; the signature is checked in offer)
             except ProtocolError:
                 return BAD_REQUEST, b""
+            if not self._allowed(remote, offered=m):
+                return BUSY, b""
+            self.offer(m)
             return OK, b""
         if kind == "m" and len(req) == 2 and type(req[1]) is bytes:
             t = self.held.get(req[1])
@@ -474,15 +504,6 @@ class BroadcastPeer:
             return await self._serve_chunk(remote, req[1], req[2])
         return BAD_REQUEST, b""
 
-    def _children_ids(self, m: Manifest) -> set[str]:
-        ours = set()
-        for c in topology.children(m, self.me):
-            try:
-                ours.add(self.carrier.remote_id(self.directory[c]))
-            except (KeyError, CarrierError):  # not announced, or an address that is no address
-                continue
-        return ours
-
     async def _serve_chunk(self, remote: str, digest: bytes, i: int):
         """A chunk, with a release callback the carrier calls once the reply is written: the serve
         slots bound the uploads themselves, not just the waits before them."""
@@ -491,7 +512,7 @@ class BroadcastPeer:
             return UNKNOWN, b""
         # Our children wait for a slot; everyone else shares a few and is turned away when they
         # are taken (they may ask again, or ask the node the topology gave them).
-        stranger = remote not in self._children_ids(t.manifest)
+        stranger = remote not in self._remote_ids(topology.children(t.manifest, self.me))
         if stranger and self._stranger_serves.locked():
             self.stats.turned_away += 1
             return BUSY, b""
@@ -521,8 +542,9 @@ class BroadcastPeer:
             return UNKNOWN, b""
         self.stats.served_chunks += 1
         self.stats.served_bytes += len(data)
-        # A copy of the chunk, not a view: a slow reader must not pin a whole evicted version.
-        return OK, bytes(data), release
+        # A copy of the chunk, not a view: a slow reader must not pin a whole evicted version. A
+        # stranger's upload yields to our children's (the chain below us is not slowed by leaves).
+        return OK, bytes(data), release, stranger
 
     # -- status ---------------------------------------------------------------------------------
     def status(self) -> dict:

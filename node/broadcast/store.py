@@ -53,8 +53,16 @@ class ChunkStore:
         """``slot``: "pending" or "applied"; atomically replaced."""
         path = self.root / f"{slot}.manifest"
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_bytes(encode_manifest(m))
+        with open(tmp, "wb") as f:
+            f.write(encode_manifest(m))
+            f.flush()
+            os.fsync(f.fileno())  # a source's "published" must outlive a power cut: never sign twice
         os.replace(tmp, path)
+        fd = os.open(self.root, os.O_RDONLY)
+        try:
+            os.fsync(fd)  # the rename itself
+        finally:
+            os.close(fd)
 
     def load_manifest(self, slot: str) -> Manifest | None:
         """The saved manifest, None if there is none or it no longer verifies."""

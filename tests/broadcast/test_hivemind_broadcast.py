@@ -21,10 +21,10 @@ META = dict(step=1, model_fingerprint="mf", tokenizer_fingerprint="tf", format="
 class LyingHivemindCarrier(HivemindCarrier):
     """Serves every chunk with one byte flipped (what it keeps and verifies itself is fine)."""
 
-    async def paced(self, payload, write, remote=""):
+    async def paced(self, payload, write, remote="", low=False):
         if len(payload) > 1000:
             payload = bytes([payload[0] ^ 1]) + bytes(payload[1:])
-        await super().paced(payload, write, remote)
+        await super().paced(payload, write, remote, low)
 
 
 async def network(n: int, upload: float | None = None, liar: int | None = None):
@@ -157,3 +157,35 @@ def test_a_peer_trickling_its_reply_is_given_up_on():
 
     took = asyncio.run(go())
     assert took < 5  # not the 10 s the trickle would take, nor forever
+
+
+def test_a_requester_that_never_closes_its_streams_holds_no_slot_after_each_reply():
+    """The server waits for the requester to close before closing (p2pd drops reply tails
+    otherwise), but gives the request slot back once the reply is written: 3 x STREAMS_PER_REMOTE
+    requests left open one after another are all answered."""
+    from node.broadcast.carrier import HEADER, STREAMS_PER_REMOTE, U32
+    from node.broadcast.hivemind_carrier import _handler_name, _peer_of
+
+    async def go():
+        a, b = await HivemindCarrier.create("t"), await HivemindCarrier.create("t")
+        await a.start(lambda remote, req: asyncio.sleep(0, (OK, b"pong")))
+        peer, maddr = _peer_of(a.address)
+        await b.p2p._client.connect(peer, [maddr])
+        writers, answered = [], 0
+        try:
+            for _ in range(3 * STREAMS_PER_REMOTE):
+                _, reader, writer = await b.p2p.call_binary_stream_handler(peer, _handler_name("t"))
+                writer.write(U32.pack(4) + b"ping")
+                await writer.drain()
+                status, size = HEADER.unpack(await asyncio.wait_for(reader.readexactly(HEADER.size), 10))
+                answered += status == OK and await reader.readexactly(size) == b"pong"
+                writers.append(writer)  # left open
+            return answered, a.refused_streams
+        finally:
+            for w in writers:
+                w.close()
+            await a.close()
+            await b.close()
+
+    answered, refused = asyncio.run(go())
+    assert answered == 48 and refused == 0

@@ -279,6 +279,43 @@ def test_a_flood_of_offers_is_refused_past_its_budget_and_the_parents_offer_stil
     assert st["manifests_refused"] == {"not_followed_source": 200 - busy} and st["applied_version"] == 1
 
 
+def test_a_crowd_of_fresh_ids_spends_the_shared_budget_but_not_the_parents_offer():
+    async def go():
+        net = Net(1)
+        await net.start()
+        junk = build_manifest(weights(9000, 14), Identity.generate(), swarm=SWARM, version=9, chunk_size=4096, **META)
+        offer = msgpack.packb(["o", encode_manifest(junk)])
+        crowd = [MemoryCarrier(net.hub, f"m{i}") for i in range(60)]
+        replies = []
+        for c in crowd:  # 60 ids x 4 offers: 240, over everyone's burst of 64
+            for _ in range(4):
+                replies.append((await c.call("f0", offer, max_reply=16, timeout=5))[0])
+        await net.peers["src"].publish(weights(9000, 15), version=1, relays=net.followers(), chunk_size=4096, **META)
+        await net.wait_all(1)  # the offer came from f0's parent in that manifest: not held to the shared budget
+        st = net.peers["f0"].status()
+        await net.close()
+        return replies, st
+
+    replies, st = run(go())
+    assert replies.count(BUSY) >= 240 - 64 - 10 and st["applied_version"] == 1
+
+
+def test_uploads_to_strangers_yield_to_uploads_to_children():
+    async def go():
+        bucket = TokenBucket(1_000_000, burst=64 * 1024)
+        order = []
+
+        async def send(name, low):
+            for _ in range(8):
+                await bucket.take(64 * 1024, low=low)
+            order.append(name)
+
+        await asyncio.gather(send("stranger", True), send("child", False))
+        return order
+
+    assert run(go()) == ["child", "stranger"]
+
+
 def test_a_peer_cannot_hold_more_than_its_share_of_open_requests(monkeypatch):
     import node.broadcast.carrier as carrier_mod
 

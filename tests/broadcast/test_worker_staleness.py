@@ -12,6 +12,7 @@ from node.broadcast.directory import WeightDirectory
 from node.broadcast.follow import WeightFollower, WeightSource
 from node.broadcast.peer import BroadcastPeer
 from node.roles import WorkerRole
+from node.swarm import PeerGroup
 from node.status import StatusFile
 from policies.policy import Policy
 from protocol.identity import Identity
@@ -37,8 +38,9 @@ def test_a_worker_waits_until_its_weights_are_within_the_bound(tiny_model_dir, t
         hub = MemoryHub()
         src_id, w_id = Identity.generate(), Identity.generate()
         directory = {src_id.peer_id: "src", w_id.peer_id: "w"}
-        src_peer = BroadcastPeer(src_id, MemoryCarrier(hub, "src"), swarm="s", directory=directory)
-        w_peer = BroadcastPeer(w_id, MemoryCarrier(hub, "w"), swarm="s", directory=directory, follow=src_id.peer_id)
+        src_peer = BroadcastPeer(src_id, MemoryCarrier(hub, "src"), swarm="s", directory=dict(directory))
+        w_peer = BroadcastPeer(w_id, MemoryCarrier(hub, "w"), swarm="s", directory=dict(directory),
+                               follow=src_id.peer_id)
         await src_peer.start()
         source = WeightSource(Policy.load(tiny_model_dir, seed=0), src_peer, _NoDHT())
         follower = WeightFollower(Policy.load(tiny_model_dir, seed=0), w_peer,
@@ -83,13 +85,18 @@ def test_a_learner_keeps_only_its_workers_groups_of_versions_it_published_within
     role.followers, role.published, role.published_versions = {"sn1w", "sn1x"}, 10, {6: 6, 8: 8, 10: 10}
     node = SimpleNamespace(cfg=SimpleNamespace(broadcast=SimpleNamespace(max_staleness=2)),
                            learner=SimpleNamespace(version=10))
-    g = lambda sender, v: SimpleNamespace(sender=sender, policy_version=v)  # noqa: E731
+    g = lambda sender, v: PeerGroup(sender, 1, v, "mf", "tf", "t", ())  # noqa: E731
     kept, info = role.admit_groups(node, [g("sn1w", 10), g("sn1w", 8), g("sn1w", 9), g("sn1w", 6),
                                           g("sn1w", 11), g("sn1full", 3)])
     # 9 was never published, 6 is 4 behind, 11 is in the future; a full peer's own versions pass
     assert [(x.sender, x.policy_version) for x in kept] == [("sn1w", 10), ("sn1w", 8), ("sn1full", 3)]
     assert info == {"worker_groups": 2, "worker_lag_mean": 1.0, "worker_dropped_stale": 3}
-    assert role.vouched == {"sn1w"}  # its work was admitted: it relays first next time
+    assert kept[0].policy_version == 10 and role.vouched == set()  # one step's work is not yet a record
+    for step in (1, 2):
+        node.step = step
+        role.admit_groups(node, [g("sn1w", 10)])
+    assert role.vouched_at(2) == {"sn1w"}  # admitted at 3 steps: it relays first next time
+    assert role.vouched_at(200) == set()  # ... until it has not worked for VOUCH_IDLE_STEPS
 
 
 def test_a_learner_restarted_behind_a_signed_version_maps_new_numbers_to_its_own_updates():
@@ -102,7 +109,7 @@ def test_a_learner_restarted_behind_a_signed_version_maps_new_numbers_to_its_own
     role.followers, role.published, role.published_versions = {"sn1w"}, 15, {15: 10}
     node = SimpleNamespace(cfg=SimpleNamespace(broadcast=SimpleNamespace(max_staleness=2)),
                            learner=SimpleNamespace(version=11))
-    g = lambda v: SimpleNamespace(sender="sn1w", policy_version=v)  # noqa: E731
+    g = lambda v: PeerGroup("sn1w", 1, v, "mf", "tf", "t", ())  # noqa: E731
     kept, info = role.admit_groups(node, [g(15), g(12), g(11)])
-    assert [x.policy_version for x in kept] == [15]  # 15 = update 10, one behind; 12 and 11 are another life's
+    assert [x.policy_version for x in kept] == [10]  # 15 = update 10 (relabelled), one behind; 12, 11: another life's
     assert info["worker_lag_mean"] == 1.0 and info["worker_dropped_stale"] == 2
