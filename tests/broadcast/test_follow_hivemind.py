@@ -49,6 +49,18 @@ async def _node(identity: Identity, initial_peers):
     return node
 
 
+async def _teardown(tasks, followers, src_peer, nodes, boot) -> None:
+    for t in tasks:
+        t.cancel()
+    for f in followers:
+        await f.peer.close()
+    if src_peer is not None:
+        await src_peer.close()
+    for n in nodes:
+        await stop_dht_node(n)
+    await boot.shutdown()
+
+
 def _perturb(policy: Policy, seed: int) -> None:
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
@@ -114,15 +126,7 @@ def test_versions_reach_the_followers_policies_through_the_dht_and_streams(tiny_
             seen = await source.directory.read_followers()
             return relays, statuses, same, seen
         finally:
-            for t in tasks:
-                t.cancel()
-            for f in followers:
-                await f.peer.close()
-            if src_peer is not None:
-                await src_peer.close()
-            for n in nodes:
-                await stop_dht_node(n)
-            await boot.shutdown()
+            await _teardown(tasks, followers, src_peer, nodes, boot)
 
     relays, statuses, same, seen = asyncio.run(go())
     assert same
@@ -251,16 +255,8 @@ def test_a_flood_of_fresh_follower_identities_neither_hides_the_pointer_nor_dela
             return (len(m.relays), len(await source.directory.read_followers()), set(found.value), m.relays,
                     {i.peer_id for i in ids}, pointer, [f.peer.stats.fallbacks for f in followers], src_id.peer_id)
         finally:
-            for t in tasks:
-                t.cancel()
-            for f in followers:
-                await f.peer.close()
-            if src_peer is not None:
-                await src_peer.close()
-            for n in nodes:
-                await stop_dht_node(n)
             await sybil.close()
-            await boot.shutdown()
+            await _teardown(tasks, followers, src_peer, nodes, boot)
 
     n_relays, n_followers, on_pointer_key, relays, workers, pointer, fallbacks, src = asyncio.run(go())
     assert n_followers >= 150  # their follower records are kept (a read may miss a few)
