@@ -98,7 +98,7 @@ class LearnerRole(Role):
         self.offset = 0  # broadcast version - learner version (see the module doc)
         self.published_versions: dict[int, int] = {}  # broadcast version -> learner version, this life
         self.followers: set[str] = set()
-        self._work: collections.OrderedDict[str, tuple[int, set]] = collections.OrderedDict()  # peer -> (last step, steps)
+        self._work: collections.OrderedDict[str, set[int]] = collections.OrderedDict()  # peer -> steps it was admitted at
         self.dropped_stale = 0
         self._task: asyncio.Task | None = None
 
@@ -158,21 +158,20 @@ class LearnerRole(Role):
         return kept, info
 
     def _worked(self, peer: str, step: int) -> None:
-        _, steps = self._work.pop(peer, (step, set()))
-        steps = {x for x in steps if x > step - VOUCH_IDLE_STEPS} | {step}
-        self._work[peer] = (step, set(sorted(steps)[-VOUCH_STEPS:]))
+        steps = {x for x in self._work.pop(peer, set()) if x > step - VOUCH_IDLE_STEPS} | {step}
+        self._work[peer] = set(sorted(steps)[-VOUCH_STEPS:])
         while len(self._work) > MAX_VOUCHED:
             self._work.popitem(last=False)
 
     def vouched_at(self, step: int) -> set[str]:
         """Followers whose rollouts of our versions were admitted at VOUCH_STEPS steps, the last
         within VOUCH_IDLE_STEPS: sustained work, which one labelled batch from a fresh id is not."""
-        return {p for p, (last, steps) in self._work.items()
-                if len(steps) >= VOUCH_STEPS and last > step - VOUCH_IDLE_STEPS}
+        return {p for p, steps in self._work.items()
+                if len(steps) >= VOUCH_STEPS and max(steps) > step - VOUCH_IDLE_STEPS}
 
     @property
     def vouched(self) -> set[str]:
-        return {p for p, (_, steps) in self._work.items() if len(steps) >= VOUCH_STEPS}
+        return {p for p, steps in self._work.items() if len(steps) >= VOUCH_STEPS}
 
     async def after_step(self, node, record: dict) -> None:
         k = node.cfg.broadcast.publish_every

@@ -62,8 +62,6 @@ MANIFEST_REQUESTS = (2.0, 16.0)  # offers and manifest asks a second (and burst)
 ALL_MANIFEST_REQUESTS = (32.0, 64.0)  # ... and from everyone
 REMOTES_TRACKED = 1024  # per-peer budgets kept (the least recent go first)
 SUSPECT_VERSIONS = 3  # versions a node that failed us is asked after the others
-
-
 COUNTED_PEERS = 256  # peers a per-peer failure counter keeps (the most counted)
 
 
@@ -143,7 +141,7 @@ class BroadcastPeer:
         self._budgets: collections.OrderedDict[str, TokenBucket] = collections.OrderedDict()
         self._all_budget = TokenBucket(*ALL_MANIFEST_REQUESTS)
         self.suspects: dict[str, int] = {}  # peer -> the version it failed us in
-        self._favoured_memo: tuple = ((), -1, frozenset())  # (held digests, directory size, remote ids)
+        self._favoured_memo: tuple = ((), 0, frozenset())  # (held digests, directory's hash, remote ids)
         # async (peers) -> fills ``directory`` with their addresses (the follower's DHT reads)
         self.resolve: Callable[[list[str]], Awaitable[object]] | None = None
         self._tasks: set[asyncio.Task] = set()
@@ -314,7 +312,9 @@ class BroadcastPeer:
         """Whether ``remote`` is a node the versions we hold list (their source and relays: a
         parent of the next version, a child falling back to us) or one of our neighbours: those
         are served past the shared bounds, so a crowd of fresh ids cannot shut them out."""
-        key = (tuple(self.held), len(self.directory))
+        # asked only under pressure (the shared bounds are spent): worth a memo, keyed so that an
+        # address that changed (a relay restarted on a new port) is seen
+        key = (tuple(self.held), hash(frozenset(self.directory.items())))
         if self._favoured_memo[:2] != key:
             peers = {p for t in self.held.values() for p in (t.manifest.source, *t.manifest.relays)}
             if self.check is not None:
