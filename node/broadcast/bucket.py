@@ -29,6 +29,11 @@ class TokenBucket:
         self._normal = 0  # normal-priority takers inside take()
         self.taken = 0  # bytes sent through this bucket
 
+    def _refill(self) -> None:
+        now = time.monotonic()
+        self._tokens = min(self.burst, self._tokens + (now - self._stamp) * self.rate)
+        self._stamp = now
+
     async def take(self, n: int, low: bool = False) -> None:
         """``low``: go only while no normal taker is waiting (a relay's uploads to peers the
         topology did not give it yield to its own children's, so a late follower hung under it
@@ -48,9 +53,7 @@ class TokenBucket:
         async with self._lock:
             need = float(n)
             while True:
-                now = time.monotonic()
-                self._tokens = min(self.burst, self._tokens + (now - self._stamp) * self.rate)
-                self._stamp = now
+                self._refill()
                 # A write bigger than the burst goes through on a full bucket and leaves a debt:
                 # the long-run rate is what matters, and writes are sliced small anyway.
                 if self._tokens >= min(need, self.burst):
@@ -61,9 +64,7 @@ class TokenBucket:
 
     def try_take(self, n: float = 1.0) -> bool:
         """Take ``n`` tokens now if the bucket has them (a request budget: refuse, do not wait)."""
-        now = time.monotonic()
-        self._tokens = min(self.burst, self._tokens + (now - self._stamp) * self.rate)
-        self._stamp = now
+        self._refill()
         if self._tokens < n:
             return False
         self._tokens -= n
