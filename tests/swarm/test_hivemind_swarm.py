@@ -174,10 +174,12 @@ def test_attacks_over_hivemind_are_rejected_by_a_running_node(procs, warm_tiny_m
                 ("impostor", "sender_mismatch", lambda r: envelope_to_bytes(sign(encode(
                     batch(attackers["impostor"], r, sender=attackers["valid"].peer_id)), attackers["impostor"], r))),
             ]
-            # One attack a round (unknown keys get a small fetch budget); an index entry can be lost
-            # on the DHT now and then, so each is published again, a round later, until refused.
+            # One attack a round (unknown keys get a small fetch budget: one unknown publisher is
+            # explored every few rounds, drawn among every live unknown entry, the earlier attacks'
+            # included); an index entry can be lost on the DHT now and then, so each is published
+            # again, a round later, until refused (6 rounds were once not enough in CI).
             for name, reason, make in attacks:
-                for _ in range(6):
+                for _ in range(12):
                     r = await next_round(r)
                     await ts[name].publish(r, make(r), 30)
                     deadline = time.time() + 2 * round_s
