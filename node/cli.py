@@ -112,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_profile_flag(train)
 
     join = sub.add_parser(
-        "join", help="train in a swarm over hivemind (train with --swarm.transport hivemind)",
+        "join", help="train in a swarm: the public one over hivemind, or a private cluster's through an MQTT broker",
         allow_abbrev=False,
         description="Join a swarm and train: every round the node publishes its signed rollouts and "
                     "trains on I of its own plus J of its peers' (SAPO). The Ed25519 key in "
@@ -122,6 +122,13 @@ def build_parser() -> argparse.ArgumentParser:
     join.add_argument("--bootstrap", action="append", default=[], metavar="MADDR",
                       help="multiaddr of a bootstrap peer, as `swarm-node bootstrap` prints it "
                            "(repeat for several; same as --swarm.initial_peers)")
+    join.add_argument("--transport", choices=["hivemind", "mqtt"], default=None,
+                      help="hivemind (default): the public swarm's DHT; mqtt: a private cluster's broker "
+                           "(--broker; docs/private-cluster.md). Same as --swarm.transport")
+    join.add_argument("--broker", metavar="URL", default=None,
+                      help="mqtt: the broker, mqtts://user@host:8883 (TLS) or mqtt://user@host:1883, user = this "
+                           "node's account; the password is read from --swarm.broker_password_file or "
+                           "$SWARM_NODE_MQTT_PASSWORD, never from the command line. Same as --swarm.broker")
     _add_config_flags(join)
     join.add_argument("--new-swarm", action="store_true",
                       help="start a new swarm with this node as its first peer (no --bootstrap); others join "
@@ -389,7 +396,13 @@ def _main(argv: list[str] | None) -> int:
                     overrides["broadcast.role"] = args.role
                 if args.follow is not None:
                     overrides["broadcast.follow"] = args.follow
-                overrides["swarm.transport"] = "hivemind"
+                if args.broker is not None:
+                    overrides["swarm.broker"] = args.broker
+                file_swarm = (read_toml(args.config).get("swarm") or {}) if args.config else {}
+                transport = args.transport or overrides.get("swarm.transport") or file_swarm.get("transport")
+                if transport not in ("hivemind", "mqtt"):
+                    transport = "mqtt" if args.broker or overrides.get("swarm.broker") or file_swarm.get("broker") else "hivemind"
+                overrides["swarm.transport"] = transport
                 if args.bootstrap:
                     overrides["swarm.initial_peers"] = list(overrides.get("swarm.initial_peers", [])) + args.bootstrap
                 file_run = (read_toml(args.config).get("run") or {}) if args.config else {}
@@ -398,7 +411,10 @@ def _main(argv: list[str] | None) -> int:
             cfg = load_config(args.config, overrides)
             setup_logging(cfg.run.log_level, cfg.run.log_format)
             cfg = _with_profile(cfg, args, overrides)
-            if args.command == "join" and not cfg.swarm.initial_peers and not args.new_swarm:
+            if args.command == "join" and cfg.swarm.transport == "mqtt" and (cfg.swarm.initial_peers or args.new_swarm):
+                raise ConfigError("--bootstrap and --new-swarm are for the hivemind transport; over mqtt every node "
+                                  "meets at the broker (--broker)")
+            if args.command == "join" and cfg.swarm.transport == "hivemind" and not cfg.swarm.initial_peers and not args.new_swarm:
                 raise ConfigError("join needs a swarm to join: pass --bootstrap MADDR (the address `swarm-node "
                                   "bootstrap` prints, e.g. /ip4/1.2.3.4/tcp/31337/p2p/QmWyMy...) or set "
                                   "swarm.initial_peers; to start a new swarm with this node as its first peer, "

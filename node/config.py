@@ -143,7 +143,7 @@ class RunConfig(_Section):
 
 
 class SwarmConfig(_Section):
-    transport: Literal["none", "memory", "hivemind"] = Field("none", description="none (train alone), hivemind (the public/private swarm over the hivemind DHT) or memory (in-process, for tests and simulation)")
+    transport: Literal["none", "memory", "hivemind", "mqtt"] = Field("none", description="none (train alone), hivemind (the public swarm over the hivemind DHT), mqtt (a private cluster's swarm through one broker: swarm.broker) or memory (in-process, for tests and simulation)")
     name: str = Field("swarm-node", description="swarm name: nodes only exchange rollouts with nodes of the same name")
     initial_peers: list[str] = Field([], description="multiaddrs of bootstrap peers (hivemind), e.g. /ip4/1.2.3.4/tcp/31337/p2p/Qm...; empty = start a new swarm (join asks for --new-swarm then)")
     host_maddrs: list[str] = Field(["/ip4/0.0.0.0/tcp/0"], description="addresses the hivemind daemon listens on (tests use /ip4/127.0.0.1/tcp/0)")
@@ -161,6 +161,11 @@ class SwarmConfig(_Section):
     join_backoff: float = Field(2.0, gt=0, description="first back-off in seconds; doubles each retry")
     use_relay: bool = Field(True, description="reach peers behind NAT through relays (hivemind; off in loopback tests)")
     nat_port_map: bool = Field(True, description="ask the router for a port mapping via UPnP (hivemind; off in loopback tests)")
+    broker: str = Field("", description="mqtt: the broker, mqtt://[user@]host[:1883] or mqtts://[user@]host[:8883] (TLS); no password in it (docs/private-cluster.md)")
+    broker_password_file: str = Field("", description="mqtt: file whose first line is the broker password; empty = $SWARM_NODE_MQTT_PASSWORD, or none")
+    broker_ca_file: str = Field("", description="mqtts: CA certificate (PEM) that signed the broker's certificate; empty = the system's CAs")
+    broker_cert_file: str = Field("", description="mqtts: this node's client certificate (PEM), for a broker that asks for one")
+    broker_key_file: str = Field("", description="mqtts: the client certificate's private key (PEM)")
 
     @field_validator("initial_peers")
     @classmethod
@@ -170,6 +175,18 @@ class SwarmConfig(_Section):
             raise ValueError(f"{bad}: a bootstrap address is a full multiaddr ending in /p2p/<peer id>, "
                              f"as `swarm-node bootstrap` prints it, e.g. /ip4/1.2.3.4/tcp/31337/p2p/QmWyMy...")
         return v
+
+    @model_validator(mode="after")
+    def _broker(self) -> "SwarmConfig":
+        from node.transport.broker_url import parse_broker_url
+
+        if self.transport == "mqtt" and not self.broker:
+            raise ValueError("swarm.transport mqtt needs swarm.broker (--broker mqtts://user@host:8883)")
+        if self.broker:
+            parse_broker_url(self.broker)  # a clear error now, not at join
+        if self.broker_key_file and not self.broker_cert_file:
+            raise ValueError("swarm.broker_key_file without swarm.broker_cert_file")
+        return self
 
     @model_validator(mode="after")
     def _valid_name(self) -> "SwarmConfig":

@@ -45,6 +45,7 @@ from node.rollouts import external_samples, generate_rollouts, round_task_ids, t
 from node.status import Phase, StatusFile
 from node.swarm import PeerGroup, SwarmExchange
 from node.transport import Transport, create_transport
+from node.transport.broker_url import parse_broker_url, resolve_password
 from protocol.identity import load_or_create_identity
 from policies.errors import PolicyError
 from policies.learner import Learner
@@ -112,6 +113,12 @@ def _start_vllm(policy: Policy, cfg: NodeConfig):
                        cpu_kv_cache_gib=g.vllm_cpu_kv_cache_gib)
 
 
+def broker_settings(sc):
+    """The broker to connect to (swarm.broker and its TLS files), with the password resolved."""
+    return parse_broker_url(sc.broker, password=resolve_password(sc.broker_password_file),
+                            ca_file=sc.broker_ca_file, cert_file=sc.broker_cert_file, key_file=sc.broker_key_file)
+
+
 def identity_path(cfg: NodeConfig) -> Path:
     return Path(cfg.swarm.identity) if cfg.swarm.identity else Path(cfg.run.dir) / "identity.pem"
 
@@ -132,6 +139,10 @@ async def build_exchange(cfg: NodeConfig, policy: Policy, transport: Transport |
                           startup_timeout=sc.startup_timeout, join_retries=sc.join_retries,
                           join_backoff=sc.join_backoff, use_relay=sc.use_relay,
                           nat_port_map=sc.nat_port_map, round_seconds=sc.round_seconds, signer=ident,
+                          on_retry=(lambda d: phase("joining the swarm", d)) if phase else None)
+        elif sc.transport == "mqtt":
+            kwargs = dict(broker=broker_settings(sc), connect_timeout=sc.startup_timeout,
+                          join_retries=sc.join_retries, join_backoff=sc.join_backoff,
                           on_retry=(lambda d: phase("joining the swarm", d)) if phase else None)
         transport = create_transport(sc.transport, swarm=sc.name, publisher=ident.peer_id, **kwargs)
     if cfg.faults.active:
@@ -359,7 +370,8 @@ class TrainingNode:
             if cfg.swarm.transport != "none":
                 how = ("starting the p2p daemon, then contacting " + ", ".join(cfg.swarm.initial_peers)
                        if cfg.swarm.transport == "hivemind" and transport is None and cfg.swarm.initial_peers
-                       else cfg.swarm.transport)
+                       else "connecting to the broker at " + parse_broker_url(cfg.swarm.broker).url
+                       if cfg.swarm.transport == "mqtt" and transport is None else cfg.swarm.transport)
                 status.phase("joining the swarm", how)
                 swarm = await build_exchange(cfg, policy, transport, status.phase)
             node = cls(cfg, policy, learner, run_dir, start_step, swarm, endpoint, status, vllm)

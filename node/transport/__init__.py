@@ -2,7 +2,8 @@
 
 The node runtime talks only to ``Transport`` (``node/transport/base.py``). Each implementation
 lives in its own module and is imported only when selected (``create_transport``): hivemind and
-py-libp2p register the same protobuf symbols and cannot share one process.
+py-libp2p register the same protobuf symbols and cannot share one process, and the MQTT
+transport (node/transport/mqtt.py) needs neither.
 """
 
 from node.transport.base import Delivery, Transport, TransportError
@@ -20,4 +21,8 @@ def create_transport(kind: str, **kwargs) -> Transport:
         from node.transport.hivemind_dht import HivemindTransport
 
         return HivemindTransport(**kwargs)
-    raise ValueError(f"unknown transport {kind!r}; choose memory or hivemind")
+    if kind == "mqtt":
+        from node.transport.mqtt import MqttTransport
+
+        return MqttTransport(**kwargs)
+    raise ValueError(f"unknown transport {kind!r}; choose memory, hivemind or mqtt")

@@ -1,0 +1,350 @@
+"""The MQTT transport: a private cluster's swarm through one broker the team runs.
+
+Every node holds one connection to the broker (node/transport/mqtt_link.py) and exchanges the
+same signed envelopes as over hivemind. The broker is a carrier and is never trusted: every body
+is checked by the node's verifier (signature, publisher = signer, clock, replay), so the broker
+cannot forge, alter or re-attribute a message unnoticed, and a replay is refused as one.
+
+    topic                                              QoS  retained  expiry       payload
+    swarm-node/<swarm>/rollouts/<peer id>/<round>/<i>  1    yes       the window   part i of the envelope
+    swarm-node/<swarm>/peers/<peer id>                 1    yes       heartbeat    signed Announcement
+
+- **QoS 1** for both: a rollout batch or a heartbeat lost on the way costs a round's share, and
+  duplicates are free (a body is kept once, by publisher and sha256). QoS 2's extra round trip
+  buys nothing a content hash does not.
+- **Retained, with an MQTT 5 message expiry**: a node that joins or reconnects mid-run finds the
+  rounds still in the staleness window and every live peer's heartbeat at once, and the broker
+  drops them when they expire (a round's envelope lives ``expires_in``, as its DHT entry does).
+- **Split** (node/transport/mqtt_parts.py) into parts under the broker's packet limit (its
+  CONNACK ``Maximum Packet Size``, else ``part_size``), one topic per part so a retained copy
+  of each is kept.
+- **The publisher is the topic's <peer id>**, a claim like the DHT's subkey: a broker ACL
+  (``pattern write swarm-node/+/+/%u/#``, docs/private-cluster.md) makes the broker refuse a
+  node writing under another id, and the node refuses a body signed by anyone but the id its
+  topic names (``sender_mismatch``) even where the broker has no ACL.
+
+Nothing this node made is lost while the broker is away: envelopes and the heartbeat wait in a
+bounded outgoing queue (``MAX_QUEUED`` envelopes; the oldest is dropped first, counted
+``dropped``, and ones that expired meanwhile are not sent, counted ``expired``) and go out, in
+order, when the link is back. Incoming bodies are bounded too: one per (publisher, round), a
+byte budget over all of them (peers with an admitted history keep their place when it is full),
+and nothing outside the rounds the node last polled for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import hashlib
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from node.transport.base import MAX_ANNOUNCEMENT_SIZE, MAX_ENVELOPE_SIZE, Delivery, Transport, TransportError
+from node.transport.broker_url import BrokerSettings
+from node.transport.mqtt_link import BrokerDown, MqttLink
+from node.transport.mqtt_parts import NoRoom, PartError, Reassembler, TooLarge, parse_part, split
+from protocol.identity import PEER_ID_RE
+
+log = logging.getLogger(__name__)
+
+__all__ = ["MqttTransport", "topic_prefix", "PART_SIZE", "MAX_QUEUED"]
+
+PART_SIZE = 256 * 1024  # what most brokers take in one message; smaller if the broker says so
+MAX_QUEUED = 64  # envelopes (plus the newest heartbeat) kept for the broker while it is away
+MAX_BUFFERED = 64 * 1024 * 1024  # bytes of incoming bodies (whole and partial) held before polls take them
+MAX_ROUND_AHEAD = 2  # rounds past the newest polled one still buffered (clocks drift a little)
+_PACKET_SLACK = 512  # a PUBLISH's fixed header, topic and properties, over its payload
+
+
+def topic_prefix(swarm: str) -> str:
+    return f"swarm-node/{swarm}"
+
+
+@dataclass
+class MqttTransport(Transport):
+    broker: BrokerSettings | None = None
+    connect_timeout: float = 10.0
+    join_retries: int = 5
+    join_backoff: float = 2.0
+    part_size: int = PART_SIZE
+    max_queued: int = MAX_QUEUED
+    max_buffered: int = MAX_BUFFERED
+    on_retry: object = None  # callable(str): a join attempt failed and will be retried
+    link: MqttLink | None = field(default=None, init=False)
+    counts: collections.Counter = field(default_factory=collections.Counter, init=False)
+    _queue: collections.deque = field(default_factory=collections.deque, init=False)  # (deadline, round, data)
+    _heartbeat: tuple | None = field(default=None, init=False)  # (deadline, data): the newest, re-sent on reconnect
+    _ready: dict = field(default_factory=dict, init=False)  # round -> {publisher: bytes}
+    _ready_bytes: int = field(default=0, init=False)
+    _seen: dict = field(default_factory=dict, init=False)  # round -> {(publisher, sha256)} handed out or refused
+    _heard: dict = field(default_factory=dict, init=False)  # publisher -> (sha256, bytes | None): heartbeats
+    _window: tuple[int, int] | None = field(default=None, init=False)  # rounds of the last poll
+    _max_size: int = field(default=MAX_ENVELOPE_SIZE, init=False)
+    _vouched: collections.OrderedDict = field(default_factory=collections.OrderedDict, init=False)
+    _flushing: asyncio.Task | None = field(default=None, init=False)
+    _parts: Reassembler = field(default=None, init=False)
+    _probe: asyncio.Event | None = field(default=None, init=False)
+
+    def __post_init__(self):
+        if self.broker is None:
+            raise TransportError("the MQTT transport needs a broker (--broker mqtt[s]://[user@]host[:port])")
+        self._parts = Reassembler(self.max_buffered // 2)
+        self._prefix = topic_prefix(self.swarm)
+
+    # -- topics -----------------------------------------------------------------------------------
+    def _rollout_topic(self, round: int, i: int) -> str:
+        return f"{self._prefix}/rollouts/{self.publisher}/{round}/{i}"
+
+    def _peer_topic(self) -> str:
+        return f"{self._prefix}/peers/{self.publisher}"
+
+    def _probe_topic(self) -> str:
+        return f"{self._prefix}/probe/{self.publisher}"  # only this node subscribes to it
+
+    # -- joining ----------------------------------------------------------------------------------
+    async def start(self) -> None:
+        subs = [(f"{self._prefix}/rollouts/#", 1), (f"{self._prefix}/peers/+", 1), (self._probe_topic(), 1)]
+        self._probe = asyncio.Event()
+        self.link = MqttLink(self.broker, self.publisher, subs, self._on_message,
+                             connect_timeout=self.connect_timeout, join_retries=self.join_retries,
+                             join_backoff=self.join_backoff, on_retry=self.on_retry)
+        self.link.on_connect.append(self._on_reconnect)
+        await self.link.start()
+        try:
+            # An ACL that refuses this node's own topics is a configuration error: say so now, not
+            # as rounds that silently never reach anyone. An empty, unretained message is ignored
+            # by every receiver.
+            for topic in (self._peer_topic(), self._rollout_topic(0, 0)):
+                await self.link.publish(topic, b"", qos=1, timeout=self.connect_timeout)
+            # Mosquitto grants a subscription its ACL will never deliver on; the only proof that
+            # this node can read the swarm is a message of its own coming back.
+            await self.link.publish(self._probe_topic(), b"probe", qos=1, timeout=self.connect_timeout)
+            try:
+                await asyncio.wait_for(self._probe.wait(), self.connect_timeout)
+            except asyncio.TimeoutError:
+                raise PermissionError(
+                    f"the broker at {self.broker.url} did not deliver this node's own probe back within "
+                    f"{self.connect_timeout:g} s: its ACL must let user {self.broker.username!r} read "
+                    f"{self._prefix}/# (docs/private-cluster.md)") from None
+        except PermissionError as e:
+            await self.link.close()
+            raise TransportError(str(e)) from None
+        except BrokerDown as e:
+            await self.link.close()
+            raise TransportError(f"the broker went away while joining: {e}") from None
+
+    def _on_reconnect(self) -> None:
+        if self._flushing is None or self._flushing.done():
+            self._flushing = asyncio.ensure_future(self._flush())
+
+    # -- sending ----------------------------------------------------------------------------------
+    def _part_size(self) -> int:
+        limit = self.link.max_packet if self.link is not None else None
+        return min(self.part_size, limit - _PACKET_SLACK) if limit else self.part_size
+
+    async def _send(self, round: int, data: bytes, deadline: float) -> None:
+        left = deadline - time.time()
+        if left <= 0:
+            self.counts["expired"] += 1
+            return
+        for i, part in enumerate(split(data, self._part_size())):
+            await self.link.publish(self._rollout_topic(round, i), part, qos=1, retain=True, expiry=left)
+        self.counts["published"] += 1
+
+    async def publish(self, round: int, data: bytes, expires_in: float) -> None:
+        if len(data) > MAX_ENVELOPE_SIZE:
+            raise ValueError(f"envelope of {len(data)} bytes is over the {MAX_ENVELOPE_SIZE}-byte limit")
+        item = (time.time() + expires_in, round, bytes(data))
+        if self._queue or not self.link.connected.is_set():
+            self._enqueue(item)  # keep the order: what waits goes first
+            return
+        try:
+            await self._send(round, item[2], item[0])
+        except BrokerDown:
+            self._enqueue(item)
+        except PermissionError as e:
+            raise TransportError(str(e)) from None
+
+    def _enqueue(self, item: tuple) -> None:
+        # A republished round replaces its queued envelope (the transport's contract: the newest).
+        for i, (_, r, _) in enumerate(self._queue):
+            if r == item[1]:
+                del self._queue[i]
+                break
+        self._queue.append(item)
+        self.counts["queued"] += 1
+        while len(self._queue) > self.max_queued:
+            self._queue.popleft()
+            self.counts["dropped"] += 1
+
+    async def _flush(self) -> None:
+        """Send what waited for the broker, oldest first; stops (keeping the rest) if it goes again."""
+        try:
+            if self._heartbeat is not None:
+                deadline, data = self._heartbeat
+                if deadline > time.time():
+                    await self.link.publish(self._peer_topic(), data, qos=1, retain=True,
+                                            expiry=deadline - time.time())
+            while self._queue:
+                deadline, round, data = self._queue[0]
+                await self._send(round, data, deadline)
+                self._queue.popleft()
+                self.counts["sent_after_wait"] += 1
+        except BrokerDown:
+            pass  # the next reconnect flushes again
+        except PermissionError as e:
+            log.error("%s", e)
+
+    async def announce(self, data: bytes, expires_in: float) -> None:
+        if len(data) > MAX_ANNOUNCEMENT_SIZE:
+            raise ValueError(f"heartbeat of {len(data)} bytes is over the {MAX_ANNOUNCEMENT_SIZE}-byte limit")
+        self._heartbeat = (time.time() + expires_in, bytes(data))
+        try:
+            await self.link.publish(self._peer_topic(), data, qos=1, retain=True, expiry=expires_in)
+        except BrokerDown:
+            pass  # kept in _heartbeat: re-sent on reconnect
+        except PermissionError as e:
+            raise TransportError(str(e)) from None
+
+    # -- receiving --------------------------------------------------------------------------------
+    def _on_message(self, topic: str, payload: bytes) -> None:
+        parts = topic.split("/")
+        if len(parts) < 4 or "/".join(parts[:2]) != self._prefix:
+            self.rejected["bad_topic"] += 1
+            return
+        kind, publisher = parts[2], parts[3]
+        if not PEER_ID_RE.fullmatch(publisher):
+            self.rejected["bad_topic"] += 1
+            return
+        if publisher == self.publisher:
+            if kind == "probe":
+                self._probe.set()
+            return  # our own (the broker echoes them)
+        if not payload:
+            return  # a probe of a topic's ACL, or a cleared retained message
+        if kind == "peers" and len(parts) == 4:
+            self._on_heartbeat(publisher, payload)
+        elif kind == "rollouts" and len(parts) == 6 and parts[4].isdigit() and parts[5].isdigit():
+            self._on_part(publisher, int(parts[4]), payload)
+        else:
+            self.rejected["bad_topic"] += 1
+
+    def _on_heartbeat(self, publisher: str, payload: bytes) -> None:
+        if len(payload) > MAX_ANNOUNCEMENT_SIZE:
+            self.rejected["oversized"] += 1
+            return
+        digest = hashlib.sha256(payload).digest()
+        old = self._heard.get(publisher)
+        if old is not None and old[0] == digest:
+            return
+        if old is None and len(self._heard) >= 4096:
+            self.counts["heartbeats_dropped"] += 1  # a flood of identities: keep the ones known
+            return
+        self._heard[publisher] = (digest, payload)
+
+    def _in_window(self, round: int) -> bool:
+        if self._window is None:
+            return True
+        lo, hi = self._window
+        return lo <= round <= hi + MAX_ROUND_AHEAD
+
+    def _on_part(self, publisher: str, round: int, payload: bytes) -> None:
+        if not self._in_window(round):
+            self.counts["outside_window"] += 1
+            return
+        try:
+            part = parse_part(payload)
+            body = self._parts.add((publisher, round), part, min(self._max_size, MAX_ENVELOPE_SIZE))
+        except NoRoom:
+            self.counts["buffer_full"] += 1
+            return
+        except PartError as e:
+            self.rejected["oversized" if isinstance(e, TooLarge) else "bad_part"] += 1
+            return
+        if body is None:
+            return
+        key = (publisher, hashlib.sha256(body).digest())
+        if key in self._seen.get(round, ()):
+            return  # a duplicate (QoS 1, or a retained copy after a reconnect)
+        slot = self._ready.setdefault(round, {})
+        old = slot.pop(publisher, None)
+        if old is not None:
+            self._ready_bytes -= len(old)
+        if self._ready_bytes + len(body) > self.max_buffered // 2 and not self._make_room(publisher, len(body)):
+            self.counts["buffer_full"] += 1
+            return
+        slot[publisher] = body
+        self._ready_bytes += len(body)
+
+    def _make_room(self, publisher: str, size: int) -> bool:
+        """Evict bodies of publishers with no admitted history for one of a publisher with one."""
+        if publisher not in self._vouched:
+            return False
+        for r in sorted(self._ready):
+            for p in [p for p in self._ready[r] if p not in self._vouched]:
+                self._ready_bytes -= len(self._ready[r].pop(p))
+                self.counts["evicted"] += 1
+                if self._ready_bytes + size <= self.max_buffered // 2:
+                    return True
+        return False
+
+    async def poll(self, rounds: Iterable[int], want: int | None = None,
+                   max_size: int | None = None) -> list[Delivery]:
+        # Bodies are pushed by the broker as they come; ``want`` is a fetch budget, and nothing
+        # here is fetched. What arrived is handed over whole.
+        rounds = sorted(set(rounds))
+        self._max_size = MAX_ENVELOPE_SIZE if max_size is None else min(max_size, MAX_ENVELOPE_SIZE)
+        if rounds:
+            self._window = (rounds[0], rounds[-1])
+            for r in [r for r in self._ready if not self._in_window(r)]:
+                self._ready_bytes -= sum(len(b) for b in self._ready.pop(r).values())
+            for r in [r for r in self._seen if r < rounds[0]]:
+                del self._seen[r]
+            self._parts.forget(lambda slot: self._in_window(slot[1]))
+        self._parts.expire()
+        out = []
+        for r in rounds:
+            for publisher, body in self._ready.pop(r, {}).items():
+                self._ready_bytes -= len(body)
+                self._seen.setdefault(r, set()).add((publisher, hashlib.sha256(body).digest()))
+                if len(body) > self._max_size:
+                    self.rejected["oversized"] += 1
+                    continue
+                out.append(Delivery(r, publisher, body))
+        return out
+
+    async def poll_announcements(self) -> list[Delivery]:
+        out = []
+        for publisher, (digest, data) in self._heard.items():
+            if data is not None:
+                out.append(Delivery(-1, publisher, data))
+                self._heard[publisher] = (digest, None)  # handed over; the digest stays to skip repeats
+        return out
+
+    def vouch(self, publisher: str) -> None:
+        self._vouched[publisher] = None
+        self._vouched.move_to_end(publisher)
+        while len(self._vouched) > 1024:
+            self._vouched.popitem(last=False)
+
+    # -- the rest ---------------------------------------------------------------------------------
+    async def close(self) -> None:
+        if self._flushing is not None:
+            self._flushing.cancel()
+            await asyncio.gather(self._flushing, return_exceptions=True)
+            self._flushing = None
+        if self.link is not None:
+            await self.link.close()
+
+    def info(self) -> dict:
+        link = self.link.info() if self.link is not None else {"broker": self.broker.url, "connected": False}
+        return {"transport": "mqtt", **link, "peers_heard": len(self._heard), "queued": len(self._queue),
+                **{f"mqtt_{k}": v for k, v in sorted(self.counts.items())}}
+
+    def buffer_sizes(self) -> dict[str, int]:
+        return {"queue": len(self._queue), "ready_rounds": len(self._ready),
+                "ready": sum(len(v) for v in self._ready.values()), "partial": len(self._parts),
+                "seen_rounds": len(self._seen), "seen": sum(len(v) for v in self._seen.values()),
+                "heard": len(self._heard), "vouched": len(self._vouched)}
