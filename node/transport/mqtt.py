@@ -144,14 +144,16 @@ class MqttTransport(Transport):
         limit = self.link.max_packet if self.link is not None else None
         return min(self.part_size, limit - _PACKET_SLACK) if limit else self.part_size
 
-    async def _send(self, round: int, data: bytes, deadline: float) -> None:
+    async def _send(self, round: int, data: bytes, deadline: float) -> bool:
+        """Publish every part (False: it expired before it could go)."""
         left = deadline - time.time()
         if left <= 0:
             self.counts["expired"] += 1
-            return
+            return False
         for i, part in enumerate(split(data, self._part_size())):
             await self.link.publish(self._rollout_topic(round, i), part, qos=1, retain=True, expiry=left)
         self.counts["published"] += 1
+        return True
 
     async def publish(self, round: int, data: bytes, expires_in: float) -> None:
         if len(data) > MAX_ENVELOPE_SIZE:
@@ -159,6 +161,8 @@ class MqttTransport(Transport):
         item = (time.time() + expires_in, round, bytes(data))
         if self._queue or not self.link.connected.is_set():
             self._enqueue(item)  # keep the order: what waits goes first
+            if self.link.connected.is_set():
+                self._on_reconnect()  # (re)start the flush if none is running
             return
         try:
             await self._send(round, item[2], item[0])
@@ -172,6 +176,7 @@ class MqttTransport(Transport):
         for i, (_, r, _) in enumerate(self._queue):
             if r == item[1]:
                 del self._queue[i]
+                self.counts["replaced"] += 1
                 break
         self._queue.append(item)
         self.counts["queued"] += 1
@@ -189,9 +194,9 @@ class MqttTransport(Transport):
                                             expiry=deadline - time.time())
             while self._queue:
                 deadline, round, data = self._queue[0]
-                await self._send(round, data, deadline)
+                sent = await self._send(round, data, deadline)
                 self._queue.popleft()
-                self.counts["sent_after_wait"] += 1
+                self.counts["sent_after_wait"] += sent
         except BrokerDown:
             pass  # the next reconnect flushes again
         except PermissionError as e:

@@ -22,11 +22,11 @@ from protocol.messages import RolloutBatch, RolloutRecord
 from protocol.signing import envelope_to_bytes, sign
 
 
-def transport(broker, ident, n, kind="password", password=None, **kw) -> MqttTransport:
+def transport(broker, ident, n, kind="password", password=None, swarm="s", **kw) -> MqttTransport:
     user = ident.peer_id if kind != "anonymous" else None
     extra = {k: kw.pop(k) for k in ("ca_file", "cert_file", "key_file") if k in kw}
     settings = parse_broker_url(broker.url(kind, user), password=f"pw-{n}" if password is None else password, **extra)
-    return MqttTransport(swarm="s", publisher=ident.peer_id, broker=settings, join_retries=0,
+    return MqttTransport(swarm=swarm, publisher=ident.peer_id, broker=settings, join_retries=0,
                          connect_timeout=5.0, **kw)
 
 
@@ -222,16 +222,17 @@ def test_hostile_clients_cannot_attribute_forge_or_flood_past_an_honest_node(bro
     clock = RoundClock(10.0)
 
     async def main():
-        t = transport(broker, me, 0, "anonymous")
+        # A swarm of its own: the earlier tests' retained heartbeats are not announcements.
+        t = transport(broker, me, 0, "anonymous", swarm="h")
         ex = _exchange(t, me, clock)
         await ex.start()
-        honest = transport(broker, peer, 0, "anonymous")
+        honest = transport(broker, peer, 0, "anonymous", swarm="h")
         await honest.start()
         try:
             env = _envelope(peer, r)
             async with aiomqtt.Client("127.0.0.1", broker.ports["anonymous"],
                                       protocol=aiomqtt.ProtocolVersion.V5) as raw:
-                pre = "swarm-node/s/rollouts"
+                pre = "swarm-node/h/rollouts"
                 # the thief's own valid envelope, published under the honest peer's id (another round's slot)
                 await raw.publish(f"{pre}/{peer.peer_id}/{r - 1}/0", split(_envelope(thief, r - 1), 60000)[0], qos=1)
                 tampered = bytearray(_envelope(peer, r - 2, seq=2))
@@ -253,7 +254,7 @@ def test_hostile_clients_cannot_attribute_forge_or_flood_past_an_honest_node(bro
             before = dict(ex.stats.rejected)
             async with aiomqtt.Client("127.0.0.1", broker.ports["anonymous"],
                                       protocol=aiomqtt.ProtocolVersion.V5) as raw:
-                await raw.publish(f"swarm-node/s/rollouts/{peer.peer_id}/{r - 3}/0", split(env, 60000)[0], qos=1)
+                await raw.publish(f"swarm-node/h/rollouts/{peer.peer_id}/{r - 3}/0", split(env, 60000)[0], qos=1)
 
             async def replay_refused():
                 return sum(ex.stats.rejected.values()) > sum(before.values())

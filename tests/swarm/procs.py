@@ -50,9 +50,16 @@ class Procs:
         return p, maddr_file.read_text().split()[0]
 
     def node(self, name: str, maddr: str, model_dir: Path, *extra: str) -> subprocess.Popen:
+        """A node over hivemind, joined through the bootstrap peer at ``maddr``."""
+        return self._join(name, ["--bootstrap", maddr, *LOOPBACK_FLAGS], model_dir, extra)
+
+    def mqtt_node(self, name: str, broker_url: str, model_dir: Path, *extra: str) -> subprocess.Popen:
+        """A node over MQTT (the broker's password and TLS flags go in ``extra``)."""
+        return self._join(name, ["--transport", "mqtt", "--broker", broker_url], model_dir, extra)
+
+    def _join(self, name: str, how: list[str], model_dir: Path, extra) -> subprocess.Popen:
         run_dir = self.root / name
-        return self._spawn(["join", "--bootstrap", maddr, "--run.dir", str(run_dir),
-                            "--model.name", str(model_dir), *LOOPBACK_FLAGS,
+        return self._spawn(["join", *how, "--run.dir", str(run_dir), "--model.name", str(model_dir),
                             "--run.progress", "plain", "--run.plot", "false", "--train.threads", "1",
                             "--generation.prompts_per_step", "4", "--generation.num_generations", "4",
                             "--generation.max_completion_length", "8", "--swarm.external_groups", "2",

@@ -1,0 +1,99 @@
+"""A private cluster for real: `swarm-node join --transport mqtt` processes and a Mosquitto broker
+with logins, an ACL and TLS (slow; run in CI)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import broker_for
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "swarm"))
+from procs import metrics, procs, status, wait_until  # noqa: E402,F401 - procs is a fixture
+from protocol.identity import load_or_create_identity  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+def _accounts(tmp_path: Path, n: int) -> list:
+    """Each node's key made in advance, so its peer id can be its broker account (the ACL's %u)."""
+    return [load_or_create_identity(tmp_path / f"n{i}" / "identity.pem") for i in range(n)]
+
+
+def _login_flags(tmp_path: Path, i: int) -> list[str]:
+    pw = tmp_path / f"n{i}.password"
+    pw.write_text(f"pw-{i}\n")
+    return ["--swarm.broker_password_file", str(pw)]
+
+
+def test_three_nodes_over_tls_with_logins_train_on_each_others_rollouts(procs, warm_tiny_model_dir, tmp_path, certs):
+    ids = _accounts(tmp_path, 3)
+    with broker_for(tmp_path / "broker", ids, certs, anonymous=False) as m:
+        steps = 8
+        nodes = [procs.mqtt_node(f"n{i}", m.url("tls", ids[i].peer_id), warm_tiny_model_dir,
+                                 *_login_flags(tmp_path, i), "--swarm.broker_ca_file", str(certs.ca),
+                                 "--train.steps", str(steps), "--train.seed", str(i), "--swarm.round_seconds", "2")
+                 for i in range(3)]
+        for i, p in enumerate(nodes):
+            assert p.wait(timeout=240) == 0, (tmp_path / f"n{i}.log").read_text()[-3000:]
+    peer_ids = {i.peer_id for i in ids}
+    for i in range(3):
+        st = status(tmp_path / f"n{i}")
+        assert st["swarm"]["transport"] == "mqtt" and st["swarm"]["peer_id"] == ids[i].peer_id
+        used = st["swarm"]["groups_used_by_peer"]
+        assert set(used) == peer_ids - {ids[i].peer_id}, used  # both peers, never itself
+        assert all(n >= 2 for n in used.values())
+        assert st["swarm"]["rejected_total"] == 0
+        recs = metrics(tmp_path / f"n{i}")
+        assert len(recs) == steps and sum(r["external_groups"] for r in recs) == sum(used.values())
+        # The password is in no file the node wrote, and in none of its log lines.
+        for f in [tmp_path / f"n{i}.log", *(tmp_path / f"n{i}").glob("*.json")]:
+            assert f"pw-{i}" not in f.read_text(), f
+
+
+def test_a_broker_restart_mid_run_delays_rollouts_and_loses_nothing_accepted(procs, warm_tiny_model_dir, tmp_path,
+                                                                             certs):
+    ids = _accounts(tmp_path, 3)
+    m = broker_for(tmp_path / "broker", ids, certs, anonymous=False).start()
+    try:
+        steps = 30
+        nodes = [procs.mqtt_node(f"n{i}", m.url("password", ids[i].peer_id), warm_tiny_model_dir,
+                                 *_login_flags(tmp_path, i), "--train.steps", str(steps), "--train.seed", str(i),
+                                 "--swarm.round_seconds", "1.5", "--run.checkpoint_every", "5")
+                 for i in range(3)]
+        wait_until(lambda: all(len(metrics(tmp_path / f"n{i}")) >= 5 for i in range(3)), 180,
+                   "every node to train 5 steps", nodes[0])
+        used_before = [dict(status(tmp_path / f"n{i}")["swarm"]["groups_used_by_peer"]) for i in range(3)]
+        m.stop(kill=True)
+        down_at = time.time()
+        # They go on training on their own rollouts while the broker is away ...
+        at_kill = [len(metrics(tmp_path / f"n{i}")) for i in range(3)]
+        wait_until(lambda: all(len(metrics(tmp_path / f"n{i}")) >= at_kill[i] + 8 for i in range(3)), 90,
+                   "8 steps without the broker", nodes[0])
+        assert all(not status(tmp_path / f"n{i}")["swarm"]["connected"] for i in range(3))
+        m.start()
+        up_at = time.time()
+        for i, p in enumerate(nodes):
+            assert p.wait(timeout=240) == 0, (tmp_path / f"n{i}.log").read_text()[-3000:]
+    finally:
+        m.stop()
+    for i in range(3):
+        st, recs = status(tmp_path / f"n{i}")["swarm"], metrics(tmp_path / f"n{i}")
+        assert len(recs) == steps and [r["step"] for r in recs] == list(range(1, steps + 1))
+        assert st["reconnects"] >= 1 and st["connected"]
+        # Once what arrived before the outage is out of the staleness window ((4 + 1) rounds of
+        # 1.5 s), steps used no peer rollouts until the broker was back; after that, they did.
+        during = [r for r in recs if down_at + 8 < r["time"] < up_at]
+        after = [r for r in recs if r["time"] > up_at + 6]
+        assert during and all(r["external_groups"] == 0 for r in during), during
+        assert after and sum(r["external_groups"] for r in after) > 0
+        # Nothing accepted was lost: every peer's count only grew.
+        used = st["groups_used_by_peer"]
+        assert all(used.get(p, 0) >= n for p, n in used_before[i].items())
+        # The node's own rollouts of the outage waited in the queue and were then sent or counted.
+        assert st["mqtt_queued"] >= 2
+        assert st["mqtt_queued"] == sum(st.get(f"mqtt_{k}", 0) for k in ("sent_after_wait", "dropped", "expired",
+                                                                          "replaced")) + st["queued"], st
