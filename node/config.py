@@ -245,10 +245,10 @@ class NodeConfig(_Section):
     broadcast: BroadcastConfig = BroadcastConfig()
 
     @model_validator(mode="after")
-    def _roles_need_the_hivemind_swarm(self) -> "NodeConfig":
-        if self.broadcast.role != "full" and self.swarm.transport != "hivemind":
-            raise ValueError(f"broadcast.role {self.broadcast.role} needs swarm.transport hivemind (swarm-node join): "
-                             f"weights travel over its p2p streams")
+    def _roles_need_a_network_swarm(self) -> "NodeConfig":
+        if self.broadcast.role != "full" and self.swarm.transport not in ("hivemind", "mqtt"):
+            raise ValueError(f"broadcast.role {self.broadcast.role} needs swarm.transport hivemind or mqtt (swarm-node "
+                             f"join): weights travel over its p2p streams or its broker")
         return self
 
     @model_validator(mode="after")

@@ -69,23 +69,35 @@ class Role:
         pass
 
 
-def _broadcast_parts(node, follow: str | None):
-    """The broadcast peer of this node, on its transport's p2p daemon (one daemon per node)."""
+async def _broadcast_parts(node, follow: str | None):
+    """The broadcast peer of this node and its weights directory, on the connection its transport
+    already holds: the hivemind transport's p2p daemon (one daemon per node) or the MQTT
+    transport's broker connection."""
     from node.broadcast.bucket import TokenBucket
-    from node.broadcast.directory import WeightDirectory
-    from node.broadcast.hivemind_carrier import HivemindCarrier
     from node.broadcast.peer import BroadcastPeer
     from node.broadcast.store import ChunkStore
 
     bc, sw = node.cfg.broadcast, node.swarm
     transport = getattr(sw.transport, "inner", sw.transport)  # under the simulator's fault wrapper
-    dht = transport._node
     upload = TokenBucket(bc.upload_mbps * 1e6) if bc.upload_mbps > 0 else None
-    carrier = HivemindCarrier(dht.p2p, node.cfg.swarm.name, upload)
+    source = follow or sw.peer_id
+    if node.cfg.swarm.transport == "mqtt":
+        from node.broadcast.mqtt_carrier import MqttCarrier
+        from node.broadcast.mqtt_directory import MqttWeightDirectory
+
+        carrier = MqttCarrier(transport, upload)
+        directory = MqttWeightDirectory(transport, sw.identity, source)
+        await directory.start()
+    else:
+        from node.broadcast.directory import WeightDirectory
+        from node.broadcast.hivemind_carrier import HivemindCarrier
+
+        dht = transport._node
+        carrier = HivemindCarrier(dht.p2p, node.cfg.swarm.name, upload)
+        directory = WeightDirectory(dht, node.cfg.swarm.name, source, sw.peer_id)
     store = ChunkStore(Path(node.run_dir) / "broadcast")  # a follower's chunks; a source's last manifest
     peer = BroadcastPeer(sw.identity, carrier, swarm=node.cfg.swarm.name, directory={}, follow=follow,
                          store=store if follow else None)
-    directory = WeightDirectory(dht, node.cfg.swarm.name, follow or sw.peer_id, sw.peer_id)
     return peer, directory, store
 
 
@@ -105,7 +117,7 @@ class LearnerRole(Role):
     async def start(self, node) -> None:
         from node.broadcast.follow import WeightSource
 
-        peer, directory, store = _broadcast_parts(node, None)
+        peer, directory, store = await _broadcast_parts(node, None)
         await peer.start()
         self.source = WeightSource(node.policy, peer, directory, fanout=node.cfg.broadcast.fanout, store=store)
         free = await self.source.next_free_version()
@@ -209,7 +221,7 @@ class WorkerRole(Role):
         from node.broadcast.follow import WeightFollower
 
         bc = node.cfg.broadcast
-        peer, directory, _ = _broadcast_parts(node, bc.follow)
+        peer, directory, _ = await _broadcast_parts(node, bc.follow)
         self.follower = WeightFollower(node.policy, peer, directory, max_staleness=bc.max_staleness, poll_s=1.0)
         if node.vllm is not None:  # the engine samples: every applied version goes into it too
             self.follower.after_apply = lambda: node.vllm.sync(node.policy)

@@ -1,4 +1,4 @@
-"""Who follows a weight source, and what its newest version is: small DHT records.
+"""Who follows a weight source, and what its newest version is: small DHT records (hivemind).
 
     key  swarm-node/<swarm>/weights/<source>          subkey <source>    {"k", "v": newest version,
                                                                           "d": manifest digest (hex), "addr"}
@@ -18,57 +18,33 @@ followers it has *vouched* for (their rollouts, made with its versions, were adm
 fresh identity has not done), then at most ``MAX_UNVOUCHED_RELAYS`` others; each group in an
 order drawn from a hash of the version and the peer id, so it rotates (the end of the chain,
 the slowest place to be, is not always the same node's) and no announcement can buy a place
-(what a follower says it applied is a claim, and is not used). Everyone else attaches as a
-leaf (node/broadcast/topology.py), so identities that never serve can stand in front of at most
-a few honest followers. A follower reads the pointer, and only the shards of the peers it
+(what a follower says it applied is a claim, and is not used: node/broadcast/directory_api.py).
+Everyone else attaches as a leaf (node/broadcast/topology.py), so identities that never serve
+can stand in front of at most a few honest followers. A follower reads the pointer, and only the shards of the peers it
 receives from. A relay that does not serve is routed around (node/broadcast/peer.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
-from dataclasses import dataclass
 
 from hivemind.utils import get_dht_time
 
 from node.transport.dht_index import FOLLOWER_LEVEL, SHARD_FANOUT, followers_key, shard_prefix, weights_key
+from node.broadcast.directory_api import ANNOUNCE_TTL_S, MAX_UNVOUCHED_RELAYS, Directory, Pointer, relay_order
 from protocol.identity import PEER_ID_RE
-from protocol.manifest import MAX_RELAYS, Manifest
+from protocol.manifest import Manifest
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Pointer", "WeightDirectory", "relay_order"]
-
-ANNOUNCE_TTL_S = 120.0
-MAX_UNVOUCHED_RELAYS = 4  # followers the source has no work from that still get a relay's place
-
-
-@dataclass(frozen=True)
-class Pointer:
-    version: int
-    digest: bytes
-    address: str
-
-
-def _rank(next_version: int, peer: str) -> bytes:
-    return hashlib.sha256(f"{next_version}:{peer}".encode()).digest()
-
-
-def relay_order(followers, next_version: int, vouched=frozenset()) -> list[str]:
-    """Followers (peer ids) in relay order for ``next_version``; pure, see the module doc."""
-    ranked = sorted(followers, key=lambda p: _rank(next_version, p))
-    known = [p for p in ranked if p in vouched]
-    others = [p for p in ranked if p not in vouched][:MAX_UNVOUCHED_RELAYS]
-    return (known + others)[:MAX_RELAYS]
-
+__all__ = ["Pointer", "WeightDirectory", "relay_order", "MAX_UNVOUCHED_RELAYS"]  # (re-exported)
 
 def _all_prefixes() -> list[str]:
     return [format(i, "x") for i in range(SHARD_FANOUT ** FOLLOWER_LEVEL)]
 
 
-class WeightDirectory:
+class WeightDirectory(Directory):
     """Reads and writes one source's weights records through a hivemind ``DHTNode`` whose record
     validator signs for ``me``."""
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from node.broadcast.directory import WeightDirectory, relay_order
+from node.broadcast.directory_api import Directory, relay_order
 from node.broadcast.peer import BroadcastPeer
 from node.broadcast.store import ChunkStore
 from policies.weight_state import apply_state, encode_state
@@ -44,7 +44,7 @@ class WeightSource:
     signs a version number again: its followers would refuse the new weights as old, or worse,
     label rollouts of the old ones with a number that now means others."""
 
-    def __init__(self, policy, peer: BroadcastPeer, directory: WeightDirectory, fanout: int = 1,
+    def __init__(self, policy, peer: BroadcastPeer, directory: Directory, fanout: int = 1,
                  store: ChunkStore | None = None):
         self.policy, self.peer, self.directory, self.fanout = policy, peer, directory, fanout
         self.store = store
@@ -100,7 +100,7 @@ class WeightSource:
 
 
 class WeightFollower:
-    def __init__(self, policy, peer: BroadcastPeer, directory: WeightDirectory, *, max_staleness: int = 2,
+    def __init__(self, policy, peer: BroadcastPeer, directory: Directory, *, max_staleness: int = 2,
                  poll_s: float = 2.0):
         self.policy, self.peer, self.directory = policy, peer, directory
         self.max_staleness, self.poll_s = max_staleness, poll_s

@@ -86,6 +86,7 @@ class MqttTransport(Transport):
     _flushing: asyncio.Task | None = field(default=None, init=False)
     _parts: Reassembler = field(default=None, init=False)
     _probe: asyncio.Event | None = field(default=None, init=False)
+    _routes: dict = field(default_factory=dict, init=False)  # topic family -> handler (add_route)
 
     def __post_init__(self):
         if self.broker is None:
@@ -140,7 +141,8 @@ class MqttTransport(Transport):
             self._flushing = asyncio.ensure_future(self._flush())
 
     # -- sending ----------------------------------------------------------------------------------
-    def _part_size(self) -> int:
+    def part_size_now(self) -> int:
+        """The most one message's payload may hold: ``part_size``, or less if the broker says so."""
         limit = self.link.max_packet if self.link is not None else None
         return min(self.part_size, limit - _PACKET_SLACK) if limit else self.part_size
 
@@ -150,7 +152,7 @@ class MqttTransport(Transport):
         if left <= 0:
             self.counts["expired"] += 1
             return False
-        for i, part in enumerate(split(data, self._part_size())):
+        for i, part in enumerate(split(data, self.part_size_now())):
             await self.link.publish(self._rollout_topic(round, i), part, qos=1, retain=True, expiry=left)
         self.counts["published"] += 1
         return True
@@ -220,6 +222,9 @@ class MqttTransport(Transport):
             self.rejected["bad_topic"] += 1
             return
         kind, publisher = parts[2], parts[3]
+        if kind in self._routes:
+            self._routes[kind](parts, payload)  # the broadcast's topics: its handler checks them
+            return
         if not PEER_ID_RE.fullmatch(publisher):
             self.rejected["bad_topic"] += 1
             return
@@ -235,6 +240,15 @@ class MqttTransport(Transport):
             self._on_part(publisher, int(parts[4]), payload)
         else:
             self.rejected["bad_topic"] += 1
+
+    async def add_route(self, kind: str, topic_filter: str, handler) -> None:
+        """Hand messages of topic family ``kind`` (``swarm-node/<swarm>/<kind>/<peer id>/...``) to
+        ``handler(topic parts, payload)``, subscribing to ``topic_filter`` now and after every
+        reconnect: the weight broadcast shares this node's one connection (node/broadcast/mqtt_*.py)."""
+        if kind in ("rollouts", "peers", "probe"):
+            raise ValueError(f"topic family {kind!r} is the transport's own")
+        self._routes[kind] = handler
+        await self.link.subscribe(topic_filter, 1)
 
     def _on_heartbeat(self, publisher: str, payload: bytes) -> None:
         if len(payload) > MAX_ANNOUNCEMENT_SIZE:

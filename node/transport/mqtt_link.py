@@ -160,6 +160,16 @@ class MqttLink:
                               f"user {self.settings.username!r}: its ACL must let this node read them "
                               f"(docs/private-cluster.md)")
 
+    async def subscribe(self, topic: str, qos: int = 1) -> None:
+        """Subscribe now (if connected) and after every reconnect."""
+        self.subscriptions.append((topic, qos))
+        client = self._client
+        if client is not None and self.connected.is_set():
+            try:
+                await client.subscribe(topic, qos, timeout=self.connect_timeout)
+            except aiomqtt.MqttError as e:  # the link is going down: the reconnect subscribes again
+                log.info("subscribing to %s: %s (again at the reconnect)", topic, e)
+
     async def start(self) -> None:
         """Connect (retrying an unreachable broker), subscribe, and keep the link up from then on."""
         delay = self.join_backoff

@@ -1,0 +1,129 @@
+"""A weight source's pointer and its followers as retained messages on the MQTT broker.
+
+    topic                                           retained, expiry   record (owner-signed, protocol/records.py)
+    swarm-node/<swarm>/weights/<source>             ANNOUNCE_TTL_S     {"v": newest version, "d": manifest digest
+                                                                        (hex), "addr": <source peer id>}
+    swarm-node/<swarm>/follows/<follower>/<source>  ANNOUNCE_TTL_S     {"addr": <follower peer id>, "applied"}
+
+The owner's id is the topic's third segment in both, so the ACL that keeps every node to its
+own topics (``pattern write swarm-node/+/+/%u/#``) covers them; the node checks the signature
+anyway, so a broker without that ACL, or one that lies, can withhold a record but not forge one.
+A node that subscribes late gets the retained pointer at once: it finds the newest weights
+without waiting for the next version. Followers are kept as they arrive (the newest record of
+each, ``MAX_FOLLOWERS`` at most: a flood of fresh identities takes no more memory than that, and
+``relay_order`` gives strangers no more than a few relay places).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import time
+
+from node.broadcast.directory_api import ANNOUNCE_TTL_S, Directory, Pointer
+from node.transport.mqtt_link import BrokerDown
+from protocol.identity import PEER_ID_RE, Identity
+from protocol.manifest import Manifest
+from protocol.records import open_record, sign_record
+
+log = logging.getLogger(__name__)
+
+__all__ = ["MqttWeightDirectory"]
+
+MAX_FOLLOWERS = 4096
+
+
+class MqttWeightDirectory(Directory):
+    def __init__(self, transport, identity: Identity, source: str):
+        self.transport, self.identity = transport, identity
+        self.source, self.me = source, identity.peer_id
+        self._prefix = f"swarm-node/{transport.swarm}"
+        self._pointer: tuple[dict, float] | None = None  # the newest valid pointer record and its expiry
+        self._followers: collections.OrderedDict = collections.OrderedDict()  # peer -> (value, expiry)
+        self.refused = 0
+
+    def _pointer_topic(self) -> str:
+        return f"{self._prefix}/weights/{self.source}"
+
+    def _follow_topic(self, follower: str) -> str:
+        return f"{self._prefix}/follows/{follower}/{self.source}"
+
+    async def start(self) -> None:
+        await self.transport.add_route("weights", self._pointer_topic(), self._on_pointer)
+        await self.transport.add_route("follows", f"{self._prefix}/follows/+/{self.source}", self._on_follower)
+
+    # -- incoming ---------------------------------------------------------------------------------
+    def _open(self, topic: str, owner: str, payload: bytes) -> tuple[dict, float] | None:
+        now = time.time()
+        got = open_record(payload, topic, owner, now)
+        if got is None:
+            self.refused += 1
+            return None
+        value, exp = got
+        return value, min(exp, now + ANNOUNCE_TTL_S)  # a far-future expiry is a claim too
+
+    def _on_pointer(self, parts: list[str], payload: bytes) -> None:
+        if len(parts) != 4 or parts[3] != self.source or not payload:
+            return
+        got = self._open("/".join(parts), self.source, payload)
+        if got is None:
+            return
+        value, exp = got
+        try:
+            version, digest, addr = int(value["v"]), bytes.fromhex(value["d"]), str(value["addr"])
+        except (KeyError, ValueError, TypeError):
+            self.refused += 1
+            return
+        if self._pointer is not None and self._pointer[0]["v"] > version:
+            return  # an older record (a broker replaying one) never hides the newer
+        self._pointer = ({"v": version, "d": digest, "addr": addr}, exp)
+
+    def _on_follower(self, parts: list[str], payload: bytes) -> None:
+        if len(parts) != 5 or parts[4] != self.source or not PEER_ID_RE.fullmatch(parts[3]):
+            return
+        follower = parts[3]
+        if follower == self.source:
+            return
+        if not payload:
+            self._followers.pop(follower, None)  # its retained record was cleared
+            return
+        got = self._open("/".join(parts), follower, payload)
+        if got is None or not isinstance(got[0].get("addr"), str) or not isinstance(got[0].get("applied"), int):
+            return
+        self._followers[follower] = got
+        self._followers.move_to_end(follower)
+        while len(self._followers) > MAX_FOLLOWERS:
+            self._followers.popitem(last=False)
+
+    # -- the Directory ----------------------------------------------------------------------------
+    async def _publish(self, topic: str, value: dict, ttl: float) -> bool:
+        expires_at = time.time() + ttl
+        record = sign_record(self.identity, topic, value, expires_at)
+        try:
+            await self.transport.link.publish(topic, record, qos=1, retain=True, expiry=ttl)
+            return True
+        except (BrokerDown, PermissionError) as e:
+            log.info("weights directory: %s", e)
+            return False
+
+    async def announce_version(self, m: Manifest, address: str, ttl: float = ANNOUNCE_TTL_S) -> bool:
+        assert self.me == self.source, "only the source writes its pointer"
+        return await self._publish(self._pointer_topic(), {"v": m.version, "d": m.digest.hex(), "addr": address}, ttl)
+
+    async def announce_follower(self, address: str, applied: int | None, ttl: float = ANNOUNCE_TTL_S) -> bool:
+        return await self._publish(self._follow_topic(self.me),
+                                   {"addr": address, "applied": -1 if applied is None else applied}, ttl)
+
+    async def read_pointer(self) -> Pointer | None:
+        if self._pointer is None or self._pointer[1] <= time.time():
+            return None
+        p = self._pointer[0]
+        return Pointer(p["v"], p["d"], p["addr"])
+
+    async def read_followers(self, near: list[str] | None = None) -> dict[str, tuple[str, int]]:
+        now = time.time()
+        for peer in [p for p, (_, exp) in self._followers.items() if exp <= now]:
+            del self._followers[peer]
+        wanted = None if near is None else set(near)
+        return {p: (v["addr"], v["applied"]) for p, (v, _) in self._followers.items()
+                if wanted is None or p in wanted}

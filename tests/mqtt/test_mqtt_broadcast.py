@@ -1,0 +1,186 @@
+"""The weight broadcast through a real Mosquitto: the same manifests, chunks and relay tree as over
+peer streams, a lying relay and a relay that drops off the broker mid-transfer routed around,
+and the weights directory as signed retained messages that no other account can forge."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import random
+import time
+
+import aiomqtt
+import pytest
+
+from node.broadcast.bucket import TokenBucket
+from node.broadcast.carrier import CarrierError
+from node.broadcast.mqtt_carrier import MqttCarrier
+from node.broadcast.mqtt_directory import MqttWeightDirectory
+from node.broadcast.peer import BroadcastPeer
+from protocol.identity import Identity
+from protocol.records import sign_record
+from test_mqtt_transport import transport, until
+
+META = dict(step=1, model_fingerprint="mf", tokenizer_fingerprint="tf", format="safetensors-full")
+
+
+class LyingMqttCarrier(MqttCarrier):
+    """Serves every chunk with one byte flipped."""
+
+    async def paced(self, payload, write, remote="", low=False):
+        if len(payload) > 1000:
+            payload = bytes([payload[0] ^ 1]) + bytes(payload[1:])
+        await super().paced(payload, write, remote, low)
+
+
+async def network(broker, n, upload=None, liar=None, swarm="b"):
+    ids = [Identity.generate() for _ in range(n + 1)]
+    directory: dict[str, str] = {}
+    got = {i.peer_id: [] for i in ids}
+    peers, transports = [], []
+    for k, ident in enumerate(ids):
+        t = transport(broker, ident, 0, "anonymous", swarm=swarm)
+        await t.start()
+        transports.append(t)
+        carrier = (LyingMqttCarrier if k == liar else MqttCarrier)(t, TokenBucket(upload) if upload else None)
+
+        async def on_version(m, data, who=ident.peer_id):
+            got[who].append((m.version, hashlib.sha256(data).digest()))
+
+        peers.append(BroadcastPeer(ident, carrier, swarm=swarm, directory=directory,
+                                   follow=None if k == 0 else ids[0].peer_id, on_version=on_version,
+                                   request_timeout_s=10.0))
+    for p in peers:
+        await p.start()
+        directory[p.me] = p.carrier.address
+    return peers, transports, got
+
+
+async def close_all(peers, transports):
+    for p in peers:
+        await p.close()
+    for t in transports:
+        await t.close()
+
+
+def test_a_chain_through_the_broker_with_a_lying_relay_delivers_the_exact_bytes(broker):
+    async def go():
+        peers, ts, got = await network(broker, 3, liar=1)
+        data = random.Random(1).randbytes(3_000_000)
+        try:
+            await peers[0].publish(data, version=1, relays=[p.me for p in peers[1:]], chunk_size=256 * 1024, **META)
+            await until(lambda: _all(got, peers[1:]), 60, "every follower to apply version 1")
+            return data, got, peers
+        finally:
+            await close_all(peers, ts)
+
+    async def _all(got, ps):
+        return all(got[p.me] for p in ps)
+
+    data, got, peers = asyncio.run(go())
+    want = [(1, hashlib.sha256(data).digest())]
+    assert all(got[p.me] == want for p in peers[1:])
+    assert set(peers[2].stats.bad_chunks) == {peers[1].me}  # the liar's child noticed and went around it
+    assert peers[3].stats.bad_chunks == {}
+
+
+def test_a_relay_that_drops_off_the_broker_mid_transfer_is_routed_around(broker):
+    async def go():
+        peers, ts, got = await network(broker, 3, upload=2_000_000, swarm="b2")
+        data = random.Random(2).randbytes(4_000_000)
+        try:
+            await peers[0].publish(data, version=1, relays=[p.me for p in peers[1:]], chunk_size=256 * 1024, **META)
+            relay = peers[1]
+
+            async def half():
+                return sum(len(c) for t in relay.held.values() for c in t.chunks.values()) >= 1_500_000
+
+            await until(half, 60, "the first relay to hold 1.5 MB")
+            await ts[1].close()  # its connection is gone: its inbox is read by nobody
+            await until(lambda: _all(got, peers[2:]), 90, "the others to apply version 1 without it")
+            return data, got, peers
+        finally:
+            await close_all(peers, ts)
+
+    async def _all(got, ps):
+        return all(got[p.me] for p in ps)
+
+    data, got, peers = asyncio.run(go())
+    assert all(got[p.me] == [(1, hashlib.sha256(data).digest())] for p in peers[2:])
+    assert peers[2].stats.fallbacks > 0
+
+
+def test_a_reply_announced_over_the_limit_is_not_read(broker):
+    async def go():
+        a, b = Identity.generate(), Identity.generate()
+        ta, tb = transport(broker, a, 0, "anonymous", swarm="b3"), transport(broker, b, 0, "anonymous", swarm="b3")
+        await ta.start(), await tb.start()
+        ca, cb = MqttCarrier(ta), MqttCarrier(tb)
+
+        async def handler(remote, request):
+            return 0, b"x" * 200_000
+
+        await ca.start(handler), await cb.start(handler)
+        try:
+            status, body = await cb.call(a.peer_id, b"hi", max_reply=300_000, timeout=5)
+            assert status == 0 and body == b"x" * 200_000  # several pieces under the 64 KiB packet limit
+            with pytest.raises(CarrierError, match="over 1000"):
+                await cb.call(a.peer_id, b"hi", max_reply=1000, timeout=5)
+            with pytest.raises(CarrierError, match="no reply"):
+                await cb.call(Identity.generate().peer_id, b"hi", max_reply=1000, timeout=1)  # nobody reads it
+        finally:
+            await ca.close(), await cb.close(), await ta.close(), await tb.close()
+
+    asyncio.run(go())
+
+
+def test_the_directory_is_signed_retained_and_unforgeable(broker):
+    src, fol, thief = Identity.generate(), Identity.generate(), Identity.generate()
+
+    async def go():
+        ts = transport(broker, src, 0, "anonymous", swarm="d")
+        await ts.start()
+        ds = MqttWeightDirectory(ts, src, src.peer_id)
+        await ds.start()
+
+        class M:  # what announce_version reads of a manifest
+            version, digest = 5, hashlib.sha256(b"m").digest()
+
+        assert await ds.announce_version(M, src.peer_id)
+        # A raw client on a broker with no ACL: a pointer signed by the thief on the source's topic,
+        # a pointer of the source moved from another swarm's topic, and a newer version replayed
+        # ... under a topic it was not signed for. None is taken.
+        async with aiomqtt.Client("127.0.0.1", broker.ports["anonymous"], protocol=aiomqtt.ProtocolVersion.V5) as raw:
+            top = f"swarm-node/d/weights/{src.peer_id}"
+            forged = sign_record(thief, top, {"v": 99, "d": "00" * 32, "addr": thief.peer_id}, time.time() + 60)
+            moved = sign_record(src, "swarm-node/other/weights/" + src.peer_id,
+                                {"v": 98, "d": "00" * 32, "addr": src.peer_id}, time.time() + 60)
+            for payload in (forged, moved, b"\x93garbage"):
+                await raw.publish(top, payload, qos=1)
+            # a follower record of the thief written as if by `fol`
+            await raw.publish(f"swarm-node/d/follows/{fol.peer_id}/{src.peer_id}",
+                              sign_record(thief, f"swarm-node/d/follows/{fol.peer_id}/{src.peer_id}",
+                                          {"addr": thief.peer_id, "applied": 1}, time.time() + 60), qos=1)
+        # A follower that joins now finds the retained pointer at once, and only the real one.
+        tf = transport(broker, fol, 0, "anonymous", swarm="d")
+        await tf.start()
+        df = MqttWeightDirectory(tf, fol, src.peer_id)
+        await df.start()
+        try:
+            async def pointer():
+                return await df.read_pointer()
+
+            p = await until(pointer, 10, "the retained pointer")
+            assert (p.version, p.digest, p.address) == (5, M.digest, src.peer_id)
+            assert await df.announce_follower(fol.peer_id, 5)
+
+            async def followers():
+                return await ds.read_followers()
+
+            assert await until(followers, 10, "the follower's record") == {fol.peer_id: (fol.peer_id, 5)}
+            await asyncio.sleep(0)  # (the forged records arrived before ours: counted, not kept)
+            assert ds.refused >= 3 and (await df.read_pointer()).version == 5
+        finally:
+            await ts.close(), await tf.close()
+
+    asyncio.run(go())
