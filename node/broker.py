@@ -42,12 +42,18 @@ def free_port() -> int:
 
 
 def node_acl(prefix: str = "swarm-node") -> str:
-    """The ACL docs/private-cluster.md recommends: every account reads the swarm's topics and
-    writes only under its own user name, which is its node's peer id, in every topic family (and
-    into other nodes' request inboxes only with its own id as the sender)."""
-    return (f"pattern read {prefix}/#\n"
-            f"pattern write {prefix}/+/+/%u/#\n"
-            f"pattern write {prefix}/+/+/%u\n"
+    """The ACL docs/private-cluster.md recommends, for accounts named by their node's peer id:
+    each reads the swarm's shared topics and only its own inbox and probe, and writes only topics
+    that name it as the writer (its rollouts, heartbeat, pointer and follower records, and requests
+    and replies into another node's inbox with itself as the sender)."""
+    read = "".join(f"pattern read {prefix}/+/{family}/#\n" for family in ("rollouts", "peers", "weights", "follows"))
+    return (read + f"pattern read {prefix}/+/probe/%u\n"
+            f"pattern read {prefix}/+/to/%u/#\n"
+            f"pattern write {prefix}/+/rollouts/%u/#\n"
+            f"pattern write {prefix}/+/peers/%u\n"
+            f"pattern write {prefix}/+/probe/%u\n"
+            f"pattern write {prefix}/+/weights/%u\n"
+            f"pattern write {prefix}/+/follows/%u/#\n"
             f"pattern write {prefix}/+/to/+/%u/#\n")
 
 
