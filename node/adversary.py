@@ -768,7 +768,8 @@ async def run_adversary(cfg: NodeConfig, attacks: list[str]) -> int:
     sc = cfg.swarm
     needs_dht = [a for a in attacks if a in RAW_ATTACKS + SYBIL_ATTACKS]
     if needs_dht and sc.transport != "hivemind":
-        raise ConfigError(f"attacks {needs_dht} write into the hivemind DHT: join with --bootstrap")
+        raise ConfigError(f"attacks {needs_dht} write into the hivemind DHT: join with --bootstrap "
+                          f"(over {sc.transport}, the envelope attacks apply: {', '.join(a for a in ATTACKS if a not in RAW_ATTACKS + SYBIL_ATTACKS)})")
     out = Path(cfg.run.dir)
     out.mkdir(parents=True, exist_ok=True)
     policy = await asyncio.to_thread(load_policy, cfg)  # only its tokenizer and fingerprints are used
@@ -779,6 +780,11 @@ async def run_adversary(cfg: NodeConfig, attacks: list[str]) -> int:
                       startup_timeout=sc.startup_timeout, join_retries=sc.join_retries,
                       join_backoff=sc.join_backoff, use_relay=sc.use_relay, nat_port_map=sc.nat_port_map,
                       round_seconds=sc.round_seconds, signer=ident)
+    elif sc.transport == "mqtt":
+        from node.trainer import broker_settings
+
+        kwargs = dict(broker=broker_settings(sc), connect_timeout=sc.startup_timeout, join_retries=sc.join_retries,
+                      join_backoff=sc.join_backoff)
     transport = create_transport(sc.transport, swarm=sc.name, publisher=ident.peer_id, **kwargs)
     await transport.start()
     raw = sybil = None

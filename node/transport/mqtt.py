@@ -173,6 +173,14 @@ class MqttTransport(Transport):
         except PermissionError as e:
             raise TransportError(str(e)) from None
 
+    async def publish_as(self, publisher: str, round: int, data: bytes, expires_in: float) -> None:
+        """Write under another node's topic (only simulated adversaries do): a broker with the
+        recommended ACL refuses it (``PermissionError``); one without lets it through, and the
+        receivers' signature and replay checks must catch it."""
+        for i, part in enumerate(split(data, self.part_size_now())):
+            await self.link.publish(f"{self._prefix}/rollouts/{publisher}/{round}/{i}", part, qos=1, retain=True,
+                                    expiry=expires_in)
+
     def _enqueue(self, item: tuple) -> None:
         # A republished round replaces its queued envelope (the transport's contract: the newest).
         for i, (_, r, _) in enumerate(self._queue):

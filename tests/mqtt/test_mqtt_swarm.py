@@ -107,3 +107,51 @@ def test_a_broker_restart_mid_run_delays_rollouts_and_loses_nothing_accepted(pro
         assert st["mqtt_queued"] >= 2
         assert st["mqtt_queued"] == sum(st.get(f"mqtt_{k}", 0) for k in ("sent_after_wait", "dropped", "expired",
                                                                           "replaced")) + st["queued"], st
+
+
+ENVELOPE_ATTACKS = {  # what an honest node counts for each (node/adversary.py's table)
+    "garbage": "malformed_envelope", "bad_signature": "bad_signature", "forged_reward": "unknown_field",
+    "forged_truth": "unknown_field", "text_mismatch": "text_mismatch", "impersonation": "sender_mismatch",
+    "logprob_1e300": "implausible_logprob", "logprob_1e4": "implausible_logprob",
+    "special_tokens": "special_tokens", "future_created_at": "created_at_mismatch",
+}
+
+
+def test_the_hostile_peer_suites_envelope_attacks_through_the_broker(procs, warm_tiny_model_dir, tmp_path, certs):
+    """An adversary with an account of its own (`swarm-node adversary`) cycles through every
+    envelope attack; its replay, a write under an honest node's id, is refused by the broker's
+    ACL. The honest nodes refuse each attack under its reason and go on training on each other."""
+    ids = _accounts(tmp_path, 3)
+    (tmp_path / "n2").rename(tmp_path / "adv")
+    attacks = [*ENVELOPE_ATTACKS, "replay", "foreign_logprob_gap", "zero_advantage"]
+    with broker_for(tmp_path / "broker", ids, certs, anonymous=False) as m:
+        # Completions of 16 tokens: the adversary's are longer than 8, and a node drops (uncounted as a
+        # rejection) completions longer than it trains on before checking them.
+        common = ["--train.steps", "400", "--swarm.round_seconds", "1.5", "--generation.max_completion_length", "16"]
+        honest = [procs.mqtt_node(f"n{i}", m.url("password", ids[i].peer_id), warm_tiny_model_dir,
+                                  *_login_flags(tmp_path, i), "--train.seed", str(i), *common) for i in range(2)]
+        adv = procs._spawn(["adversary", "--attacks", ",".join(attacks), "--swarm.transport", "mqtt",
+                            "--swarm.broker", m.url("password", ids[2].peer_id), *_login_flags(tmp_path, 2),
+                            "--run.dir", str(tmp_path / "adv"), "--model.name", str(warm_tiny_model_dir),
+                            "--swarm.round_seconds", "1.5"], tmp_path / "adv.log")
+
+        def counted() -> bool:
+            try:
+                sts = [status(tmp_path / f"n{i}")["swarm"] for i in range(2)]
+                refused = status(tmp_path / "adv").get("refused", {})
+            except (OSError, ValueError, KeyError):
+                return False  # a status file being rewritten
+            return refused.get("replay", 0) >= 1 and all(
+                all(st["rejected"].get(r, 0) >= 1 for r in ENVELOPE_ATTACKS.values()) for st in sts)
+
+        wait_until(counted, 240, "both honest nodes to refuse every attack", honest[0])
+        for p in [*honest, adv]:
+            p.send_signal(__import__("signal").SIGTERM)
+        for p in [*honest, adv]:
+            p.wait(timeout=60)
+    for i in range(2):
+        st = status(tmp_path / f"n{i}")["swarm"]
+        other = ids[1 - i].peer_id
+        assert st["groups_used_by_peer"].get(other, 0) > 0, st  # they still trained on each other
+        assert set(st["rejected"]) <= set(ENVELOPE_ATTACKS.values()) | {"replay", "stale_round"}, st["rejected"]
+    assert status(tmp_path / "adv")["refused"]["replay"] >= 1
