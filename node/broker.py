@@ -25,14 +25,25 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["Mosquitto", "BrokerMissing", "free_port", "node_acl"]
+from node.errors import ConfigError
+
+__all__ = ["Mosquitto", "BrokerMissing", "free_port", "node_acl", "mosquitto_binary"]
 
 INSTALL_HINT = ("Mosquitto is not installed: `apt-get install -y mosquitto` (Debian/Ubuntu; `make test` "
                 "does it), or `brew install mosquitto`")
 
 
-class BrokerMissing(RuntimeError):
-    pass
+class BrokerMissing(ConfigError):
+    """No mosquitto executable on this machine."""
+
+
+def mosquitto_binary() -> str:
+    """The mosquitto executable (Debian puts it in /usr/sbin, often not on a user's PATH)."""
+    found = shutil.which("mosquitto") or next((p for p in ("/usr/sbin/mosquitto", "/usr/local/sbin/mosquitto",
+                                                           "/opt/homebrew/sbin/mosquitto") if Path(p).exists()), None)
+    if found is None:
+        raise BrokerMissing(INSTALL_HINT)
+    return found
 
 
 def free_port() -> int:
@@ -67,13 +78,12 @@ class Mosquitto:
     require_client_cert: bool = False
     max_packet_size: int = 0  # 0: Mosquitto's default (256 MiB)
     ports: dict[str, int] = field(default_factory=dict)
+    preexec_fn: object = None  # run in the child before exec (the simulator: die with the parent)
     proc: subprocess.Popen | None = field(default=None, init=False)
 
     def __post_init__(self):
         self.dir = Path(self.dir)
-        if shutil.which("mosquitto") is None and not Path("/usr/sbin/mosquitto").exists():
-            raise BrokerMissing(INSTALL_HINT)
-        self.binary = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
+        self.binary = mosquitto_binary()
         for kind, wanted in (("anonymous", self.anonymous), ("password", bool(self.users)),
                              ("tls", self.tls is not None)):
             if wanted and kind not in self.ports:
@@ -122,7 +132,7 @@ class Mosquitto:
         conf = self._write_config()
         out = open(self.dir / "mosquitto.stdout", "ab")
         self.proc = subprocess.Popen([self.binary, "-c", str(conf)], stdout=out, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+                                     stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=self.preexec_fn)
         out.close()
         deadline = time.monotonic() + timeout
         waiting = set(self.ports.values())

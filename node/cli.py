@@ -168,16 +168,18 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="example: swarm-node sim --nodes 4 --train.steps 200 --swarm.round_seconds 1.5",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     sim.add_argument("--nodes", type=int, default=4, help="number of nodes (default 4)")
-    sim.add_argument("--transport", choices=["hivemind", "memory"], default="hivemind",
-                     help="hivemind: real processes and daemons on loopback (default); memory: in one process")
+    sim.add_argument("--transport", choices=["hivemind", "mqtt", "memory"], default="hivemind",
+                     help="hivemind: real processes and daemons on loopback (default); mqtt: real processes "
+                          "through a local Mosquitto the simulator starts (apt-get install mosquitto); memory: "
+                          "in one process")
     sim.add_argument("--roles", choices=["full", "learner-workers"], default="full",
                      help="full (default): every node generates, trains and shares; learner-workers: node0 is a "
-                          "learner publishing its weights, the others are workers following it (hivemind only; "
-                          "docs/broadcast.md)")
+                          "learner publishing its weights, the others are workers following it (hivemind or "
+                          "mqtt; docs/broadcast.md)")
     sim.add_argument("--config", type=Path, help="TOML config for every node")
     sim.add_argument("--resume", action="store_true", help="resume every node from its newest checkpoint")
 
-    sim.add_argument("--faults", type=Path, help="TOML file of faults to inject (hivemind only): per-node "
+    sim.add_argument("--faults", type=Path, help="TOML file of faults to inject (hivemind or mqtt): per-node "
                                                  "overrides (stale, heterogeneous nodes), kills with restart, "
                                                  "partitions, latency, malicious peers; see docs/running.md")
 
@@ -299,20 +301,23 @@ def _simulate(args: argparse.Namespace, unknown: list[str]) -> int:
     if args.resume:
         overrides["run.resume"] = True
     sim_keys = {k: overrides.pop(k) for k in ("run.dir", "train.seed", "run.progress") if k in overrides}
-    # Fail here, before anything starts, on a config no node would accept.
-    base = load_config(args.config, {**overrides, "swarm.transport": args.transport})
+    # Fail here, before anything starts, on a config no node would accept. (Over mqtt the broker is
+    # the simulator's own, on a port it picks at start: any URL checks the rest.)
+    carrier = {"swarm.transport": args.transport, **({"swarm.broker": "mqtt://127.0.0.1"} if args.transport == "mqtt" else {})}
+    base = load_config(args.config, {**overrides, **carrier})
     run_dir = Path(str(sim_keys.get("run.dir", base.run.dir if args.config and base.run.dir != "runs/solo" else "runs/sim")))
     seed = int(sim_keys.get("train.seed", base.train.seed))
     progress = str(sim_keys.get("run.progress", base.run.progress))
     faults = load_faults(args.faults)
     faults.check(args.nodes, args.transport)
-    if args.roles != "full" and (args.transport != "hivemind" or args.nodes < 2):
-        raise ConfigError(f"--roles {args.roles} needs --transport hivemind and at least 2 nodes (a learner and a worker)")
+    if args.roles != "full" and (args.transport == "memory" or args.nodes < 2):
+        raise ConfigError(f"--roles {args.roles} needs --transport hivemind or mqtt and at least 2 nodes (a learner "
+                          f"and a worker)")
     # Each node's own config (every node's flags plus its [[node]] overrides), valid or refused here;
     # a worker's learner id is not made yet: any well-formed one checks the rest.
     from node.sim import role_flags
 
-    node_cfgs = [load_config(args.config, {**overrides, "swarm.transport": args.transport,
+    node_cfgs = [load_config(args.config, {**overrides, **carrier,
                                            **role_flags(args.roles, i, "sn1" + "a" * 32),
                                            **{k: v for o in faults.node if o.index == i for k, v in o.flags.items()}})
                  for i in range(args.nodes)]
@@ -325,6 +330,10 @@ def _simulate(args: argparse.Namespace, unknown: list[str]) -> int:
     from node.preflight import check_device, check_resume_matches, check_run_dir
 
     check_run_dir(run_dir)
+    if args.transport == "mqtt":
+        from node.broker import mosquitto_binary
+
+        mosquitto_binary()  # installed? (the simulator starts its own broker)
     for device in sorted({c.model.device for c in node_cfgs}):
         check_device(device)
     setup_logging()

@@ -1,7 +1,9 @@
 """``swarm-node sim``: a whole swarm on one machine, with one live status table.
 
 Over ``hivemind`` the simulator starts a bootstrap peer and N ``swarm-node join`` processes on
-127.0.0.1, exactly as users run them, each with its own run folder, identity and seed. The
+127.0.0.1, exactly as users run them, each with its own run folder, identity and seed; over
+``mqtt`` a local Mosquitto (node/broker.py, anonymous, loopback only) in place of the bootstrap
+peer, and the same N processes joined with ``--transport mqtt``. The
 in-process ``memory`` transport cannot cross processes, so with it the N nodes run in one child
 process sharing a hub (``swarm-node sim-worker``). Either way the simulator itself only launches,
 watches (each node's ``status.json``) and stops; it trains nothing.
@@ -119,8 +121,14 @@ class SimFaults(_Strict):
             members = [i for g in p.groups for i in g]
             if len(p.groups) < 2 or len(members) != len(set(members)):
                 raise ConfigError(f"[[partition]] groups {p.groups}: at least two groups, no node in two")
-        if (self.kill or self.malicious or self.node or self.partition or self.latency) and transport != "hivemind":
-            raise ConfigError("faults need --transport hivemind (the memory simulation runs every node in one process)")
+        if (self.kill or self.malicious or self.node or self.partition or self.latency) and transport == "memory":
+            raise ConfigError("faults need --transport hivemind or mqtt (the memory simulation runs every node in "
+                              "one process)")
+        from node.adversary import RAW_ATTACKS, SYBIL_ATTACKS
+
+        dht = sorted({a for m in self.malicious for a in m.attacks if a in RAW_ATTACKS + SYBIL_ATTACKS})
+        if dht and transport != "hivemind":
+            raise ConfigError(f"attacks {dht} write into the hivemind DHT: use them with --transport hivemind")
 
 
 def load_faults(path: Path | None) -> SimFaults:
@@ -136,7 +144,7 @@ def load_faults(path: Path | None) -> SimFaults:
 @dataclass
 class SimSpec:
     nodes: int
-    transport: str  # "hivemind" | "memory"
+    transport: str  # "hivemind" | "mqtt" | "memory"
     run_dir: Path
     config: Path | None = None
     overrides: dict[str, str] = field(default_factory=dict)  # --section.key flags for every node (raw text)
@@ -211,6 +219,11 @@ def node_log(spec: SimSpec, i: int) -> Path:
     """Where node i's output goes: its own node.log over hivemind, the one worker's nodes.log
     over memory (every node runs in that one process)."""
     return spec.run_dir / ("nodes.log" if spec.transport == "memory" else f"node{i}/node.log")
+
+
+def processes(spec: "SimSpec") -> bool:
+    """Whether the nodes are processes of their own (hivemind, mqtt) or one worker's (memory)."""
+    return spec.transport != "memory"
 
 
 class _Children:
@@ -352,7 +365,7 @@ def status_rows(spec: SimSpec, faults: "_Faults | None" = None, kids: "_Children
         st = read_status(spec.run_dir / f"node{i}") or {}
         exited = None
         if kids is not None:
-            proc = kids.current(f"node{i}" if spec.transport == "hivemind" else "nodes")
+            proc = kids.current(f"node{i}" if processes(spec) else "nodes")
             if proc is not None and st.get("updated_at", 0) < kids.started[id(proc)]:
                 st = {}
             if proc is not None and proc.poll() is not None and not (faults and i in faults.down):
@@ -447,6 +460,16 @@ async def _start_bootstrap(spec: SimSpec, kids: _Children, stop: asyncio.Event) 
             raise RuntimeError(f"the bootstrap peer did not start in {spec.startup_timeout:.0f} s")
         await asyncio.sleep(0.2)
     return maddr_file.read_text().split()[0]
+
+
+async def _start_broker(spec: SimSpec):
+    """A Mosquitto for the nodes (anonymous, on a free loopback port), in <run dir>/broker."""
+    from node.broker import Mosquitto
+
+    broker = Mosquitto(spec.run_dir / "broker", preexec_fn=_die_with_parent)  # BrokerMissing: a ConfigError
+    await asyncio.to_thread(broker.start, spec.startup_timeout)
+    log.info("sim: Mosquitto listening on %s", broker.url())
+    return broker
 
 
 async def _build_default_model(mode: str, stop: asyncio.Event) -> bool:
@@ -564,18 +587,23 @@ async def run_sim(spec: SimSpec) -> dict:
     live = None
     interrupted = False
     faults = None
+    broker = None
     try:
         if spec.build_default_model:
             if not await _build_default_model(mode, stop):
                 raise _Stopped()
-        if spec.transport == "hivemind":
-            maddr = await _start_bootstrap(spec, kids, stop)
-            if maddr is None:  # Ctrl-C while the bootstrap peer was starting
-                raise _Stopped()
+        if processes(spec):
+            if spec.transport == "hivemind":
+                maddr = await _start_bootstrap(spec, kids, stop)
+                if maddr is None:  # Ctrl-C while the bootstrap peer was starting
+                    raise _Stopped()
+                how = ["--bootstrap", maddr, *LOOPBACK]
+            else:
+                broker = await _start_broker(spec)
+                how = ["--transport", "mqtt", "--broker", broker.url()]
 
             def node_cmd(i: int) -> tuple[list[str], Path]:
-                return (["join", "--bootstrap", maddr, *LOOPBACK, *_node_args(spec, i)],
-                        spec.run_dir / f"node{i}" / "node.log")
+                return ["join", *how, *_node_args(spec, i)], spec.run_dir / f"node{i}" / "node.log"
 
             # Identities up front: a partition names the peers on the other side by peer id.
             from protocol.identity import load_or_create_identity
@@ -590,7 +618,9 @@ async def run_sim(spec: SimSpec) -> dict:
                 d = spec.run_dir / f"adversary{j}"
                 d.mkdir(exist_ok=True)
                 base = ["--config", str(spec.config)] if spec.config else []
-                kids.spawn(f"adversary{j}", ["adversary", "--bootstrap", maddr, *LOOPBACK, *base,
+                adv_how = how if spec.transport == "hivemind" else ["--swarm.transport", "mqtt", "--swarm.broker",
+                                                                    broker.url()]
+                kids.spawn(f"adversary{j}", ["adversary", *adv_how, *base,
                                               *_flags(spec.overrides), "--run.dir", str(d),
                                               "--attacks", ",".join(m.attacks)], d / "adversary.log")
             faults = _Faults(spec, kids, node_cmd)
@@ -637,6 +667,8 @@ async def run_sim(spec: SimSpec) -> dict:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
         await asyncio.to_thread(kids.stop)
+        if broker is not None:
+            broker.stop()  # after the nodes: they say goodbye through it
     # Judge each node by its last process; a process the simulator killed (fault) or stopped
     # (SIGTERM before the node could install its handler: -15) did not fail.
     ok = {0, 130} | ({-signal.SIGTERM} if kids.terminated else set())

@@ -4,7 +4,7 @@ Every node reads its own inbox, ``swarm-node/<swarm>/to/<its peer id>/#``, on th
 MQTT transport already holds (node/transport/mqtt.py ``add_route``)::
 
     request  to/<server>/<requester>/<nonce>   "Q" | request bytes              (<= MAX_REQUEST)
-    reply    to/<requester>/<server>/<nonce>   "R" | u32 seq | piece            seq 0 starts with
+    reply    to/<requester>/<server>/<nonce>   "R" | u32 seq | piece            seq 0 is the header,
                                                                                  u8 status | u64 length
 
 The nonce is 64 random bits per call. A reply is written in pieces under the broker's packet
@@ -109,16 +109,14 @@ class MqttCarrier(Carrier):
         try:
             status, payload, done, low = unpack_reply(await self._handler(sender, request))
             try:
-                head = HEADER.pack(status, len(payload))
+                await send(HEADER.pack(status, len(payload)))  # piece 0: the header alone
                 size = self._piece_size()
-                first = memoryview(payload)[:max(0, size - len(head))]
-                await send(head + bytes(first))
 
                 async def write(piece: memoryview) -> None:
                     for i in range(0, len(piece), size):
                         await send(bytes(piece[i:i + size]))
 
-                await self.paced(memoryview(payload)[len(first):], write, sender, low)
+                await self.paced(payload, write, sender, low)
             finally:
                 done()
         except (BrokerDown, PermissionError) as e:

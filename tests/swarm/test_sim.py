@@ -91,7 +91,7 @@ def wait_training(p: subprocess.Popen, run: Path, nodes: int, seen: set[int], st
     wait_until(training, 180, f"{nodes} nodes to train", p)
 
 
-@pytest.mark.parametrize("transport", ["hivemind", "memory"])
+@pytest.mark.parametrize("transport", ["hivemind", "mqtt", "memory"])
 def test_sim_runs_a_swarm_to_the_end_and_writes_its_folder(transport, warm_tiny_model_dir, tmp_path):
     p = start_sim(tmp_path, warm_tiny_model_dir, "--nodes", "3", "--transport", transport,
                   "--train.steps", "6", "--swarm.round_seconds", "1.5")
@@ -103,7 +103,8 @@ def test_sim_runs_a_swarm_to_the_end_and_writes_its_folder(transport, warm_tiny_
     assert all(n["groups_used"] and n["peers_used"] == 2 and n["rejected_total"] == 0 for n in summary["nodes"])
     assert (run / "reward.png").stat().st_size > 0 and (run / "ess.png").stat().st_size > 0
     assert "| node0 | 6 |" in (run / "summary.md").read_text()
-    assert len(seen) >= (1 if transport == "memory" else 4)  # it did start processes...
+    assert summary["transport"] == transport
+    assert len(seen) >= (1 if transport == "memory" else 4)  # it did start processes (mqtt: the broker too)...
     assert alive(seen) == set()  # ...and none is left
 
 
@@ -123,16 +124,19 @@ def test_ctrl_c_stops_every_node_with_a_checkpoint(warm_tiny_model_dir, tmp_path
     assert alive(seen) == set()
 
 
-def test_killing_the_simulator_takes_its_nodes_with_it(warm_tiny_model_dir, tmp_path):
+@pytest.mark.parametrize("transport", ["hivemind", "mqtt"])
+def test_killing_the_simulator_takes_its_nodes_with_it(transport, warm_tiny_model_dir, tmp_path):
     p = start_sim(tmp_path, warm_tiny_model_dir, "--nodes", "2", "--train.steps", "500",
-                  "--swarm.round_seconds", "1.0")
+                  "--swarm.round_seconds", "1.0", "--transport", transport)
     run = tmp_path / "sim"
     seen: set[int] = set()
     wait_training(p, run, 2, seen)
     watch_tree(p, seen)
     p.send_signal(signal.SIGKILL)  # no cleanup code runs in the simulator
     p.wait(timeout=10)
-    wait_until(lambda: not alive(seen), 60, "the orphaned nodes and daemons to exit")
+    if transport == "mqtt":
+        assert any(b"mosquitto" in Path(f"/proc/{q}/cmdline").read_bytes() for q in alive(seen))
+    wait_until(lambda: not alive(seen), 60, "the orphaned nodes and daemons (or broker) to exit")
 
 
 ATTACK_REASON = {"garbage": "malformed_envelope", "bad_signature": "bad_signature",
@@ -203,9 +207,10 @@ flags = { "train.behaviour_lag" = 3 }
     assert max(stale) == 3
 
 
-def test_sim_starts_a_learner_and_its_workers(warm_tiny_model_dir, tmp_path):
+@pytest.mark.parametrize("transport", ["hivemind", "mqtt"])
+def test_sim_starts_a_learner_and_its_workers(transport, warm_tiny_model_dir, tmp_path):
     p = start_sim(tmp_path, warm_tiny_model_dir, "--nodes", "3", "--roles", "learner-workers",
-                  "--train.steps", "8", "--swarm.round_seconds", "2")
+                  "--train.steps", "8", "--swarm.round_seconds", "2", "--transport", transport)
     seen: set[int] = set()
     assert wait_watching(p, seen, 300) == 0, (tmp_path / "sim.log").read_text()[-3000:]
     summary = json.loads((tmp_path / "sim" / "summary.json").read_text())
