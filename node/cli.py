@@ -199,6 +199,15 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--seed", type=int, default=0)
     worker.add_argument("--config", type=Path)
 
+    ident = sub.add_parser(
+        "id", help="print a node's peer id (making its key first if it has none)",
+        description="Print the peer id (sn1...) of the node whose Ed25519 key is --identity, by default "
+                    "<run dir>/identity.pem, the file `join` uses; the key is made (0600) if it does not exist, "
+                    "and the node reuses it. A private cluster's operator names each node's broker account "
+                    "after it, so the broker's ACL can keep the node to its own topics (docs/private-cluster.md).")
+    ident.add_argument("--run-dir", type=Path, default=Path(JOIN_RUN_DIR), help=f"the node's run folder (default {JOIN_RUN_DIR})")
+    ident.add_argument("--identity", type=Path, default=None, help="the key file (default <run dir>/identity.pem)")
+
     build = sub.add_parser("build-model", help="build and cache the embedded default model")
     build.add_argument("--out", type=Path, help="write the model here instead of the cache")
 
@@ -457,6 +466,11 @@ def _main(argv: list[str] | None) -> int:
                 host=args.host, port=args.port, announce=args.announce,
                 initial_peers=args.initial_peers, identity=args.identity, relay=not args.no_relay,
                 nat=not args.no_nat, startup_timeout=args.startup_timeout, maddr_file=args.maddr_file))
+        if args.command == "id":
+            from protocol.identity import load_or_create_identity
+
+            print(load_or_create_identity(args.identity or args.run_dir / "identity.pem").peer_id)
+            return 0
         if args.command == "build-model":
             from policies.default_model import build_default_model, ensure_default_model
 

@@ -12,6 +12,8 @@ Exposed (prefix ``swarm_node_``; totals are counters, the rest gauges)::
     round, rounds_skipped_total, peers_alive, peers_heard, pool_groups       (in a swarm)
     rollouts_out_total, groups_in_total, groups_used_total, groups_dropped_total{why}
     rejected_total{reason}, errors_total{kind}
+    broker_connected, broker_reconnects_total, outgoing_queued,                (over mqtt)
+    outgoing_total{fate}: queued, sent_after_wait, dropped, expired, replaced
 """
 
 from __future__ import annotations
@@ -91,6 +93,18 @@ class _Collector(Collector):
             if kind in swarm:
                 errors.add_metric([kind.removesuffix("_errors").removesuffix("_failures")], swarm[kind])
         yield errors
+        if swarm.get("transport") == "mqtt":
+            yield GaugeMetricFamily(_PREFIX + "broker_connected", "1 while connected to the broker",
+                                    value=1 if swarm.get("connected") else 0)
+            yield CounterMetricFamily(_PREFIX + "broker_reconnects", "reconnections to the broker",
+                                      value=swarm.get("reconnects", 0))
+            yield GaugeMetricFamily(_PREFIX + "outgoing_queued", "own envelopes waiting for the broker",
+                                    value=swarm.get("queued", 0))
+            out = CounterMetricFamily(_PREFIX + "outgoing", "own envelopes that waited for the broker, by fate",
+                                      labels=["fate"])
+            for fate in ("queued", "sent_after_wait", "dropped", "expired", "replaced"):
+                out.add_metric([fate], swarm.get(f"mqtt_{fate}", 0))
+            yield out
 
 
 class MetricsEndpoint:

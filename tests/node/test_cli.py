@@ -102,3 +102,33 @@ def test_join_keeps_a_run_dir_given_by_flag_or_config(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["run"]["dir"] == "runs/from-file"
     assert main(["train", "--print-config"]) == 0
     assert json.loads(capsys.readouterr().out)["run"]["dir"] == "runs/solo"
+
+
+def test_join_over_mqtt_takes_the_broker_and_never_a_password_in_it(tmp_path, capsys):
+    assert main(["join", "--broker", "mqtts://sn1user@broker.lan:8883", "--print-config"]) == 0
+    cfg = json.loads(capsys.readouterr().out)
+    assert cfg["swarm"]["transport"] == "mqtt" and cfg["swarm"]["broker"] == "mqtts://sn1user@broker.lan:8883"
+    assert main(["join", "--broker", "mqtts://u:hunter2@broker.lan", "--print-config"]) == 2
+    err = capsys.readouterr().err
+    assert "no password in it" in err and "hunter2" not in err
+    assert main(["join", "--transport", "mqtt", "--print-config"]) == 2
+    assert "needs swarm.broker" in capsys.readouterr().err
+    m = "/ip4/10.0.0.1/tcp/31337/p2p/QmWyMywt33NGEr2d32nqvpPeQq36fd3tj9eZaiBj2CbKSM"
+    assert main(["join", "--broker", "mqtt://h", "--bootstrap", m, "--print-config"]) == 2
+    assert "every node meets at the broker" in capsys.readouterr().err
+
+
+def test_join_over_mqtt_with_no_broker_listening_exits_with_a_clear_message(tiny_model_dir, tmp_path, capsys):
+    rc = main(["join", "--broker", "mqtt://127.0.0.1:9", "--model.name", str(tiny_model_dir),
+               "--run.dir", str(tmp_path / "r"), "--swarm.join_retries", "1", "--swarm.join_backoff", "0.1"])
+    assert rc == 1
+    assert "cannot reach the broker at mqtt://127.0.0.1:9" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
+
+
+def test_id_prints_the_peer_id_join_will_use(tmp_path, capsys):
+    assert main(["id", "--run-dir", str(tmp_path / "me")]) == 0
+    first = capsys.readouterr().out.strip()
+    assert main(["id", "--run-dir", str(tmp_path / "me")]) == 0
+    assert capsys.readouterr().out.strip() == first and first.startswith("sn1")
+    assert (tmp_path / "me" / "identity.pem").stat().st_mode & 0o777 == 0o600

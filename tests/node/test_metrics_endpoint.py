@@ -69,3 +69,24 @@ def test_metrics_endpoint_is_off_by_default_and_port_clash_is_a_clear_error(tiny
                                  "run.metrics_port": port, "run.progress": "off"})
         with pytest.raises(ConfigError, match=f"cannot serve metrics on 127.0.0.1:{port}"):
             asyncio.run(TrainingNode.create(cfg))
+
+
+def test_an_mqtt_nodes_broker_link_and_outgoing_queue_are_exported():
+    from node.metrics_endpoint import MetricsEndpoint
+
+    swarm = {"transport": "mqtt", "peer_id": "sn1" + "a" * 32, "peers_alive": 2, "peers_heard": 2, "pool": 0,
+             "rollouts_out": 10, "groups_in": 4, "groups_used": 4, "dropped_stale": 0, "rejected": {},
+             "connected": False, "reconnects": 3, "queued": 2, "mqtt_queued": 7, "mqtt_sent_after_wait": 4,
+             "mqtt_dropped": 1}
+    ep = MetricsEndpoint("127.0.0.1", 0)
+    port = ep.start()
+    try:
+        ep.update({"step": 5, "last": {}, "swarm": swarm})
+        m = scrape(port)
+    finally:
+        ep.close()
+    assert m[("swarm_node_broker_connected", ())] == 0
+    assert m[("swarm_node_broker_reconnects_total", ())] == 3
+    assert m[("swarm_node_outgoing_queued", ())] == 2
+    fates = {dict(k[1])["fate"]: v for k, v in m.items() if k[0] == "swarm_node_outgoing_total"}
+    assert fates == {"queued": 7, "sent_after_wait": 4, "dropped": 1, "expired": 0, "replaced": 0}
