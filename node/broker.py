@@ -64,6 +64,7 @@ def node_acl(prefix: str = "swarm-node") -> str:
             f"pattern write {prefix}/+/peers/%u\n"
             f"pattern write {prefix}/+/probe/%u\n"
             f"pattern write {prefix}/+/weights/%u\n"
+            f"pattern write {prefix}/+/weights/%u/#\n"
             f"pattern write {prefix}/+/follows/%u/#\n"
             f"pattern write {prefix}/+/to/+/%u/#\n")
 

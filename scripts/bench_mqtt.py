@@ -306,11 +306,12 @@ def main() -> None:
     import subprocess
 
     t0 = time.time()
+    # The code that runs is the commit at start (the tree may move on during a long run).
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
     result = asyncio.run(run(args))
     from node.broker import mosquitto_binary
 
     ver = subprocess.run([mosquitto_binary(), "-h"], capture_output=True, text=True).stdout.splitlines()[:1]
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
     result.update(args={k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
                   command="python scripts/bench_mqtt.py " + " ".join(sys.argv[1:]),
                   env={"python": platform.python_version(), "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",

@@ -195,6 +195,9 @@ class WeightFollower:
             # manifest the pointer names by digest: of the source first (a manifest is small, and a
             # follower's "I have it" is a claim anyone in our shard can make), then of two who say so
             # and have not failed us (a liar costs one request, and cannot hand over another version)
+            retained = await self.directory.read_manifest(pointer.digest)  # (an MQTT broker keeps one)
+            if retained is not None and self.peer.take_manifest(retained, pointer.digest):
+                return
             have = [p for p, (_, v) in followers.items()
                     if v >= pointer.version and p != self.peer.me and p not in self.peer.suspects]
             for who in [self.directory.source, *have[:2]]:

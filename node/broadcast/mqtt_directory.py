@@ -3,13 +3,16 @@
     topic                                           retained, expiry   record (owner-signed, protocol/records.py)
     swarm-node/<swarm>/weights/<source>             ANNOUNCE_TTL_S     {"v": newest version, "d": manifest digest
                                                                         (hex), "addr": <source peer id>}
+    swarm-node/<swarm>/weights/<source>/manifest/<i>  ANNOUNCE_TTL_S   part i of the newest signed manifest itself
     swarm-node/<swarm>/follows/<follower>/<source>  ANNOUNCE_TTL_S     {"addr": <follower peer id>, "applied"}
 
 The owner's id is the topic's third segment in both, so the ACL that keeps every node to its
 own topics (``pattern write swarm-node/+/+/%u/#``) covers them; the node checks the signature
 anyway, so a broker without that ACL, or one that lies, can withhold a record but not forge one.
-A node that subscribes late gets the retained pointer at once: it finds the newest weights
-without waiting for the next version. Followers are kept as they arrive (the newest record of
+A node that subscribes late gets the retained pointer and the retained manifest at once: it
+finds the newest weights without waiting for the next version, and without the source having to
+answer (the manifest is signed by the source and must hash to the pointer's digest; a follower
+takes it only then, else it asks the source and the peers that hold it, as over the DHT). Followers are kept as they arrive (the newest record of
 each, ``MAX_FOLLOWERS`` at most: a flood of fresh identities takes no more memory than that, and
 ``relay_order`` gives strangers no more than a few relay places).
 """
@@ -22,8 +25,9 @@ import time
 
 from node.broadcast.directory_api import ANNOUNCE_TTL_S, Directory, Pointer
 from node.transport.mqtt_link import BrokerDown
+from node.transport.mqtt_parts import PartError, Reassembler, parse_part, split
 from protocol.identity import PEER_ID_RE, Identity
-from protocol.manifest import Manifest
+from protocol.manifest import MAX_MANIFEST_BYTES, Manifest, encode_manifest
 from protocol.records import open_record, sign_record
 
 log = logging.getLogger(__name__)
@@ -41,6 +45,8 @@ class MqttWeightDirectory(Directory):
         self._pointer: tuple[dict, float] | None = None  # the newest valid pointer record and its expiry
         self._followers: collections.OrderedDict = collections.OrderedDict()  # peer -> (value, expiry)
         self.refused = 0
+        self._manifest: bytes | None = None  # the newest retained manifest, whole (checked by its reader)
+        self._manifest_parts = Reassembler(2 * MAX_MANIFEST_BYTES)
 
     def _pointer_topic(self) -> str:
         return f"{self._prefix}/weights/{self.source}"
@@ -49,7 +55,8 @@ class MqttWeightDirectory(Directory):
         return f"{self._prefix}/follows/{follower}/{self.source}"
 
     async def start(self) -> None:
-        await self.transport.add_route("weights", self._pointer_topic(), self._on_pointer)
+        await self.transport.add_route("weights", self._pointer_topic(), self._on_weights)
+        await self.transport.link.subscribe(f"{self._pointer_topic()}/manifest/+", 1)
         await self.transport.add_route("follows", f"{self._prefix}/follows/+/{self.source}", self._on_follower)
 
     # -- incoming ---------------------------------------------------------------------------------
@@ -62,9 +69,22 @@ class MqttWeightDirectory(Directory):
         value, exp = got
         return value, min(exp, now + ANNOUNCE_TTL_S)  # a far-future expiry is a claim too
 
-    def _on_pointer(self, parts: list[str], payload: bytes) -> None:
-        if len(parts) != 4 or parts[3] != self.source or not payload:
+    def _on_weights(self, parts: list[str], payload: bytes) -> None:
+        if len(parts) < 4 or parts[3] != self.source or not payload:
             return
+        if len(parts) == 6 and parts[4] == "manifest" and parts[5].isdigit():
+            try:
+                body = self._manifest_parts.add("m", parse_part(payload), MAX_MANIFEST_BYTES)
+            except PartError:
+                self.refused += 1
+                return
+            if body is not None:
+                self._manifest = body
+            return
+        if len(parts) == 4:
+            self._on_pointer(parts, payload)
+
+    def _on_pointer(self, parts: list[str], payload: bytes) -> None:
         got = self._open("/".join(parts), self.source, payload)
         if got is None:
             return
@@ -108,11 +128,21 @@ class MqttWeightDirectory(Directory):
 
     async def announce_version(self, m: Manifest, address: str, ttl: float = ANNOUNCE_TTL_S) -> bool:
         assert self.me == self.source, "only the source writes its pointer"
+        try:  # the manifest first: a reader of the new pointer then finds it retained already
+            for i, part in enumerate(split(encode_manifest(m), self.transport.part_size_now())):
+                await self.transport.link.publish(f"{self._pointer_topic()}/manifest/{i}", part, qos=1, retain=True,
+                                                  expiry=ttl)
+        except (BrokerDown, PermissionError) as e:
+            log.info("weights directory: %s", e)
+            return False
         return await self._publish(self._pointer_topic(), {"v": m.version, "d": m.digest.hex(), "addr": address}, ttl)
 
     async def announce_follower(self, address: str, applied: int | None, ttl: float = ANNOUNCE_TTL_S) -> bool:
         return await self._publish(self._follow_topic(self.me),
                                    {"addr": address, "applied": -1 if applied is None else applied}, ttl)
+
+    async def read_manifest(self, digest: bytes) -> bytes | None:
+        return self._manifest  # whatever was retained: the caller checks its digest and signature
 
     async def read_pointer(self) -> Pointer | None:
         if self._pointer is None or self._pointer[1] <= time.time():

@@ -234,6 +234,17 @@ class BroadcastPeer:
         except (CarrierError, ProtocolError, asyncio.TimeoutError):
             return False
 
+    def take_manifest(self, body: bytes, digest: bytes) -> bool:
+        """A manifest from the directory (a broker's retained copy): taken only if it is the one the
+        pointer names (``digest``), then checked as any offer."""
+        if self.check is None:
+            return False
+        try:
+            m = decode_manifest(body)
+        except ProtocolError:
+            return False
+        return m.digest == digest and self.offer(m)
+
     async def ask_manifest(self, peer: str, digest: bytes) -> bool:
         """Fetch the manifest the source's DHT pointer names (by digest) from ``peer``: a peer that
         only claims to hold the newest version cannot hand over an older signed one instead."""
@@ -245,9 +256,8 @@ class BroadcastPeer:
                                   timeout=self.request_timeout_s), 2 * self.request_timeout_s)
             if status != OK:
                 return False
-            m = decode_manifest(body)
-            return m.digest == digest and self.offer(m)
-        except (CarrierError, ProtocolError, asyncio.TimeoutError):
+            return self.take_manifest(body, digest)
+        except (CarrierError, asyncio.TimeoutError):
             return False
 
     def _begin(self, m: Manifest, resumed: bool = False) -> None:

@@ -18,10 +18,13 @@ from node.broadcast.mqtt_carrier import MqttCarrier
 from node.broadcast.mqtt_directory import MqttWeightDirectory
 from node.broadcast.peer import BroadcastPeer
 from protocol.identity import Identity
+from protocol.manifest import build_manifest, decode_manifest, encode_manifest
 from protocol.records import sign_record
+from node.transport.mqtt_parts import split
 from test_mqtt_transport import transport, until
 
-META = dict(step=1, model_fingerprint="mf", tokenizer_fingerprint="tf", format="safetensors-full")
+MF = dict(model_fingerprint="mf", tokenizer_fingerprint="tf", format="safetensors-full")
+META = dict(step=1, **MF)
 
 
 class LyingMqttCarrier(MqttCarrier):
@@ -142,45 +145,68 @@ def test_the_directory_is_signed_retained_and_unforgeable(broker):
         await ts.start()
         ds = MqttWeightDirectory(ts, src, src.peer_id)
         await ds.start()
-
-        class M:  # what announce_version reads of a manifest
-            version, digest = 5, hashlib.sha256(b"m").digest()
-
+        # A manifest of 6 MB in 1 KiB chunks: 6000 hashes, about 200 kB, retained in parts.
+        M = build_manifest(random.Random(3).randbytes(6_000_000), src, swarm="d", version=5, step=5,
+                           chunk_size=1024, **MF)
         assert await ds.announce_version(M, src.peer_id)
-        # A raw client on a broker with no ACL: a pointer signed by the thief on the source's topic,
-        # a pointer of the source moved from another swarm's topic, and a newer version replayed
-        # ... under a topic it was not signed for. None is taken.
-        async with aiomqtt.Client("127.0.0.1", broker.ports["anonymous"], protocol=aiomqtt.ProtocolVersion.V5) as raw:
-            top = f"swarm-node/d/weights/{src.peer_id}"
-            forged = sign_record(thief, top, {"v": 99, "d": "00" * 32, "addr": thief.peer_id}, time.time() + 60)
-            moved = sign_record(src, "swarm-node/other/weights/" + src.peer_id,
-                                {"v": 98, "d": "00" * 32, "addr": src.peer_id}, time.time() + 60)
-            for payload in (forged, moved, b"\x93garbage"):
-                await raw.publish(top, payload, qos=1)
-            # a follower record of the thief written as if by `fol`
-            await raw.publish(f"swarm-node/d/follows/{fol.peer_id}/{src.peer_id}",
-                              sign_record(thief, f"swarm-node/d/follows/{fol.peer_id}/{src.peer_id}",
-                                          {"addr": thief.peer_id, "applied": 1}, time.time() + 60), qos=1)
-        # A follower that joins now finds the retained pointer at once, and only the real one.
+        # A follower that joins later finds the retained pointer and manifest at once: it can start
+        # without the source answering.
         tf = transport(broker, fol, 0, "anonymous", swarm="d")
         await tf.start()
         df = MqttWeightDirectory(tf, fol, src.peer_id)
         await df.start()
+        follower = BroadcastPeer(fol, MqttCarrier(tf), swarm="d", directory={}, follow=src.peer_id)
         try:
             async def pointer():
                 return await df.read_pointer()
 
+            async def manifest():
+                return await df.read_manifest(M.digest)
+
             p = await until(pointer, 10, "the retained pointer")
             assert (p.version, p.digest, p.address) == (5, M.digest, src.peer_id)
+            assert decode_manifest(await until(manifest, 10, "the retained manifest")).digest == M.digest
             assert await df.announce_follower(fol.peer_id, 5)
 
             async def followers():
                 return await ds.read_followers()
 
             assert await until(followers, 10, "the follower's record") == {fol.peer_id: (fol.peer_id, 5)}
-            await asyncio.sleep(0)  # (the forged records arrived before ours: counted, not kept)
-            assert ds.refused >= 3 and (await df.read_pointer()).version == 5
+
+            # A raw client on a broker with no ACL: a pointer signed by the thief on the source's
+            # topic, one of the source's moved from another swarm's topic, garbage, a manifest the
+            # thief signed retained on the source's manifest topic, and a follower record of the
+            # thief's under `fol`'s topic.
+            refused = df.refused
+            async with aiomqtt.Client("127.0.0.1", broker.ports["anonymous"],
+                                      protocol=aiomqtt.ProtocolVersion.V5) as raw:
+                top = f"swarm-node/d/weights/{src.peer_id}"
+                forged = sign_record(thief, top, {"v": 99, "d": "00" * 32, "addr": thief.peer_id}, time.time() + 60)
+                moved = sign_record(src, "swarm-node/other/weights/" + src.peer_id,
+                                    {"v": 98, "d": "00" * 32, "addr": src.peer_id}, time.time() + 60)
+                for payload in (forged, moved, b"\x93garbage"):
+                    await raw.publish(top, payload, qos=1)
+                theirs = build_manifest(b"x" * 5000, thief, swarm="d", version=99, step=1, chunk_size=1024, **MF)
+                for i, part in enumerate(split(encode_manifest(theirs), 60000)):
+                    await raw.publish(f"{top}/manifest/{i}", part, qos=1, retain=True)
+                follows = f"swarm-node/d/follows/{fol.peer_id}/{src.peer_id}"
+                await raw.publish(follows, sign_record(thief, follows, {"addr": thief.peer_id, "applied": 1},
+                                                       time.time() + 60), qos=1)
+
+            async def thief_manifest_arrived():
+                body = await df.read_manifest(M.digest)
+                return body is not None and decode_manifest(body).source == thief.peer_id
+
+            await until(thief_manifest_arrived, 10, "the thief's retained manifest")
+            # None of the records is taken ...
+            assert df.refused >= refused + 3 and (await df.read_pointer()).version == 5
+            assert await ds.read_followers() == {fol.peer_id: (fol.peer_id, 5)}
+            # ... and the thief's manifest, though it replaced the source's on the broker, is not
+            # taken by the follower: it is not the one the pointer names, nor the source's.
+            assert not follower.take_manifest(await df.read_manifest(M.digest), M.digest)
+            assert follower.take_manifest(encode_manifest(M), M.digest)  # the real one is
         finally:
+            await follower.close()
             await ts.close(), await tf.close()
 
     asyncio.run(go())
