@@ -3,7 +3,9 @@
 Every node reads its own inbox, ``swarm-node/<swarm>/to/<its peer id>/#``, on the connection its
 MQTT transport already holds (node/transport/mqtt.py ``add_route``)::
 
-    request  to/<server>/<requester>/<nonce>   "Q" | request bytes              (<= MAX_REQUEST)
+    request  to/<server>/<requester>/<nonce>   "Q" | part (node/transport/mqtt_parts.py) of the request
+                                                                                 (<= MAX_REQUEST: a manifest offer
+                                                                                 can be larger than the broker's limit)
     reply    to/<requester>/<server>/<nonce>   "R" | u32 seq | piece            seq 0 is the header,
                                                                                  u8 status | u64 length
 
@@ -29,6 +31,7 @@ import struct
 from node.broadcast.bucket import TokenBucket
 from node.broadcast.carrier import HEADER, MAX_REQUEST, Carrier, CarrierError, Handler, unpack_reply
 from node.transport.mqtt_link import BrokerDown
+from node.transport.mqtt_parts import PartError, Reassembler, parse_part, split
 from protocol.identity import PEER_ID_RE
 
 log = logging.getLogger(__name__)
@@ -37,6 +40,8 @@ __all__ = ["MqttCarrier"]
 
 _SEQ = struct.Struct(">I")
 MAX_PENDING_CALLS = 256  # replies this node waits for at once (a window of chunk requests and offers)
+PARTIAL_REQUESTS_BYTES = 16 * 1024 * 1024  # requests in several parts being put together, all senders
+PARTIAL_REQUEST_AGE_S = 30.0
 
 
 class _Call:
@@ -56,6 +61,8 @@ class MqttCarrier(Carrier):
         self._calls: dict[tuple[str, str], _Call] = {}  # (server, nonce) -> the call waiting for it
         self._serving: set[asyncio.Task] = set()
         self.dropped = 0  # inbox messages that matched nothing (late pieces, strangers' noise)
+        # Single-part requests (chunk asks) never touch this budget; only large offers do.
+        self._requests = Reassembler(PARTIAL_REQUESTS_BYTES, PARTIAL_REQUEST_AGE_S)
 
     async def start(self, handler: Handler) -> None:
         self._handler = handler
@@ -72,7 +79,16 @@ class MqttCarrier(Carrier):
             return
         sender, nonce = parts[4], parts[5]
         if payload[:1] == b"Q":
-            self._on_request(sender, nonce, payload[1:])
+            if len(nonce) > 32:
+                self.dropped += 1
+                return
+            try:
+                request = self._requests.add((sender, nonce), parse_part(payload[1:]), MAX_REQUEST)
+            except PartError:
+                self.dropped += 1
+                return
+            if request is not None:
+                self._on_request(sender, nonce, request)
         elif payload[:1] == b"R" and len(payload) >= 1 + _SEQ.size:
             call = self._calls.get((sender, nonce))
             if call is None:
@@ -88,7 +104,7 @@ class MqttCarrier(Carrier):
             self.dropped += 1
 
     def _on_request(self, sender: str, nonce: str, request: bytes) -> None:
-        if self._handler is None or len(request) > MAX_REQUEST or len(nonce) > 32:
+        if self._handler is None:
             self.dropped += 1
             return
         if not self.admit(sender):
@@ -136,8 +152,9 @@ class MqttCarrier(Carrier):
         call = self._calls[(address, nonce)] = _Call(max_reply)
         try:
             try:
-                await self.transport.link.publish(f"{self._prefix}/{address}/{self.address}/{nonce}", b"Q" + request,
-                                                  qos=1, timeout=timeout)
+                for part in split(request, self._piece_size()):
+                    await self.transport.link.publish(f"{self._prefix}/{address}/{self.address}/{nonce}", b"Q" + part,
+                                                      qos=1, timeout=timeout)
             except (BrokerDown, PermissionError) as e:
                 raise CarrierError(f"could not ask {address}: {e}") from e
             body, size, status, expect = bytearray(), None, 0, 0

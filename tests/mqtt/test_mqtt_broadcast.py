@@ -120,13 +120,19 @@ def test_a_reply_announced_over_the_limit_is_not_read(broker):
         await ta.start(), await tb.start()
         ca, cb = MqttCarrier(ta), MqttCarrier(tb)
 
+        asked = []
+
         async def handler(remote, request):
+            asked.append((remote, request))
             return 0, b"x" * 200_000
 
         await ca.start(handler), await cb.start(handler)
         try:
             status, body = await cb.call(a.peer_id, b"hi", max_reply=300_000, timeout=5)
             assert status == 0 and body == b"x" * 200_000  # several pieces under the 64 KiB packet limit
+            offer = random.Random(4).randbytes(300_000)  # a big manifest offer: a request in 5 parts
+            assert await cb.call(a.peer_id, offer, max_reply=300_000, timeout=5) == (0, b"x" * 200_000)
+            assert asked == [(b.peer_id, b"hi"), (b.peer_id, offer)]
             with pytest.raises(CarrierError, match="over 1000"):
                 await cb.call(a.peer_id, b"hi", max_reply=1000, timeout=5)
             with pytest.raises(CarrierError, match="no reply"):
