@@ -58,15 +58,17 @@ def node_acl(prefix: str = "swarm-node") -> str:
     that name it as the writer (its rollouts, heartbeat, pointer and follower records, and requests
     and replies into another node's inbox with itself as the sender)."""
     read = "".join(f"pattern read {prefix}/+/{family}/#\n" for family in ("rollouts", "peers", "weights", "follows"))
+    # Writes at the exact depth of each topic family: an account cannot leave retained messages
+    # in topics no node reads but every subscriber of a wildcard would get.
     return (read + f"pattern read {prefix}/+/probe/%u\n"
             f"pattern read {prefix}/+/to/%u/#\n"
-            f"pattern write {prefix}/+/rollouts/%u/#\n"
+            f"pattern write {prefix}/+/rollouts/%u/+/+\n"
             f"pattern write {prefix}/+/peers/%u\n"
             f"pattern write {prefix}/+/probe/%u\n"
             f"pattern write {prefix}/+/weights/%u\n"
-            f"pattern write {prefix}/+/weights/%u/#\n"
-            f"pattern write {prefix}/+/follows/%u/#\n"
-            f"pattern write {prefix}/+/to/+/%u/#\n")
+            f"pattern write {prefix}/+/weights/%u/manifest/+\n"
+            f"pattern write {prefix}/+/follows/%u/+\n"
+            f"pattern write {prefix}/+/to/+/%u/+\n")
 
 
 @dataclass
@@ -118,7 +120,8 @@ class Mosquitto:
         for kind in ("password", "tls"):
             if kind not in self.ports:
                 continue
-            lines += [f"listener {self.ports[kind]} 127.0.0.1", "allow_anonymous false", f"password_file {passwd}"]
+            lines += [f"listener {self.ports[kind]} 127.0.0.1", "allow_anonymous false", f"password_file {passwd}",
+                      "use_username_as_clientid true"]  # nobody takes over another's session by its id
             if self.acl is not None:
                 lines.append(f"acl_file {acl}")
             if kind == "tls":

@@ -13,7 +13,7 @@ Exposed (prefix ``swarm_node_``; totals are counters, the rest gauges)::
     rollouts_out_total, groups_in_total, groups_used_total, groups_dropped_total{why}
     rejected_total{reason}, errors_total{kind}
     broker_connected, broker_reconnects_total, outgoing_queued,                (over mqtt)
-    outgoing_total{fate}: queued, sent_after_wait, dropped, expired, replaced
+    outgoing_total{fate}: queued, published, dropped, expired, replaced, failed
 """
 
 from __future__ import annotations
@@ -100,9 +100,9 @@ class _Collector(Collector):
                                       value=swarm.get("reconnects", 0))
             yield GaugeMetricFamily(_PREFIX + "outgoing_queued", "own envelopes waiting for the broker",
                                     value=swarm.get("queued", 0))
-            out = CounterMetricFamily(_PREFIX + "outgoing", "own envelopes that waited for the broker, by fate",
+            out = CounterMetricFamily(_PREFIX + "outgoing", "own envelopes handed to the broker link, by fate",
                                       labels=["fate"])
-            for fate in ("queued", "sent_after_wait", "dropped", "expired", "replaced"):
+            for fate in ("queued", "published", "dropped", "expired", "replaced", "failed"):
                 out.add_metric([fate], swarm.get(f"mqtt_{fate}", 0))
             yield out
 

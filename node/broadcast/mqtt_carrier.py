@@ -83,7 +83,7 @@ class MqttCarrier(Carrier):
                 self.dropped += 1
                 return
             try:
-                request = self._requests.add((sender, nonce), parse_part(payload[1:]), MAX_REQUEST)
+                request = self._requests.add((sender, nonce), parse_part(payload[1:]), MAX_REQUEST, owner=sender)
             except PartError:
                 self.dropped += 1
                 return
@@ -164,6 +164,8 @@ class MqttCarrier(Carrier):
                 except asyncio.TimeoutError:
                     got = "no reply" if size is None else f"{len(body)} of {size} bytes"
                     raise CarrierError(f"{address}: {got} within {timeout:g} s") from None
+                if seq < expect:
+                    continue  # a duplicate (QoS 1 delivers at least once)
                 if seq != expect:
                     raise CarrierError(f"{address} sent piece {seq} where {expect} was due")
                 expect += 1
@@ -182,6 +184,8 @@ class MqttCarrier(Carrier):
             del self._calls[(address, nonce)]
 
     async def close(self) -> None:
+        self._handler = None  # requests still arriving are not served
+        await self.transport.remove_route("to", f"{self._prefix}/{self.address}/#")
         for t in list(self._serving):
             t.cancel()
         await asyncio.gather(*self._serving, return_exceptions=True)

@@ -24,6 +24,7 @@ import logging
 import time
 
 from node.broadcast.directory_api import ANNOUNCE_TTL_S, Directory, Pointer
+from node.transport.base import TransportError
 from node.transport.mqtt_link import BrokerDown
 from node.transport.mqtt_parts import PartError, Reassembler, parse_part, split
 from protocol.identity import PEER_ID_RE, Identity
@@ -47,6 +48,7 @@ class MqttWeightDirectory(Directory):
         self.refused = 0
         self._manifest: bytes | None = None  # the newest retained manifest, whole (checked by its reader)
         self._manifest_parts = Reassembler(2 * MAX_MANIFEST_BYTES)
+        self._manifest_sent = 0  # parts of our last retained manifest (a source)
 
     def _pointer_topic(self) -> str:
         return f"{self._prefix}/weights/{self.source}"
@@ -57,6 +59,13 @@ class MqttWeightDirectory(Directory):
     async def start(self) -> None:
         await self.transport.add_route("weights", self._pointer_topic(), self._on_weights)
         await self.transport.link.subscribe(f"{self._pointer_topic()}/manifest/+", 1)
+        # An ACL that will refuse what this node writes here says so now (an empty, unretained
+        # message is ignored by every reader), not as versions nobody hears of.
+        mine = self._pointer_topic() if self.me == self.source else self._follow_topic(self.me)
+        try:
+            await self.transport.link.publish(mine, b"", qos=1)
+        except PermissionError as e:
+            raise TransportError(str(e)) from None
         await self.transport.add_route("follows", f"{self._prefix}/follows/+/{self.source}", self._on_follower)
 
     # -- incoming ---------------------------------------------------------------------------------
@@ -72,9 +81,10 @@ class MqttWeightDirectory(Directory):
     def _on_weights(self, parts: list[str], payload: bytes) -> None:
         if len(parts) < 4 or parts[3] != self.source or not payload:
             return
-        if len(parts) == 6 and parts[4] == "manifest" and parts[5].isdigit():
+        if len(parts) == 6 and parts[4] == "manifest" and parts[5].isascii() and parts[5].isdigit() \
+                and len(parts[5]) <= 4:
             try:
-                body = self._manifest_parts.add("m", parse_part(payload), MAX_MANIFEST_BYTES)
+                body = self._manifest_parts.add("m", parse_part(payload), MAX_MANIFEST_BYTES, owner=self.source)
             except PartError:
                 self.refused += 1
                 return
@@ -108,7 +118,12 @@ class MqttWeightDirectory(Directory):
             self._followers.pop(follower, None)  # its retained record was cleared
             return
         got = self._open("/".join(parts), follower, payload)
-        if got is None or not isinstance(got[0].get("addr"), str) or not isinstance(got[0].get("applied"), int):
+        # Over a broker a follower's address is its own id: naming another's would send the source's
+        # relay traffic to someone else's inbox.
+        if got is None:
+            return
+        if got[0].get("addr") != follower or not isinstance(got[0].get("applied"), int):
+            self.refused += 1
             return
         self._followers[follower] = got
         self._followers.move_to_end(follower)
@@ -129,9 +144,13 @@ class MqttWeightDirectory(Directory):
     async def announce_version(self, m: Manifest, address: str, ttl: float = ANNOUNCE_TTL_S) -> bool:
         assert self.me == self.source, "only the source writes its pointer"
         try:  # the manifest first: a reader of the new pointer then finds it retained already
-            for i, part in enumerate(split(encode_manifest(m), self.transport.part_size_now())):
+            parts = split(encode_manifest(m), self.transport.part_size_now())
+            for i, part in enumerate(parts):
                 await self.transport.link.publish(f"{self._pointer_topic()}/manifest/{i}", part, qos=1, retain=True,
                                                   expiry=ttl)
+            for i in range(len(parts), self._manifest_sent):  # an older, longer manifest's extra parts
+                await self.transport.link.publish(f"{self._pointer_topic()}/manifest/{i}", b"", qos=1, retain=True)
+            self._manifest_sent = len(parts)
         except (BrokerDown, PermissionError) as e:
             log.info("weights directory: %s", e)
             return False

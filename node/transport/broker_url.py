@@ -8,12 +8,15 @@ or ``$SWARM_NODE_MQTT_PASSWORD``, and ``BrokerSettings`` keeps it out of its rep
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from node.transport.base import TransportError
+
+log = logging.getLogger(__name__)
 
 __all__ = ["BrokerSettings", "parse_broker_url", "resolve_password", "PASSWORD_ENV"]
 
@@ -67,7 +70,10 @@ def resolve_password(password_file: str = "", env: dict | None = None) -> str | 
         p = Path(password_file).expanduser()
         try:
             text = p.read_text()
+            mode = p.stat().st_mode
         except OSError as e:
             raise TransportError(f"broker password file {p}: {e.strerror or e}") from None
+        if mode & 0o077:
+            log.warning("broker password file %s can be read by other users (mode %o): chmod 600 it", p, mode & 0o777)
         return text.splitlines()[0] if text else ""
     return env.get(PASSWORD_ENV) or None

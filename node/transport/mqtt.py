@@ -8,6 +8,7 @@ cannot forge, alter or re-attribute a message unnoticed, and a replay is refused
     topic                                              QoS  retained  expiry       payload
     swarm-node/<swarm>/rollouts/<peer id>/<round>/<i>  1    yes       the window   part i of the envelope
     swarm-node/<swarm>/peers/<peer id>                 1    yes       heartbeat    signed Announcement
+    swarm-node/<swarm>/probe/<peer id>                 1    no                     the join-time read check
 
 - **QoS 1** for both: a rollout batch or a heartbeat lost on the way costs a round's share, and
   duplicates are free (a body is kept once, by publisher and sha256). QoS 2's extra round trip
@@ -19,16 +20,23 @@ cannot forge, alter or re-attribute a message unnoticed, and a replay is refused
   CONNACK ``Maximum Packet Size``, else ``part_size``), one topic per part so a retained copy
   of each is kept.
 - **The publisher is the topic's <peer id>**, a claim like the DHT's subkey: a broker ACL
-  (``pattern write swarm-node/+/+/%u/#``, docs/private-cluster.md) makes the broker refuse a
+  (``pattern write swarm-node/+/rollouts/%u/+/+`` and the like, docs/private-cluster.md) makes the broker refuse a
   node writing under another id, and the node refuses a body signed by anyone but the id its
   topic names (``sender_mismatch``) even where the broker has no ACL.
 
-Nothing this node made is lost while the broker is away: envelopes and the heartbeat wait in a
-bounded outgoing queue (``MAX_QUEUED`` envelopes; the oldest is dropped first, counted
-``dropped``, and ones that expired meanwhile are not sent, counted ``expired``) and go out, in
-order, when the link is back. Incoming bodies are bounded too: one per (publisher, round), a
-byte budget over all of them (peers with an admitted history keep their place when it is full),
-and nothing outside the rounds the node last polled for.
+Nothing this node made is lost while the broker is away: every envelope goes into a bounded
+queue (``MAX_QUEUED``; the oldest is dropped first) that one sender task publishes in order
+whenever the broker is there, so a publish is never cut in half by the node's own timeout. Each
+envelope ends as exactly one of ``published``, ``dropped``, ``expired`` (its window passed before
+the broker came back), ``replaced`` (a newer envelope of its round) or ``failed`` (refused by the
+broker), counted. The newest heartbeat is re-sent at every reconnect.
+
+Incoming is bounded too. A node subscribes to the rollout topics of its window's rounds only
+(``.../rollouts/+/<round>/+``, renewed as rounds pass), so retained bodies of other rounds never
+reach it; a body is kept once per (publisher, round) until polled and at most ``MAX_DELIVERIES``
+are handed over per (publisher, round); partial bodies are bounded per publisher and by the bytes
+they hold (node/transport/mqtt_parts.py), whole ones by a byte budget in which peers with an
+admitted history keep their place; heartbeats of at most ``MAX_HEARD`` publishers are kept.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ import asyncio
 import collections
 import hashlib
 import logging
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Iterable
@@ -51,10 +60,16 @@ log = logging.getLogger(__name__)
 
 __all__ = ["MqttTransport", "topic_prefix", "PART_SIZE", "MAX_QUEUED"]
 
-PART_SIZE = 256 * 1024  # what most brokers take in one message; smaller if the broker says so
+PART_SIZE = 255 * 1024  # a message (with its topic) within the 256 KiB many brokers take; less if the broker says so
+MIN_PACKET = 16 * 1024  # a broker allowing less than this is refused at join: 4 MiB would need 300+ parts
 MAX_QUEUED = 64  # envelopes (plus the newest heartbeat) kept for the broker while it is away
 MAX_BUFFERED = 64 * 1024 * 1024  # bytes of incoming bodies (whole and partial) held before polls take them
 MAX_ROUND_AHEAD = 2  # rounds past the newest polled one still buffered (clocks drift a little)
+CLOSE_FLUSH_S = 3.0  # how long close() lets the sender finish what is queued
+MAX_DELIVERIES = 2  # bodies a round handed over per publisher (a restarted node republishes once)
+MAX_HEARD = 4096  # publishers whose heartbeat is kept (the least recently changed go first)
+_ROUND = re.compile(r"[0-9]{1,12}")
+_PART = re.compile(r"[0-9]{1,4}")
 _PACKET_SLACK = 512  # a PUBLISH's fixed header, topic and properties, over its payload
 
 
@@ -79,11 +94,16 @@ class MqttTransport(Transport):
     _ready: dict = field(default_factory=dict, init=False)  # round -> {publisher: bytes}
     _ready_bytes: int = field(default=0, init=False)
     _seen: dict = field(default_factory=dict, init=False)  # round -> {(publisher, sha256)} handed out or refused
-    _heard: dict = field(default_factory=dict, init=False)  # publisher -> (sha256, bytes | None): heartbeats
+    _heard: collections.OrderedDict = field(default_factory=collections.OrderedDict, init=False)  # publisher -> (sha256, bytes | None)
     _window: tuple[int, int] | None = field(default=None, init=False)  # rounds of the last poll
     _max_size: int = field(default=MAX_ENVELOPE_SIZE, init=False)
     _vouched: collections.OrderedDict = field(default_factory=collections.OrderedDict, init=False)
-    _flushing: asyncio.Task | None = field(default=None, init=False)
+    _flushing: asyncio.Task | None = field(default=None, init=False)  # the sender (_flush)
+    _resend_heartbeat: bool = field(default=False, init=False)
+    _inflight: tuple | None = field(default=None, init=False)  # the envelope the sender is publishing
+    _sent_parts: dict = field(default_factory=dict, init=False)  # round -> parts of our envelope retained
+    _subscribed: set = field(default_factory=set, init=False)  # rounds whose rollout topics we read
+    _delivered: dict = field(default_factory=dict, init=False)  # round -> Counter(publisher): bodies handed over
     _parts: Reassembler = field(default=None, init=False)
     _probe: asyncio.Event | None = field(default=None, init=False)
     _routes: dict = field(default_factory=dict, init=False)  # topic family -> handler (add_route)
@@ -106,13 +126,20 @@ class MqttTransport(Transport):
 
     # -- joining ----------------------------------------------------------------------------------
     async def start(self) -> None:
-        subs = [(f"{self._prefix}/rollouts/#", 1), (f"{self._prefix}/peers/+", 1), (self._probe_topic(), 1)]
+        # Rollout topics are read round by round (``poll`` subscribes to the window): retained
+        # bodies of rounds a node will never use are never delivered to it.
+        subs = [(f"{self._prefix}/peers/+", 1), (self._probe_topic(), 1)]
         self._probe = asyncio.Event()
         self.link = MqttLink(self.broker, self.publisher, subs, self._on_message,
                              connect_timeout=self.connect_timeout, join_retries=self.join_retries,
                              join_backoff=self.join_backoff, on_retry=self.on_retry)
         self.link.on_connect.append(self._on_reconnect)
         await self.link.start()
+        limit = self.link.max_packet
+        if limit is not None and limit < MIN_PACKET:
+            await self.link.close()
+            raise TransportError(f"the broker at {self.broker.url} takes packets of at most {limit} bytes: swarm-node "
+                                 f"needs {MIN_PACKET} (Mosquitto: max_packet_size)")
         try:
             # An ACL that refuses this node's own topics is a configuration error: say so now, not
             # as rounds that silently never reach anyone. An empty, unretained message is ignored
@@ -137,7 +164,12 @@ class MqttTransport(Transport):
             raise TransportError(f"the broker went away while joining: {e}") from None
 
     def _on_reconnect(self) -> None:
-        if self._flushing is None or self._flushing.done():
+        self._resend_heartbeat = True
+        self._kick()
+
+    def _kick(self) -> None:
+        """Start the sender if the link is up and none is running."""
+        if self.link is not None and self.link.connected.is_set() and (self._flushing is None or self._flushing.done()):
             self._flushing = asyncio.ensure_future(self._flush())
 
     # -- sending ----------------------------------------------------------------------------------
@@ -146,32 +178,31 @@ class MqttTransport(Transport):
         limit = self.link.max_packet if self.link is not None else None
         return min(self.part_size, limit - _PACKET_SLACK) if limit else self.part_size
 
-    async def _send(self, round: int, data: bytes, deadline: float) -> bool:
-        """Publish every part (False: it expired before it could go)."""
+    async def _send(self, round: int, data: bytes, deadline: float) -> None:
+        """Publish every part (nothing if it expired before it could go), and clear the parts an
+        earlier envelope of the round had past this one's count (retained, they would confuse a
+        late joiner's reassembly)."""
         left = deadline - time.time()
         if left <= 0:
             self.counts["expired"] += 1
-            return False
-        for i, part in enumerate(split(data, self.part_size_now())):
+            return
+        parts = split(data, self.part_size_now())
+        for i, part in enumerate(parts):
             await self.link.publish(self._rollout_topic(round, i), part, qos=1, retain=True, expiry=left)
+        for i in range(len(parts), self._sent_parts.get(round, 0)):
+            await self.link.publish(self._rollout_topic(round, i), b"", qos=1, retain=True)
+        self._sent_parts[round] = len(parts)
+        while len(self._sent_parts) > 64:
+            del self._sent_parts[min(self._sent_parts)]
         self.counts["published"] += 1
-        return True
 
     async def publish(self, round: int, data: bytes, expires_in: float) -> None:
+        """Queue the envelope and return: one sender task publishes, in order, whenever the broker
+        is there (a publish cut short by the node's own timeout would leave half an envelope)."""
         if len(data) > MAX_ENVELOPE_SIZE:
             raise ValueError(f"envelope of {len(data)} bytes is over the {MAX_ENVELOPE_SIZE}-byte limit")
-        item = (time.time() + expires_in, round, bytes(data))
-        if self._queue or not self.link.connected.is_set():
-            self._enqueue(item)  # keep the order: what waits goes first
-            if self.link.connected.is_set():
-                self._on_reconnect()  # (re)start the flush if none is running
-            return
-        try:
-            await self._send(round, item[2], item[0])
-        except BrokerDown:
-            self._enqueue(item)
-        except PermissionError as e:
-            raise TransportError(str(e)) from None
+        self._enqueue((time.time() + expires_in, round, bytes(data)))
+        self._kick()
 
     async def publish_as(self, publisher: str, round: int, data: bytes, expires_in: float) -> None:
         """Write under another node's topic (only simulated adversaries do): a broker with the
@@ -190,27 +221,42 @@ class MqttTransport(Transport):
                 break
         self._queue.append(item)
         self.counts["queued"] += 1
+        self._trim()
+
+    def _trim(self) -> None:
         while len(self._queue) > self.max_queued:
             self._queue.popleft()
             self.counts["dropped"] += 1
 
     async def _flush(self) -> None:
-        """Send what waited for the broker, oldest first; stops (keeping the rest) if it goes again."""
-        try:
-            if self._heartbeat is not None:
-                deadline, data = self._heartbeat
+        """Send what is queued, oldest first; stops (keeping the rest) if the broker goes away.
+        Each envelope ends as exactly one of published, expired, dropped, replaced or failed."""
+        if self._resend_heartbeat and self._heartbeat is not None:
+            deadline, data = self._heartbeat
+            try:
                 if deadline > time.time():
-                    await self.link.publish(self._peer_topic(), data, qos=1, retain=True,
-                                            expiry=deadline - time.time())
-            while self._queue:
-                deadline, round, data = self._queue[0]
-                sent = await self._send(round, data, deadline)
-                self._queue.popleft()
-                self.counts["sent_after_wait"] += sent
-        except BrokerDown:
-            pass  # the next reconnect flushes again
-        except PermissionError as e:
-            log.error("%s", e)
+                    await self.link.publish(self._peer_topic(), data, qos=1, retain=True, expiry=deadline - time.time())
+                self._resend_heartbeat = False
+            except BrokerDown:
+                return
+            except PermissionError as e:
+                log.error("%s", e)
+        while self._queue:
+            item = self._inflight = self._queue.popleft()
+            try:
+                await self._send(item[1], item[2], item[0])
+            except BrokerDown:
+                if any(r == item[1] for _, r, _ in self._queue):
+                    self.counts["replaced"] += 1  # a newer envelope of the round came meanwhile
+                else:
+                    self._queue.appendleft(item)  # first again at the reconnect
+                    self._trim()
+                return
+            except (PermissionError, ValueError) as e:  # not worth a retry: the ACL, a broker limit
+                self.counts["failed"] += 1
+                log.error("publishing round %d: %s", item[1], e)
+            finally:
+                self._inflight = None
 
     async def announce(self, data: bytes, expires_in: float) -> None:
         if len(data) > MAX_ANNOUNCEMENT_SIZE:
@@ -244,7 +290,7 @@ class MqttTransport(Transport):
             return  # a probe of a topic's ACL, or a cleared retained message
         if kind == "peers" and len(parts) == 4:
             self._on_heartbeat(publisher, payload)
-        elif kind == "rollouts" and len(parts) == 6 and parts[4].isdigit() and parts[5].isdigit():
+        elif kind == "rollouts" and len(parts) == 6 and _ROUND.fullmatch(parts[4]) and _PART.fullmatch(parts[5]):
             self._on_part(publisher, int(parts[4]), payload)
         else:
             self.rejected["bad_topic"] += 1
@@ -258,6 +304,11 @@ class MqttTransport(Transport):
         self._routes[kind] = handler
         await self.link.subscribe(topic_filter, 1)
 
+    async def remove_route(self, kind: str, topic_filter: str) -> None:
+        self._routes.pop(kind, None)
+        if self.link is not None:
+            await self.link.unsubscribe(topic_filter)
+
     def _on_heartbeat(self, publisher: str, payload: bytes) -> None:
         if len(payload) > MAX_ANNOUNCEMENT_SIZE:
             self.rejected["oversized"] += 1
@@ -266,10 +317,11 @@ class MqttTransport(Transport):
         old = self._heard.get(publisher)
         if old is not None and old[0] == digest:
             return
-        if old is None and len(self._heard) >= 4096:
-            self.counts["heartbeats_dropped"] += 1  # a flood of identities: keep the ones known
-            return
         self._heard[publisher] = (digest, payload)
+        self._heard.move_to_end(publisher)  # live peers re-announce every round: they stay
+        while len(self._heard) > MAX_HEARD:
+            self._heard.popitem(last=False)
+            self.counts["heartbeats_dropped"] += 1
 
     def _in_window(self, round: int) -> bool:
         if self._window is None:
@@ -283,7 +335,9 @@ class MqttTransport(Transport):
             return
         try:
             part = parse_part(payload)
-            body = self._parts.add((publisher, round), part, min(self._max_size, MAX_ENVELOPE_SIZE))
+            evict = (lambda owner: owner not in self._vouched) if publisher in self._vouched else None
+            body = self._parts.add((publisher, round), part, min(self._max_size, MAX_ENVELOPE_SIZE),
+                                   owner=publisher, may_evict=evict)
         except NoRoom:
             self.counts["buffer_full"] += 1
             return
@@ -327,20 +381,40 @@ class MqttTransport(Transport):
             self._window = (rounds[0], rounds[-1])
             for r in [r for r in self._ready if not self._in_window(r)]:
                 self._ready_bytes -= sum(len(b) for b in self._ready.pop(r).values())
-            for r in [r for r in self._seen if r < rounds[0]]:
-                del self._seen[r]
+            for d in (self._seen, self._delivered):
+                for r in [r for r in d if r < rounds[0]]:
+                    del d[r]
             self._parts.forget(lambda slot: self._in_window(slot[1]))
+            await self._follow_rounds(set(range(rounds[0], rounds[-1] + MAX_ROUND_AHEAD + 1)))
         self._parts.expire()
         out = []
         for r in rounds:
             for publisher, body in self._ready.pop(r, {}).items():
                 self._ready_bytes -= len(body)
                 self._seen.setdefault(r, set()).add((publisher, hashlib.sha256(body).digest()))
+                handed = self._delivered.setdefault(r, collections.Counter())
+                if handed[publisher] >= MAX_DELIVERIES:
+                    self.counts["republished"] += 1  # a body a poll for one round: every one is verified
+                    continue
+                handed[publisher] += 1
                 if len(body) > self._max_size:
                     self.rejected["oversized"] += 1
                     continue
                 out.append(Delivery(r, publisher, body))
         return out
+
+    async def _follow_rounds(self, wanted: set[int]) -> None:
+        """Read the rollout topics of ``wanted`` rounds, and no others."""
+        if len(wanted) > 64:
+            wanted = set(sorted(wanted)[-64:])
+        for r in sorted(wanted - self._subscribed):
+            await self.link.subscribe(self._rounds_filter(r), 1)
+        for r in sorted(self._subscribed - wanted):
+            await self.link.unsubscribe(self._rounds_filter(r))
+        self._subscribed = wanted
+
+    def _rounds_filter(self, round: int) -> str:
+        return f"{self._prefix}/rollouts/+/{round}/+"
 
     async def poll_announcements(self) -> list[Delivery]:
         out = []
@@ -358,6 +432,9 @@ class MqttTransport(Transport):
 
     # -- the rest ---------------------------------------------------------------------------------
     async def close(self) -> None:
+        if self._flushing is not None and not self._flushing.done():
+            # A node that stops sends what it queued if the broker is there: a short, bounded wait.
+            await asyncio.wait({self._flushing}, timeout=CLOSE_FLUSH_S)
         if self._flushing is not None:
             self._flushing.cancel()
             await asyncio.gather(self._flushing, return_exceptions=True)
@@ -367,7 +444,8 @@ class MqttTransport(Transport):
 
     def info(self) -> dict:
         link = self.link.info() if self.link is not None else {"broker": self.broker.url, "connected": False}
-        return {"transport": "mqtt", **link, "peers_heard": len(self._heard), "queued": len(self._queue),
+        waiting = len(self._queue) + (self._inflight is not None)
+        return {"transport": "mqtt", **link, "peers_heard": len(self._heard), "queued": waiting,
                 **{f"mqtt_{k}": v for k, v in sorted(self.counts.items())}}
 
     def buffer_sizes(self) -> dict[str, int]:

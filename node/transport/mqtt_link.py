@@ -22,6 +22,7 @@ import asyncio
 import collections
 import logging
 import math
+import os
 import ssl
 from typing import Callable
 
@@ -132,37 +133,45 @@ class MqttLink:
 
     def _new_client(self) -> _Client:
         s = self.settings
-        return _Client(s.host, s.port, username=s.username, password=s.password, identifier=self.client_id,
+        # A random suffix: a client id is not a secret (here it would be the public peer id), and a
+        # broker drops the older of two connections with one id, so anyone could keep a node off the
+        # broker by connecting as it. (Mosquitto's use_username_as_clientid does the same broker-side.)
+        ident = f"{self.client_id}-{os.urandom(6).hex()}"
+        return _Client(s.host, s.port, username=s.username, password=s.password, identifier=ident,
                        protocol=aiomqtt.ProtocolVersion.V5, keepalive=s.keepalive, timeout=self.connect_timeout,
                        tls_context=self._tls_context(), max_queued_incoming_messages=INCOMING_QUEUE,
                        logger=logging.getLogger("node.transport.mqtt.client"))
 
-    async def _connect_once(self) -> _Client:
+    async def _connect_once(self, strict: bool = True) -> _Client:
         client = self._new_client()
         try:
             await asyncio.wait_for(client.__aenter__(), self.connect_timeout + 1)
         except asyncio.TimeoutError:
             raise aiomqtt.MqttError(f"no answer within {self.connect_timeout:g} s") from None
         try:
-            await self._subscribe(client)
+            await self._subscribe(client, strict)
         except BaseException:
             await self._disconnect(client)
             raise
         return client
 
-    async def _subscribe(self, client: _Client) -> None:
+    async def _subscribe(self, client: _Client, strict: bool = True) -> None:
         if not self.subscriptions:
             return
-        codes = await client.subscribe([(t, q) for t, q in self.subscriptions], timeout=self.connect_timeout)
-        refused = [(t, str(c)) for (t, _), c in zip(self.subscriptions, codes) if getattr(c, "is_failure", False)]
-        if refused:
+        subs = list(self.subscriptions)
+        codes = await client.subscribe(subs, timeout=self.connect_timeout)
+        refused = [(t, str(c)) for (t, _), c in zip(subs, codes) if getattr(c, "is_failure", False)]
+        if refused and not strict:  # a reconnect: the link stays up; what it cannot read is logged
+            log.error("the broker at %s refused subscriptions %s", self.settings.url, refused)
+        elif refused:
             raise _AclRefused(f"the broker at {self.settings.url} refused subscriptions {refused} for "
                               f"user {self.settings.username!r}: its ACL must let this node read them "
                               f"(docs/private-cluster.md)")
 
     async def subscribe(self, topic: str, qos: int = 1) -> None:
         """Subscribe now (if connected) and after every reconnect."""
-        self.subscriptions.append((topic, qos))
+        if (topic, qos) not in self.subscriptions:
+            self.subscriptions.append((topic, qos))
         client = self._client
         if client is not None and self.connected.is_set():
             try:
@@ -170,8 +179,20 @@ class MqttLink:
             except aiomqtt.MqttError as e:  # the link is going down: the reconnect subscribes again
                 log.info("subscribing to %s: %s (again at the reconnect)", topic, e)
 
+    async def unsubscribe(self, topic: str) -> None:
+        self.subscriptions = [(t, q) for t, q in self.subscriptions if t != topic]
+        client = self._client
+        if client is not None and self.connected.is_set():
+            try:
+                await client.unsubscribe(topic, timeout=self.connect_timeout)
+            except aiomqtt.MqttError as e:  # the reconnect does not subscribe to it again anyway
+                log.info("unsubscribing from %s: %s", topic, e)
+
     async def start(self) -> None:
         """Connect (retrying an unreachable broker), subscribe, and keep the link up from then on."""
+        if self.settings.password and not self.settings.tls:
+            log.warning("the broker password goes to %s unencrypted (mqtt://): use mqtts:// where the network "
+                        "is not trusted", self.settings.url)
         delay = self.join_backoff
         for attempt in range(self.join_retries + 1):
             try:
@@ -199,7 +220,7 @@ class MqttLink:
             client = self._client
             if client is None:
                 try:
-                    client = self._client = await self._connect_once()
+                    client = self._client = await self._connect_once(strict=False)
                 except asyncio.CancelledError:
                     raise
                 except Exception as e:  # noqa: BLE001 - every failure is retried; the reason is kept

@@ -11,9 +11,10 @@ Parts are not signed: the body they make up is a signed envelope, checked as a w
 (``protocol.signing``); here a part only has to be consistent with its siblings (same digest,
 count and total, no more bytes than the total) and the whole must hash to the digest. Whoever
 sends parts is a claim on this node's memory, so ``Reassembler`` bounds it: one body being put
-together per (publisher, slot), a byte budget over all of them, the total declared in the
-header checked against the most the node will take before any part is kept, and partial bodies
-forgotten after ``max_age`` seconds.
+together per slot and two per owner (a publisher), a budget over the bytes all of them hold
+(what a part carries, not what its header declares), the declared total checked against the most
+the node will take before any part is kept, and partial bodies forgotten after ``max_age``
+seconds.
 """
 
 from __future__ import annotations
@@ -81,54 +82,72 @@ def parse_part(payload: bytes) -> Part:
 
 @dataclass
 class _Partial:
+    owner: object
     digest: bytes
     count: int
     total: int
     started: float
     parts: dict = field(default_factory=dict)  # index -> bytes
-
-    @property
-    def held(self) -> int:
-        return sum(len(p) for p in self.parts.values())
+    held: int = 0  # bytes of the parts in
 
 
 @dataclass
 class Reassembler:
-    """Partial bodies per slot (a slot: a publisher's body for a round, say), bounded."""
+    """Partial bodies per slot (a slot: a publisher's body for a round, say), bounded: the bytes
+    actually held over all of them (a first part that only *declares* 4 MiB costs what it carries),
+    ``per_owner`` partial bodies per owner at once (a publisher's newest ones), and an age."""
 
     max_bytes: int  # over every partial body together
-    max_age: float = 60.0
-    _partial: dict = field(default_factory=dict, init=False)  # slot -> _Partial
-    held: int = field(default=0, init=False)  # bytes reserved: the totals of the partial bodies
+    max_age: float = 30.0
+    per_owner: int = 2
+    _partial: dict = field(default_factory=dict, init=False)  # slot -> _Partial, oldest first
+    held: int = field(default=0, init=False)  # bytes of all partial bodies' parts
 
-    def add(self, slot, part: Part, max_total: int, now: float | None = None) -> bytes | None:
-        """Keep ``part`` for ``slot``; the whole body once its last part is in (None before).
-        Raises ``PartError`` for a body over ``max_total`` or over the budget (nothing is kept)
-        and for a body whose parts do not hash to their digest."""
+    def add(self, slot, part: Part, max_total: int, now: float | None = None, owner=None,
+            may_evict=None) -> bytes | None:
+        """Keep ``part`` for ``slot`` (of ``owner``); the whole body once its last part is in (None
+        before). Raises ``TooLarge`` for a body over ``max_total`` (nothing is kept), ``NoRoom`` when
+        the byte budget is spent (``may_evict(owner)``: partial bodies of such owners may go to make
+        room, say strangers' for a peer with a history), ``PartError`` for parts that do not add up."""
         now = time.monotonic() if now is None else now
         if part.total > max_total:
             raise TooLarge(f"a body of {part.total} bytes is over the {max_total}-byte limit")
         if part.count == 1:
             self._drop(slot)
             return self._check(part.digest, part.data)
+        if self.held + len(part.data) > self.max_bytes:
+            self.expire(now)  # (only when it matters: the scan is over every partial body)
         cur = self._partial.get(slot)
         if cur is None or cur.digest != part.digest or cur.count != part.count or cur.total != part.total:
             self._drop(slot)  # a newer body replaces the one being put together (a republished round)
             self.expire(now)
-            if self.held + part.total > self.max_bytes:
-                raise NoRoom(f"{self.held} bytes of partial bodies held: no room for {part.total} more")
-            cur = self._partial[slot] = _Partial(part.digest, part.count, part.total, now)
-            self.held += part.total  # the whole body is reserved: parts may arrive in any order
+            mine = [s for s, p in self._partial.items() if p.owner == owner]
+            for s in mine[:max(0, len(mine) - self.per_owner + 1)]:
+                self._drop(s)  # an owner's oldest partial body gives way to its newest
+            cur = self._partial[slot] = _Partial(owner, part.digest, part.count, part.total, now)
         if part.index in cur.parts:
             return None  # a duplicate (QoS 1 delivers at least once)
         if cur.held + len(part.data) > cur.total:
             self._drop(slot)
             raise PartError(f"parts of a {cur.total}-byte body hold more than that")
+        if self.held + len(part.data) > self.max_bytes and not self._make_room(len(part.data), slot, may_evict):
+            raise NoRoom(f"{self.held} bytes of partial bodies held: no room for {len(part.data)} more")
         cur.parts[part.index] = part.data
+        cur.held += len(part.data)
+        self.held += len(part.data)
         if len(cur.parts) < cur.count:
             return None
         self._drop(slot)
         return self._check(cur.digest, b"".join(cur.parts[i] for i in range(cur.count)))
+
+    def _make_room(self, size: int, slot, may_evict) -> bool:
+        if may_evict is None:
+            return False
+        for s in [s for s, p in self._partial.items() if s != slot and may_evict(p.owner)]:
+            self._drop(s)
+            if self.held + size <= self.max_bytes:
+                return True
+        return False
 
     def _check(self, digest: bytes, body: bytes) -> bytes:
         # The sizes add up only if the digest does too: no separate length check is needed.
@@ -139,7 +158,7 @@ class Reassembler:
     def _drop(self, slot) -> None:
         cur = self._partial.pop(slot, None)
         if cur is not None:
-            self.held -= cur.total
+            self.held -= cur.held
 
     def expire(self, now: float | None = None) -> int:
         """Forget partial bodies older than ``max_age``; how many were forgotten."""

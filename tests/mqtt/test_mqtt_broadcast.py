@@ -143,6 +143,10 @@ def test_a_reply_announced_over_the_limit_is_not_read(broker):
     asyncio.run(go())
 
 
+async def _refused(d, n):
+    return d.refused >= n
+
+
 def test_the_directory_is_signed_retained_and_unforgeable(broker):
     src, fol, thief = Identity.generate(), Identity.generate(), Identity.generate()
 
@@ -183,7 +187,7 @@ def test_the_directory_is_signed_retained_and_unforgeable(broker):
             # topic, one of the source's moved from another swarm's topic, garbage, a manifest the
             # thief signed retained on the source's manifest topic, and a follower record of the
             # thief's under `fol`'s topic.
-            refused = df.refused
+            refused, refused_src = df.refused, ds.refused
             async with aiomqtt.Client("127.0.0.1", broker.ports["anonymous"],
                                       protocol=aiomqtt.ProtocolVersion.V5) as raw:
                 top = f"swarm-node/d/weights/{src.peer_id}"
@@ -198,6 +202,12 @@ def test_the_directory_is_signed_retained_and_unforgeable(broker):
                 follows = f"swarm-node/d/follows/{fol.peer_id}/{src.peer_id}"
                 await raw.publish(follows, sign_record(thief, follows, {"addr": thief.peer_id, "applied": 1},
                                                        time.time() + 60), qos=1)
+                # and one a follower signed itself, naming another's inbox as its address (it would
+                # send the source's relay traffic there)
+                other = Identity.generate()
+                theirs_too = f"swarm-node/d/follows/{other.peer_id}/{src.peer_id}"
+                await raw.publish(theirs_too, sign_record(other, theirs_too, {"addr": fol.peer_id, "applied": 1},
+                                                          time.time() + 60), qos=1)
 
             async def thief_manifest_arrived():
                 body = await df.read_manifest(M.digest)
@@ -206,6 +216,8 @@ def test_the_directory_is_signed_retained_and_unforgeable(broker):
             await until(thief_manifest_arrived, 10, "the thief's retained manifest")
             # None of the records is taken ...
             assert df.refused >= refused + 3 and (await df.read_pointer()).version == 5
+            # the source saw the 3 pointer forgeries and refused both follower records
+            await until(lambda: _refused(ds, refused_src + 5), 10, "both follower records refused")
             assert await ds.read_followers() == {fol.peer_id: (fol.peer_id, 5)}
             # ... and the thief's manifest, though it replaced the source's on the broker, is not
             # taken by the follower: it is not the one the pointer names, nor the source's.

@@ -35,9 +35,9 @@ def test_duplicates_are_ignored_and_a_new_body_replaces_a_partial_one():
     r = Reassembler(max_bytes=1 << 20)
     assert r.add("s", parse_part(pa[0]), 10_000) is None
     assert r.add("s", parse_part(pa[0]), 10_000) is None  # QoS 1 may deliver twice
-    assert r.held == 3000
+    assert r.held == 1000
     assert r.add("s", parse_part(pb[0]), 10_000) is None  # the publisher republished its round
-    assert r.held == 3000
+    assert r.held == 1000
     assert r.add("s", parse_part(pa[1]), 10_000) is None  # a straggler of the old body restarts it...
     for p in pb:
         got = r.add("s", parse_part(p), 10_000)
@@ -52,16 +52,33 @@ def test_declared_total_over_the_limit_is_refused_before_anything_is_kept():
     assert r.held == 0 and len(r) == 0
 
 
-def test_budget_reserves_whole_bodies_and_expiry_frees_them():
-    r = Reassembler(max_bytes=10_000, max_age=5.0)
-    first = split(b"1" * 6000, 1000 + HEADER_SIZE)
-    second = split(b"2" * 6000, 1000 + HEADER_SIZE)
-    r.add("a", parse_part(first[0]), 1 << 20, now=0.0)
-    assert r.held == 6000  # the whole body is reserved at its first part
+def test_the_budget_counts_bytes_held_not_declared_and_expiry_frees_them():
+    r = Reassembler(max_bytes=2500, max_age=5.0)
+    a = split(b"1" * 6000, 1000 + HEADER_SIZE)
+    b = split(b"2" * 6000, 1000 + HEADER_SIZE)
+    r.add("a", parse_part(a[0]), 1 << 20, now=0.0, owner="A")
+    r.add("b", parse_part(b[0]), 1 << 20, now=0.0, owner="B")
+    assert r.held == 2000  # two first parts declaring 6000 bytes each hold 1000 each
     with pytest.raises(NoRoom):
-        r.add("b", parse_part(second[0]), 1 << 20, now=1.0)
-    assert r.add("b", parse_part(second[0]), 1 << 20, now=6.0) is None  # "a" expired, so "b" fits
-    assert r.held == 6000 and len(r) == 1
+        r.add("a", parse_part(a[1]), 1 << 20, now=1.0, owner="A")
+    assert r.add("a", parse_part(a[1]), 1 << 20, now=6.0, owner="A") is None  # both expired: room again
+    assert r.held == 1000 and len(r) == 1
+
+
+def test_an_owner_holds_two_partial_bodies_at_most_and_strangers_make_room_for_the_vouched():
+    r = Reassembler(max_bytes=3000)
+    bodies = [split(bytes([k]) * 3000, 1000 + HEADER_SIZE) for k in range(4)]
+    for k in range(3):  # a third body of one owner pushes out its oldest
+        r.add(("A", k), parse_part(bodies[k][0]), 1 << 20, owner="A")
+    assert sorted(r._partial) == [("A", 1), ("A", 2)] and r.held == 2000
+    r.add(("B", 0), parse_part(bodies[3][0]), 1 << 20, owner="B")
+    assert r.held == 3000
+    with pytest.raises(NoRoom):  # full, and nobody may be evicted for a stranger
+        r.add(("B", 0), parse_part(bodies[3][1]), 1 << 20, owner="B")
+    vouched = {"B"}
+    assert r.add(("B", 0), parse_part(bodies[3][1]), 1 << 20, owner="B",
+                 may_evict=lambda o: o not in vouched) is None
+    assert ("A", 1) not in r._partial and r.held == 3000  # A's oldest made room for B's part
 
 
 def test_parts_that_do_not_hash_to_their_digest_are_refused():

@@ -76,7 +76,7 @@ def test_an_mqtt_nodes_broker_link_and_outgoing_queue_are_exported():
 
     swarm = {"transport": "mqtt", "peer_id": "sn1" + "a" * 32, "peers_alive": 2, "peers_heard": 2, "pool": 0,
              "rollouts_out": 10, "groups_in": 4, "groups_used": 4, "dropped_stale": 0, "rejected": {},
-             "connected": False, "reconnects": 3, "queued": 2, "mqtt_queued": 7, "mqtt_sent_after_wait": 4,
+             "connected": False, "reconnects": 3, "queued": 2, "mqtt_queued": 7, "mqtt_published": 4,
              "mqtt_dropped": 1}
     ep = MetricsEndpoint("127.0.0.1", 0)
     port = ep.start()
@@ -89,4 +89,4 @@ def test_an_mqtt_nodes_broker_link_and_outgoing_queue_are_exported():
     assert m[("swarm_node_broker_reconnects_total", ())] == 3
     assert m[("swarm_node_outgoing_queued", ())] == 2
     fates = {dict(k[1])["fate"]: v for k, v in m.items() if k[0] == "swarm_node_outgoing_total"}
-    assert fates == {"queued": 7, "sent_after_wait": 4, "dropped": 1, "expired": 0, "replaced": 0}
+    assert fates == {"queued": 7, "published": 4, "dropped": 1, "expired": 0, "replaced": 0, "failed": 0}
