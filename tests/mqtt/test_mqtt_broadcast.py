@@ -21,6 +21,7 @@ from protocol.identity import Identity
 from protocol.manifest import build_manifest, decode_manifest, encode_manifest
 from protocol.records import sign_record
 from node.transport.mqtt_parts import split
+from mqtt_fixtures import broker, certs, idents  # noqa: F401 - fixtures
 from test_mqtt_transport import transport, until
 
 MF = dict(model_fingerprint="mf", tokenizer_fingerprint="tf", format="safetensors-full")

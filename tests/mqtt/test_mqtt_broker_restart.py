@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from conftest import broker_for
+from mqtt_fixtures import broker_for, certs, idents  # noqa: F401 - fixtures
 from test_mqtt_transport import collect, transport, until
 
 

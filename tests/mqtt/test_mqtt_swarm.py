@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import broker_for
+from mqtt_fixtures import broker_for, certs  # noqa: F401 - fixtures
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "swarm"))
 from procs import metrics, procs, status, wait_until  # noqa: E402,F401 - procs is a fixture

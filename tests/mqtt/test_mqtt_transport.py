@@ -9,7 +9,7 @@ import time
 import aiomqtt
 import pytest
 
-from conftest import PART_LIMIT, broker_for
+from mqtt_fixtures import PART_LIMIT, broker, broker_for, certs, idents  # noqa: F401 - fixtures
 from node.clock import RoundClock
 from node.swarm import SwarmExchange
 from node.transport.base import TransportError

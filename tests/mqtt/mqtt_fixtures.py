@@ -1,6 +1,7 @@
 """Fixtures for the MQTT tests: a real Mosquitto per module (anonymous, password and TLS listeners
 on loopback, an ACL that binds each account to its node's id, a self-signed CA made here), and
-node identities whose peer ids are the broker's user names."""
+node identities whose peer ids are the broker's user names. Test modules import them by name (a
+conftest.py here would shadow tests/conftest.py for the modules that import that one by name)."""
 
 from __future__ import annotations
 
