@@ -49,18 +49,27 @@ class BrokerDown(ConnectionError):
 
 class _Client(aiomqtt.Client):
     """aiomqtt's client, plus what aiomqtt drops: the reason code of a refused publish (an ACL,
-    MQTT 5 PUBACK >= 0x80) and the broker's packet limit from its CONNACK."""
+    MQTT 5 PUBACK >= 0x80) and the broker's packet limit from its CONNACK; and messages past its
+    queue counted, not logged one by one."""
 
     def __init__(self, *a, **kw):
         super().__init__(*a, **kw)
         self.refused: dict[str, str] = {}  # topic -> reason, until publish() reads it
         self.max_packet: int | None = None
+        self.dropped = 0  # incoming messages past INCOMING_QUEUE (the reader fell behind)
 
     def _on_connect(self, client, userdata, flags, reason_code, properties=None):
         limit = getattr(properties, "MaximumPacketSize", None) if properties is not None else None
         if isinstance(limit, int) and limit > 0:
             self.max_packet = limit
         super()._on_connect(client, userdata, flags, reason_code, properties)
+
+    def _on_message(self, client, userdata, message):
+        # aiomqtt logs a warning per message it drops past its queue: a flood would be a log flood.
+        try:
+            self._queue.put_nowait(aiomqtt.Message._from_paho_message(message))
+        except asyncio.QueueFull:
+            self.dropped += 1
 
     def _on_publish(self, client, userdata, mid, reason_code, properties):
         if getattr(reason_code, "is_failure", False):
@@ -306,7 +315,11 @@ class MqttLink:
         self.connected.clear()
 
     def info(self) -> dict:
+        if self._client is not None and self._client.dropped:
+            self.counts["incoming_dropped"] += self._client.dropped
+            self._client.dropped = 0
         return {"broker": self.settings.url, "connected": self.connected.is_set(), "reconnects": self.reconnects,
+                **({"incoming_dropped": self.counts["incoming_dropped"]} if self.counts["incoming_dropped"] else {}),
                 **({"broker_error": self.last_error} if self.last_error and not self.connected.is_set() else {})}
 
 
