@@ -60,6 +60,10 @@ async def network(broker, n, upload=None, liar=None, swarm="b"):
     return peers, transports, got
 
 
+async def _all_applied(got, peers) -> bool:
+    return all(got[p.me] for p in peers)
+
+
 async def close_all(peers, transports):
     for p in peers:
         await p.close()
@@ -73,13 +77,10 @@ def test_a_chain_through_the_broker_with_a_lying_relay_delivers_the_exact_bytes(
         data = random.Random(1).randbytes(3_000_000)
         try:
             await peers[0].publish(data, version=1, relays=[p.me for p in peers[1:]], chunk_size=256 * 1024, **META)
-            await until(lambda: _all(got, peers[1:]), 60, "every follower to apply version 1")
+            await until(lambda: _all_applied(got, peers[1:]), 60, "every follower to apply version 1")
             return data, got, peers
         finally:
             await close_all(peers, ts)
-
-    async def _all(got, ps):
-        return all(got[p.me] for p in ps)
 
     data, got, peers = asyncio.run(go())
     want = [(1, hashlib.sha256(data).digest())]
@@ -101,13 +102,10 @@ def test_a_relay_that_drops_off_the_broker_mid_transfer_is_routed_around(broker)
 
             await until(half, 60, "the first relay to hold 1.5 MB")
             await ts[1].close()  # its connection is gone: its inbox is read by nobody
-            await until(lambda: _all(got, peers[2:]), 90, "the others to apply version 1 without it")
+            await until(lambda: _all_applied(got, peers[2:]), 90, "the others to apply version 1 without it")
             return data, got, peers
         finally:
             await close_all(peers, ts)
-
-    async def _all(got, ps):
-        return all(got[p.me] for p in ps)
 
     data, got, peers = asyncio.run(go())
     assert all(got[p.me] == [(1, hashlib.sha256(data).digest())] for p in peers[2:])
