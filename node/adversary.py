@@ -781,10 +781,9 @@ async def run_adversary(cfg: NodeConfig, attacks: list[str]) -> int:
                       join_backoff=sc.join_backoff, use_relay=sc.use_relay, nat_port_map=sc.nat_port_map,
                       round_seconds=sc.round_seconds, signer=ident)
     elif sc.transport == "mqtt":
-        from node.trainer import broker_settings
+        from node.trainer import mqtt_kwargs
 
-        kwargs = dict(broker=broker_settings(sc), connect_timeout=sc.startup_timeout, join_retries=sc.join_retries,
-                      join_backoff=sc.join_backoff)
+        kwargs = mqtt_kwargs(sc)
     transport = create_transport(sc.transport, swarm=sc.name, publisher=ident.peer_id, **kwargs)
     await transport.start()
     raw = sybil = None

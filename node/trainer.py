@@ -113,10 +113,13 @@ def _start_vllm(policy: Policy, cfg: NodeConfig):
                        cpu_kv_cache_gib=g.vllm_cpu_kv_cache_gib)
 
 
-def broker_settings(sc):
-    """The broker to connect to (swarm.broker and its TLS files), with the password resolved."""
-    return parse_broker_url(sc.broker, password=resolve_password(sc.broker_password_file),
-                            ca_file=sc.broker_ca_file, cert_file=sc.broker_cert_file, key_file=sc.broker_key_file)
+def mqtt_kwargs(sc, on_retry=None) -> dict:
+    """The MQTT transport's arguments from swarm config: the broker (its TLS files, the password
+    resolved) and the join's timeout and retries."""
+    broker = parse_broker_url(sc.broker, password=resolve_password(sc.broker_password_file),
+                              ca_file=sc.broker_ca_file, cert_file=sc.broker_cert_file, key_file=sc.broker_key_file)
+    return dict(broker=broker, connect_timeout=sc.startup_timeout, join_retries=sc.join_retries,
+                join_backoff=sc.join_backoff, on_retry=on_retry)
 
 
 def identity_path(cfg: NodeConfig) -> Path:
@@ -141,9 +144,7 @@ async def build_exchange(cfg: NodeConfig, policy: Policy, transport: Transport |
                           nat_port_map=sc.nat_port_map, round_seconds=sc.round_seconds, signer=ident,
                           on_retry=(lambda d: phase("joining the swarm", d)) if phase else None)
         elif sc.transport == "mqtt":
-            kwargs = dict(broker=broker_settings(sc), connect_timeout=sc.startup_timeout,
-                          join_retries=sc.join_retries, join_backoff=sc.join_backoff,
-                          on_retry=(lambda d: phase("joining the swarm", d)) if phase else None)
+            kwargs = mqtt_kwargs(sc, on_retry=(lambda d: phase("joining the swarm", d)) if phase else None)
         transport = create_transport(sc.transport, swarm=sc.name, publisher=ident.peer_id, **kwargs)
     if cfg.faults.active:
         from node.transport.faulty import FaultyTransport

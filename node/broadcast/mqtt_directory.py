@@ -26,7 +26,7 @@ import time
 from node.broadcast.directory_api import ANNOUNCE_TTL_S, Directory, Pointer
 from node.transport.base import TransportError
 from node.transport.mqtt_link import BrokerDown
-from node.transport.mqtt_parts import PartError, Reassembler, parse_part, split
+from node.transport.mqtt_parts import PartError, Reassembler, parse_part
 from protocol.identity import PEER_ID_RE, Identity
 from protocol.manifest import MAX_MANIFEST_BYTES, Manifest, encode_manifest
 from protocol.records import open_record, sign_record
@@ -144,13 +144,8 @@ class MqttWeightDirectory(Directory):
     async def announce_version(self, m: Manifest, address: str, ttl: float = ANNOUNCE_TTL_S) -> bool:
         assert self.me == self.source, "only the source writes its pointer"
         try:  # the manifest first: a reader of the new pointer then finds it retained already
-            parts = split(encode_manifest(m), self.transport.part_size_now())
-            for i, part in enumerate(parts):
-                await self.transport.link.publish(f"{self._pointer_topic()}/manifest/{i}", part, qos=1, retain=True,
-                                                  expiry=ttl)
-            for i in range(len(parts), self._manifest_sent):  # an older, longer manifest's extra parts
-                await self.transport.link.publish(f"{self._pointer_topic()}/manifest/{i}", b"", qos=1, retain=True)
-            self._manifest_sent = len(parts)
+            self._manifest_sent = await self.transport.publish_parts(
+                f"{self._pointer_topic()}/manifest", encode_manifest(m), expiry=ttl, previous=self._manifest_sent)
         except (BrokerDown, PermissionError) as e:
             log.info("weights directory: %s", e)
             return False

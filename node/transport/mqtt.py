@@ -186,12 +186,8 @@ class MqttTransport(Transport):
         if left <= 0:
             self.counts["expired"] += 1
             return
-        parts = split(data, self.part_size_now())
-        for i, part in enumerate(parts):
-            await self.link.publish(self._rollout_topic(round, i), part, qos=1, retain=True, expiry=left)
-        for i in range(len(parts), self._sent_parts.get(round, 0)):
-            await self.link.publish(self._rollout_topic(round, i), b"", qos=1, retain=True)
-        self._sent_parts[round] = len(parts)
+        self._sent_parts[round] = await self.publish_parts(f"{self._prefix}/rollouts/{self.publisher}/{round}", data,
+                                                           expiry=left, previous=self._sent_parts.get(round, 0))
         while len(self._sent_parts) > 64:
             del self._sent_parts[min(self._sent_parts)]
         self.counts["published"] += 1
@@ -208,9 +204,18 @@ class MqttTransport(Transport):
         """Write under another node's topic (only simulated adversaries do): a broker with the
         recommended ACL refuses it (``PermissionError``); one without lets it through, and the
         receivers' signature and replay checks must catch it."""
-        for i, part in enumerate(split(data, self.part_size_now())):
-            await self.link.publish(f"{self._prefix}/rollouts/{publisher}/{round}/{i}", part, qos=1, retain=True,
-                                    expiry=expires_in)
+        await self.publish_parts(f"{self._prefix}/rollouts/{publisher}/{round}", data, expiry=expires_in)
+
+    async def publish_parts(self, base: str, body: bytes, *, expiry: float, previous: int = 0) -> int:
+        """``body`` retained as parts ``<base>/<i>`` under the broker's limit; the parts an earlier,
+        longer body left past this one's count (``previous``) are cleared, since a late joiner
+        would take them for a newer body. Returns the count."""
+        parts = split(body, self.part_size_now())
+        for i, part in enumerate(parts):
+            await self.link.publish(f"{base}/{i}", part, qos=1, retain=True, expiry=expiry)
+        for i in range(len(parts), previous):
+            await self.link.publish(f"{base}/{i}", b"", qos=1, retain=True)
+        return len(parts)
 
     def _enqueue(self, item: tuple) -> None:
         # A republished round replaces its queued envelope (the transport's contract: the newest).
