@@ -33,17 +33,16 @@ broker), counted. The newest heartbeat is re-sent at every reconnect.
 
 Incoming is bounded too. A node subscribes to the rollout topics of its window's rounds only
 (``.../rollouts/+/<round>/+``, renewed as rounds pass), so retained bodies of other rounds never
-reach it; a body is kept once per (publisher, round) until polled and at most ``MAX_DELIVERIES``
-are handed over per (publisher, round); partial bodies are bounded per publisher and by the bytes
-they hold (node/transport/mqtt_parts.py), whole ones by a byte budget in which peers with an
-admitted history keep their place; heartbeats of at most ``MAX_HEARD`` publishers are kept.
+reach it; partial bodies are bounded per publisher and by the bytes they hold
+(node/transport/mqtt_parts.py); whole bodies and heartbeats wait for the node's poll in the
+``Inbox`` every push carrier shares (node/transport/inbox.py: a byte budget in which peers with
+an admitted history keep their place, duplicates dropped, a few bodies a round per publisher).
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import hashlib
 import logging
 import re
 import time
@@ -52,6 +51,7 @@ from typing import Iterable
 
 from node.transport.base import MAX_ANNOUNCEMENT_SIZE, MAX_ENVELOPE_SIZE, Delivery, Transport, TransportError
 from node.transport.broker_url import BrokerSettings
+from node.transport.inbox import MAX_ROUND_AHEAD, Inbox
 from node.transport.mqtt_link import BrokerDown, MqttLink
 from node.transport.mqtt_parts import NoRoom, PartError, Reassembler, TooLarge, parse_part, split
 from protocol.identity import PEER_ID_RE
@@ -64,10 +64,7 @@ PART_SIZE = 255 * 1024  # a message (with its topic) within the 256 KiB many bro
 MIN_PACKET = 16 * 1024  # a broker allowing less than this is refused at join: 4 MiB would need 300+ parts
 MAX_QUEUED = 64  # envelopes (plus the newest heartbeat) kept for the broker while it is away
 MAX_BUFFERED = 64 * 1024 * 1024  # bytes of incoming bodies (whole and partial) held before polls take them
-MAX_ROUND_AHEAD = 2  # rounds past the newest polled one still buffered (clocks drift a little)
 CLOSE_FLUSH_S = 3.0  # how long close() lets the sender finish what is queued
-MAX_DELIVERIES = 2  # bodies a round handed over per publisher (a restarted node republishes once)
-MAX_HEARD = 4096  # publishers whose heartbeat is kept (the least recently changed go first)
 _ROUND = re.compile(r"[0-9]{1,12}")
 _PART = re.compile(r"[0-9]{1,4}")
 _PACKET_SLACK = 512  # a PUBLISH's fixed header, topic and properties, over its payload
@@ -91,19 +88,12 @@ class MqttTransport(Transport):
     counts: collections.Counter = field(default_factory=collections.Counter, init=False)
     _queue: collections.deque = field(default_factory=collections.deque, init=False)  # (deadline, round, data)
     _heartbeat: tuple | None = field(default=None, init=False)  # (deadline, data): the newest, re-sent on reconnect
-    _ready: dict = field(default_factory=dict, init=False)  # round -> {publisher: bytes}
-    _ready_bytes: int = field(default=0, init=False)
-    _seen: dict = field(default_factory=dict, init=False)  # round -> {(publisher, sha256)} handed out or refused
-    _heard: collections.OrderedDict = field(default_factory=collections.OrderedDict, init=False)  # publisher -> (sha256, bytes | None)
-    _window: tuple[int, int] | None = field(default=None, init=False)  # rounds of the last poll
-    _max_size: int = field(default=MAX_ENVELOPE_SIZE, init=False)
-    _vouched: collections.OrderedDict = field(default_factory=collections.OrderedDict, init=False)
+    inbox: Inbox = field(default=None, init=False)  # whole bodies and heartbeats until polled
     _flushing: asyncio.Task | None = field(default=None, init=False)  # the sender (_flush)
     _resend_heartbeat: bool = field(default=False, init=False)
     _inflight: tuple | None = field(default=None, init=False)  # the envelope the sender is publishing
     _sent_parts: dict = field(default_factory=dict, init=False)  # round -> parts of our envelope retained
     _subscribed: set = field(default_factory=set, init=False)  # rounds whose rollout topics we read
-    _delivered: dict = field(default_factory=dict, init=False)  # round -> Counter(publisher): bodies handed over
     _parts: Reassembler = field(default=None, init=False)
     _probe: asyncio.Event | None = field(default=None, init=False)
     _routes: dict = field(default_factory=dict, init=False)  # topic family -> handler (add_route)
@@ -112,6 +102,7 @@ class MqttTransport(Transport):
         if self.broker is None:
             raise TransportError("the MQTT transport needs a broker (--broker mqtt[s]://[user@]host[:port])")
         self._parts = Reassembler(self.max_buffered // 2)
+        self.inbox = Inbox(self.max_buffered // 2, self.counts, self.rejected)
         self._prefix = topic_prefix(self.swarm)
 
     # -- topics -----------------------------------------------------------------------------------
@@ -294,7 +285,7 @@ class MqttTransport(Transport):
         if not payload:
             return  # a probe of a topic's ACL, or a cleared retained message
         if kind == "peers" and len(parts) == 4:
-            self._on_heartbeat(publisher, payload)
+            self.inbox.offer_heartbeat(publisher, payload)
         elif kind == "rollouts" and len(parts) == 6 and _ROUND.fullmatch(parts[4]) and _PART.fullmatch(parts[5]):
             self._on_part(publisher, int(parts[4]), payload)
         else:
@@ -314,34 +305,15 @@ class MqttTransport(Transport):
         if self.link is not None:
             await self.link.unsubscribe(topic_filter)
 
-    def _on_heartbeat(self, publisher: str, payload: bytes) -> None:
-        if len(payload) > MAX_ANNOUNCEMENT_SIZE:
-            self.rejected["oversized"] += 1
-            return
-        digest = hashlib.sha256(payload).digest()
-        old = self._heard.get(publisher)
-        if old is not None and old[0] == digest:
-            return
-        self._heard[publisher] = (digest, payload)
-        self._heard.move_to_end(publisher)  # live peers re-announce every round: they stay
-        while len(self._heard) > MAX_HEARD:
-            self._heard.popitem(last=False)
-            self.counts["heartbeats_dropped"] += 1
-
-    def _in_window(self, round: int) -> bool:
-        if self._window is None:
-            return True
-        lo, hi = self._window
-        return lo <= round <= hi + MAX_ROUND_AHEAD
-
     def _on_part(self, publisher: str, round: int, payload: bytes) -> None:
-        if not self._in_window(round):
+        if not self.inbox.in_window(round):
             self.counts["outside_window"] += 1
             return
         try:
             part = parse_part(payload)
-            evict = (lambda owner: owner not in self._vouched) if publisher in self._vouched else None
-            body = self._parts.add((publisher, round), part, min(self._max_size, MAX_ENVELOPE_SIZE),
+            vouched = self.inbox.vouched
+            evict = (lambda owner: owner not in vouched) if publisher in vouched else None
+            body = self._parts.add((publisher, round), part, self.inbox.max_size,
                                    owner=publisher, may_evict=evict)
         except NoRoom:
             self.counts["buffer_full"] += 1
@@ -349,64 +321,20 @@ class MqttTransport(Transport):
         except PartError as e:
             self.rejected["oversized" if isinstance(e, TooLarge) else "bad_part"] += 1
             return
-        if body is None:
-            return
-        key = (publisher, hashlib.sha256(body).digest())
-        if key in self._seen.get(round, ()):
-            return  # a duplicate (QoS 1, or a retained copy after a reconnect)
-        slot = self._ready.setdefault(round, {})
-        old = slot.pop(publisher, None)
-        if old is not None:
-            self._ready_bytes -= len(old)
-        if self._ready_bytes + len(body) > self.max_buffered // 2 and not self._make_room(publisher, len(body)):
-            self.counts["buffer_full"] += 1
-            return
-        slot[publisher] = body
-        self._ready_bytes += len(body)
-
-    def _make_room(self, publisher: str, size: int) -> bool:
-        """Evict bodies of publishers with no admitted history for one of a publisher with one."""
-        if publisher not in self._vouched:
-            return False
-        for r in sorted(self._ready):
-            for p in [p for p in self._ready[r] if p not in self._vouched]:
-                self._ready_bytes -= len(self._ready[r].pop(p))
-                self.counts["evicted"] += 1
-                if self._ready_bytes + size <= self.max_buffered // 2:
-                    return True
-        return False
+        if body is not None:
+            self.inbox.offer(publisher, round, body)
 
     async def poll(self, rounds: Iterable[int], want: int | None = None,
                    max_size: int | None = None) -> list[Delivery]:
         # Bodies are pushed by the broker as they come; ``want`` is a fetch budget, and nothing
         # here is fetched. What arrived is handed over whole.
         rounds = sorted(set(rounds))
-        self._max_size = MAX_ENVELOPE_SIZE if max_size is None else min(max_size, MAX_ENVELOPE_SIZE)
+        self.inbox.set_window(rounds, max_size)
         if rounds:
-            self._window = (rounds[0], rounds[-1])
-            for r in [r for r in self._ready if not self._in_window(r)]:
-                self._ready_bytes -= sum(len(b) for b in self._ready.pop(r).values())
-            for d in (self._seen, self._delivered):
-                for r in [r for r in d if r < rounds[0]]:
-                    del d[r]
-            self._parts.forget(lambda slot: self._in_window(slot[1]))
+            self._parts.forget(lambda slot: self.inbox.in_window(slot[1]))
             await self._follow_rounds(set(range(rounds[0], rounds[-1] + MAX_ROUND_AHEAD + 1)))
         self._parts.expire()
-        out = []
-        for r in rounds:
-            for publisher, body in self._ready.pop(r, {}).items():
-                self._ready_bytes -= len(body)
-                self._seen.setdefault(r, set()).add((publisher, hashlib.sha256(body).digest()))
-                handed = self._delivered.setdefault(r, collections.Counter())
-                if handed[publisher] >= MAX_DELIVERIES:
-                    self.counts["republished"] += 1  # a body a poll for one round: every one is verified
-                    continue
-                handed[publisher] += 1
-                if len(body) > self._max_size:
-                    self.rejected["oversized"] += 1
-                    continue
-                out.append(Delivery(r, publisher, body))
-        return out
+        return self.inbox.take(rounds)
 
     async def _follow_rounds(self, wanted: set[int]) -> None:
         """Read the rollout topics of ``wanted`` rounds, and no others."""
@@ -422,18 +350,10 @@ class MqttTransport(Transport):
         return f"{self._prefix}/rollouts/+/{round}/+"
 
     async def poll_announcements(self) -> list[Delivery]:
-        out = []
-        for publisher, (digest, data) in self._heard.items():
-            if data is not None:
-                out.append(Delivery(-1, publisher, data))
-                self._heard[publisher] = (digest, None)  # handed over; the digest stays to skip repeats
-        return out
+        return self.inbox.take_heartbeats()
 
     def vouch(self, publisher: str) -> None:
-        self._vouched[publisher] = None
-        self._vouched.move_to_end(publisher)
-        while len(self._vouched) > 1024:
-            self._vouched.popitem(last=False)
+        self.inbox.vouch(publisher)
 
     # -- the rest ---------------------------------------------------------------------------------
     async def close(self) -> None:
@@ -450,11 +370,8 @@ class MqttTransport(Transport):
     def info(self) -> dict:
         link = self.link.info() if self.link is not None else {"broker": self.broker.url, "connected": False}
         waiting = len(self._queue) + (self._inflight is not None)
-        return {"transport": "mqtt", **link, "peers_heard": len(self._heard), "queued": waiting,
+        return {"transport": "mqtt", **link, "peers_heard": self.inbox.heard(), "queued": waiting,
                 **{f"mqtt_{k}": v for k, v in sorted(self.counts.items())}}
 
     def buffer_sizes(self) -> dict[str, int]:
-        return {"queue": len(self._queue), "ready_rounds": len(self._ready),
-                "ready": sum(len(v) for v in self._ready.values()), "partial": len(self._parts),
-                "seen_rounds": len(self._seen), "seen": sum(len(v) for v in self._seen.values()),
-                "heard": len(self._heard), "vouched": len(self._vouched)}
+        return {"queue": len(self._queue), "partial": len(self._parts), **self.inbox.buffer_sizes()}
