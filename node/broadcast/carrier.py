@@ -16,6 +16,7 @@ would.
 from __future__ import annotations
 
 import asyncio
+import logging
 import struct
 from abc import ABC, abstractmethod
 from typing import Awaitable, Callable
@@ -23,7 +24,10 @@ from typing import Awaitable, Callable
 from node.broadcast.bucket import TokenBucket
 from protocol.manifest import MAX_MANIFEST_BYTES
 
-__all__ = ["Carrier", "CarrierError", "Handler", "unpack_reply", "MemoryCarrier", "MemoryHub", "MAX_REQUEST", "SLICE"]
+log = logging.getLogger(__name__)
+
+__all__ = ["Carrier", "CarrierError", "Handler", "unpack_reply", "StreamCarrier", "MemoryCarrier", "MemoryHub",
+           "MAX_REQUEST", "SLICE"]
 
 MAX_REQUEST = MAX_MANIFEST_BYTES + 1024  # a manifest offer is the biggest request
 SLICE = 64 * 1024  # bytes written per upload-cap token take
@@ -31,6 +35,11 @@ U32 = struct.Struct(">I")
 HEADER = struct.Struct(">BQ")
 STREAMS_PER_REMOTE = 16  # requests one peer may have open with us (an honest one: a window + offers)
 MAX_STREAMS = 256  # ... and all peers together (peer ids are free: the per-peer bound alone is not one)
+READ_TIMEOUT_S = 30.0  # a peer that reads or writes nothing for this long is dropped
+REQUEST_TIMEOUT_S = 5.0  # a request is small: its header must come this fast ...
+REQUEST_RATE = 1_000_000  # ... and its body (a manifest offer, up to 2 MiB) at least this fast
+LINGER_S = 5.0  # after a reply, how long to wait for the requester to close its end
+MIN_RATE = 64 * 1024  # bytes/s: a reply slower than this is given up (a 256 KiB chunk: 4 s + the timeout)
 
 # handler(remote carrier id, request) -> (status, payload) or (status, payload, done[, low]):
 # ``done`` is called once the reply is written (or failed), so a handler's serve slot covers the
@@ -116,6 +125,99 @@ class Carrier(ABC):
                 del self._reply_order[remote]
             else:
                 self._reply_order[remote] = (lock, users - 1)
+
+
+class StreamCarrier(Carrier):
+    """The framing above on a byte stream with asyncio's reader/writer calls (``readexactly``,
+    ``read``, ``write``, ``drain``, ``close``): hivemind's p2p streams and py-libp2p's (through the
+    trio bridge) share it. A subclass opens streams and registers the handler."""
+
+    def __init__(self, upload: TokenBucket | None = None):
+        super().__init__(upload)
+        self._handler: Handler | None = None
+        self._serving: set[asyncio.Task] = set()
+
+    async def serve_stream(self, remote: str, reader, writer) -> None:
+        """Serve one request from ``remote`` (an id the carrier authenticated) on this stream."""
+        if not self.admit(remote):
+            writer.close()  # past its share of open requests: closing is the answer
+            return
+        task = asyncio.current_task()
+        self._serving.add(task)
+        admitted = True
+        try:
+            (n,) = U32.unpack(await asyncio.wait_for(reader.readexactly(U32.size), REQUEST_TIMEOUT_S))
+            if n > MAX_REQUEST:
+                return  # closing is the answer to a request nobody honest sends
+            # A stream slot is held while the request arrives: a trickling peer gives it back soon.
+            request = await asyncio.wait_for(reader.readexactly(n), REQUEST_TIMEOUT_S + n / REQUEST_RATE)
+            status, payload, done, low = unpack_reply(await self._handler(remote, request))
+            try:
+                writer.write(HEADER.pack(status, len(payload)))
+
+                async def write(piece: memoryview) -> None:
+                    writer.write(piece)
+                    await asyncio.wait_for(writer.drain(), READ_TIMEOUT_S)
+
+                await self.paced(payload, write, remote, low)
+            finally:
+                done()
+            self.leave(remote)  # the slot covers the request and the reply, not the wait below
+            admitted = False
+            # Close only once the requester has read it all and closed its end: p2pd drops what is
+            # still in flight when the server closes first (measured: the last 32-128 KiB of a
+            # 256 KiB reply lost, one reply in a few hundred, under load).
+            await asyncio.wait_for(reader.read(1), LINGER_S)
+        except (asyncio.TimeoutError, asyncio.IncompleteReadError, ConnectionError) as e:
+            log.debug("weights request from %s failed: %s", remote, e)
+        except asyncio.CancelledError:  # close(): the reply is cut, as a killed node's would be
+            pass
+        finally:
+            self._serving.discard(task)
+            if admitted:
+                self.leave(remote)
+            writer.close()
+
+    async def call_on(self, address: str, reader, writer, request: bytes, *, max_reply: int,
+                      timeout: float) -> tuple[int, bytes]:
+        """Send ``request`` on an open stream to ``address`` and read the reply (``Carrier.call``)."""
+        try:
+            writer.write(U32.pack(len(request)) + request)
+            await asyncio.wait_for(writer.drain(), timeout)
+            status, size = HEADER.unpack(await asyncio.wait_for(reader.readexactly(HEADER.size), timeout))
+            if size > max_reply:
+                raise CarrierError(f"{address} announced a {size}-byte reply, over {max_reply}: not read")
+            body = bytearray()
+            # A deadline per piece (a capped upload may be slow) and one for the whole at MIN_RATE,
+            # so a peer trickling a byte a while cannot hold the request forever.
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + timeout + size / MIN_RATE
+            while len(body) < size:
+                left = deadline - loop.time()
+                if left <= 0:
+                    raise CarrierError(f"{address} sent {len(body)} of {size} bytes, slower than "
+                                       f"{MIN_RATE / 1e3:.0f} kB/s")
+                try:
+                    piece = await asyncio.wait_for(reader.read(min(size - len(body), 1 << 20)), min(timeout, left))
+                except asyncio.TimeoutError:
+                    if loop.time() < deadline:
+                        raise  # no progress for ``timeout``
+                    raise CarrierError(f"{address} sent {len(body)} of {size} bytes, slower than "
+                                       f"{MIN_RATE / 1e3:.0f} kB/s") from None
+                if not piece:
+                    raise CarrierError(f"{address} went away mid-reply ({len(body)} of {size} bytes)")
+                body += piece
+            return status, bytes(body)
+        except CarrierError:
+            raise
+        except (asyncio.TimeoutError, asyncio.IncompleteReadError, ConnectionError, OSError) as e:
+            raise CarrierError(f"{address} failed mid-reply: {type(e).__name__}") from e
+        finally:
+            writer.close()
+
+    def cancel_serving(self) -> None:
+        for t in list(self._serving):
+            t.cancel()
 
 
 class MemoryHub:

@@ -122,7 +122,7 @@ def test_replies_over_the_limit_and_garbage_requests_are_refused():
 def test_a_peer_trickling_its_reply_is_given_up_on():
     """A reply announced at full size but sent a few bytes at a time: the per-piece timeout alone
     would wait forever; the whole-reply deadline (MIN_RATE) ends it."""
-    import node.broadcast.hivemind_carrier as hc
+    import node.broadcast.carrier as hc
     from node.broadcast.carrier import HEADER
 
     async def go():
