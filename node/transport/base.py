@@ -71,6 +71,12 @@ class Transport(abc.ABC):
         use, node/swarm.py ``usable_envelope_bytes``) are not taken, counted ``oversized``; None:
         the message limit."""
 
+    def set_gate(self, gate) -> None:
+        """``gate(Delivery) -> bool``: the node's admission checks, for a carrier that passes
+        messages on (gossipsub forwards only what passes; node/swarm.py ``SwarmExchange.gate``).
+        It may be called from a worker thread and counts its own refusals. Carriers that forward
+        nothing ignore it."""
+
     def vouch(self, publisher: str) -> None:
         """The node admitted an envelope of ``publisher`` (it verified and passed every check)."""
 

@@ -80,6 +80,9 @@ class FaultyTransport(Transport):
     def vouch(self, publisher: str) -> None:
         self.inner.vouch(publisher)
 
+    def set_gate(self, gate) -> None:
+        self.inner.set_gate(gate)
+
     def distrust(self, publisher: str, round: int) -> None:
         self.inner.distrust(publisher, round)
 

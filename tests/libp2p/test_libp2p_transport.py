@@ -1,0 +1,232 @@
+"""The py-libp2p transport on loopback: real hosts (noise, yamux, gossipsub) in this process.
+
+py-libp2p cannot be imported beside hivemind, so this folder runs in a pytest process of its own
+(tests/test_libp2p_suite.py starts it; ``pytest tests/libp2p`` runs it directly)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import msgpack
+import pytest
+
+from node.clock import RoundClock
+from node.swarm import SwarmExchange
+from node.transport.base import Delivery, TransportError
+from node.transport.libp2p import GOSSIP_BODY_MAX, Libp2pTransport, gossip_topics
+from node.transport.libp2p_host import Libp2pHost, libp2p_peer_id, publisher_of
+from node.transport.trio_bridge import BridgeClosed, TrioThread
+from protocol.codec import encode
+from protocol.identity import Identity
+from protocol.messages import Announcement, RolloutBatch, RolloutRecord
+from protocol.signing import envelope_to_bytes, sign
+
+LOOPBACK = ["/ip4/127.0.0.1/tcp/0"]
+VOCAB = 50
+
+
+async def until(cond, timeout=20.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while True:
+        got = cond()
+        if asyncio.iscoroutine(got):
+            got = await got
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+def transport(ident: Identity, bootstrap=(), **kw) -> Libp2pTransport:
+    return Libp2pTransport(swarm="t", publisher=ident.peer_id, identity=ident, listen=LOOPBACK,
+                           bootstrap=list(bootstrap), join_retries=0, startup_timeout=20, **kw)
+
+
+def exchange(t, ident: Identity, clock: RoundClock) -> SwarmExchange:
+    return SwarmExchange(t, ident, clock, tokenizer_fingerprint="tok", model_fingerprint="m", vocab_size=VOCAB,
+                         decode_text=lambda ids: "".join(chr(97 + i % 26) for i in ids), poll_seconds=0.05)
+
+
+def envelope(ident: Identity, r: int, seq: int = 1, records: int = 1, length: int = 3) -> bytes:
+    ids = tuple(1 + i % (VOCAB - 2) for i in range(length))
+    rec = RolloutRecord(task_id="arithmetic:1:1", completion_ids=ids,
+                        completion_text="".join(chr(97 + i % 26) for i in ids),
+                        behaviour_logprobs=(-0.5,) * length, truncated=False)
+    b = RolloutBatch(sender=ident.peer_id, round=r, policy_version=1, model_fingerprint="m",
+                     tokenizer_fingerprint="tok", created_at=time.time(), rollouts=(rec,) * records)
+    return envelope_to_bytes(sign(encode(b), ident, seq))
+
+
+def test_the_libp2p_peer_id_is_the_node_key_and_maps_back_to_its_swarm_id():
+    ident = Identity.generate()
+    pid = libp2p_peer_id(ident)
+    assert pid.startswith("12D3KooW")  # an Ed25519 key, inlined in the id
+    from libp2p.peer.id import ID
+
+    assert publisher_of(ID.from_base58(pid)) == ident.peer_id
+    assert publisher_of(b"not an id") is None
+    with pytest.raises(TransportError, match="identity"):
+        Libp2pTransport(swarm="t", publisher=ident.peer_id, identity=Identity.generate())
+
+
+def test_the_trio_bridge_returns_results_raises_errors_and_cancels():
+    import trio
+
+    async def main():
+        bridge = TrioThread("test")
+        await bridge.start()
+        cancelled = []
+
+        async def add(a, b):
+            await trio.sleep(0.01)
+            return a + b
+
+        async def fail():
+            raise ValueError("from trio")
+
+        async def forever():
+            try:
+                await trio.sleep_forever()
+            except trio.Cancelled:
+                cancelled.append(True)
+                raise
+
+        async def back_to_asyncio():
+            return await bridge.await_loop(asyncio.sleep, 0.01, "from asyncio")
+
+        assert await bridge.call(add, 2, 3) == 5
+        with pytest.raises(ValueError, match="from trio"):
+            await bridge.call(fail)
+        assert await bridge.call(back_to_asyncio) == "from asyncio"
+        task = asyncio.ensure_future(bridge.call(forever))
+        await asyncio.sleep(0.1)
+        task.cancel()
+        await until(lambda: cancelled, 5, "the trio task cancelled")
+        await bridge.stop()
+        assert not bridge.alive()
+        with pytest.raises(BridgeClosed):
+            await bridge.call(add, 1, 1)
+
+    asyncio.run(main())
+
+
+def test_three_nodes_exchange_envelopes_and_heartbeats_through_a_relay_and_large_bodies_by_stream():
+    """A and C know only B; B forwards gossip both ways. A body above the gossip limit goes as a
+    pointer and is fetched from its publisher over a stream."""
+    ia, ib, ic = Identity.generate(), Identity.generate(), Identity.generate()
+    clock = RoundClock(10.0)
+    r = clock.current()
+
+    async def main():
+        b = transport(ib)
+        eb = exchange(b, ib, clock)
+        await eb.start()
+        a, c = transport(ia, b.host.addrs, target_peers=1), transport(ic, b.host.addrs, target_peers=1)
+        ea, ec = exchange(a, ia, clock), exchange(c, ic, clock)
+        await ea.start(), await ec.start()
+        try:
+            await until(lambda: b.host.mesh_peers(gossip_topics("t")[0]) >= 2, 20, "a mesh at B")
+            await until(lambda: a.host.mesh_peers(gossip_topics("t")[0]) >= 1 and
+                        c.host.mesh_peers(gossip_topics("t")[0]) >= 1, 20, "A and C in B's mesh")
+            await a.publish(r, envelope(ia, r), 60)
+            await until(lambda: ec.stats.envelopes_in == 1 and eb.stats.envelopes_in == 1, 20, "A's envelope at B and C")
+            big = envelope(ia, r - 1, seq=2, records=128, length=1000)
+            assert len(big) > GOSSIP_BODY_MAX
+            await a.publish(r - 1, big, 60)
+            await until(lambda: ec.stats.envelopes_in == 2, 30, "A's large envelope fetched by C")
+            assert c.counts["fetched"] == 1 and b.counts["fetched"] == 1
+            ann = Announcement(sender=ic.peer_id, round=r, policy_version=1, model_fingerprint="m",
+                               tokenizer_fingerprint="tok", created_at=time.time(), addrs=())
+            await c.announce(envelope_to_bytes(sign(encode(ann), ic, 5)), 30)
+
+            async def heard():
+                for d in await a.poll_announcements():
+                    ea.admit_announcement(d)
+                return ic.peer_id in ea.peers
+
+            await until(heard, 20, "C's heartbeat at A")
+            assert not ec.stats.rejected and not c.rejected, (ec.stats.rejected, c.rejected)
+        finally:
+            await ea.close(), await ec.close(), await eb.close()
+
+    asyncio.run(main())
+
+
+def test_hostile_gossip_is_refused_at_the_first_honest_node_and_never_reaches_the_next():
+    """X, a raw libp2p host with its own key, gossips to B only: junk, another's envelope,
+    a tampered one, an honest envelope re-published on another round, a pointer declaring 5 MiB
+    and one aimed at someone else's address. B refuses each (counted under the node's reasons) before
+    forwarding; C, behind B, receives nothing but the honest envelope."""
+    ia, ib, ic, ix, other = (Identity.generate() for _ in range(5))
+    clock = RoundClock(10.0)
+    r = clock.current()
+    topic = gossip_topics("t")[0]
+
+    async def main():
+        b = transport(ib)
+        eb = exchange(b, ib, clock)
+        await eb.start()
+        a, c = transport(ia, b.host.addrs, target_peers=1), transport(ic, b.host.addrs, target_peers=1)
+        ea, ec = exchange(a, ia, clock), exchange(c, ic, clock)
+        await ea.start(), await ec.start()
+        x = Libp2pHost(ix, LOOPBACK, b.host.addrs, target_peers=1)
+        await x.start(20)
+        try:
+            await x.bridge.call(x.connect_bootstrap)
+            await x.subscribe(topic, lambda *a: None, lambda *a: True)
+            await until(lambda: b.host.mesh_peers(topic) >= 3 and x.mesh_peers(topic) >= 1, 20, "X in B's mesh")
+            honest = envelope(ia, r)
+            await a.publish(r, honest, 60)
+            await until(lambda: ec.stats.envelopes_in == 1, 20, "the honest envelope at C")
+            tampered = bytearray(envelope(ix, r, seq=3))
+            tampered[-70] ^= 1
+            hostile = [
+                b"\xc1 junk",  # not msgpack
+                msgpack.packb([r, b"not an envelope"]),
+                msgpack.packb([r, envelope(other, r)]),  # signed by another key than X's
+                msgpack.packb([r, bytes(tampered)]),
+                msgpack.packb([r - 1, honest]),  # A's envelope replayed on another round
+                msgpack.packb([r, 5 << 20, b"h" * 32, x.addrs[0]]),  # a pointer declaring 5 MiB
+                msgpack.packb([r, 1 << 20, b"h" * 32, a.host.addrs[0]]),  # aimed at A's address
+            ]
+            for m in hostile:
+                await x.bridge.call(x.pubsub.publish, topic, m)
+
+            def refused():
+                return sum(eb.stats.rejected.values()) + sum(b.rejected.values()) >= len(hostile)
+
+            await until(refused, 20, "B's refusals")
+            rej = dict(eb.stats.rejected + b.rejected)
+            # A's envelope from X's key is X's claim to A's work: sender_mismatch, as the pointer
+            # naming A's address is.
+            assert rej == {"malformed_envelope": 2, "sender_mismatch": 3, "bad_signature": 1, "oversized": 1}, rej
+            # A verbatim copy of A's own gossip message is one message id (the data's hash): gossipsub
+            # drops it as seen. Once that memory has passed, the validator refuses it as a replay.
+            assert not eb.gate(Delivery(r, ia.peer_id, honest))
+            await until(lambda: eb.stats.rejected.get("replay") == 1, 5, "the replay counted")
+            # Give any forwarded message time to arrive (B forwards within milliseconds), then look at C.
+            marker = envelope(ia, r - 2, seq=9)
+            await a.publish(r - 2, marker, 60)
+            await until(lambda: ec.stats.envelopes_in == 2, 20, "a later honest envelope at C")
+            assert not ec.stats.rejected and not c.rejected, (ec.stats.rejected, c.rejected)
+            assert ec.stats.envelopes_in == 2
+        finally:
+            await x.close()
+            await ea.close(), await ec.close(), await eb.close()
+
+    asyncio.run(main())
+
+
+def test_no_bootstrap_peer_answering_is_a_clear_error():
+    ident = Identity.generate()
+
+    async def main():
+        dead = f"/ip4/127.0.0.1/tcp/9/p2p/{libp2p_peer_id(Identity.generate())}"
+        t = transport(ident, [dead])
+        with pytest.raises(TransportError, match="none of the bootstrap peers"):
+            await t.start()
+        await t.close()
+
+    asyncio.run(main())
