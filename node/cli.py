@@ -122,9 +122,11 @@ def build_parser() -> argparse.ArgumentParser:
     join.add_argument("--bootstrap", action="append", default=[], metavar="MADDR",
                       help="multiaddr of a bootstrap peer, as `swarm-node bootstrap` prints it "
                            "(repeat for several; same as --swarm.initial_peers)")
-    join.add_argument("--transport", choices=["hivemind", "mqtt"], default=None,
-                      help="hivemind (default): the public swarm's DHT; mqtt: a private cluster's broker "
-                           "(--broker; docs/private-cluster.md). Same as --swarm.transport")
+    join.add_argument("--transport", choices=["hivemind", "libp2p", "mqtt"], default=None,
+                      help="hivemind (default): the public swarm's DHT; libp2p: gossipsub on a pure-Python "
+                           "libp2p host, no daemon (its own swarms: bootstrap with `swarm-node bootstrap "
+                           "--transport libp2p`); mqtt: a private cluster's broker (--broker; "
+                           "docs/private-cluster.md). Same as --swarm.transport")
     join.add_argument("--broker", metavar="URL", default=None,
                       help="mqtt: the broker, mqtts://user@host:8883 (TLS) or mqtt://user@host:1883, user = this "
                            "node's account; the password is read from --swarm.broker_password_file or "
@@ -140,8 +142,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     boot = sub.add_parser(
         "bootstrap", help="run a bootstrap (and relay) peer that nodes join through",
-        description="Run a hivemind DHT peer that others use as --bootstrap. It prints its "
-                    "multiaddrs (one per line) and serves until Ctrl-C. It trains nothing.")
+        description="Run a peer that others use as --bootstrap: a hivemind DHT peer (default) or, with "
+                    "--transport libp2p, a py-libp2p host answering peer exchange (no daemon). It prints "
+                    "its multiaddrs (one per line) and serves until Ctrl-C. It trains nothing.")
+    boot.add_argument("--transport", choices=["hivemind", "libp2p"], default="hivemind",
+                      help="the carrier of the swarms it bootstraps (default hivemind); a libp2p node needs a "
+                           "libp2p bootstrap")
     boot.add_argument("--host", default="0.0.0.0", help="IPv4 address to listen on (default: all)")
     boot.add_argument("--port", type=int, default=31337, help="TCP port (0 = any free port; default 31337)")
     boot.add_argument("--announce", action="append", default=[], metavar="MADDR",
@@ -150,7 +156,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="other bootstrap peers to connect to (a redundant set)")
     boot.add_argument("--identity", type=Path, default=None,
                       help="p2p key file, so the multiaddr stays the same across restarts "
-                           "(default: $SWARM_NODE_HOME/bootstrap.p2p.key)")
+                           "(default: $SWARM_NODE_HOME/bootstrap.p2p.key; libp2p: an Ed25519 PEM, "
+                           "$SWARM_NODE_HOME/bootstrap.libp2p.pem)")
     boot.add_argument("--no-relay", action="store_true", help="do not relay traffic for peers behind NAT")
     boot.add_argument("--no-nat", action="store_true", help="no UPnP port mapping or AutoNAT (loopback, clusters)")
     boot.add_argument("--startup-timeout", type=float, default=30.0, help="seconds p2pd may take to start")
@@ -418,7 +425,7 @@ def _main(argv: list[str] | None) -> int:
                     overrides["swarm.broker"] = args.broker
                 file_swarm = (read_toml(args.config).get("swarm") or {}) if args.config else {}
                 transport = args.transport or overrides.get("swarm.transport") or file_swarm.get("transport")
-                if transport not in ("hivemind", "mqtt"):
+                if transport not in ("hivemind", "mqtt", "libp2p"):
                     transport = "mqtt" if args.broker or overrides.get("swarm.broker") or file_swarm.get("broker") else "hivemind"
                 overrides["swarm.transport"] = transport
                 if args.bootstrap:
@@ -432,7 +439,7 @@ def _main(argv: list[str] | None) -> int:
             if args.command == "join" and cfg.swarm.transport == "mqtt" and (cfg.swarm.initial_peers or args.new_swarm):
                 raise ConfigError("--bootstrap and --new-swarm are for the hivemind transport; over mqtt every node "
                                   "meets at the broker (--broker)")
-            if args.command == "join" and cfg.swarm.transport == "hivemind" and not cfg.swarm.initial_peers and not args.new_swarm:
+            if args.command == "join" and cfg.swarm.transport in ("hivemind", "libp2p") and not cfg.swarm.initial_peers and not args.new_swarm:
                 raise ConfigError("join needs a swarm to join: pass --bootstrap MADDR (the address `swarm-node "
                                   "bootstrap` prints, e.g. /ip4/1.2.3.4/tcp/31337/p2p/QmWyMy...) or set "
                                   "swarm.initial_peers; to start a new swarm with this node as its first peer, "
@@ -459,6 +466,12 @@ def _main(argv: list[str] | None) -> int:
             attacks = list(ATTACKS) if args.attacks == "all" else [a.strip() for a in args.attacks.split(",")]
             return asyncio.run(run_adversary(cfg, attacks))
         setup_logging()
+        if args.command == "bootstrap" and args.transport == "libp2p":
+            from node.libp2p_bootstrap import run_libp2p_bootstrap
+
+            return asyncio.run(run_libp2p_bootstrap(
+                host=args.host, port=args.port, initial_peers=args.initial_peers, identity=args.identity,
+                startup_timeout=args.startup_timeout, maddr_file=args.maddr_file))
         if args.command == "bootstrap":
             from node.bootstrap import run_bootstrap
 

@@ -143,10 +143,10 @@ class RunConfig(_Section):
 
 
 class SwarmConfig(_Section):
-    transport: Literal["none", "memory", "hivemind", "mqtt"] = Field("none", description="none (train alone), hivemind (the public swarm over the hivemind DHT), mqtt (a private cluster's swarm through one broker: swarm.broker) or memory (in-process, for tests and simulation)")
+    transport: Literal["none", "memory", "hivemind", "mqtt", "libp2p"] = Field("none", description="none (train alone), hivemind (the public swarm over the hivemind DHT), libp2p (a swarm over py-libp2p's gossipsub: no daemon; pip install 'swarm-node[libp2p]'), mqtt (a private cluster's swarm through one broker: swarm.broker) or memory (in-process, for tests and simulation); nodes on different carriers are different swarms")
     name: str = Field("swarm-node", description="swarm name: nodes only exchange rollouts with nodes of the same name")
-    initial_peers: list[str] = Field([], description="multiaddrs of bootstrap peers (hivemind), e.g. /ip4/1.2.3.4/tcp/31337/p2p/Qm...; empty = start a new swarm (join asks for --new-swarm then)")
-    host_maddrs: list[str] = Field(["/ip4/0.0.0.0/tcp/0"], description="addresses the hivemind daemon listens on (tests use /ip4/127.0.0.1/tcp/0)")
+    initial_peers: list[str] = Field([], description="multiaddrs of bootstrap peers (hivemind, libp2p), e.g. /ip4/1.2.3.4/tcp/31337/p2p/Qm...; empty = start a new swarm (join asks for --new-swarm then)")
+    host_maddrs: list[str] = Field(["/ip4/0.0.0.0/tcp/0"], description="addresses the hivemind daemon or the libp2p host listens on (tests use /ip4/127.0.0.1/tcp/0)")
     announce_maddrs: list[str] = Field([], description="public addresses to announce when behind NAT/port-forwarding (hivemind)")
     identity: str = Field("", description="Ed25519 key file of this node (created 0600 on first run, reused after; its public key is the peer id); empty = <run.dir>/identity.pem")
     external_groups: int = Field(4, ge=0, description="J: peer rollout groups per training step (SAPO); the node generates prompts_per_step - J groups itself (I), so the default is I/J = 4/4")
@@ -246,8 +246,8 @@ class NodeConfig(_Section):
 
     @model_validator(mode="after")
     def _roles_need_a_network_swarm(self) -> "NodeConfig":
-        if self.broadcast.role != "full" and self.swarm.transport not in ("hivemind", "mqtt"):
-            raise ValueError(f"broadcast.role {self.broadcast.role} needs swarm.transport hivemind or mqtt (swarm-node "
+        if self.broadcast.role != "full" and self.swarm.transport not in ("hivemind", "mqtt", "libp2p"):
+            raise ValueError(f"broadcast.role {self.broadcast.role} needs swarm.transport hivemind, mqtt or libp2p (swarm-node "
                              f"join): weights travel over its p2p streams or its broker")
         return self
 

@@ -71,30 +71,15 @@ class Role:
 
 async def _broadcast_parts(node, follow: str | None):
     """The broadcast peer of this node and its weights directory, on the connection its transport
-    already holds: the hivemind transport's p2p daemon (one daemon per node) or the MQTT
-    transport's broker connection."""
+    already holds (``Transport.broadcast_parts``: hivemind's p2p daemon, the MQTT broker
+    connection, the libp2p host)."""
     from node.broadcast.bucket import TokenBucket
     from node.broadcast.peer import BroadcastPeer
     from node.broadcast.store import ChunkStore
 
     bc, sw = node.cfg.broadcast, node.swarm
-    transport = getattr(sw.transport, "inner", sw.transport)  # under the simulator's fault wrapper
     upload = TokenBucket(bc.upload_mbps * 1e6) if bc.upload_mbps > 0 else None
-    source = follow or sw.peer_id
-    if node.cfg.swarm.transport == "mqtt":
-        from node.broadcast.mqtt_carrier import MqttCarrier
-        from node.broadcast.mqtt_directory import MqttWeightDirectory
-
-        carrier = MqttCarrier(transport, upload)
-        directory = MqttWeightDirectory(transport, sw.identity, source)
-        await directory.start()
-    else:
-        from node.broadcast.directory import WeightDirectory
-        from node.broadcast.hivemind_carrier import HivemindCarrier
-
-        dht = transport._node
-        carrier = HivemindCarrier(dht.p2p, node.cfg.swarm.name, upload)
-        directory = WeightDirectory(dht, node.cfg.swarm.name, source, sw.peer_id)
+    carrier, directory = await sw.transport.broadcast_parts(sw.identity, follow or sw.peer_id, upload)
     store = ChunkStore(Path(node.run_dir) / "broadcast")  # a follower's chunks; a source's last manifest
     peer = BroadcastPeer(sw.identity, carrier, swarm=node.cfg.swarm.name, directory={}, follow=follow,
                          store=store if follow else None)
@@ -206,6 +191,7 @@ class LearnerRole(Role):
             self._task.cancel()
         if self.source is not None:
             await self.source.peer.close()
+            await self.source.directory.close()
 
 
 class WorkerRole(Role):
@@ -258,6 +244,7 @@ class WorkerRole(Role):
             self._task.cancel()
         if self.follower is not None:
             await self.follower.peer.close()
+            await self.follower.directory.close()
 
 
 def make_role(name: str) -> Role:

@@ -122,6 +122,13 @@ def mqtt_kwargs(sc, on_retry=None) -> dict:
                 join_backoff=sc.join_backoff, on_retry=on_retry)
 
 
+def libp2p_kwargs(sc, ident, on_retry=None) -> dict:
+    """The libp2p transport's arguments: the node's key is its host's, the hivemind listen and
+    bootstrap settings are its own."""
+    return dict(identity=ident, listen=sc.host_maddrs, bootstrap=sc.initial_peers, startup_timeout=sc.startup_timeout,
+                join_retries=sc.join_retries, join_backoff=sc.join_backoff, on_retry=on_retry)
+
+
 def identity_path(cfg: NodeConfig) -> Path:
     return Path(cfg.swarm.identity) if cfg.swarm.identity else Path(cfg.run.dir) / "identity.pem"
 
@@ -145,6 +152,8 @@ async def build_exchange(cfg: NodeConfig, policy: Policy, transport: Transport |
                           on_retry=(lambda d: phase("joining the swarm", d)) if phase else None)
         elif sc.transport == "mqtt":
             kwargs = mqtt_kwargs(sc, on_retry=(lambda d: phase("joining the swarm", d)) if phase else None)
+        elif sc.transport == "libp2p":
+            kwargs = libp2p_kwargs(sc, ident, on_retry=(lambda d: phase("joining the swarm", d)) if phase else None)
         transport = create_transport(sc.transport, swarm=sc.name, publisher=ident.peer_id, **kwargs)
     if cfg.faults.active:
         from node.transport.faulty import FaultyTransport
@@ -371,6 +380,8 @@ class TrainingNode:
             if cfg.swarm.transport != "none":
                 how = ("starting the p2p daemon, then contacting " + ", ".join(cfg.swarm.initial_peers)
                        if cfg.swarm.transport == "hivemind" and transport is None and cfg.swarm.initial_peers
+                       else "starting the libp2p host, then contacting " + ", ".join(cfg.swarm.initial_peers)
+                       if cfg.swarm.transport == "libp2p" and transport is None and cfg.swarm.initial_peers
                        else "connecting to the broker at " + parse_broker_url(cfg.swarm.broker).url
                        if cfg.swarm.transport == "mqtt" and transport is None else cfg.swarm.transport)
                 status.phase("joining the swarm", how)

@@ -68,6 +68,9 @@ class Directory(abc.ABC):
     async def read_followers(self, near: list[str] | None = None) -> dict[str, tuple[str, int]]:
         """{follower: (address, applied)}; ``near``: only these peers' records are needed (None: all)."""
 
+    async def close(self) -> None:
+        """Stop what the directory runs in the background (a gossip republisher)."""
+
     async def read_manifest(self, digest: bytes) -> bytes | None:
         """The encoded manifest with this digest, if the directory keeps manifests itself (an MQTT
         broker's retained copy); None: ask a peer for it (the DHT keeps pointers only)."""

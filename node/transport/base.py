@@ -71,6 +71,12 @@ class Transport(abc.ABC):
         use, node/swarm.py ``usable_envelope_bytes``) are not taken, counted ``oversized``; None:
         the message limit."""
 
+    async def broadcast_parts(self, identity, source: str, upload):
+        """The weight broadcast's carrier and ``source``'s directory over this transport's own
+        connection (node/broadcast/): ``(Carrier, Directory)``, the directory started."""
+        raise TransportError(f"the weight broadcast does not run over {type(self).__name__}: "
+                             f"use swarm.transport hivemind, mqtt or libp2p")
+
     def set_gate(self, gate) -> None:
         """``gate(Delivery) -> bool``: the node's admission checks, for a carrier that passes
         messages on (gossipsub forwards only what passes; node/swarm.py ``SwarmExchange.gate``).

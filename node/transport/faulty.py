@@ -80,6 +80,9 @@ class FaultyTransport(Transport):
     def vouch(self, publisher: str) -> None:
         self.inner.vouch(publisher)
 
+    async def broadcast_parts(self, identity, source: str, upload):
+        return await self.inner.broadcast_parts(identity, source, upload)
+
     def set_gate(self, gate) -> None:
         self.inner.set_gate(gate)
 

@@ -682,6 +682,14 @@ class HivemindTransport(Transport):
         sizes["_seen_entries"] = sum(len(v) for v in self._seen.values())
         return sizes
 
+    async def broadcast_parts(self, identity, source: str, upload):
+        from node.broadcast.directory import WeightDirectory
+        from node.broadcast.hivemind_carrier import HivemindCarrier
+
+        # One p2p daemon per node: the broadcast's streams ride the DHT node's.
+        return (HivemindCarrier(self._node.p2p, self.swarm, upload),
+                WeightDirectory(self._node, self.swarm, source, identity.peer_id))
+
     def info(self) -> dict:
         info = {"transport": "hivemind", "maddrs": self.maddrs, "fetch_failures": self.fetch_failures,
                 "store_unconfirmed": self.store_unconfirmed, "refused_requests": self.refused_requests,

@@ -125,6 +125,8 @@ class Libp2pTransport(Transport):
             self._bodies = Libp2pCarrier(self.host, bodies_protocol(self.swarm))
             await self._bodies.start(self._serve_body)
             await self._join()
+            log.info("libp2p host %s listening on %s (the node key's libp2p id; swarm peer id %s)",
+                     self.host.peer_id, ", ".join(self.host.addrs), self.publisher)
         except BaseException:
             await self.host.close()
             raise
@@ -263,6 +265,14 @@ class Libp2pTransport(Transport):
 
     def vouch(self, publisher: str) -> None:
         self.inbox.vouch(publisher)
+
+    async def broadcast_parts(self, identity, source: str, upload):
+        from node.broadcast.libp2p_carrier import weights_protocol
+        from node.broadcast.libp2p_directory import Libp2pWeightDirectory
+
+        directory = Libp2pWeightDirectory(self, identity, source)
+        await directory.start()
+        return Libp2pCarrier(self.host, weights_protocol(self.swarm), upload), directory
 
     # -- the rest ---------------------------------------------------------------------------------
     def alive(self) -> bool:

@@ -249,7 +249,7 @@ class Libp2pHost:
             random.shuffle(peers)
             out = []
             for p in peers[:PX_REPLY]:
-                addrs = [a for a in self.host.get_peerstore().addrs(p) if "/p2p/" not in str(a)]
+                addrs = [str(a).split("/p2p/")[0] for a in self.host.get_peerstore().addrs(p)]
                 if addrs:
                     out.append(f"{addrs[0]}/p2p/{p.to_base58()}")
             await stream.write(msgpack.packb(out))

@@ -300,6 +300,14 @@ class MqttTransport(Transport):
         self._routes[kind] = handler
         await self.link.subscribe(topic_filter, 1)
 
+    async def broadcast_parts(self, identity, source: str, upload):
+        from node.broadcast.mqtt_carrier import MqttCarrier
+        from node.broadcast.mqtt_directory import MqttWeightDirectory
+
+        directory = MqttWeightDirectory(self, identity, source)
+        await directory.start()
+        return MqttCarrier(self, upload), directory
+
     async def remove_route(self, kind: str, topic_filter: str) -> None:
         self._routes.pop(kind, None)
         if self.link is not None:

@@ -230,3 +230,27 @@ def test_no_bootstrap_peer_answering_is_a_clear_error():
         await t.close()
 
     asyncio.run(main())
+
+
+def test_nodes_that_know_only_a_bootstrap_host_find_each_other_by_peer_exchange():
+    """The bootstrap joins no topic (as `swarm-node bootstrap --transport libp2p`): gossip between
+    A and C needs them connected, which peer exchange does."""
+    ia, ic = Identity.generate(), Identity.generate()
+    clock = RoundClock(10.0)
+    r = clock.current()
+
+    async def main():
+        boot = Libp2pHost(Identity.generate(), LOOPBACK, [], px_interval=0.5)
+        await boot.start(20)
+        a, c = transport(ia, boot.addrs), transport(ic, boot.addrs)
+        ea, ec = exchange(a, ia, clock), exchange(c, ic, clock)
+        await ea.start(), await ec.start()
+        try:
+            await until(lambda: len(a.host.connected()) >= 2 and c.host.mesh_peers(gossip_topics("t")[0]) >= 1, 30,
+                        "A and C connected through peer exchange, in each other's mesh")
+            await a.publish(r, envelope(ia, r), 60)
+            await until(lambda: ec.stats.envelopes_in == 1, 20, "A's envelope at C")
+        finally:
+            await ea.close(), await ec.close(), await boot.close()
+
+    asyncio.run(main())

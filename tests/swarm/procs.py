@@ -41,17 +41,23 @@ class Procs:
         self.procs.append(p)
         return p
 
-    def bootstrap(self, timeout: float = 60.0) -> tuple[subprocess.Popen, str]:
-        maddr_file = self.root / "bootstrap.maddr"
-        p = self._spawn(["bootstrap", "--host", "127.0.0.1", "--port", "0", "--no-nat", "--no-relay",
-                         "--identity", str(self.root / "bootstrap.key"), "--maddr-file", str(maddr_file)],
-                        self.root / "bootstrap.log")
+    def bootstrap(self, timeout: float = 60.0, transport: str = "hivemind") -> tuple[subprocess.Popen, str]:
+        maddr_file = self.root / f"bootstrap-{transport}.maddr"
+        key = "bootstrap.key" if transport == "hivemind" else "bootstrap-libp2p.pem"
+        p = self._spawn(["bootstrap", "--transport", transport, "--host", "127.0.0.1", "--port", "0", "--no-nat",
+                         "--no-relay", "--identity", str(self.root / key), "--maddr-file", str(maddr_file)],
+                        self.root / f"bootstrap-{transport}.log")
         wait_until(lambda: maddr_file.exists(), timeout, "bootstrap multiaddr", p)
         return p, maddr_file.read_text().split()[0]
 
     def node(self, name: str, maddr: str, model_dir: Path, *extra: str) -> subprocess.Popen:
         """A node over hivemind, joined through the bootstrap peer at ``maddr``."""
         return self._join(name, ["--bootstrap", maddr, *LOOPBACK_FLAGS], model_dir, extra)
+
+    def libp2p_node(self, name: str, maddr: str, model_dir: Path, *extra: str) -> subprocess.Popen:
+        """A node over py-libp2p, joined through the libp2p bootstrap peer at ``maddr``."""
+        return self._join(name, ["--transport", "libp2p", "--bootstrap", maddr,
+                                 "--swarm.host_maddrs", '["/ip4/127.0.0.1/tcp/0"]'], model_dir, extra)
 
     def mqtt_node(self, name: str, broker_url: str, model_dir: Path, *extra: str) -> subprocess.Popen:
         """A node over MQTT (the broker's password and TLS flags go in ``extra``)."""
