@@ -784,6 +784,10 @@ async def run_adversary(cfg: NodeConfig, attacks: list[str]) -> int:
         from node.trainer import mqtt_kwargs
 
         kwargs = mqtt_kwargs(sc)
+    elif sc.transport == "libp2p":
+        from node.trainer import libp2p_kwargs
+
+        kwargs = libp2p_kwargs(sc, ident)
     transport = create_transport(sc.transport, swarm=sc.name, publisher=ident.peer_id, **kwargs)
     await transport.start()
     raw = sybil = None

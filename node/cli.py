@@ -175,18 +175,18 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="example: swarm-node sim --nodes 4 --train.steps 200 --swarm.round_seconds 1.5",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     sim.add_argument("--nodes", type=int, default=4, help="number of nodes (default 4)")
-    sim.add_argument("--transport", choices=["hivemind", "mqtt", "memory"], default="hivemind",
+    sim.add_argument("--transport", choices=["hivemind", "mqtt", "libp2p", "memory"], default="hivemind",
                      help="hivemind: real processes and daemons on loopback (default); mqtt: real processes "
-                          "through a local Mosquitto the simulator starts (apt-get install mosquitto); memory: "
-                          "in one process")
+                          "through a local Mosquitto the simulator starts (apt-get install mosquitto); libp2p: "
+                          "real processes on py-libp2p hosts, no daemon; memory: in one process")
     sim.add_argument("--roles", choices=["full", "learner-workers"], default="full",
                      help="full (default): every node generates, trains and shares; learner-workers: node0 is a "
-                          "learner publishing its weights, the others are workers following it (hivemind or "
+                          "learner publishing its weights, the others are workers following it (hivemind, libp2p or "
                           "mqtt; docs/broadcast.md)")
     sim.add_argument("--config", type=Path, help="TOML config for every node")
     sim.add_argument("--resume", action="store_true", help="resume every node from its newest checkpoint")
 
-    sim.add_argument("--faults", type=Path, help="TOML file of faults to inject (hivemind or mqtt): per-node "
+    sim.add_argument("--faults", type=Path, help="TOML file of faults to inject (hivemind, mqtt or libp2p): per-node "
                                                  "overrides (stale, heterogeneous nodes), kills with restart, "
                                                  "partitions, latency, malicious peers; see docs/running.md")
 
@@ -327,7 +327,7 @@ def _simulate(args: argparse.Namespace, unknown: list[str]) -> int:
     faults = load_faults(args.faults)
     faults.check(args.nodes, args.transport)
     if args.roles != "full" and (args.transport == "memory" or args.nodes < 2):
-        raise ConfigError(f"--roles {args.roles} needs --transport hivemind or mqtt and at least 2 nodes (a learner "
+        raise ConfigError(f"--roles {args.roles} needs --transport hivemind, mqtt or libp2p and at least 2 nodes (a learner "
                           f"and a worker)")
     # Each node's own config (every node's flags plus its [[node]] overrides), valid or refused here;
     # a worker's learner id is not made yet: any well-formed one checks the rest.

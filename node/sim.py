@@ -3,7 +3,8 @@
 Over ``hivemind`` the simulator starts a bootstrap peer and N ``swarm-node join`` processes on
 127.0.0.1, exactly as users run them, each with its own run folder, identity and seed; over
 ``mqtt`` a local Mosquitto (node/broker.py, anonymous, loopback only) in place of the bootstrap
-peer, and the same N processes joined with ``--transport mqtt``. The
+peer, and the same N processes joined with ``--transport mqtt``; over ``libp2p`` a py-libp2p
+bootstrap host (no daemon) and N processes joined with ``--transport libp2p``. The
 in-process ``memory`` transport cannot cross processes, so with it the N nodes run in one child
 process sharing a hub (``swarm-node sim-worker``). Either way the simulator itself only launches,
 watches (each node's ``status.json``) and stops; it trains nothing.
@@ -122,7 +123,7 @@ class SimFaults(_Strict):
             if len(p.groups) < 2 or len(members) != len(set(members)):
                 raise ConfigError(f"[[partition]] groups {p.groups}: at least two groups, no node in two")
         if (self.kill or self.malicious or self.node or self.partition or self.latency) and transport == "memory":
-            raise ConfigError("faults need --transport hivemind or mqtt (the memory simulation runs every node in "
+            raise ConfigError("faults need --transport hivemind, mqtt or libp2p (the memory simulation runs every node in "
                               "one process)")
         from node.adversary import RAW_ATTACKS, SYBIL_ATTACKS
 
@@ -144,7 +145,7 @@ def load_faults(path: Path | None) -> SimFaults:
 @dataclass
 class SimSpec:
     nodes: int
-    transport: str  # "hivemind" | "mqtt" | "memory"
+    transport: str  # "hivemind" | "mqtt" | "libp2p" | "memory"
     run_dir: Path
     config: Path | None = None
     overrides: dict[str, str] = field(default_factory=dict)  # --section.key flags for every node (raw text)
@@ -222,7 +223,7 @@ def node_log(spec: SimSpec, i: int) -> Path:
 
 
 def processes(spec: "SimSpec") -> bool:
-    """Whether the nodes are processes of their own (hivemind, mqtt) or one worker's (memory)."""
+    """Whether the nodes are processes of their own (hivemind, mqtt, libp2p) or one worker's (memory)."""
     return spec.transport != "memory"
 
 
@@ -447,8 +448,9 @@ async def _start_bootstrap(spec: SimSpec, kids: _Children, stop: asyncio.Event) 
     maddr_file = spec.run_dir / "bootstrap.maddr"
     # An earlier run's file names that run's port: wait for this bootstrap peer's own.
     maddr_file.unlink(missing_ok=True)
-    p = kids.spawn("bootstrap", ["bootstrap", "--host", "127.0.0.1", "--port", "0", "--no-nat", "--no-relay",
-                                 "--identity", str(spec.run_dir / "bootstrap.p2p.key"),
+    key = "bootstrap.p2p.key" if spec.transport == "hivemind" else "bootstrap.libp2p.pem"
+    p = kids.spawn("bootstrap", ["bootstrap", "--transport", spec.transport, "--host", "127.0.0.1", "--port", "0",
+                                 "--no-nat", "--no-relay", "--identity", str(spec.run_dir / key),
                                  "--maddr-file", str(maddr_file)], spec.run_dir / "bootstrap.log")
     deadline = time.time() + spec.startup_timeout
     while not maddr_file.exists():
@@ -593,11 +595,12 @@ async def run_sim(spec: SimSpec) -> dict:
             if not await _build_default_model(mode, stop):
                 raise _Stopped()
         if processes(spec):
-            if spec.transport == "hivemind":
+            if spec.transport in ("hivemind", "libp2p"):
                 maddr = await _start_bootstrap(spec, kids, stop)
                 if maddr is None:  # Ctrl-C while the bootstrap peer was starting
                     raise _Stopped()
-                how = ["--bootstrap", maddr, *LOOPBACK]
+                how = (["--bootstrap", maddr, *LOOPBACK] if spec.transport == "hivemind" else
+                       ["--transport", "libp2p", "--bootstrap", maddr, "--swarm.host_maddrs", '["/ip4/127.0.0.1/tcp/0"]'])
             else:
                 broker = await _start_broker(spec)
                 how = ["--transport", "mqtt", "--broker", broker.url()]
@@ -618,8 +621,8 @@ async def run_sim(spec: SimSpec) -> dict:
                 d = spec.run_dir / f"adversary{j}"
                 d.mkdir(exist_ok=True)
                 base = ["--config", str(spec.config)] if spec.config else []
-                adv_how = how if spec.transport == "hivemind" else ["--swarm.transport", "mqtt", "--swarm.broker",
-                                                                    broker.url()]
+                adv_how = (["--swarm.transport", "mqtt", "--swarm.broker", broker.url()] if spec.transport == "mqtt"
+                           else ["--swarm.transport", "libp2p", *how[1:]] if spec.transport == "libp2p" else how)
                 kids.spawn(f"adversary{j}", ["adversary", *adv_how, *base,
                                               *_flags(spec.overrides), "--run.dir", str(d),
                                               "--attacks", ",".join(m.attacks)], d / "adversary.log")

@@ -57,6 +57,7 @@ GOSSIP_MAX = 1024 * 1024  # gossipsub's inbound RPC limit (py-libp2p's default, 
 PX_PROTOCOL = TProtocol("/swarm-node/peers/1.0.0")
 PX_REPLY = 32  # addresses a peer-exchange reply lists
 PX_DIALS = 8  # addresses tried per exchange
+PX_FIRST_S = 0.5  # the first exchange's wait; doubles (to px_interval) while nobody new is found
 PX_REPLY_BYTES = 64 * 1024
 DIAL_TIMEOUT_S = 10.0
 READ_CHUNK = 1 << 20
@@ -276,20 +277,25 @@ class Libp2pHost:
         return [a for a in got if isinstance(a, str) and len(a) < 512][:PX_REPLY] if isinstance(got, list) else []
 
     async def _discover(self) -> None:
+        # Ask again after 0.5 s while asking finds someone new (a swarm that is starting: the others
+        # reach the bootstrap over the next seconds), backing off to ``px_interval`` once it does not.
+        delay = PX_FIRST_S
         while True:
             peers = self.connected()
+            found = False
             if len(peers) < self.target_peers and peers:
                 try:
                     known = {p.to_base58() for p in peers}
                     fresh = [a for a in await self._ask_px(random.choice(peers))
                              if a.rsplit("/p2p/", 1)[-1] not in known and a.rsplit("/p2p/", 1)[-1] != self.peer_id]
                     for addr in fresh[:min(PX_DIALS, self.target_peers - len(peers))]:
-                        await self._dial(addr)
+                        found |= await self._dial(addr)
                 except Exception as e:  # noqa: BLE001 - the next round tries another peer
                     log.debug("peer exchange failed: %s", e)
             elif not peers and self.bootstrap:
                 await self.connect_bootstrap()
-            await trio.sleep(self.px_interval)
+            delay = PX_FIRST_S if found else min(2 * delay, self.px_interval)
+            await trio.sleep(delay)
 
     # -- pubsub (asyncio side) --------------------------------------------------------------------
     async def subscribe(self, topic: str, handler: MessageHandler, validator: Validator) -> None:

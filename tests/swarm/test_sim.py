@@ -91,7 +91,7 @@ def wait_training(p: subprocess.Popen, run: Path, nodes: int, seen: set[int], st
     wait_until(training, 180, f"{nodes} nodes to train", p)
 
 
-@pytest.mark.parametrize("transport", ["hivemind", "mqtt", "memory"])
+@pytest.mark.parametrize("transport", ["hivemind", "mqtt", "libp2p", "memory"])
 def test_sim_runs_a_swarm_to_the_end_and_writes_its_folder(transport, warm_tiny_model_dir, tmp_path):
     p = start_sim(tmp_path, warm_tiny_model_dir, "--nodes", "3", "--transport", transport,
                   "--train.steps", "6", "--swarm.round_seconds", "1.5")
