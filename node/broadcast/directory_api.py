@@ -16,14 +16,18 @@ node's) and no announcement can buy a place.
 from __future__ import annotations
 
 import abc
+import collections
 import hashlib
+import time
 from dataclasses import dataclass
 
 from protocol.manifest import MAX_RELAYS, Manifest
 
-__all__ = ["Directory", "Pointer", "relay_order", "ANNOUNCE_TTL_S", "MAX_UNVOUCHED_RELAYS"]
+__all__ = ["Directory", "HeldDirectory", "Pointer", "relay_order", "ANNOUNCE_TTL_S", "MAX_UNVOUCHED_RELAYS",
+           "MAX_FOLLOWERS"]
 
 ANNOUNCE_TTL_S = 120.0
+MAX_FOLLOWERS = 4096  # follower records a pushed directory holds (a flood of fresh ids takes no more)
 MAX_UNVOUCHED_RELAYS = 4  # followers the source has no work from that still get a relay's place
 
 
@@ -75,3 +79,33 @@ class Directory(abc.ABC):
         """The encoded manifest with this digest, if the directory keeps manifests itself (an MQTT
         broker's retained copy); None: ask a peer for it (the DHT keeps pointers only)."""
         return None
+
+
+class HeldDirectory(Directory):
+    """A directory whose carrier pushes the records to it (a broker's retained messages, gossip):
+    it holds the newest checked pointer and follower records itself, and answers reads from them."""
+
+    def __init__(self):
+        self._pointer: tuple[dict, float] | None = None  # {"v", "d", "addr"} and its expiry
+        self._followers: collections.OrderedDict = collections.OrderedDict()  # peer -> (value, expiry)
+
+    def keep_follower(self, peer: str, value: dict, expires_at: float) -> None:
+        """The newest record of each follower, ``MAX_FOLLOWERS`` at most (the least recent go first)."""
+        self._followers[peer] = (value, expires_at)
+        self._followers.move_to_end(peer)
+        while len(self._followers) > MAX_FOLLOWERS:
+            self._followers.popitem(last=False)
+
+    async def read_pointer(self) -> Pointer | None:
+        if self._pointer is None or self._pointer[1] <= time.time():
+            return None
+        p = self._pointer[0]
+        return Pointer(p["v"], p["d"], p["addr"])
+
+    async def read_followers(self, near: list[str] | None = None) -> dict[str, tuple[str, int]]:
+        now = time.time()
+        for peer in [p for p, (_, exp) in self._followers.items() if exp <= now]:
+            del self._followers[peer]
+        wanted = None if near is None else set(near)
+        return {p: (v["addr"], v["applied"]) for p, (v, _) in self._followers.items()
+                if wanted is None or p in wanted}

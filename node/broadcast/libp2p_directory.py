@@ -21,13 +21,12 @@ further than the first node. Followers are kept as they arrive (the newest recor
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
 import time
 
 import msgpack
 
-from node.broadcast.directory_api import ANNOUNCE_TTL_S, Directory, Pointer
+from node.broadcast.directory_api import ANNOUNCE_TTL_S, HeldDirectory
 from node.transport.libp2p import publisher_of_address
 from protocol.identity import PEER_ID_RE, Identity
 from protocol.manifest import Manifest
@@ -37,7 +36,6 @@ log = logging.getLogger(__name__)
 
 __all__ = ["Libp2pWeightDirectory", "weights_topic", "REPUBLISH_S"]
 
-MAX_FOLLOWERS = 4096
 REPUBLISH_S = 5.0
 
 
@@ -55,14 +53,13 @@ def parse_key(key: str) -> tuple[str, str, str | None] | None:
     return None
 
 
-class Libp2pWeightDirectory(Directory):
+class Libp2pWeightDirectory(HeldDirectory):
     def __init__(self, transport, identity: Identity, source: str):
+        super().__init__()
         self.transport, self.identity = transport, identity  # transport: node/transport/libp2p.Libp2pTransport
         self.source, self.me = source, identity.peer_id
         self._prefix = f"swarm-node/{transport.swarm}"
         self._topic = weights_topic(transport.swarm)
-        self._pointer: tuple[dict, float] | None = None
-        self._followers: collections.OrderedDict = collections.OrderedDict()  # peer -> (value, expiry)
         self._mine: tuple[bytes, float] | None = None  # our newest message and its expiry: re-gossiped
         self._task: asyncio.Task | None = None
         self.refused = 0
@@ -125,10 +122,7 @@ class Libp2pWeightDirectory(Directory):
                 return  # an older record never hides the newer
             self._pointer = ({"v": version, "d": digest, "addr": value["addr"]}, exp)
         elif kind == "follows" and source == self.source and owner != self.source:
-            self._followers[owner] = (value, exp)
-            self._followers.move_to_end(owner)
-            while len(self._followers) > MAX_FOLLOWERS:
-                self._followers.popitem(last=False)
+            self.keep_follower(owner, value, exp)
 
     # -- outgoing ---------------------------------------------------------------------------------
     async def _publish(self, key: str, value: dict, ttl: float) -> bool:
@@ -158,17 +152,3 @@ class Libp2pWeightDirectory(Directory):
     async def announce_follower(self, address: str, applied: int | None, ttl: float = ANNOUNCE_TTL_S) -> bool:
         return await self._publish(f"follows/{self.me}/{self.source}",
                                    {"addr": address, "applied": -1 if applied is None else applied}, ttl)
-
-    async def read_pointer(self) -> Pointer | None:
-        if self._pointer is None or self._pointer[1] <= time.time():
-            return None
-        p = self._pointer[0]
-        return Pointer(p["v"], p["d"], p["addr"])
-
-    async def read_followers(self, near: list[str] | None = None) -> dict[str, tuple[str, int]]:
-        now = time.time()
-        for peer in [p for p, (_, exp) in self._followers.items() if exp <= now]:
-            del self._followers[peer]
-        wanted = None if near is None else set(near)
-        return {p: (v["addr"], v["applied"]) for p, (v, _) in self._followers.items()
-                if wanted is None or p in wanted}

@@ -19,11 +19,10 @@ each, ``MAX_FOLLOWERS`` at most: a flood of fresh identities takes no more memor
 
 from __future__ import annotations
 
-import collections
 import logging
 import time
 
-from node.broadcast.directory_api import ANNOUNCE_TTL_S, Directory, Pointer
+from node.broadcast.directory_api import ANNOUNCE_TTL_S, HeldDirectory
 from node.transport.base import TransportError
 from node.transport.mqtt_link import BrokerDown
 from node.transport.mqtt_parts import PartError, Reassembler, parse_part
@@ -35,16 +34,13 @@ log = logging.getLogger(__name__)
 
 __all__ = ["MqttWeightDirectory"]
 
-MAX_FOLLOWERS = 4096
 
-
-class MqttWeightDirectory(Directory):
+class MqttWeightDirectory(HeldDirectory):
     def __init__(self, transport, identity: Identity, source: str):
+        super().__init__()
         self.transport, self.identity = transport, identity
         self.source, self.me = source, identity.peer_id
         self._prefix = f"swarm-node/{transport.swarm}"
-        self._pointer: tuple[dict, float] | None = None  # the newest valid pointer record and its expiry
-        self._followers: collections.OrderedDict = collections.OrderedDict()  # peer -> (value, expiry)
         self.refused = 0
         self._manifest: bytes | None = None  # the newest retained manifest, whole (checked by its reader)
         self._manifest_parts = Reassembler(2 * MAX_MANIFEST_BYTES)
@@ -125,10 +121,7 @@ class MqttWeightDirectory(Directory):
         if got[0].get("addr") != follower or not isinstance(got[0].get("applied"), int):
             self.refused += 1
             return
-        self._followers[follower] = got
-        self._followers.move_to_end(follower)
-        while len(self._followers) > MAX_FOLLOWERS:
-            self._followers.popitem(last=False)
+        self.keep_follower(follower, *got)
 
     # -- the Directory ----------------------------------------------------------------------------
     async def _publish(self, topic: str, value: dict, ttl: float) -> bool:
@@ -157,17 +150,3 @@ class MqttWeightDirectory(Directory):
 
     async def read_manifest(self, digest: bytes) -> bytes | None:
         return self._manifest  # whatever was retained: the caller checks its digest and signature
-
-    async def read_pointer(self) -> Pointer | None:
-        if self._pointer is None or self._pointer[1] <= time.time():
-            return None
-        p = self._pointer[0]
-        return Pointer(p["v"], p["d"], p["addr"])
-
-    async def read_followers(self, near: list[str] | None = None) -> dict[str, tuple[str, int]]:
-        now = time.time()
-        for peer in [p for p, (_, exp) in self._followers.items() if exp <= now]:
-            del self._followers[peer]
-        wanted = None if near is None else set(near)
-        return {p: (v["addr"], v["applied"]) for p, (v, _) in self._followers.items()
-                if wanted is None or p in wanted}
