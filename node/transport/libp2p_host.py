@@ -175,8 +175,7 @@ class Libp2pHost:
         self.peer_id = libp2p_peer_id(identity)
         self.host = self.pubsub = None
         self.addrs: list[str] = []
-        self.refused = 0  # messages our validators refused (counted per reason by their owners)
-        self._ready = None
+        self.refused = 0  # gossip whose origin is not an Ed25519 key (no swarm identity): dropped unchecked
 
     # -- lifecycle --------------------------------------------------------------------------------
     async def start(self, timeout: float = 30.0) -> None:
@@ -305,7 +304,7 @@ class Libp2pHost:
         async def validate(forwarder: ID, msg) -> bool:
             publisher = publisher_of(msg.from_id)
             if publisher is None:
-                self.refused += 1
+                self.bridge.to_loop(self._count_refused)
                 return False
             if publisher == self.identity.peer_id:
                 return True  # our own publish: checked when made
@@ -329,6 +328,9 @@ class Libp2pHost:
                     self.bridge.to_loop(handler, publisher, bytes(msg.data))
 
         await self.bridge.call(subscribe)
+
+    def _count_refused(self) -> None:
+        self.refused += 1
 
     async def publish(self, topic: str, data: bytes) -> None:
         if len(data) > GOSSIP_MAX - 4096:
@@ -384,7 +386,8 @@ class Libp2pHost:
             raise ConnectionError(f"could not open a stream to {address}: {type(e).__name__}: {e}") from None
 
     def info(self) -> dict:
-        return {"peer_id_libp2p": self.peer_id, "addrs": self.addrs, "connected": len(self.connected())}
+        return {"peer_id_libp2p": self.peer_id, "addrs": self.addrs, "connected": len(self.connected()),
+                "not_ed25519": self.refused}
 
 
 def _content_id(msg) -> bytes:
