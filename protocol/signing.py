@@ -27,6 +27,7 @@ import logging
 import math
 import os
 import struct
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -232,6 +233,10 @@ class Verifier:
     (least-recently-accepted sender is forgotten first). A forgotten sender's old envelopes are
     still bounded by the clock check: they are rejected once older than ``max_skew_s``.
 
+    Thread-safe: admission runs its checks in worker threads (``admit_off_loop``, gossipsub's
+    validator) while the loop commits; the replay memory and the counts change under one lock,
+    and the signature (the costly part) is checked outside it.
+
     That same check is why an envelope signed more than ``max_skew_s`` ago need not be remembered:
     it can only come back as STALE_CLOCK. Such entries are forgotten as new ones arrive (and in a
     sweep of every sender every ``SWEEP_EVERY`` envelopes), so what is held is what the swarm sent
@@ -257,6 +262,7 @@ class Verifier:
         self._senders: collections.OrderedDict[str, _SenderState] = collections.OrderedDict()
         self._remembered = 0  # envelopes remembered so far (drives the sweep)
         self._floor = float("-inf")  # envelopes signed before this are refused: what was forgotten
+        self._lock = threading.Lock()
 
     def verify(self, env: Envelope, now: float | None = None, *, commit: bool = True) -> VerifyResult:
         """Classify ``env``; never raises. With ``commit`` (the default) an ACCEPTED envelope is
@@ -265,29 +271,36 @@ class Verifier:
         otherwise a copy of an honest envelope that fails a later check (re-published under the
         wrong round, say) would be remembered, and the honest delivery then refused as a replay.
         """
-        result = self._check(env, time.time() if now is None else now)
-        self.counts[result.value] += 1
+        now = time.time() if now is None else now
+        result = self._check_signed(env)
+        with self._lock:
+            if result is VerifyResult.ACCEPTED:
+                result = self._check_fresh(env, now)
+            self.counts[result.value] += 1
+            if result is VerifyResult.ACCEPTED and commit:
+                self._remember(env, now)
         if result is not VerifyResult.ACCEPTED:
             sender = env.sender if isinstance(env, Envelope) else None
             logger.debug("rejected envelope from %.64r: %s", sender, result.value)
-        elif commit:
-            self._remember(env, time.time() if now is None else now)
         return result
 
     def commit(self, env: Envelope, now: float | None = None) -> bool:
         """Remember an envelope that ``verify(..., commit=False)`` accepted; False (and nothing
         remembered) if it has become a replay in between."""
         now = time.time() if now is None else now
-        if env.timestamp <= self._floor or self._is_replay(env, now):
-            return False
-        self._remember(env, now)
-        return True
+        with self._lock:
+            if env.timestamp <= self._floor or self._is_replay(env, now):
+                return False
+            self._remember(env, now)
+            return True
 
     def remembered(self) -> int:
         """(seq, nonce) pairs held, over every sender."""
-        return sum(len(st.seqs) for st in self._senders.values())
+        with self._lock:
+            return sum(len(st.seqs) for st in self._senders.values())
 
-    def _check(self, env: Envelope, now: float) -> VerifyResult:
+    def _check_signed(self, env: Envelope) -> VerifyResult:
+        """Form, key and signature: no state read, so no lock."""
         if not _well_formed(env):
             return VerifyResult.MALFORMED
         # Before the signature: a valid signature by key B proves nothing about peer id A.
@@ -303,7 +316,11 @@ class Verifier:
             public_key.verify(env.signature, message)
         except InvalidSignature:
             return VerifyResult.BAD_SIGNATURE
-        # Clock after signature: an unauthenticated timestamp is not worth reporting as skew.
+        return VerifyResult.ACCEPTED
+
+    def _check_fresh(self, env: Envelope, now: float) -> VerifyResult:
+        """Clock and replay (under the lock), after the signature: an unauthenticated timestamp is
+        not worth reporting as skew."""
         if abs(env.timestamp - now) > self.max_skew_s or env.timestamp <= self._floor:
             return VerifyResult.STALE_CLOCK
         if self._is_replay(env, now):

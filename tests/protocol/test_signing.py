@@ -287,3 +287,32 @@ def test_forgotten_envelopes_never_come_back_as_new(alice: Identity) -> None:
         assert v.verify(e, now=1000.0) is VerifyResult.ACCEPTED  # the window of 3 pushes seq 1 out
     assert v.verify(sign(b"5", alice, 5, 1003.0), now=1003.0) is VerifyResult.ACCEPTED  # 2 and 3 go too
     assert v.verify(e1, now=1003.0) is VerifyResult.REPLAY
+
+
+def test_verify_and_commit_from_many_threads_lose_nothing() -> None:
+    """Admission verifies in worker threads while the loop commits: the one envelope each of 8
+    threads races to accept is accepted exactly once, and every count is kept."""
+    import threading
+
+    idents = [Identity.generate() for _ in range(4)]
+    envs = [sign(b"x", idents[i % 4], seq=i, now=NOW) for i in range(400)]
+    verifier = Verifier(replay_window=1000)
+    results: list[VerifyResult] = []
+    lock = threading.Lock()
+    barrier = threading.Barrier(8)
+
+    def worker() -> None:
+        barrier.wait()
+        mine = [verifier.verify(env, now=NOW) for env in envs]  # every thread tries every envelope
+        with lock:
+            results.extend(mine)
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results.count(VerifyResult.ACCEPTED) == 400  # each once, by whichever thread came first
+    assert results.count(VerifyResult.REPLAY) == 7 * 400
+    assert verifier.counts == {VerifyResult.ACCEPTED.value: 400, VerifyResult.REPLAY.value: 2800}
+    assert verifier.remembered() == 400
