@@ -147,7 +147,7 @@ class SwarmConfig(_Section):
     name: str = Field("swarm-node", description="swarm name: nodes only exchange rollouts with nodes of the same name")
     initial_peers: list[str] = Field([], description="multiaddrs of bootstrap peers (hivemind, libp2p), e.g. /ip4/1.2.3.4/tcp/31337/p2p/Qm...; empty = start a new swarm (join asks for --new-swarm then)")
     host_maddrs: list[str] = Field(["/ip4/0.0.0.0/tcp/0"], description="addresses the hivemind daemon or the libp2p host listens on (tests use /ip4/127.0.0.1/tcp/0)")
-    announce_maddrs: list[str] = Field([], description="public addresses to announce when behind NAT/port-forwarding (hivemind)")
+    announce_maddrs: list[str] = Field([], description="public addresses to announce when behind NAT/port-forwarding, or when listening on 0.0.0.0 (hivemind and libp2p: what peers dial)")
     identity: str = Field("", description="Ed25519 key file of this node (created 0600 on first run, reused after; its public key is the peer id); empty = <run.dir>/identity.pem")
     external_groups: int = Field(4, ge=0, description="J: peer rollout groups per training step (SAPO); the node generates prompts_per_step - J groups itself (I), so the default is I/J = 4/4")
     max_sender_share: float = Field(0.5, gt=0, le=1, description="at most this share of a step's J groups (rounded up) from any one peer, so one sender cannot supply a whole step; 1 = no bound (a two-node swarm)")

@@ -125,7 +125,8 @@ def mqtt_kwargs(sc, on_retry=None) -> dict:
 def libp2p_kwargs(sc, ident, on_retry=None) -> dict:
     """The libp2p transport's arguments: the node's key is its host's, the hivemind listen and
     bootstrap settings are its own."""
-    return dict(identity=ident, listen=sc.host_maddrs, bootstrap=sc.initial_peers, startup_timeout=sc.startup_timeout,
+    return dict(identity=ident, listen=sc.host_maddrs, bootstrap=sc.initial_peers, announce_addrs=sc.announce_maddrs,
+                startup_timeout=sc.startup_timeout,
                 join_retries=sc.join_retries, join_backoff=sc.join_backoff, on_retry=on_retry)
 
 

@@ -17,12 +17,20 @@ hosts only. It carries the same signed envelopes as every transport:
 - **A bad message does not propagate.** The topic validator runs the node's own admission checks
   (``set_gate``: signature, clock, replay, schema, tokens, log-probs; node/swarm.py) in a worker
   thread before gossipsub forwards or delivers anything; what fails is counted under the same
-  reasons as over hivemind and goes no further than this node. Message ids are the data's sha256,
-  so a duplicate is dropped by gossipsub's seen cache before it costs a check.
+  reasons as over hivemind and goes no further than this node. Message ids are the sha256 of
+  origin and data, so a duplicate is dropped by gossipsub's seen cache before it costs a check.
+- **A flood costs a bounded amount.** Before that check, a budget (node/transport/gossip_budget.py)
+  decides in microseconds whether a message is worth one: two bodies a round and a heartbeat
+  every 0.5 s per publisher, and publishers with no admitted history (``vouch``) share 20 checks
+  a second. What it refuses is counted (``strangers_over_budget``, ``republished``,
+  ``heartbeat_rate``) and not forwarded.
 - **Bodies above the gossip limit** (1 MiB, ``GOSSIP_MAX``: a 4 MiB envelope is allowed) are
-  announced by a pointer and fetched over a libp2p stream from the address the pointer names,
-  which must be the publisher's own (its /p2p/ id is the publisher's key); the body must hash to
-  the pointer's sha256 (``hash_mismatch``) and then passes every check as any other.
+  announced by a pointer and fetched over a libp2p stream from the publisher: by its peer id
+  when this host is connected to it, else at the address the pointer names, which must end in
+  the publisher's own /p2p/ id. The body must hash to the pointer's sha256 (``hash_mismatch``) and
+  then passes every check as any other. At most ``MAX_FETCHES`` fetches run at once, one per
+  publisher, and publishers with no admitted history hold at most half of them; a node serves
+  each of its large bodies at most ``MAX_SERVES`` times to one peer.
 - Incoming bodies and heartbeats wait for the node's poll in the ``Inbox`` every push carrier
   shares (node/transport/inbox.py); gossip keeps nothing for late joiners: a node that joins
   mid-round gets the next rounds.
@@ -46,6 +54,7 @@ import msgpack
 from node.broadcast.carrier import CarrierError
 from node.broadcast.libp2p_carrier import Libp2pCarrier
 from node.transport.base import MAX_ANNOUNCEMENT_SIZE, MAX_ENVELOPE_SIZE, Delivery, Transport, TransportError
+from node.transport.gossip_budget import CheckBudget
 from node.transport.inbox import Inbox
 from node.transport.libp2p_host import GOSSIP_MAX, Libp2pHost, publisher_of
 from protocol.identity import Identity
@@ -56,9 +65,10 @@ __all__ = ["Libp2pTransport", "gossip_topics", "bodies_protocol", "GOSSIP_BODY_M
 
 GOSSIP_BODY_MAX = GOSSIP_MAX - 8 * 1024  # an envelope above this goes as a pointer (framing and pubsub's fields fit in the rest)
 MAX_BUFFERED = 64 * 1024 * 1024  # bytes of incoming bodies held before polls take them
-MAX_FETCHES = 8  # pointer bodies fetched at once; more are dropped (counted fetch_dropped)
+MAX_FETCHES = 8  # pointer bodies fetched at once (one per publisher); more are dropped (counted fetch_dropped)
 FETCH_TIMEOUT_S = 10.0
-KEEP_MINE = 64  # our own large bodies kept to serve (rounds)
+KEEP_MINE = 16  # our own large bodies kept to serve (rounds: more than a node polls)
+MAX_SERVES = 2  # times one peer is served one of our bodies
 OK, MISSING = 0, 1
 
 
@@ -92,6 +102,7 @@ class Libp2pTransport(Transport):
     identity: Identity | None = None
     listen: list = field(default_factory=lambda: ["/ip4/0.0.0.0/tcp/0"])
     bootstrap: list = field(default_factory=list)
+    announce_addrs: list = field(default_factory=list)  # addresses peers reach this host at (else the listen ones)
     startup_timeout: float = 30.0
     join_retries: int = 5
     join_backoff: float = 2.0
@@ -102,6 +113,8 @@ class Libp2pTransport(Transport):
     counts: collections.Counter = field(default_factory=collections.Counter, init=False)
     inbox: Inbox = field(default=None, init=False)
     _gate: Callable | None = field(default=None, init=False)
+    _budget: CheckBudget = field(default_factory=CheckBudget, init=False)  # the trio thread's
+    _served: collections.Counter = field(default_factory=collections.Counter, init=False)  # (remote, round)
     _mine: dict = field(default_factory=dict, init=False)  # round -> our body too large for gossip
     _fetching: dict = field(default_factory=dict, init=False)  # (publisher, round) -> task
     _bodies: Libp2pCarrier | None = field(default=None, init=False)
@@ -117,16 +130,21 @@ class Libp2pTransport(Transport):
 
     # -- joining ----------------------------------------------------------------------------------
     async def start(self) -> None:
-        self.host = Libp2pHost(self.identity, self.listen, self.bootstrap, target_peers=self.target_peers)
+        self.host = Libp2pHost(self.identity, self.listen, self.bootstrap, announce=self.announce_addrs,
+                               target_peers=self.target_peers)
         await self.host.start(self.startup_timeout)
         try:
-            await self.host.subscribe(self._rollouts, self._on_rollout, self._check_rollout)
-            await self.host.subscribe(self._peers, self._on_heartbeat, self._check_heartbeat)
+            await self.host.subscribe(self._rollouts, self._on_rollout, self._check_rollout, self._afford_rollout)
+            await self.host.subscribe(self._peers, self._on_heartbeat, self._check_heartbeat, self._afford_heartbeat)
             self._bodies = Libp2pCarrier(self.host, bodies_protocol(self.swarm))
             await self._bodies.start(self._serve_body)
             await self._join()
             log.info("libp2p host %s listening on %s (the node key's libp2p id; swarm peer id %s)",
                      self.host.peer_id, ", ".join(self.host.addrs), self.publisher)
+            if not self.announce_addrs and all("/ip4/127.0.0.1/" in a or "/ip6/::1/" in a for a in self.host.addrs) \
+                    and not all("/ip4/127.0.0.1/" in a or "/ip6/::1/" in a for a in self.listen):
+                log.warning("listening on a wildcard address: peers on other machines cannot fetch this node's "
+                            "large bodies until --swarm.announce_maddrs names an address they can reach")
         except BaseException:
             await self.host.close()
             raise
@@ -160,6 +178,8 @@ class Libp2pTransport(Transport):
             self._mine[round] = bytes(data)
             while len(self._mine) > KEEP_MINE:
                 del self._mine[min(self._mine)]
+            for key in [k for k in self._served if k[1] not in self._mine]:
+                del self._served[key]
             frame = msgpack.packb([round, len(data), hashlib.sha256(data).digest(), self.host.addrs[0]])
         await self.host.publish(self._rollouts, frame)
         self.counts["published"] += 1
@@ -172,19 +192,37 @@ class Libp2pTransport(Transport):
     async def _serve_body(self, remote: str, request: bytes):
         try:
             (round,) = msgpack.unpackb(request)
-            body = self._mine.get(int(round))
+            round = int(round)
         except Exception:  # noqa: BLE001 - a malformed request gets nothing
-            body = None
-        return (OK, body) if body is not None else (MISSING, b"")
+            return MISSING, b""
+        body = self._mine.get(round)
+        if body is None or self._served[remote, round] >= MAX_SERVES:
+            return MISSING, b""  # a peer asking again and again is not served again and again
+        self._served[remote, round] += 1
+        return OK, body
+
+    # -- the budgets (the trio thread, before a check is paid for) ----------------------------------
+    def _afford_rollout(self, publisher: str, data: bytes) -> bool:
+        frame = parse_frame(data)
+        if frame is None:
+            return self._refuse("rejected", "malformed_envelope")
+        window = self.inbox.window
+        why = self._budget.body(publisher, frame[0], self.inbox.is_vouched(publisher), time.monotonic(),
+                                window[1] if window else None)
+        return True if why is None else self._refuse("rejected" if why == "wrong_round" else "counts", why)
+
+    def _afford_heartbeat(self, publisher: str, data: bytes) -> bool:
+        why = self._budget.heartbeat(publisher, self.inbox.is_vouched(publisher), time.monotonic())
+        return True if why is None else self._refuse("counts", why)
 
     # -- the validators (worker threads: before gossipsub forwards anything) ------------------------
     def _check_rollout(self, publisher: str, data: bytes) -> bool:
+        # The poll window is not checked here: a node that polls late must still forward what its
+        # neighbours are on (the budget bounds how far ahead); the inbox keeps only its window.
         frame = parse_frame(data)
         if frame is None:
             return self._refuse("rejected", "malformed_envelope")
         round, body, pointer = frame
-        if not self.inbox.in_window(round):
-            return self._refuse("counts", "outside_window")
         if body is not None:
             if len(body) > MAX_ENVELOPE_SIZE:
                 return self._refuse("rejected", "oversized")
@@ -229,7 +267,9 @@ class Libp2pTransport(Transport):
         key = (publisher, round)
         if key in self._fetching:
             return
-        if len(self._fetching) >= MAX_FETCHES:
+        strangers = sum(not self.inbox.is_vouched(p) for p, _ in self._fetching)
+        if (len(self._fetching) >= MAX_FETCHES or any(p == publisher for p, _ in self._fetching)
+                or (not self.inbox.is_vouched(publisher) and strangers >= MAX_FETCHES // 2)):
             self.counts["fetch_dropped"] += 1
             return
         task = asyncio.ensure_future(self._fetch(publisher, round, size, digest, addr))
@@ -237,6 +277,11 @@ class Libp2pTransport(Transport):
         task.add_done_callback(lambda _: self._fetching.pop(key, None))
 
     async def _fetch(self, publisher: str, round: int, size: int, digest: bytes, addr: str) -> None:
+        # By peer id where connected: the pointer's address is the publisher's claim (its IP may be
+        # anyone's); the /p2p/ id in it is checked, and noise proves it on any dial.
+        peer = addr.rsplit("/p2p/", 1)[1]
+        if any(p.to_base58() == peer for p in self.host.connected()):
+            addr = f"/p2p/{peer}"
         try:
             status, body = await self._bodies.call(addr, msgpack.packb([round]), max_reply=size,
                                                    timeout=FETCH_TIMEOUT_S)
@@ -279,8 +324,10 @@ class Libp2pTransport(Transport):
         return self.host is None or self.host.alive()
 
     async def close(self) -> None:
-        for task in list(self._fetching.values()):
+        tasks = list(self._fetching.values())
+        for task in tasks:
             task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         if self._bodies is not None:
             await self._bodies.close()
         if self.host is not None:

@@ -7,8 +7,14 @@ trio thread (node/transport/trio_bridge.py) and used from asyncio.
   signing, so every gossip message carries its origin's key and signature, checked before any
   validator sees it: the publisher of a message is authenticated, not claimed.
 - **Gossipsub** with a validator per topic that runs before a message is forwarded: what it
-  refuses is neither delivered nor passed on. Message ids are the sha256 of the data, so a copy
-  of a body is one message whoever re-wraps it.
+  refuses is neither delivered nor passed on. A cheap ``precheck`` (budgets) runs first on the
+  trio thread, the costly check after it in a worker thread, so a flood is refused before it
+  holds one of pubsub's 10 validation slots. Message ids are the sha256 of origin and data: the
+  same body from its origin is one message however many peers forward it, and a copy re-wrapped
+  under another key is another message (pubsub caches verdicts by id for minutes: a refused
+  re-wrap must not block the honest original).
+- **Deliveries** cross to the asyncio loop at most ``MAX_PENDING`` at a time; past that (a loop
+  that stalls) they are dropped and counted, never queued without bound.
 - **Streams** (``open_stream`` / ``set_stream_handler``) come out as ``BridgedStream``: asyncio
   ``read``/``readexactly``/``write``/``drain``/``close`` over a libp2p stream (whose end is
   ``StreamEOF``, turned into ``b""`` here as asyncio does).
@@ -16,7 +22,11 @@ trio thread (node/transport/trio_bridge.py) and used from asyncio.
   ``/swarm-node/peers/1.0.0`` with the listen addresses of up to ``PX_REPLY`` peers it is
   connected to, and a host short of ``target_peers`` connections asks a connected peer for its
   list every ``px_interval`` seconds. Addresses are claims: dialling one authenticates the peer
-  id (noise), and at most ``PX_DIALS`` are tried each time.
+  id (noise), and at most ``PX_DIALS`` of one reply are tried, so one peer's list cannot fill
+  this host's connections with identities of its choosing; the bootstrap peers are dialled again
+  whenever none of them is connected. ``addrs`` (what pointers and peer exchange name) are the
+  ``announce`` addresses if given, else the listen addresses, a wildcard (0.0.0.0) replaced by
+  loopback only when nothing else is known.
 
 py-libp2p and hivemind cannot be imported in one process (both register the protobuf symbol
 ``crypto.pb.KeyType``): this module is imported only when the libp2p transport is selected.
@@ -28,6 +38,7 @@ import asyncio
 import hashlib
 import logging
 import random
+import threading
 from typing import Awaitable, Callable
 
 import msgpack
@@ -56,11 +67,12 @@ __all__ = ["Libp2pHost", "BridgedStream", "libp2p_key_pair", "libp2p_peer_id", "
 GOSSIP_MAX = 1024 * 1024  # gossipsub's inbound RPC limit (py-libp2p's default, as go/js-libp2p's)
 PX_PROTOCOL = TProtocol("/swarm-node/peers/1.0.0")
 PX_REPLY = 32  # addresses a peer-exchange reply lists
-PX_DIALS = 8  # addresses tried per exchange
+PX_DIALS = 3  # addresses of one reply tried
 PX_FIRST_S = 0.5  # the first exchange's wait; doubles (to px_interval) while nobody new is found
 PX_REPLY_BYTES = 64 * 1024
 DIAL_TIMEOUT_S = 10.0
 READ_CHUNK = 1 << 20
+MAX_PENDING = 512  # validated messages on their way to the asyncio loop
 
 
 def libp2p_key_pair(identity: Identity):
@@ -157,7 +169,8 @@ class BridgedStream:
             pass
 
 
-# validator(publisher, data) -> bool, run in a worker thread; handler(publisher, data) on the loop
+# validator(publisher, data) -> bool, run in a worker thread; precheck(publisher, data) -> bool on
+# the trio thread, before it (microseconds: budgets); handler(publisher, data) on the loop
 Validator = Callable[[str, bytes], bool]
 MessageHandler = Callable[[str, bytes], None]
 StreamHandler = Callable[[BridgedStream], Awaitable[None]]
@@ -165,10 +178,10 @@ StreamHandler = Callable[[BridgedStream], Awaitable[None]]
 
 class Libp2pHost:
     def __init__(self, identity: Identity, listen: list[str], bootstrap: list[str], *,
-                 target_peers: int = 8, px_interval: float = 10.0, heartbeat_interval: float = 1.0,
+                 announce: list[str] | None = None, target_peers: int = 8, px_interval: float = 10.0, heartbeat_interval: float = 1.0,
                  max_msgs_per_second: float = 100.0, name: str = "libp2p"):
         self.identity = identity
-        self.listen, self.bootstrap = list(listen), list(bootstrap)
+        self.listen, self.bootstrap, self.announce = list(listen), list(bootstrap), list(announce or [])
         self.target_peers, self.px_interval = target_peers, px_interval
         self.heartbeat_interval, self.max_msgs_per_second = heartbeat_interval, max_msgs_per_second
         self.bridge = TrioThread(name)
@@ -176,6 +189,8 @@ class Libp2pHost:
         self.host = self.pubsub = None
         self.addrs: list[str] = []
         self.refused = 0  # gossip whose origin is not an Ed25519 key (no swarm identity): dropped unchecked
+        self.dropped = 0  # validated messages dropped because the loop had MAX_PENDING still to take
+        self._pending = threading.BoundedSemaphore(MAX_PENDING)
 
     # -- lifecycle --------------------------------------------------------------------------------
     async def start(self, timeout: float = 30.0) -> None:
@@ -208,7 +223,7 @@ class Libp2pHost:
 
         await self.bridge.nursery.start(run)  # a listen error is raised here, to start()
         self.host.set_stream_handler(PX_PROTOCOL, self._serve_px)
-        self.addrs = [str(a) for a in self.host.get_addrs()]
+        self.addrs = dialable_addrs([str(a) for a in self.host.get_addrs()], self.announce, self.peer_id)
 
     async def close(self) -> None:
         await self.bridge.stop()
@@ -239,6 +254,10 @@ class Libp2pHost:
         for addr in self.bootstrap:
             ok += await self._dial(addr)
         return ok
+
+    def _bootstrap_connected(self, peers: list[ID]) -> bool:
+        ids = {a.rsplit("/p2p/", 1)[-1] for a in self.bootstrap}
+        return any(p.to_base58() in ids for p in peers)
 
     def connected(self) -> list[ID]:
         return list(self.host.get_connected_peers()) if self.host is not None else []
@@ -287,19 +306,23 @@ class Libp2pHost:
                     known = {p.to_base58() for p in peers}
                     fresh = [a for a in await self._ask_px(random.choice(peers))
                              if a.rsplit("/p2p/", 1)[-1] not in known and a.rsplit("/p2p/", 1)[-1] != self.peer_id]
+                    random.shuffle(fresh)
                     for addr in fresh[:min(PX_DIALS, self.target_peers - len(peers))]:
                         found |= await self._dial(addr)
                 except Exception as e:  # noqa: BLE001 - the next round tries another peer
                     log.debug("peer exchange failed: %s", e)
-            elif not peers and self.bootstrap:
+            # The bootstrap peers are the one list this host did not take from a peer: keep one.
+            if self.bootstrap and not self._bootstrap_connected(self.connected()):
                 await self.connect_bootstrap()
             delay = PX_FIRST_S if found else min(2 * delay, self.px_interval)
             await trio.sleep(delay)
 
     # -- pubsub (asyncio side) --------------------------------------------------------------------
-    async def subscribe(self, topic: str, handler: MessageHandler, validator: Validator) -> None:
-        """Messages on ``topic`` that ``validator`` passes reach ``handler`` on the asyncio loop;
-        the rest are dropped before this node forwards them."""
+    async def subscribe(self, topic: str, handler: MessageHandler, validator: Validator,
+                        precheck: Validator | None = None) -> None:
+        """Messages on ``topic`` that ``precheck`` (if given; on the trio thread) and then
+        ``validator`` (in a worker thread) pass reach ``handler`` on the asyncio loop; the rest are
+        dropped before this node forwards them."""
 
         async def validate(forwarder: ID, msg) -> bool:
             publisher = publisher_of(msg.from_id)
@@ -308,8 +331,15 @@ class Libp2pHost:
                 return False
             if publisher == self.identity.peer_id:
                 return True  # our own publish: checked when made
+            data = bytes(msg.data)
             try:
-                ok = await trio.to_thread.run_sync(validator, publisher, bytes(msg.data))
+                if precheck is not None and not precheck(publisher, data):
+                    return False
+            except Exception:  # noqa: BLE001 - as below
+                log.exception("gossip precheck failed on a message from %s; dropped", publisher)
+                return False
+            try:
+                ok = await trio.to_thread.run_sync(validator, publisher, data)
             except Exception:  # noqa: BLE001 - a bug in a check must not let the message through
                 log.exception("gossip validator failed on a message from %s; dropped", publisher)
                 ok = False
@@ -324,10 +354,18 @@ class Libp2pHost:
             while True:
                 msg = await sub.get()
                 publisher = publisher_of(msg.from_id)
-                if publisher is not None and publisher != self.identity.peer_id:  # gossip echoes our own
-                    self.bridge.to_loop(handler, publisher, bytes(msg.data))
+                if publisher is None or publisher == self.identity.peer_id:  # gossip echoes our own
+                    continue
+                if not self._pending.acquire(blocking=False):
+                    self.dropped += 1
+                    continue
+                self.bridge.to_loop(self._deliver, handler, publisher, bytes(msg.data))
 
         await self.bridge.call(subscribe)
+
+    def _deliver(self, handler: MessageHandler, publisher: str, data: bytes) -> None:
+        self._pending.release()
+        handler(publisher, data)
 
     def _count_refused(self) -> None:
         self.refused += 1
@@ -387,8 +425,26 @@ class Libp2pHost:
 
     def info(self) -> dict:
         return {"peer_id_libp2p": self.peer_id, "addrs": self.addrs, "connected": len(self.connected()),
-                "not_ed25519": self.refused}
+                "not_ed25519": self.refused, "deliveries_dropped": self.dropped}
 
 
 def _content_id(msg) -> bytes:
-    return hashlib.sha256(msg.data).digest()
+    return hashlib.sha256(len(msg.from_id).to_bytes(2, "big") + msg.from_id + msg.data).digest()
+
+
+_WILDCARDS = ("/ip4/0.0.0.0/", "/ip6/::/")
+
+
+def dialable_addrs(listening: list[str], announce: list[str], peer_id: str) -> list[str]:
+    """The addresses this host gives peers (pointers, peer exchange), each ending in /p2p/<id>:
+    ``announce`` if given; else the listen addresses that are not wildcards; else the wildcard
+    ones with loopback put in (only a peer on this machine can use those: say ``announce``)."""
+    def full(a: str) -> str:
+        return a if "/p2p/" in a else f"{a}/p2p/{peer_id}"
+
+    if announce:
+        return [full(a) for a in announce]
+    real = [a for a in listening if not a.startswith(_WILDCARDS)]
+    if real:
+        return [full(a) for a in real]
+    return [full(a.replace("/ip4/0.0.0.0/", "/ip4/127.0.0.1/").replace("/ip6/::/", "/ip6/::1/")) for a in listening]

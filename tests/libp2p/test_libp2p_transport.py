@@ -6,6 +6,7 @@ py-libp2p cannot be imported beside hivemind, so this folder runs in a pytest pr
 from __future__ import annotations
 
 import asyncio
+import collections
 import time
 
 import msgpack
@@ -136,7 +137,7 @@ def test_three_nodes_exchange_envelopes_and_heartbeats_through_a_relay_and_large
             assert len(big) > GOSSIP_BODY_MAX
             await a.publish(r - 1, big, 60)
             await until(lambda: ec.stats.envelopes_in == 2, 30, "A's large envelope fetched by C")
-            assert c.counts["fetched"] == 1 and b.counts["fetched"] == 1
+            assert c.counts["fetched"] == 1 and b.counts["fetched"] == 1, (b.counts, c.counts, b.rejected)
             ann = Announcement(sender=ic.peer_id, round=r, policy_version=1, model_fingerprint="m",
                                tokenizer_fingerprint="tok", created_at=time.time(), addrs=())
             await c.announce(envelope_to_bytes(sign(encode(ann), ic, 5)), 30)
@@ -182,14 +183,15 @@ def test_hostile_gossip_is_refused_at_the_first_honest_node_and_never_reaches_th
             await until(lambda: ec.stats.envelopes_in == 1, 20, "the honest envelope at C")
             tampered = bytearray(envelope(ix, r, seq=3))
             tampered[-70] ^= 1
+            # Two a round: a publisher's third message for one round is not worth a check (budget).
             hostile = [
                 b"\xc1 junk",  # not msgpack
                 msgpack.packb([r, b"not an envelope"]),
                 msgpack.packb([r, envelope(other, r)]),  # signed by another key than X's
-                msgpack.packb([r, bytes(tampered)]),
+                msgpack.packb([r - 1, bytes(tampered)]),
                 msgpack.packb([r - 1, honest]),  # A's envelope replayed on another round
-                msgpack.packb([r, 5 << 20, b"h" * 32, x.addrs[0]]),  # a pointer declaring 5 MiB
-                msgpack.packb([r, 1 << 20, b"h" * 32, a.host.addrs[0]]),  # aimed at A's address
+                msgpack.packb([r - 2, 5 << 20, b"h" * 32, x.addrs[0]]),  # a pointer declaring 5 MiB
+                msgpack.packb([r - 2, 1 << 20, b"h" * 32, a.host.addrs[0]]),  # aimed at A's address
             ]
             for m in hostile:
                 await x.bridge.call(x.pubsub.publish, topic, m)
@@ -202,16 +204,25 @@ def test_hostile_gossip_is_refused_at_the_first_honest_node_and_never_reaches_th
             # A's envelope from X's key is X's claim to A's work: sender_mismatch, as the pointer
             # naming A's address is.
             assert rej == {"malformed_envelope": 2, "sender_mismatch": 3, "bad_signature": 1, "oversized": 1}, rej
-            # A verbatim copy of A's own gossip message is one message id (the data's hash): gossipsub
+            # A verbatim copy of A's own gossip message is one message id (origin and data hashed): gossipsub
             # drops it as seen. Once that memory has passed, the validator refuses it as a replay.
             assert not eb.gate(Delivery(r, ia.peer_id, honest))
             await until(lambda: eb.stats.rejected.get("replay") == 1, 5, "the replay counted")
+            # X gets A's next message out first, byte for byte, under its own origin (a faster relay
+            # re-wrapping what it saw). B refuses it, and pubsub keeps that verdict for minutes under
+            # the message's id: the id must name the origin, or A's own copy would be refused with it.
+            early = envelope(ia, r - 3, seq=8)
+            await x.bridge.call(x.pubsub.publish, topic, msgpack.packb([r - 3, early]))
+            await until(lambda: b.rejected.get("sender_mismatch", 0) + eb.stats.rejected.get("sender_mismatch", 0) == 4,
+                        20, "X's re-wrap refused")
+            await a.publish(r - 3, early, 60)
+            await until(lambda: ec.stats.envelopes_in == 2, 20, "A's own copy at C after X's re-wrap")
             # Give any forwarded message time to arrive (B forwards within milliseconds), then look at C.
             marker = envelope(ia, r - 2, seq=9)
             await a.publish(r - 2, marker, 60)
-            await until(lambda: ec.stats.envelopes_in == 2, 20, "a later honest envelope at C")
+            await until(lambda: ec.stats.envelopes_in == 3, 20, "a later honest envelope at C")
             assert not ec.stats.rejected and not c.rejected, (ec.stats.rejected, c.rejected)
-            assert ec.stats.envelopes_in == 2
+            assert ec.stats.envelopes_in == 3
         finally:
             await x.close()
             await ea.close(), await ec.close(), await eb.close()
@@ -252,5 +263,98 @@ def test_nodes_that_know_only_a_bootstrap_host_find_each_other_by_peer_exchange(
             await until(lambda: ec.stats.envelopes_in == 1, 20, "A's envelope at C")
         finally:
             await ea.close(), await ec.close(), await boot.close()
+
+    asyncio.run(main())
+
+
+def forged(kp, topic: str, data: bytes):
+    """A gossip message whose origin is ``kp``, signed by it: what a raw host makes for each of
+    the fresh identities it floods with (keys are free)."""
+    import os
+
+    from libp2p.peer.id import ID
+    from libp2p.pubsub.pb import rpc_pb2
+    from libp2p.pubsub.pubsub import PUBSUB_SIGNING_PREFIX
+
+    msg = rpc_pb2.Message(data=data, topicIDs=[topic], from_id=ID.from_pubkey(kp.public_key).to_bytes(),
+                          seqno=os.urandom(8))
+    msg.signature = kp.private_key.sign(PUBSUB_SIGNING_PREFIX.encode() + msg.SerializeToString())
+    msg.key = kp.public_key.serialize()
+    return msg
+
+
+def test_a_flood_of_fresh_identities_buys_a_bounded_number_of_checks_and_honest_gossip_still_arrives():
+    """X, one raw host next to B, gossips 300 well-formed, correctly signed envelopes of 300
+    fresh identities (each would pass admission) and 200 heartbeats of theirs, as fast as B's
+    gossipsub takes them. B checks strangers' messages within its budget (20 a second, burst 40)
+    and drops the rest unchecked and unforwarded; A, whose rollouts B has admitted before, is
+    checked whatever the flood, and every one of A's envelopes reaches C through B."""
+    from node.transport.gossip_budget import CheckBudget
+    from node.transport.libp2p_host import libp2p_key_pair
+
+    ia, ib, ic, ix = (Identity.generate() for _ in range(4))
+    sybils = [Identity.generate() for _ in range(300)]
+    clock = RoundClock(10.0)
+    r = clock.current()
+    topic, peers_topic = gossip_topics("t")
+
+    async def main():
+        b = transport(ib)
+        eb = exchange(b, ib, clock)
+        await eb.start()
+        checked = collections.Counter()
+        gate = b._gate
+
+        def counting(d):
+            checked["A" if d.publisher == ia.peer_id else "stranger"] += 1
+            return gate(d)
+
+        b.set_gate(counting)
+        a, c = transport(ia, b.host.addrs, target_peers=1), transport(ic, b.host.addrs, target_peers=1)
+        ea, ec = exchange(a, ia, clock), exchange(c, ic, clock)
+        await ea.start(), await ec.start()
+        x = Libp2pHost(ix, LOOPBACK, b.host.addrs, target_peers=1)
+        await x.start(20)
+        try:
+            await x.bridge.call(x.connect_bootstrap)
+            await x.subscribe(topic, lambda *a: None, lambda *a: True)
+            await x.subscribe(peers_topic, lambda *a: None, lambda *a: True)
+            await until(lambda: b.host.mesh_peers(topic) >= 3 and x.mesh_peers(topic) >= 1 and
+                        c.host.mesh_peers(topic) >= 1, 20, "A, C and X in B's mesh")
+            await a.publish(r - 3, envelope(ia, r - 3, seq=1), 60)
+            await until(lambda: ec.stats.groups_in[ia.peer_id] == 1 and b.inbox.is_vouched(ia.peer_id), 20,
+                        "A's first envelope admitted at B and at C")
+            flood = [forged(libp2p_key_pair(s), topic, msgpack.packb([r, envelope(s, r)])) for s in sybils]
+            beats = [forged(libp2p_key_pair(s), peers_topic, envelope_to_bytes(sign(encode(Announcement(
+                sender=s.peer_id, round=r, policy_version=1, model_fingerprint="m", tokenizer_fingerprint="tok",
+                created_at=time.time(), addrs=())), s, 2))) for s in sybils[:200]]
+            t0 = time.monotonic()
+
+            async def push_all():
+                for m in flood + beats:
+                    await x.pubsub.push_msg(x.host.get_id(), m)
+
+            pushing = asyncio.ensure_future(x.bridge.call(push_all))
+            for k, rr in enumerate((r, r - 1, r - 2)):  # A keeps publishing through the flood
+                await a.publish(rr, envelope(ia, rr, seq=2 + k), 60)
+                await asyncio.sleep(0.2)
+            await until(lambda: ec.stats.groups_in[ia.peer_id] >= 4, 30, "A's envelopes at C through the flood")
+            await pushing
+            await until(lambda: b.counts["strangers_over_budget"] > 0, 20, "B's budget spent")
+            elapsed = time.monotonic() - t0
+            budget = CheckBudget()
+            bound = budget.strangers_burst + budget.strangers_per_s * (elapsed + 5) + 1
+            # Every check B paid for a stranger came out of the budget; A's were all checked.
+            assert checked["A"] >= 4
+            assert checked["stranger"] <= bound, (checked, elapsed)
+            # C got every one of A's envelopes, and of the strangers' only what B checked and passed.
+            assert ec.stats.groups_in[ia.peer_id] == 4
+            assert ec.stats.envelopes_in - 4 <= checked["stranger"], (ec.stats.envelopes_in, checked)
+            print(f"flood: {len(flood)} envelopes + {len(beats)} heartbeats of fresh ids in {elapsed:.1f} s; "
+                  f"B checked {checked['stranger']} of strangers' and {checked['A']} of A's; "
+                  f"C admitted {ec.stats.envelopes_in} (A's 4); B counts {dict(b.counts)}")
+        finally:
+            await x.close()
+            await ea.close(), await ec.close(), await eb.close()
 
     asyncio.run(main())
