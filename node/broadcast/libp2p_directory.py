@@ -14,7 +14,9 @@ The topic's validator (run before gossipsub forwards anything) passes a record o
 owner is the message's origin (libp2p authenticates it) and the record is signed by that owner
 for that key and unexpired; an address must be its owner's own (its /p2p/ id is the owner's
 key), so no record can send the source's relay traffic to someone else. A bad record goes no
-further than the first node. Followers are kept as they arrive (the newest record of each,
+further than the first node. Before that check, a budget (node/transport/gossip_budget.py) passes
+one record a second per origin, and origins with no admitted rollouts share the strangers'
+checks; the followed source's records always pass. Followers are kept as they arrive (the newest record of each,
 ``MAX_FOLLOWERS`` at most; ``relay_order`` gives strangers no more than a few relay places).
 """
 
@@ -27,6 +29,7 @@ import time
 import msgpack
 
 from node.broadcast.directory_api import ANNOUNCE_TTL_S, HeldDirectory
+from node.transport.gossip_budget import CheckBudget
 from node.transport.libp2p import publisher_of_address
 from protocol.identity import PEER_ID_RE, Identity
 from protocol.manifest import Manifest
@@ -63,9 +66,11 @@ class Libp2pWeightDirectory(HeldDirectory):
         self._mine: tuple[bytes, float] | None = None  # our newest message and its expiry: re-gossiped
         self._task: asyncio.Task | None = None
         self.refused = 0
+        self.over_budget = 0
+        self._budget = CheckBudget(heartbeat_gap_s=1.0)  # the trio thread's
 
     async def start(self) -> None:
-        await self.transport.host.subscribe(self._topic, self._on_message, self._check)
+        await self.transport.host.subscribe(self._topic, self._on_message, self._check, self._afford)
         self._task = asyncio.ensure_future(self._republish())
 
     async def close(self) -> None:
@@ -73,7 +78,18 @@ class Libp2pWeightDirectory(HeldDirectory):
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
 
-    # -- checking (a worker thread, before forwarding) --------------------------------------------
+    # -- checking (the budget on the trio thread, then a worker thread, before forwarding) ---------
+    def _afford(self, origin: str, data: bytes) -> bool:
+        if origin == self.source:
+            return True
+        if self._budget.heartbeat(origin, self.transport.inbox.is_vouched(origin), time.monotonic()) is None:
+            return True
+        self.transport.host.bridge.to_loop(self._count_over_budget)
+        return False
+
+    def _count_over_budget(self) -> None:
+        self.over_budget += 1
+
     def _open(self, origin: str, data: bytes) -> tuple[tuple, dict, float] | None:
         if len(data) > MAX_RECORD_BYTES + 256:
             return None
