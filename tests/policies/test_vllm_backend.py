@@ -90,8 +90,10 @@ def test_the_vllm_backend_for_real(tmp_path):
     res = json.loads((tmp_path / "bench_vllm.json").read_text())
     for key in ("full", "lora"):
         run = res[key]
-        assert run["gap_before_update"]["max"] < 1e-4, run  # vLLM's log-probs are the learner's
-        assert run["gap_after_update"]["max"] < 1e-4, run  # ... after the in-place reload too
+        # vLLM's log-probs are the learner's, to float32 summation order (docs: max 1.0e-4, mean
+        # 1.4e-5 on the `small` shape; one token's max is the noisy part, the mean is not)
+        for gap in ("gap_before_update", "gap_after_update"):  # ... after the in-place reload too
+            assert run[gap]["max"] < 3e-4 and run[gap]["mean"] < 5e-5, run
         assert run["sampled_changed"] and run["eos_kept"], run
     node = res["node"]
     assert node["steps"] == 2 and node["loss_finite"] and all(s > 0 for s in node["weight_sync_s"])
