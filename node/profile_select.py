@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -39,6 +40,12 @@ class ProfilePlan:
     estimate: Estimate
     largest: str | None  # the largest Qwen2.5 size class this budget fits
     vllm: bool = False  # a vLLM engine samples beside the learner (planned for its share)
+    card: int = 0  # the card's total bytes (vLLM's gpu_memory_utilization is a share of it); 0: the budget
+
+    def vllm_utilization(self) -> float:
+        """The engine's planned share as vLLM reads it: of the whole card, not of what was free."""
+        share = self.estimate.vllm_share * self.budget / (self.card or self.budget)
+        return max(0.05, math.ceil(round(100 * share, 6)) / 100)
 
 
 def _model_config(name: str) -> dict:
@@ -89,12 +96,14 @@ def plan_profile(cfg: NodeConfig, profile: str) -> ProfilePlan | None:
                      "used; --profile 8gb|12gb|16gb|24gb|40gb|80gb plans for a card of that size", cfg.model.device)
             return None
         free, total = mem
+        card = total
         budget, source = free, f"free {free / GiB:.1f} of {total / GiB:.1f} GiB on {cfg.model.device}"
         import torch
 
         bf16 = torch.cuda.is_bf16_supported()
     else:
         budget, source = PROFILES[profile] * GiB, f"--profile {profile}"
+        card = budget
     shape = ModelShape.from_config(_model_config(cfg.model.name))
     w = Workload(rows=cfg.generation.prompts_per_step * cfg.group_size, prompt_tokens=_prompt_tokens(cfg),
                  completion_tokens=cfg.generation.max_completion_length)
@@ -103,7 +112,7 @@ def plan_profile(cfg: NodeConfig, profile: str) -> ProfilePlan | None:
         settings, est = choose_settings(shape, budget, w, bf16=bf16, vllm=vllm)
     except NoFit as e:
         raise ConfigError(f"memory profile ({source}): {e}") from None
-    return ProfilePlan(source, budget, shape, w, settings, est, largest_class(budget, w, bf16=bf16), vllm)
+    return ProfilePlan(source, budget, shape, w, settings, est, largest_class(budget, w, bf16=bf16), vllm, card)
 
 
 def _vllm_samples(cfg: NodeConfig) -> bool:
@@ -128,7 +137,7 @@ def profile_overrides(plan: ProfilePlan) -> dict:
             "generation.batch_size": 0 if s.generation_batch >= rows else s.generation_batch,
             "generation.max_completion_length": s.max_completion_length,
             # Used only if vLLM samples (generation.backend): its engine's share of the card.
-            "generation.vllm_gpu_memory_utilization": max(0.05, plan.estimate.vllm_share)}
+            "generation.vllm_gpu_memory_utilization": plan.vllm_utilization()}
 
 
 def describe(plan: ProfilePlan) -> list[str]:
@@ -138,7 +147,7 @@ def describe(plan: ProfilePlan) -> list[str]:
              f"{w.rows} completions a step of up to {w.prompt_tokens} + {w.completion_tokens} tokens -> "
              f"{plan.settings.describe()}",
              f"memory estimate: {plan.estimate.describe()}; budget {plan.budget / GiB:.1f} GiB less a 15% margin",
-             (f"generation: a vLLM engine, planned at gpu_memory_utilization {plan.estimate.vllm_share:.2f} of the "
+             (f"generation: a vLLM engine, planned at gpu_memory_utilization {plan.vllm_utilization():.2f} of the "
               f"card; the learner has the rest" if plan.vllm else
               f"a vLLM engine beside the learner would take gpu_memory_utilization {plan.estimate.vllm_share:.2f}")
              + f"; the largest Qwen2.5 size this budget fits: {plan.largest or 'none'}"]
@@ -166,7 +175,7 @@ def check_settings_fit(plan: ProfilePlan, cfg: NodeConfig) -> str | None:
     est = estimate(plan.shape, final, replace(plan.workload, completion_tokens=cfg.generation.max_completion_length))
     limit = usable(plan.budget)
     if plan.vllm:  # the engine holds its share and does the generating
-        limit = usable(int(plan.budget * (1 - cfg.generation.vllm_gpu_memory_utilization)))
+        limit = usable(max(0, int(plan.budget - cfg.generation.vllm_gpu_memory_utilization * (plan.card or plan.budget))))
         est = replace(est, generation=0)
     if est.peak <= limit:
         return None

@@ -181,3 +181,27 @@ def test_with_vllm_the_learner_fits_beside_the_engines_share():
         index = lambda x: ladder.index(Settings(x.dtype, x.lora_rank, x.micro_batch,  # noqa: E731
                                                 x.gradient_checkpointing, max_completion_length=256))
         assert index(s) >= index(plain)  # less room for the learner: never more capable settings
+
+
+def test_auto_reads_the_free_memory_and_gives_vllm_its_share_of_the_whole_card(half_b_dir, monkeypatch):
+    """``--profile auto`` on a (faked) CUDA card with 8 of 24 GiB free: the plan is for the 8 GiB,
+    and the vLLM engine's share, which vLLM reads as a share of the whole card, is converted so it
+    takes what the plan gave it and no more."""
+    import node.profile_select as ps
+    from node.config import load_config
+
+    monkeypatch.setattr(ps, "free_device_memory", lambda device: (8 * GiB, 24 * GiB))
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    monkeypatch.setattr(ps, "_vllm_samples", lambda cfg: True)
+    cfg = load_config(None, {"model.name": str(half_b_dir), "model.device": "cuda:0",
+                             "generation.max_completion_length": 256})
+    plan = ps.plan_profile(cfg, "auto")
+    assert plan.source == "free 8.0 of 24.0 GiB on cuda:0" and plan.budget == 8 * GiB and plan.card == 24 * GiB
+    share = plan.estimate.vllm_share  # of the 8 GiB planned for
+    util = ps.profile_overrides(plan)["generation.vllm_gpu_memory_utilization"]
+    assert util * 24 * GiB >= share * 8 * GiB and (util - 0.01) * 24 * GiB < share * 8 * GiB
+    assert any(f"gpu_memory_utilization {util:.2f} of the card" in line for line in ps.describe(plan))
+    # The same plan from --profile 8gb is for a card of 8 GiB: the share is the estimate's own.
+    fixed = ps.plan_profile(cfg, "8gb")
+    assert fixed.card == fixed.budget and ps.profile_overrides(fixed)["generation.vllm_gpu_memory_utilization"] == \
+        max(0.05, fixed.estimate.vllm_share)
