@@ -87,3 +87,30 @@ def test_generation_never_runs_on_half_applied_weights(pair, monkeypatch):
     applier.join(30)
     assert not applier.is_alive() and _same(learner, follower)  # applied, once generation ended
     assert torch.equal(seen[0], seen[-1])  # the whole call sampled from one version
+
+
+def test_a_lora_learner_broadcasts_its_adapter_only_and_a_lora_follower_applies_it_exactly(tiny_model_dir):
+    """With LoRA what travels is the adapter (megabytes, not the model): only ``lora_`` tensors,
+    format ``safetensors-lora``, and a follower on the same base applies it exactly; a full-weights
+    follower refuses it, and the frozen base stays untouched."""
+    learner = Policy.load(tiny_model_dir, seed=0, lora_rank=4)
+    follower = Policy.load(tiny_model_dir, seed=1, lora_rank=4)
+    with torch.no_grad():
+        for name, p in learner.model.named_parameters():
+            if "lora_" in name:
+                p.add_(0.05 * torch.randn_like(p))
+    data, fmt = encode_state(learner)
+    assert fmt == "safetensors-lora"
+    from safetensors.torch import load as st_load
+
+    sent = st_load(data)
+    assert sent and all("lora_" in k for k in sent)
+    full = sum(v.numel() for v in learner.model.state_dict().values())
+    assert sum(v.numel() for v in sent.values()) < full / 4  # the adapter, not the model
+    base_before = {k: v.clone() for k, v in follower.model.state_dict().items() if "lora_" not in k}
+    apply_state(follower, data, fmt)
+    got = follower.trained_state()
+    assert set(got) == set(sent) and all(torch.equal(got[k].cpu(), sent[k]) for k in sent)
+    assert all(torch.equal(base_before[k], v) for k, v in follower.model.state_dict().items() if "lora_" not in k)
+    with pytest.raises(WeightStateError, match="cannot be applied"):
+        apply_state(Policy.load(tiny_model_dir, seed=0), data, fmt)
