@@ -110,14 +110,36 @@ def summarise(recs: list[dict]) -> dict:
 
 
 def profile_for(cfg, device: str) -> dict:
-    """The memory profile the node's ``--profile auto`` would choose here, and its estimate."""
-    from node.memory_profile import GiB, free_device_memory
+    """The memory profile the node's ``--profile auto`` would choose here, and its estimate; and
+    the estimate of what the runs below actually use (bf16, LoRA 16, checkpointing, the profile's
+    micro-batch), which is what their measured peak is held to."""
+    from dataclasses import replace
+
+    from node.memory_profile import GiB, Settings, estimate, free_device_memory
     from node.profile_select import plan_profile
 
     plan = plan_profile(cfg, "auto" if free_device_memory(device) else "24gb")
+    m = cfg.model
+    run = Settings(m.dtype, m.lora_rank, plan.settings.micro_batch, m.gradient_checkpointing,
+                   cfg.generation.batch_size, cfg.generation.max_completion_length)
+    est = estimate(plan.shape, run, replace(plan.workload, completion_tokens=cfg.generation.max_completion_length))
     return {"source": plan.source, "settings": plan.settings.describe(), "micro_batch": plan.settings.micro_batch,
             "estimated_peak_gib": round(plan.estimate.peak / GiB, 2),
-            "estimated_learner_gib": round(plan.estimate.learner / GiB, 2)}
+            "estimated_learner_gib": round(plan.estimate.learner / GiB, 2),
+            "run_settings": run.describe(), "run_estimated_peak_gib": round(est.peak / GiB, 2)}
+
+
+def verdicts(report: dict) -> dict:
+    """What the check must show, met or not (None: not measurable in this form)."""
+    from node.memory_profile import MARGIN
+
+    peaks = [r["peak_mib"] / 1024 for r in report["runs"].values() if "peak_mib" in r]
+    limit = report["profile"]["run_estimated_peak_gib"] / (1 - MARGIN)  # the estimate, with the margin it plans
+    return {"under_8_min": report["total_s"] < 480,
+            "every_option_finite": all(r["finite"] and r["steps"] > 0 for r in report["runs"].values()),
+            "peak_within_estimate": (max(peaks) <= limit) if peaks else None,
+            "peak_gib_over_estimate": round(max(peaks) / report["profile"]["run_estimated_peak_gib"], 3) if peaks else None,
+            "oom_recovered": report["oom_recovery"]["oom_halvings"] > 0 and report["oom_recovery"]["finite"]}
 
 
 def oom_run(model: Path, work: Path, device: str, steps: int, quick: bool) -> dict:
@@ -192,6 +214,8 @@ def main() -> None:
         report["oom_recovery"] = oom_run(model, work, args.device, max(2, args.steps // 2), args.quick)
         print(f"gpu_check: out-of-memory run: {json.dumps(report['oom_recovery'])}", flush=True)
     report["total_s"] = round(time.time() - t0, 1)
+    report["verdicts"] = verdicts(report)
+    print(f"gpu_check: verdicts {json.dumps(report['verdicts'])}", flush=True)
     args.out.write_text(json.dumps(report, indent=2))
     print(f"gpu_check: wrote {args.out} in {report['total_s']} s")
 

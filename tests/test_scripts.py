@@ -79,4 +79,7 @@ def test_gpu_check_runs_in_its_cpu_form(tmp_path):
         assert run["steps"] == 2 and run["finite"] and run["tokens_per_s"] > 0, name
     oom = report["oom_recovery"]
     assert oom["mode"] == "injected (CPU)" and oom["oom_halvings"] == 2 and oom["micro_batch"] == 4
-    assert report["profile"]["estimated_peak_gib"] > 0
+    assert report["profile"]["estimated_peak_gib"] > 0 and report["profile"]["run_estimated_peak_gib"] > 0
+    assert "LoRA rank 16" in report["profile"]["run_settings"]  # the estimate is of what the runs ran
+    v = report["verdicts"]
+    assert v["every_option_finite"] and v["oom_recovered"] and v["peak_within_estimate"] is None  # no CUDA peak here
