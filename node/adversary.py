@@ -98,7 +98,8 @@ import msgpack
 from node.clock import RoundClock
 from node.config import NodeConfig
 from node.errors import ConfigError
-from node.transport import Transport, create_transport
+from node.transport import Transport
+from node.transport.from_config import transport_from_config
 from protocol.codec import decode, encode
 from protocol.errors import MessageTooLarge
 from protocol.identity import Identity, load_or_create_identity
@@ -774,21 +775,7 @@ async def run_adversary(cfg: NodeConfig, attacks: list[str]) -> int:
     out.mkdir(parents=True, exist_ok=True)
     policy = await asyncio.to_thread(load_policy, cfg)  # only its tokenizer and fingerprints are used
     ident = load_or_create_identity(identity_path(cfg))
-    kwargs = {}
-    if sc.transport == "hivemind":
-        kwargs = dict(initial_peers=sc.initial_peers, host_maddrs=sc.host_maddrs,
-                      startup_timeout=sc.startup_timeout, join_retries=sc.join_retries,
-                      join_backoff=sc.join_backoff, use_relay=sc.use_relay, nat_port_map=sc.nat_port_map,
-                      round_seconds=sc.round_seconds, signer=ident)
-    elif sc.transport == "mqtt":
-        from node.trainer import mqtt_kwargs
-
-        kwargs = mqtt_kwargs(sc)
-    elif sc.transport == "libp2p":
-        from node.trainer import libp2p_kwargs
-
-        kwargs = libp2p_kwargs(sc, ident)
-    transport = create_transport(sc.transport, swarm=sc.name, publisher=ident.peer_id, **kwargs)
+    transport = transport_from_config(sc, ident)
     await transport.start()
     raw = sybil = None
     try:

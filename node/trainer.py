@@ -44,8 +44,9 @@ from node.roles import make_role
 from node.rollouts import external_samples, generate_rollouts, round_task_ids, to_records, to_train_samples
 from node.status import Phase, StatusFile
 from node.swarm import PeerGroup, SwarmExchange
-from node.transport import Transport, create_transport
-from node.transport.broker_url import parse_broker_url, resolve_password
+from node.transport import Transport
+from node.transport.broker_url import parse_broker_url
+from node.transport.from_config import transport_from_config
 from protocol.identity import load_or_create_identity
 from policies.errors import PolicyError
 from policies.learner import Learner
@@ -113,23 +114,6 @@ def _start_vllm(policy: Policy, cfg: NodeConfig):
                        cpu_kv_cache_gib=g.vllm_cpu_kv_cache_gib, sleep=g.vllm_sleep)
 
 
-def mqtt_kwargs(sc, on_retry=None) -> dict:
-    """The MQTT transport's arguments from swarm config: the broker (its TLS files, the password
-    resolved) and the join's timeout and retries."""
-    broker = parse_broker_url(sc.broker, password=resolve_password(sc.broker_password_file),
-                              ca_file=sc.broker_ca_file, cert_file=sc.broker_cert_file, key_file=sc.broker_key_file)
-    return dict(broker=broker, connect_timeout=sc.startup_timeout, join_retries=sc.join_retries,
-                join_backoff=sc.join_backoff, on_retry=on_retry)
-
-
-def libp2p_kwargs(sc, ident, on_retry=None) -> dict:
-    """The libp2p transport's arguments: the node's key is its host's, the hivemind listen and
-    bootstrap settings are its own."""
-    return dict(identity=ident, listen=sc.host_maddrs, bootstrap=sc.initial_peers, announce_addrs=sc.announce_maddrs,
-                startup_timeout=sc.startup_timeout,
-                join_retries=sc.join_retries, join_backoff=sc.join_backoff, on_retry=on_retry)
-
-
 def identity_path(cfg: NodeConfig) -> Path:
     return Path(cfg.swarm.identity) if cfg.swarm.identity else Path(cfg.run.dir) / "identity.pem"
 
@@ -142,20 +126,8 @@ async def build_exchange(cfg: NodeConfig, policy: Policy, transport: Transport |
     ident = load_or_create_identity(identity_path(cfg))
     log.info("peer id %s (key %s)", ident.peer_id, identity_path(cfg))
     if transport is None:
-        kwargs = {}
-        if sc.transport == "hivemind":
-            kwargs = dict(initial_peers=sc.initial_peers, host_maddrs=sc.host_maddrs,
-                          announce_maddrs=sc.announce_maddrs,
-                          p2p_identity_path=str(identity_path(cfg)) + ".p2p",
-                          startup_timeout=sc.startup_timeout, join_retries=sc.join_retries,
-                          join_backoff=sc.join_backoff, use_relay=sc.use_relay,
-                          nat_port_map=sc.nat_port_map, round_seconds=sc.round_seconds, signer=ident,
-                          on_retry=(lambda d: phase("joining the swarm", d)) if phase else None)
-        elif sc.transport == "mqtt":
-            kwargs = mqtt_kwargs(sc, on_retry=(lambda d: phase("joining the swarm", d)) if phase else None)
-        elif sc.transport == "libp2p":
-            kwargs = libp2p_kwargs(sc, ident, on_retry=(lambda d: phase("joining the swarm", d)) if phase else None)
-        transport = create_transport(sc.transport, swarm=sc.name, publisher=ident.peer_id, **kwargs)
+        transport = transport_from_config(sc, ident, p2p_identity_path=str(identity_path(cfg)) + ".p2p",
+                                          on_retry=(lambda d: phase("joining the swarm", d)) if phase else None)
     if cfg.faults.active:
         from node.transport.faulty import FaultyTransport
 
