@@ -155,6 +155,13 @@ def main() -> int:
     if "target" in result:
         md += ["", f"Target: {result['target']} -> {'met' if result['target_met'] else 'NOT met'} "
                    f"({result['recorder_peak_vs_bare']:.3f})."]
+        step = args.rows * args.vocab * 4
+        b, r = by["bare"], by["recorder"]
+        md += ["", f"Over the loaded model alone the recorder took {r['extra_bytes'] / mib:,.1f} MiB and bare "
+                   f"{b['extra_bytes'] / mib:,.1f} ({r['extra_bytes'] / b['extra_bytes']:.2f}x). What the recorder "
+                   f"holds beyond bare is one step's (B, V) scores kept one step longer (the sampled token is "
+                   f"known only at the next step): {step / mib:,.1f} MiB here, the same at any number of new "
+                   f"tokens; the allocator's run-to-run spread is of that order (earlier runs: 92 vs 112 MiB)."]
     md += ["", f"{result.get('machine', '')}, Python {result.get('python', '')}, torch {result.get('torch', '')}."]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
