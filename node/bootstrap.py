@@ -9,11 +9,10 @@ seconds, and shuts its daemon down cleanly on Ctrl-C or SIGTERM.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import signal
 from pathlib import Path
 
+from node.bootstrap_serve import serve_until_stopped
 from node.transport.dht_records import bootstrap_validator
 from node.transport.hivemind_dht import start_dht_node, stop_dht_node
 from policies.default_model import default_home
@@ -35,29 +34,14 @@ async def run_bootstrap(*, host: str, port: int, announce: list[str], initial_pe
         # It replicates records too: it keeps only owner-signed peer records (as every node does
         # for its swarm's keys) expiring within the hour. It knows no swarm or round: it needs not.
         record_validator=bootstrap_validator())
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
     try:
         maddrs = [str(m) for m in await node.p2p.get_visible_maddrs()]
-        if maddr_file is not None:
-            tmp = maddr_file.with_suffix(".tmp")
-            tmp.write_text("\n".join(maddrs) + "\n")
-            tmp.replace(maddr_file)  # readers never see half a file
-        print("bootstrap peer is up; nodes join with:", flush=True)
-        for m in maddrs:
-            print(f"  swarm-node join --bootstrap {m}", flush=True)
         log.info("bootstrap peer %s listening on %s (identity %s)", node.peer_id, maddrs, identity)
-        while not stop.is_set():
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=report_every)
-            except asyncio.TimeoutError:
-                log.info("bootstrap peer: %d peers in the routing table",
-                         len(node.protocol.routing_table.uid_to_peer_id))
+        await serve_until_stopped(
+            maddrs, what="bootstrap peer", join="swarm-node join --bootstrap", maddr_file=maddr_file,
+            report=lambda: f"{len(node.protocol.routing_table.uid_to_peer_id)} peers in the routing table",
+            report_every=report_every)
     finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
         await stop_dht_node(node, timeout=5.0)
     log.info("bootstrap peer stopped")
     return 0

@@ -471,7 +471,7 @@ def _main(argv: list[str] | None) -> int:
 
             return asyncio.run(run_libp2p_bootstrap(
                 host=args.host, port=args.port, initial_peers=args.initial_peers, identity=args.identity,
-                startup_timeout=args.startup_timeout, maddr_file=args.maddr_file))
+                startup_timeout=args.startup_timeout, announce=args.announce, maddr_file=args.maddr_file))
         if args.command == "bootstrap":
             from node.bootstrap import run_bootstrap
 

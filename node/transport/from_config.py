@@ -40,6 +40,6 @@ def transport_from_config(sc, ident: Identity, *, p2p_identity_path: str | None 
     elif sc.transport == "libp2p":
         # The node's key is its host's; hivemind's listen, announce and bootstrap settings are its own.
         kwargs = dict(identity=ident, listen=sc.host_maddrs, bootstrap=sc.initial_peers,
-                      announce_addrs=sc.announce_maddrs, startup_timeout=sc.startup_timeout,
+                      announce_addrs=sc.announce_maddrs, round_seconds=sc.round_seconds, startup_timeout=sc.startup_timeout,
                       join_retries=sc.join_retries, join_backoff=sc.join_backoff, on_retry=on_retry)
     return create_transport(sc.transport, swarm=sc.name, publisher=ident.peer_id, **kwargs)

@@ -53,6 +53,7 @@ import msgpack
 
 from node.broadcast.carrier import CarrierError
 from node.broadcast.libp2p_carrier import Libp2pCarrier
+from node.clock import RoundClock
 from node.transport.base import MAX_ANNOUNCEMENT_SIZE, MAX_ENVELOPE_SIZE, Delivery, Transport, TransportError
 from node.transport.gossip_budget import CheckBudget
 from node.transport.inbox import Inbox
@@ -108,6 +109,7 @@ class Libp2pTransport(Transport):
     join_backoff: float = 2.0
     on_retry: object = None  # callable(str): a join attempt failed and will be retried
     target_peers: int = 8
+    round_seconds: float | None = None  # the shared clock's: rounds far past it are not worth a check
     max_buffered: int = MAX_BUFFERED
     host: Libp2pHost | None = field(default=None, init=False)
     counts: collections.Counter = field(default_factory=collections.Counter, init=False)
@@ -123,6 +125,7 @@ class Libp2pTransport(Transport):
         if self.identity is None or self.identity.peer_id != self.publisher:
             raise TransportError("the libp2p transport needs the node's identity: its key is the libp2p host's")
         self.inbox = Inbox(self.max_buffered, self.counts, self.rejected)
+        self._clock = RoundClock(self.round_seconds) if self.round_seconds else None
         self._rollouts, self._peers = gossip_topics(self.swarm)
 
     def set_gate(self, gate: Callable[[Delivery], bool] | None) -> None:
@@ -206,10 +209,14 @@ class Libp2pTransport(Transport):
         frame = parse_frame(data)
         if frame is None:
             return self._refuse("rejected", "malformed_envelope")
+        # Bounded around the shared clock's round (the sender's claim past it is wrong); without a
+        # clock, around the newest round polled, which may lag: then too far ahead is not its fault.
         window = self.inbox.window
-        why = self._budget.body(publisher, frame[0], self.inbox.is_vouched(publisher), time.monotonic(),
-                                window[1] if window else None)
-        return True if why is None else self._refuse("rejected" if why == "wrong_round" else "counts", why)
+        newest = (self._clock.current() if self._clock is not None else window[1] if window else None)
+        why = self._budget.body(publisher, frame[0], self.inbox.is_vouched(publisher), time.monotonic(), newest)
+        if why is None:
+            return True
+        return self._refuse("rejected" if why == "wrong_round" and self._clock is not None else "counts", why)
 
     def _afford_heartbeat(self, publisher: str, data: bytes) -> bool:
         why = self._budget.heartbeat(publisher, self.inbox.is_vouched(publisher), time.monotonic())

@@ -13,6 +13,9 @@ trio thread (node/transport/trio_bridge.py) and used from asyncio.
   same body from its origin is one message however many peers forward it, and a copy re-wrapped
   under another key is another message (pubsub caches verdicts by id for minutes: a refused
   re-wrap must not block the honest original).
+- **Copies** of a message (the same body from its origin, via several mesh peers) are checked
+  once: pubsub marks a message seen only when its check ends, so copies arriving meanwhile wait
+  for the first's verdict, and deliveries are deduplicated by id.
 - **Deliveries** cross to the asyncio loop at most ``MAX_PENDING`` at a time; past that (a loop
   that stalls) they are dropped and counted, never queued without bound.
 - **Streams** (``open_stream`` / ``set_stream_handler``) come out as ``BridgedStream``: asyncio
@@ -35,6 +38,7 @@ py-libp2p and hivemind cannot be imported in one process (both register the prot
 from __future__ import annotations
 
 import asyncio
+import collections
 import hashlib
 import logging
 import random
@@ -73,6 +77,7 @@ PX_REPLY_BYTES = 64 * 1024
 DIAL_TIMEOUT_S = 10.0
 READ_CHUNK = 1 << 20
 MAX_PENDING = 512  # validated messages on their way to the asyncio loop
+RECENT_IDS = 4096  # ids of delivered messages remembered, to drop copies checked side by side
 
 
 def libp2p_key_pair(identity: Identity):
@@ -190,6 +195,8 @@ class Libp2pHost:
         self.addrs: list[str] = []
         self.refused = 0  # gossip whose origin is not an Ed25519 key (no swarm identity): dropped unchecked
         self.dropped = 0  # validated messages dropped because the loop had MAX_PENDING still to take
+        self.duplicates = 0  # copies of a message that passed while its first copy was being checked
+        self._validating: dict[bytes, _Verdict] = {}  # message id -> the verdict its copies wait for (trio's)
         self._pending = threading.BoundedSemaphore(MAX_PENDING)
 
     # -- lifecycle --------------------------------------------------------------------------------
@@ -325,6 +332,23 @@ class Libp2pHost:
         dropped before this node forwards them."""
 
         async def validate(forwarder: ID, msg) -> bool:
+            # pubsub marks a message seen only once its check is done: copies from other mesh peers
+            # that arrive meanwhile would each be checked (and charged to the budget) and delivered.
+            # They wait for the first copy's verdict instead; ``read`` drops the extra deliveries.
+            mid = _content_id(msg)
+            first = self._validating.get(mid)
+            if first is not None:
+                await first.done.wait()
+                return first.ok
+            verdict = self._validating[mid] = _Verdict()
+            try:
+                verdict.ok = await check(msg)
+            finally:
+                del self._validating[mid]
+                verdict.done.set()
+            return verdict.ok
+
+        async def check(msg) -> bool:
             publisher = publisher_of(msg.from_id)
             if publisher is None:
                 self.bridge.to_loop(self._count_refused)
@@ -351,11 +375,19 @@ class Libp2pHost:
             self.bridge.nursery.start_soon(read, sub)
 
         async def read(sub) -> None:
+            recent: collections.OrderedDict = collections.OrderedDict()  # ids delivered lately
             while True:
                 msg = await sub.get()
                 publisher = publisher_of(msg.from_id)
                 if publisher is None or publisher == self.identity.peer_id:  # gossip echoes our own
                     continue
+                mid = _content_id(msg)
+                if mid in recent:
+                    self.duplicates += 1
+                    continue
+                recent[mid] = None
+                if len(recent) > RECENT_IDS:
+                    recent.popitem(last=False)
                 if not self._pending.acquire(blocking=False):
                     self.dropped += 1
                     continue
@@ -425,7 +457,14 @@ class Libp2pHost:
 
     def info(self) -> dict:
         return {"peer_id_libp2p": self.peer_id, "addrs": self.addrs, "connected": len(self.connected()),
-                "not_ed25519": self.refused, "deliveries_dropped": self.dropped}
+                "not_ed25519": self.refused, "deliveries_dropped": self.dropped, "duplicates": self.duplicates}
+
+
+class _Verdict:
+    """One message's check, which copies arriving while it runs wait for (trio side)."""
+
+    def __init__(self):
+        self.done, self.ok = trio.Event(), False
 
 
 def _content_id(msg) -> bytes:

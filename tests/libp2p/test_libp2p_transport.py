@@ -358,3 +358,50 @@ def test_a_flood_of_fresh_identities_buys_a_bounded_number_of_checks_and_honest_
             await ea.close(), await ec.close(), await eb.close()
 
     asyncio.run(main())
+
+
+def test_copies_arriving_while_the_first_is_checked_are_checked_once_and_delivered_once():
+    """A diamond: A's gossip reaches D through B and through C. D's check is slow (0.5 s), so the
+    second copy arrives while the first is being checked, before pubsub marks it seen: it waits for
+    the first copy's verdict (one check, one budget charge) and is not delivered again (no replay
+    counted against an honest peer)."""
+    ia, ib, ic, idd = (Identity.generate() for _ in range(4))
+    clock = RoundClock(10.0)
+    r = clock.current()
+    topic = gossip_topics("t")[0]
+
+    async def main():
+        a = transport(ia)
+        ea = exchange(a, ia, clock)
+        await ea.start()
+        b, c = transport(ib, a.host.addrs, target_peers=1), transport(ic, a.host.addrs, target_peers=1)
+        eb, ec = exchange(b, ib, clock), exchange(c, ic, clock)
+        await eb.start(), await ec.start()
+        d = transport(idd, b.host.addrs + c.host.addrs, target_peers=2)
+        ed = exchange(d, idd, clock)
+        await ed.start()
+        await d.host.bridge.call(d.host.connect_bootstrap)  # both, not just the first that answers
+        checks = collections.Counter()
+        gate = d._gate
+
+        def slow(dl):
+            checks[dl.publisher] += 1
+            time.sleep(0.5)
+            return gate(dl)
+
+        d.set_gate(slow)
+        try:
+            await until(lambda: d.host.mesh_peers(topic) >= 2 and b.host.mesh_peers(topic) >= 2 and
+                        c.host.mesh_peers(topic) >= 2 and a.host.mesh_peers(topic) >= 2, 30, "the diamond's mesh")
+            for k in range(3):
+                await a.publish(r - k, envelope(ia, r - k, seq=1 + k), 60)
+            await until(lambda: ed.stats.envelopes_in == 3, 20, "A's envelopes at D")
+            await until(lambda: eb.stats.envelopes_in == 3 and ec.stats.envelopes_in == 3, 20, "at B and C")
+            await asyncio.sleep(1.0)  # any second delivery would be on its way by now
+            assert checks[ia.peer_id] == 3, checks
+            assert ed.stats.envelopes_in == 3 and not ed.stats.rejected and not d.rejected, (ed.stats.rejected, d.rejected)
+            assert d.counts.get("republished", 0) == 0
+        finally:
+            await ea.close(), await eb.close(), await ec.close(), await ed.close()
+
+    asyncio.run(main())
