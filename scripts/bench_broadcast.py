@@ -1,10 +1,21 @@
 """The pipelined weight broadcast against the source sending to every follower, with capped uploads.
 
-    python scripts/bench_broadcast.py --out docs/results          # 64 MB, 4 MB/s, N = 1 2 4 8 (~6 min)
+    python scripts/bench_broadcast.py --out docs/results          # 64 MB, 4 MB/s, N = 1 2 4 8, both carriers
+    python scripts/bench_broadcast.py --carriers hivemind --out /tmp   # the hivemind rows alone (~6 min)
 
-One source and N followers, each a ``BroadcastPeer`` on its own hivemind p2p daemon on loopback,
-every node's upload capped at U by the application's token bucket (node/broadcast/bucket.py), so
-the cap is the same on any machine. For each N, in one run and on the same daemons:
+One source and N followers, each a ``BroadcastPeer`` on a transport of its own on loopback, every
+node's upload capped at U by the application's token bucket (node/broadcast/bucket.py), so the
+cap is the same on any machine. Everything below runs once per carrier (``--carriers``), in one
+invocation:
+
+- ``hivemind``: each node its own hivemind p2p daemon (``HivemindCarrier``), in this process;
+- ``libp2p``: each node a py-libp2p host on its own key (``Libp2pCarrier`` over a ``Libp2pHost``:
+  noise, yamux, a trio thread per host, no daemon). py-libp2p and hivemind cannot be imported in
+  one process, so these rows run in a child process (this script with ``--carriers libp2p
+  --json-out FILE``) and are merged into the same report.
+
+The peers know each other's addresses from a shared table (what a directory would hand them), so
+the two differ only in the carrier. For each N, on the same transports:
 
 - (a) ``pipelined``: the chain (fanout 1) of node/broadcast/topology.py;
 - (b) ``source_to_all``: the star (fanout N), the source uploading every copy itself;
@@ -14,13 +25,17 @@ the cap is the same on any machine. For each N, in one run and on the same daemo
 The time of a trial is from ``publish`` to the last follower holding the whole version, verified
 (``on_version``); each follower's bytes are checked against the source's. At the largest N the
 chain runs once more with one relay (the middle one) killed when it holds half the version: its
-daemon is shut down, its children route around it; and once under a flood of fresh identities:
-200 announce as followers, the source orders relays as a learner does (node/broadcast/directory.py:
-the N - 1 followers it vouches for first, then at most 4 strangers, drawn by hash from the
-newcomer and the 200), and the strangers that get a place stall every chunk request (NOT_YET,
-forever). The row gives the vouched followers' time and the newcomer's, beside the clean chain.
+daemon (libp2p: its host) is shut down, its children route around it; and once under a flood of
+fresh identities: 200 announce as followers, the source orders relays as a learner does
+(``relay_order``, node/broadcast/directory_api.py: the N - 1 followers it vouches for first, then
+at most 4 strangers, drawn by hash from the newcomer and the 200), and the strangers that get a
+place stall every chunk request (NOT_YET, forever). The row gives the vouched followers' time and
+the newcomer's, beside the clean chain. Each row also gives this process's CPU over the trial:
+every libp2p host shares it (py-libp2p encrypts and muxes in Python), so where it nears one core
+the libp2p rows measure the machine rather than the broadcast.
 
-Writes ``bench_broadcast.json`` and ``bench_broadcast.md`` into ``--out``.
+Writes ``bench_broadcast.json`` and ``bench_broadcast.md`` into ``--out`` (one table, a row per
+carrier and N).
 """
 
 from __future__ import annotations
@@ -38,6 +53,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench_common import in_own_process  # noqa: E402
+
+CARRIERS = ("hivemind", "libp2p")
+CARRIER_TEXT = {"hivemind": "hivemind p2p streams, a p2pd daemon per node",
+                "libp2p": "py-libp2p streams, a host per node (a trio thread of a second process)"}
 META = dict(model_fingerprint="bench", tokenizer_fingerprint="bench", format="safetensors-full")
 
 
@@ -55,9 +75,30 @@ def _staller_class():
     return Staller
 
 
-async def _network(n: int, upload: float, window: int, stallers=()):
+async def _carrier(kind: str, ident, upload: float):
+    """A carrier on a transport of its own (a p2pd daemon; a py-libp2p host on ``ident``'s key, as
+    a node's), uploads capped at ``upload``; closing it ends that transport, as a killed node's."""
     from node.broadcast.bucket import TokenBucket
-    from node.broadcast.hivemind_carrier import HivemindCarrier
+
+    bucket = TokenBucket(upload, burst=256 * 1024)
+    if kind == "hivemind":
+        from node.broadcast.hivemind_carrier import HivemindCarrier
+
+        return await HivemindCarrier.create("bench", bucket)
+    from node.broadcast.libp2p_carrier import Libp2pCarrier, weights_protocol
+    from node.transport.libp2p_host import Libp2pHost
+
+    class HostCarrier(Libp2pCarrier):
+        async def close(self):
+            await super().close()
+            await self.host.close()
+
+    host = Libp2pHost(ident, ["/ip4/127.0.0.1/tcp/0"], [])
+    await host.start()
+    return HostCarrier(host, weights_protocol("bench"), bucket)
+
+
+async def _network(kind: str, n: int, upload: float, window: int, stallers=()):
     from node.broadcast.peer import BroadcastPeer
     from protocol.identity import Identity
 
@@ -66,7 +107,7 @@ async def _network(n: int, upload: float, window: int, stallers=()):
     done: dict[str, asyncio.Queue] = {}
     peers = []
     for k, ident in enumerate(ids):
-        carrier = await HivemindCarrier.create("bench", TokenBucket(upload, burst=256 * 1024))
+        carrier = await _carrier(kind, ident, upload)
         q = done[ident.peer_id] = asyncio.Queue()
 
         async def on_version(m, data, q=q):
@@ -77,8 +118,7 @@ async def _network(n: int, upload: float, window: int, stallers=()):
                                    window=window))
     Staller = _staller_class()
     for ident in stallers:
-        carrier = await HivemindCarrier.create("bench", TokenBucket(upload, burst=256 * 1024))
-        peers.append(Staller(ident, carrier, swarm="bench", directory=directory))
+        peers.append(Staller(ident, await _carrier(kind, ident, upload), swarm="bench", directory=directory))
     for p in peers:
         await p.start()
         directory[p.me] = p.carrier.address
@@ -92,7 +132,7 @@ async def _trial(peers, done, data: bytes, version: int, fanout: int, chunk: int
     src, followers = peers[0], [p for p in peers[1:] if p.me in done]
     want = hashlib.sha256(data).digest()
     taken0 = src.carrier.upload.taken
-    t0 = time.monotonic()
+    t0, cpu0 = time.monotonic(), time.process_time()
     m = await src.publish(data, version=version, step=version, relays=relays or [p.me for p in followers],
                           fanout=fanout, chunk_size=chunk, **META)
     for p in followers:
@@ -119,7 +159,11 @@ async def _trial(peers, done, data: bytes, version: int, fanout: int, chunk: int
         if digest != want:
             raise SystemExit(f"follower {p.me} got different bytes")
         ends.append(at - t0)
-    out = {"seconds": max(ends), "first_s": min(ends), "each_s": ends, "source_upload_bytes": src.carrier.upload.taken - taken0,
+    # this process's CPU over the trial (one core = 1): every node's Python side, py-libp2p's
+    # encryption and muxing included; hivemind's run in the p2pd daemons, other processes
+    cpu = (time.process_time() - cpu0) / (time.monotonic() - t0)
+    out = {"seconds": max(ends), "first_s": min(ends), "each_s": ends, "process_cpu_share": cpu,
+           "source_upload_bytes": src.carrier.upload.taken - taken0,
            "followers_done": len(ends), "fallbacks": sum(p.stats.fallbacks for p in alive),
            "failed_requests": sum(sum(p.stats.failed_requests.values()) for p in alive),
            "bad_chunks": sum(sum(p.stats.bad_chunks.values()) for p in alive)}
@@ -128,49 +172,50 @@ async def _trial(peers, done, data: bytes, version: int, fanout: int, chunk: int
     return out
 
 
-async def run(args) -> dict:
+async def run(args, kind: str) -> dict:
+    """Every trial over carrier ``kind``; each row names it."""
     size, upload, chunk = int(args.size_mb * 1e6), args.upload_mbps * 1e6, int(args.chunk_kb * 1024)
     rng = random.Random(0)
     limit = size / upload
     rows = []
     version = 0
     for n in args.followers:
-        peers, done = await _network(n, upload, args.window)
+        peers, done = await _network(kind, n, upload, args.window)
         try:
             for mode, fanout in (("pipelined", 1), ("source_to_all", n)):
                 version += 1
                 r = await _trial(peers, done, rng.randbytes(size), version, fanout, chunk)
                 rows.append({"followers": n, "mode": mode, "fanout": fanout, **r, "limit_s": limit,
                              "x_limit": r["seconds"] / limit})
-                print(f"N={n} {mode:13s} {r['seconds']:6.2f} s  = {r['seconds'] / limit:.2f} x S/U", flush=True)
+                print(f"{kind} N={n} {mode:13s} {r['seconds']:6.2f} s  = {r['seconds'] / limit:.2f} x S/U", flush=True)
         finally:
             for p in peers:
                 await p.close()
     n = max(args.followers)
     if n >= 3:
-        peers, done = await _network(n, upload, args.window)
+        peers, done = await _network(kind, n, upload, args.window)
         try:
             version += 1
             r = await _trial(peers, done, rng.randbytes(size), version, 1, chunk, kill=n // 2 - 1)
             rows.append({"followers": n, "mode": "pipelined, one relay killed", "fanout": 1, **r, "limit_s": limit,
                          "x_limit": r["seconds"] / limit})
-            print(f"N={n} relay killed  {r['seconds']:6.2f} s  = {r['seconds'] / limit:.2f} x S/U", flush=True)
+            print(f"{kind} N={n} relay killed  {r['seconds']:6.2f} s  = {r['seconds'] / limit:.2f} x S/U", flush=True)
         finally:
             for p in peers:
                 await p.close()
     if n >= 2:
-        rows.append(await _flood_trial(n, upload, args.window, rng.randbytes(size), version + 1, chunk, limit))
+        rows.append(await _flood_trial(kind, n, upload, args.window, rng.randbytes(size), version + 1, chunk, limit))
     return {"size_bytes": size, "upload_bytes_per_s": upload, "chunk_bytes": chunk, "window": args.window,
-            "limit_s": limit, "rows": rows,
+            "limit_s": limit, "rows": [{"carrier": kind, **r} for r in rows],
             "environment": {"python": platform.python_version(), "machine": f"{platform.machine()}, "
-                            f"{os.cpu_count()} CPUs", "carrier": "hivemind p2p streams (loopback)"}}
+                            f"{os.cpu_count()} CPUs", "carriers": {kind: CARRIER_TEXT[kind]}}}
 
 
-async def _flood_trial(n: int, upload: float, window: int, data: bytes, version: int, chunk: int,
+async def _flood_trial(kind: str, n: int, upload: float, window: int, data: bytes, version: int, chunk: int,
                        limit: float) -> dict:
     """N honest followers (N - 1 vouched, one newcomer) and 200 fresh identities announcing as
     followers; the relays are what a learner would sign; the strangers listed stall."""
-    from node.broadcast.directory import relay_order
+    from node.broadcast.directory_api import relay_order
     from node.broadcast.topology import upstream
     from protocol.identity import Identity
 
@@ -181,7 +226,7 @@ async def _flood_trial(n: int, upload: float, window: int, data: bytes, version:
     honest = [i.peer_id for i in draft]
     order = relay_order([*honest, *ids_of], version, vouched=set(honest[:-1]))
     listed = [ids_of[p] for p in order if p in ids_of]
-    peers, done = await _network(n, upload, window, stallers=listed)
+    peers, done = await _network(kind, n, upload, window, stallers=listed)
     try:
         followers = [p for p in peers[1:] if p.me in done]
         # map the drafted ids onto the network's followers (same count, order kept)
@@ -198,7 +243,7 @@ async def _flood_trial(n: int, upload: float, window: int, data: bytes, version:
                "newcomer_listed": newcomer.me in m.relays,
                "strangers_above_newcomer": sum(p in {s.peer_id for s in listed} for p in up),
                "newcomer_failed_requests": sum(newcomer.stats.failed_requests.values())}
-        print(f"N={n} flood: vouched {row['vouched_s']:.2f} s, newcomer {row['newcomer_s']:.2f} s "
+        print(f"{kind} N={n} flood: vouched {row['vouched_s']:.2f} s, newcomer {row['newcomer_s']:.2f} s "
               f"({row['strangers_above_newcomer']} strangers above it)", flush=True)
         return row
     finally:
@@ -208,37 +253,45 @@ async def _flood_trial(n: int, upload: float, window: int, data: bytes, version:
 
 def report(result: dict, out: Path) -> str:
     S, U = result["size_bytes"] / 1e6, result["upload_bytes_per_s"] / 1e6
-    by = {(r["followers"], r["mode"]): r for r in result["rows"]}
+    carriers = result["environment"]["carriers"]
+    by = {(r["carrier"], r["followers"], r["mode"]): r for r in result["rows"]}
     md = [f"# Weight broadcast: pipelined chain vs the source sending to all", "",
           f"A {S:.0f} MB version, chunks of {result['chunk_bytes'] // 1024} KiB, every node's upload capped at "
-          f"{U:.0f} MB/s (token bucket), hivemind p2p streams on loopback, one process. S/U = "
-          f"{result['limit_s']:.2f} s. Time = publish to the last follower holding the verified version.", "",
-          "| followers N | pipelined (s) | × S/U | source to all (s) | × S/U | source to all / pipelined | "
-          "source uploaded, pipelined (copies) |",
-          "|---:|---:|---:|---:|---:|---:|---:|"]
-    for n in sorted({r["followers"] for r in result["rows"]}):
-        a, b = by.get((n, "pipelined")), by.get((n, "source_to_all"))
+          f"{U:.0f} MB/s (token bucket), on loopback over "
+          + "; ".join(f"**{k}**: {v}" for k, v in carriers.items()) + f". S/U = "
+          f"{result['limit_s']:.2f} s. Time = publish to the last follower holding the verified version. "
+          "*Process CPU*: the benchmark process's CPU time over the trial (one core = 100%): every "
+          "node's Python side, py-libp2p's encryption and muxing included (hivemind's run in the "
+          "p2pd daemons); near 100%, the time measures this machine's CPU, not the broadcast.", "",
+          "| followers N | carrier | pipelined (s) | × S/U | source to all (s) | × S/U | source to all / pipelined | "
+          "source uploaded, pipelined (copies) | process CPU, pipelined |",
+          "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for n, c in ((n, c) for n in sorted({r["followers"] for r in result["rows"]}) for c in carriers):
+        a, b = by.get((c, n, "pipelined")), by.get((c, n, "source_to_all"))
         if a is None or b is None:
             continue
-        md.append(f"| {n} | {a['seconds']:.2f} | {a['x_limit']:.2f} | {b['seconds']:.2f} | {b['x_limit']:.2f} | "
-                  f"{b['seconds'] / a['seconds']:.2f} | {a['source_upload_bytes'] / result['size_bytes']:.2f} |")
+        md.append(f"| {n} | {c} | {a['seconds']:.2f} | {a['x_limit']:.2f} | {b['seconds']:.2f} | {b['x_limit']:.2f} | "
+                  f"{b['seconds'] / a['seconds']:.2f} | {a['source_upload_bytes'] / result['size_bytes']:.2f} | "
+                  f"{a['process_cpu_share']:.0%} |")
     killed = [r for r in result["rows"] if "killed" in r]
     for r in killed:
-        md += ["", f"With one relay of {r['followers']} (position {r['killed']['relay']} of the chain) killed at "
-                   f"{r['killed']['at_s']:.2f} s, holding half the version: the other {r['followers_done']} "
-                   f"followers completed in {r['seconds']:.2f} s ({r['x_limit']:.2f} × S/U), "
+        md += ["", f"{r['carrier']}: with one relay of {r['followers']} (position {r['killed']['relay']} of the "
+                   f"chain) killed at {r['killed']['at_s']:.2f} s, holding half the version: the other "
+                   f"{r['followers_done']} followers completed in {r['seconds']:.2f} s ({r['x_limit']:.2f} × S/U), "
                    f"{r['fallbacks']} chunks fetched from the node above the dead relay."]
     for r in [r for r in result["rows"] if "newcomer_s" in r]:
-        clean = by.get((r["followers"], "pipelined"))
-        md += ["", f"Under a flood of 200 fresh identities announcing as followers ({r['strangers_listed']} of them "
-                   f"listed as relays by the learner's rule, each stalling every request): the "
-                   f"{r['followers'] - 1} vouched followers completed in {r['vouched_s']:.2f} s "
+        clean = by.get((r["carrier"], r["followers"], "pipelined"))
+        md += ["", f"{r['carrier']}: under a flood of 200 fresh identities announcing as followers "
+                   f"({r['strangers_listed']} of them listed as relays by the learner's rule, each stalling every "
+                   f"request): the {r['followers'] - 1} vouched followers completed in {r['vouched_s']:.2f} s "
                    f"({r['vouched_s'] / result['limit_s']:.2f} × S/U"
                    + (f"; clean chain {clean['seconds']:.2f} s" if clean else "") + "), the newcomer (not vouched, "
                    f"{'listed' if r['newcomer_listed'] else 'a leaf'}, {r['strangers_above_newcomer']} stranger(s) "
                    f"above it) in {r['newcomer_s']:.2f} s after {r['newcomer_failed_requests']} failed requests."]
+    if result.get("missing"):
+        md += ["", f"Not measured: {', '.join(result['missing'])} (its process failed; see the run's output)."]
     md += ["", "Command: `python scripts/bench_broadcast.py --out docs/results` "
-               f"(--size-mb {S:g} --upload-mbps {U:g})."]
+               f"(--size-mb {S:g} --upload-mbps {U:g} --carriers {' '.join(carriers)})."]
     table = "\n".join(md) + "\n"
     out.mkdir(parents=True, exist_ok=True)
     (out / "bench_broadcast.json").write_text(json.dumps(result, indent=2) + "\n")
@@ -246,7 +299,7 @@ def report(result: dict, out: Path) -> str:
     return table
 
 
-def main() -> None:
+def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size-mb", type=float, default=64.0, help="size S of the version (MB, 1e6 bytes)")
@@ -256,11 +309,32 @@ def main() -> None:
     ap.add_argument("--chunk-kb", type=float, default=256.0, help="chunk size (KiB); nodes pick it by size")
     ap.add_argument("--window", type=int, default=4, help="chunk requests a follower keeps in flight")
     ap.add_argument("--followers", type=int, nargs="+", default=[1, 2, 4, 8])
+    ap.add_argument("--carriers", nargs="+", choices=CARRIERS, default=list(CARRIERS),
+                    help="transports to run every trial over (libp2p's in a child process)")
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "docs" / "results")
+    ap.add_argument("--json-out", type=Path, default=None,
+                    help="only the result, as JSON into this file, no report (how the libp2p rows run in a "
+                         "process of their own)")
     args = ap.parse_args()
-    result = asyncio.run(run(args))
+    parts = {}
+    for kind in args.carriers:
+        if kind == "libp2p" and args.json_out is None:
+            # the same flags (argparse keeps an option's last value)
+            parts[kind] = in_own_process(__file__, [*sys.argv[1:], "--carriers", kind])
+        else:
+            parts[kind] = asyncio.run(run(args, kind))
+    done = [p for p in parts.values() if p is not None]
+    if not done:
+        return 1
+    result = {**done[0], "rows": [r for p in done for r in p["rows"]],
+              "missing": [k for k, p in parts.items() if p is None]}
+    result["environment"]["carriers"] = {k: v for p in done for k, v in p["environment"]["carriers"].items()}
+    if args.json_out is not None:
+        args.json_out.write_text(json.dumps(result))
+        return 0
     print(report(result, args.out))
+    return 1 if result["missing"] else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,5 +1,5 @@
-"""What the benchmark scripts share: common flags and set-up, and the report writer (the
-oversubscription note, the JSON and markdown files)."""
+"""What the benchmark scripts share: common flags and set-up, the report writer (the
+oversubscription note, the JSON and markdown files), and running rows in a process of their own."""
 
 from __future__ import annotations
 
@@ -46,6 +46,26 @@ def setup(args: argparse.Namespace) -> None:
         from policies.default_model import ensure_default_model
 
         args.model = str(ensure_default_model())
+
+
+def in_own_process(script: str | Path, argv: list[str]) -> dict | None:
+    """Run ``script argv --json-out FILE`` in a fresh interpreter and return FILE's JSON, or None
+    if it failed (said on stderr: the caller reports the rows it has and says which are missing).
+
+    py-libp2p and hivemind cannot be imported in one process (both register the protobuf symbol
+    ``crypto.pb.KeyType``), so a benchmark that compares them measures its libp2p rows this way,
+    within the same invocation. The child's output (its progress lines) goes to ours."""
+    import subprocess
+    import sys
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
+        out = Path(tmp) / "rows.json"
+        code = subprocess.run([sys.executable, str(script), *argv, "--json-out", str(out)]).returncode
+        if code == 0:
+            return json.loads(out.read_text())
+    print(f"{Path(script).name} {' '.join(argv)}: exit status {code}; those rows are missing", file=sys.stderr)
+    return None
 
 
 def write_report(out_dir: Path, stem: str, result: dict, md: list[str], times: dict[str, list[float]]) -> str:

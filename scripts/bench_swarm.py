@@ -3,6 +3,7 @@
     python scripts/bench_swarm.py                         # N = 2 4 8 peers, 30 trials, poll 0.05 s
     python scripts/bench_swarm.py --peers 2 4 8 --trials 30 --poll 0.05 --verify-n 2000 --out docs/results
     python scripts/bench_swarm.py --poll 0.25 --tag poll-default     # the node's default poll interval
+    python scripts/bench_swarm.py --transports memory libp2p --tag libp2p   # some transports only
 
 The batch is what a node publishes each round with the default config: ``local_groups`` (4) task
 groups x ``num_generations`` (8) completions = 32 ``RolloutRecord``s of at most 16 new tokens,
@@ -21,21 +22,34 @@ generated for real by the embedded default model the way the trainer does it
    +-50% so that receivers sharing one event loop do not phase-lock), timestamping each
    admission. Reported per N: median and p95 over trials of the time until *all* N receivers
    have admitted the batch, and the median per-receiver latency. Trial k+1 is published only once
-   every receiver has trial k, after a random gap (up to 3 receive cycles) so the publication falls
-   at a random point of each receiver's poll cycle, and never in the last 2 s of a round; the
-   first ``--warmup`` trials (connection set-up) are not counted. Receivers poll, they are not
-   pushed: polling alone adds ~poll/2 on average (13/24 poll with the jitter; the node's default
-   ``swarm.poll_seconds`` is 0.25 s).
+   every receiver has trial k, in a round of its own (1 s rounds, the demo's), as a node publishes
+   one batch a round: the exchange admits one batch per sender and round, and the transports
+   fetch or hand over one body per publisher and round (hivemind tries a publisher once a round,
+   the libp2p inbox hands over at most two). It goes out after a random gap from the round's
+   start (up to 3 receive cycles, at most half a round), so the publication falls at a random
+   point of each receiver's poll cycle; the first ``--warmup`` trials (connection set-up) are not
+   counted. Receivers poll, they are not pushed: polling alone adds ~poll/2 on average (13/24 poll
+   with the jitter; the node's default ``swarm.poll_seconds`` is 0.25 s).
 
-   Two transports, side by side for each N:
+   Three transports, side by side for each N:
 
    - ``hivemind``: real hivemind DHT nodes, each with its own p2pd daemon, on 127.0.0.1 (one
      bootstrap node + the publisher + N receivers). The publisher stores a small index record in
      the DHT; a receiver finds it with one DHT get_many over the polled rounds and fetches the body over a
      libp2p stream from the publisher.
+   - ``libp2p``: py-libp2p hosts (``Libp2pTransport``), each in a trio thread of its own, no
+     daemon: one bootstrap host that joins no topic (as ``swarm-node bootstrap --transport
+     libp2p``) + the publisher + N receivers, which find each other through it by peer exchange.
+     The envelope is pushed over gossipsub; every node's topic validator runs the node's admission
+     checks (``SwarmExchange.gate``, in a worker thread) before it forwards or delivers it, and the
+     receiver's poll takes it from its inbox and admits it as over hivemind. Timing starts once
+     every node has min(N, D_low = 4) peers in its gossipsub mesh (waited for, not slept). py-libp2p
+     and hivemind cannot be imported in one process, so these rows run in a child process of
+     the same invocation (this script with ``--transports libp2p --json-out FILE``, one per N,
+     interleaved with the others), which regenerates the same batch from ``--seed``.
    - ``memory``: the in-process ``MemoryTransport`` through a shared ``MemoryHub``: the same
-     exchange code, poll loop and admission, no network. ``hivemind / memory`` (and the difference
-     in ms) isolates what the network and the DHT cost.
+     exchange code, poll loop and admission, no network. ``hivemind / memory`` and
+     ``libp2p / memory`` (and the differences in ms) isolate what each network stack costs.
 
 2. Verification throughput: envelopes per second one node admits, over ``--verify-n`` distinct
    envelopes of the batch (each freshly signed, own seq and nonce), timed in 10 chunks:
@@ -50,6 +64,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
+import json
 import os
 import random
 import statistics
@@ -57,6 +73,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -77,13 +94,14 @@ from protocol.identity import Identity  # noqa: E402
 from protocol.messages import RolloutRecord  # noqa: E402
 from protocol.signing import Verifier, VerifyResult, envelope_from_bytes  # noqa: E402
 from rewards.scoring import RewardConfig  # noqa: E402
-from bench_common import environment, write_report  # noqa: E402
+from bench_common import environment, in_own_process, write_report  # noqa: E402
 
 SWARM = "bench"
-ROUND_SECONDS = 60.0  # long rounds: a whole run spans few round boundaries (harmless either way)
+ROUND_SECONDS = 1.0  # the demo's round (docs/examples/swarm_demo.toml): one trial a round
 NODE_POLL_SECONDS = NodeConfig().swarm.poll_seconds  # quoted in the report (0.25 s)
 LOOPBACK = dict(host_maddrs=["/ip4/127.0.0.1/tcp/0"], use_relay=False, nat_port_map=False)
-ROUND_GUARD_S = 2.0  # no publication this close to the end of a round
+TRANSPORTS = ("memory", "hivemind", "libp2p")
+MESH_TIMEOUT_S = 60.0  # libp2p: gossipsub meshes form within a few heartbeats (1 s each)
 CHUNKS = 10
 
 
@@ -188,13 +206,13 @@ async def receive(idx: int, ex: SwarmExchange, run: SwarmRun, poll: float) -> No
 
 
 async def publish_trial(pub: SwarmExchange, run: SwarmRun, records: list[RolloutRecord], n: int,
-                        timeout: float) -> Publication:
-    """Sign and publish a fresh envelope, then wait until all ``n`` receivers admitted it."""
+                        gap: float, timeout: float) -> Publication:
+    """Sign and publish a fresh envelope ``gap`` s into the next round, then wait until all ``n``
+    receivers admitted it. The first half of a round at most: with --max-round-lag 0 receivers stop
+    polling a round the moment it ends, and a batch published just before would never arrive."""
     clock = pub.clock
-    if clock.end_of(clock.current()) - time.time() < ROUND_GUARD_S:
-        # Receivers stop polling a round once it leaves their window; with --max-round-lag 0
-        # that is the moment it ends, and a batch published just before would never arrive.
-        await clock.wait_for(clock.current() + 1)
+    await clock.wait_for(clock.current() + 1)
+    await asyncio.sleep(min(gap, clock.round_seconds / 2))
     t0 = time.perf_counter()
     r = clock.current()
     data = pub.make_envelope(r, 0, records)
@@ -208,41 +226,69 @@ async def publish_trial(pub: SwarmExchange, run: SwarmRun, records: list[Rollout
     return p
 
 
-async def make_transports(kind: str, count: int, ids: list[Identity]) -> tuple[list[Transport], object]:
-    """``count`` started transports of ``kind``, and the hivemind bootstrap node (or None)."""
+async def make_transports(kind: str, ids: list[Identity]) -> tuple[list[Transport], Callable | None]:
+    """A started transport of ``kind`` per identity, and what stops the bootstrap node (hivemind's
+    DHT node, libp2p's host; None for memory)."""
+    stop_boot = None
     if kind == "memory":
         hub = MemoryHub()
         ts = [MemoryTransport(swarm=SWARM, publisher=i.peer_id, hub=hub) for i in ids]
-        for t in ts:
-            await t.start()
-        return ts, None
-    from node.transport.hivemind_dht import HivemindTransport, start_dht_node
+    elif kind == "hivemind":
+        from node.transport.dht_records import bootstrap_validator
+        from node.transport.hivemind_dht import HivemindTransport, start_dht_node, stop_dht_node
 
-    from node.transport.dht_records import bootstrap_validator
+        boot = await start_dht_node(initial_peers=[], retries=0, record_validator=bootstrap_validator(), **LOOPBACK)
+        stop_boot = functools.partial(stop_dht_node, boot)
+        maddrs = [str(m) for m in await boot.p2p.get_visible_maddrs()]
+        # round_seconds as the node passes it: the DHT record validator then checks these round keys;
+        # each transport signs its records with its identity, as a node does.
+        ts = [HivemindTransport(swarm=SWARM, publisher=i.peer_id, signer=i, initial_peers=maddrs, join_retries=0,
+                                round_seconds=ROUND_SECONDS, **LOOPBACK) for i in ids]
+    else:
+        from node.transport.libp2p import Libp2pTransport
+        from node.transport.libp2p_host import Libp2pHost
 
-    boot = await start_dht_node(initial_peers=[], retries=0, record_validator=bootstrap_validator(), **LOOPBACK)
-    maddrs = [str(m) for m in await boot.p2p.get_visible_maddrs()]
-    # round_seconds as the node passes it: the DHT record validator then checks these round keys;
-    # each transport signs its records with its identity, as a node does.
-    ts = [HivemindTransport(swarm=SWARM, publisher=i.peer_id, signer=i, initial_peers=maddrs, join_retries=0,
-                            round_seconds=ROUND_SECONDS, **LOOPBACK) for i in ids]
+        listen = LOOPBACK["host_maddrs"]
+        boot = Libp2pHost(Identity.generate(), listen, [])  # joins no topic, as the libp2p bootstrap
+        await boot.start()
+        stop_boot = boot.close
+        ts = [Libp2pTransport(swarm=SWARM, publisher=i.peer_id, identity=i, listen=listen, bootstrap=boot.addrs,
+                              join_retries=0, round_seconds=ROUND_SECONDS) for i in ids]
     try:
         for t in ts:  # one after the other: each joiner finds the ones before it
             await t.start()
+        if kind == "libp2p":
+            await gossip_mesh_formed(ts)
     except BaseException:
-        await close_all(ts, boot)
+        await close_all(ts, stop_boot)
         raise
-    return ts, boot
+    return ts, stop_boot
 
 
-async def close_all(ts: list[Transport], boot) -> None:
-    """Close every transport and the bootstrap node: no p2pd may outlive the benchmark."""
+async def gossip_mesh_formed(ts: list[Transport]) -> None:
+    """Until every libp2p node has min(N, D_low) peers in its rollouts mesh (gossipsub grafts up to
+    D_low on its heartbeat): before that a publication may reach only part of the swarm."""
+    from node.transport.libp2p import gossip_topics
+
+    topic = gossip_topics(SWARM)[0]
+    deadline = time.monotonic() + MESH_TIMEOUT_S
+    while True:
+        sizes = [t.host.mesh_peers(topic) for t in ts]
+        want = min(len(ts) - 1, ts[0].host.pubsub.router.degree_low)
+        if min(sizes) >= want:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"libp2p: gossipsub meshes of {sizes} peers after {MESH_TIMEOUT_S:g} s, "
+                               f"wanted {want} each")
+        await asyncio.sleep(0.05)
+
+
+async def close_all(ts: list[Transport], stop_boot: Callable | None) -> None:
+    """Close every transport and the bootstrap node: no p2pd (nor trio thread) may outlive the benchmark."""
     for t in ts:
         await t.close()
-    if boot is not None:
-        from node.transport.hivemind_dht import stop_dht_node
-
-        await stop_dht_node(boot)
+    if stop_boot is not None:
+        await stop_boot()
 
 
 async def latency(kind: str, n: int, policy: Policy, records: list[RolloutRecord],
@@ -251,9 +297,12 @@ async def latency(kind: str, n: int, policy: Policy, records: list[RolloutRecord
     clock = RoundClock(ROUND_SECONDS)
     ids = [Identity.generate() for _ in range(n + 1)]
     t_setup = time.perf_counter()
-    ts, boot = await make_transports(kind, n + 1, ids)
+    ts, stop_boot = await make_transports(kind, ids)
     setup_s = time.perf_counter() - t_setup
     exs = [make_exchange(t, i, policy, clock, args.poll, args.max_round_lag) for t, i in zip(ts, ids)]
+    for ex in exs:  # as SwarmExchange.start, which would also start a receive loop of its own
+        ex._loop = asyncio.get_running_loop()
+        ex.transport.set_gate(ex.gate)  # libp2p: the topic validator; the others have no gate
     pub, receivers = exs[0], exs[1:]
     run = SwarmRun()
     tasks = [asyncio.create_task(receive(k, ex, run, args.poll)) for k, ex in enumerate(receivers)]
@@ -266,13 +315,7 @@ async def latency(kind: str, n: int, policy: Policy, records: list[RolloutRecord
             # A random gap of up to 3 receive cycles puts the publication at a random point of
             # every receiver's cycle; right after the last arrival the phases would be fixed.
             cycle = args.poll + (statistics.median(run.empty_poll_s[-50:]) if run.empty_poll_s else 0.0)
-            await asyncio.sleep(random.uniform(0, 3 * cycle))
-            # Every trial re-publishes in the same round, and a node admits one batch per sender
-            # and round (a flood guard): forget the admitted (sender, round) pairs between trials.
-            # The rest of admission, replay checks included, runs unchanged.
-            for ex in receivers:
-                ex._batches.clear()
-            trials.append(await publish_trial(pub, run, records, n, args.timeout))
+            trials.append(await publish_trial(pub, run, records, n, random.uniform(0, 3 * cycle), args.timeout))
         run.current = None
         cpu_share = (time.process_time() - cpu0) / (time.perf_counter() - wall0)
         machine_share = busy_share(machine0)
@@ -280,7 +323,7 @@ async def latency(kind: str, n: int, policy: Policy, records: list[RolloutRecord
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        await close_all(ts, boot)
+        await close_all(ts, stop_boot)
     counted = trials[args.warmup:]
     complete = [p for p in counted if len(p.arrivals) == n]
     all_n = [max(p.arrivals.values()) for p in complete]
@@ -318,7 +361,7 @@ def timed_chunks(fn, items: list, chunks: int = CHUNKS) -> tuple[list[float], li
 
 def verification(policy: Policy, records: list[RolloutRecord], n: int) -> dict:
     """Envelopes/s through ``Verifier.verify`` alone and through the full ``SwarmExchange.admit``."""
-    clock = RoundClock(ROUND_SECONDS)
+    clock = RoundClock(3600.0)  # one round for the whole test: no envelope goes stale
     sender = Identity.generate()
     pub = make_exchange(MemoryTransport(swarm=SWARM, publisher=sender.peer_id, hub=MemoryHub()),
                         sender, policy, clock, NODE_POLL_SECONDS, 4)
@@ -384,13 +427,20 @@ def markdown(result: dict) -> list[str]:
         f"Latency: from the publisher starting to sign the envelope until receivers have *admitted* "
         f"it (fetched, signature + replay checked, decoded, checked). One publisher + N receivers, all "
         f"in one Python process and event loop on loopback (each hivemind node still runs its own "
-        f"p2pd daemon; hivemind adds a bootstrap DHT node). Receivers poll every {poll:g} s "
+        f"p2pd daemon; hivemind adds a bootstrap DHT node). The libp2p rows run in a second Python "
+        f"process of the same invocation (py-libp2p and hivemind cannot share one): each node a "
+        f"py-libp2p host in a trio thread of its own, no daemon, plus a bootstrap host that joins no "
+        f"topic; gossipsub pushes the envelope, each node's topic validator runs the admission checks "
+        f"before forwarding it, and trials start once every node has min(N, 4) peers in its gossipsub "
+        f"mesh. Receivers poll every {poll:g} s "
         f"(the node's default `swarm.poll_seconds` is {NODE_POLL_SECONDS:g} s) over the "
         f"{result['max_round_lag'] + 1} rounds of the staleness window: pull-based polling alone adds "
         f"~poll/2 = {poll / 2 * 1e3:.0f} ms on average (here {poll * 13 / 24 * 1e3:.0f} ms: "
         f"the sleep between polls is jittered ±50% because receivers sharing one event loop "
         f"phase-lock otherwise, unlike separate nodes). {result['trials']} trials per N "
-        f"after {result['warmup']} warm-up trials, each a fresh signed envelope.",
+        f"after {result['warmup']} warm-up trials, each a fresh signed envelope in a round of its own "
+        f"({result['round_seconds']:g} s rounds: a node publishes one batch a round, and the "
+        f"transports pass on one body per publisher and round).",
         "",
         "| N | transport | median all N (ms) | p95 all N (ms) | median per peer (ms) | "
         "publish call (ms) | empty poll (ms) | process CPU | machine CPU | incomplete |",
@@ -401,24 +451,33 @@ def markdown(result: dict) -> list[str]:
                  ms(x["median_per_peer_s"]), ms(x["median_publish_call_s"]), ms(x["median_empty_poll_s"]),
                  pct(x["process_cpu_share"]), pct(x["machine_cpu_share"]), x["incomplete_trials"]]
         md.append("| " + " | ".join(map(str, cells)) + " |")
-    md += ["", "| N | hivemind / memory, median all N | p95 all N | median per peer | "
-               "hivemind - memory, median all N (ms) |", "|---:|---:|---:|---:|---:|"]
-    for n in result["peers"]:
-        h, m = (next(x for x in runs if x["peers"] == n and x["transport"] == k) for k in ("hivemind", "memory"))
-        diff = None if h["median_all_s"] is None else h["median_all_s"] - m["median_all_s"]
-        cells = [n, ratio(h["median_all_s"], m["median_all_s"]), ratio(h["p95_all_s"], m["p95_all_s"]),
-                 ratio(h["median_per_peer_s"], m["median_per_peer_s"]), ms(diff)]
-        md.append("| " + " | ".join(map(str, cells)) + " |")
+    row = {(x["peers"], x["transport"]): x for x in runs}
+    others = [k for k in result["transports"] if k != "memory"]
+    if "memory" in result["transports"] and others:
+        md += ["", "| N | transport | transport / memory, median all N | p95 all N | median per peer | "
+                   "transport - memory, median all N (ms) |", "|---:|---|---:|---:|---:|---:|"]
+        for n, k in ((n, k) for n in result["peers"] for k in others):
+            x, m = row.get((n, k)), row.get((n, "memory"))
+            if x is None or m is None:
+                continue
+            diff = None if None in (x["median_all_s"], m["median_all_s"]) else x["median_all_s"] - m["median_all_s"]
+            cells = [n, k, ratio(x["median_all_s"], m["median_all_s"]), ratio(x["p95_all_s"], m["p95_all_s"]),
+                     ratio(x["median_per_peer_s"], m["median_per_peer_s"]), ms(diff)]
+            md.append("| " + " | ".join(map(str, cells)) + " |")
+    missing = [f"N={n} {k}" for n in result["peers"] for k in result["transports"] if (n, k) not in row]
+    if missing:
+        md += ["", f"Not measured: {', '.join(missing)} (its process failed; see the run's output)."]
     md += [
         "",
         "*publish call*: until `transport.publish` returned (hivemind: the DHT store of the index "
-        "record). *empty poll*: one receiver poll that found nothing new (hivemind: one DHT "
-        "get_many over the rounds of the window). *process CPU*: CPU time of the one Python "
-        "process that runs every node over wall time during the trials (one core = 100%; the p2pd "
-        "daemons are separate processes). *machine CPU*: share of all cores busy (every process, "
-        "p2pd daemons included). Where either nears 100%, polls and fetches wait for the CPU "
-        "rather than the network, and those hivemind latencies are an upper bound for nodes that "
-        "each have their own machine.",
+        "record; libp2p: the gossipsub publish, run in the host's trio thread). *empty poll*: one "
+        "receiver poll that found nothing new (hivemind: one DHT get_many over the rounds of the "
+        "window; libp2p: a look into the inbox that gossip fills). *process CPU*: CPU time of the "
+        "Python process that runs every node of the row over wall time during the trials (one core "
+        "= 100%; the p2pd daemons are separate processes, the libp2p hosts' trio threads are "
+        "not). *machine CPU*: share of all cores busy (every process, p2pd daemons included). "
+        "Where either nears 100%, polls and fetches wait for the CPU rather than the network, and "
+        "those latencies are an upper bound for nodes that each have their own machine.",
         "",
         f"Admission throughput, one node, {v['envelopes']} distinct envelopes of this batch:",
         "",
@@ -435,11 +494,22 @@ def markdown(result: dict) -> list[str]:
     return md
 
 
-async def run_latency(policy: Policy, records: list[RolloutRecord], args: argparse.Namespace) -> list[dict]:
+async def run_latency(policy: Policy, records: list[RolloutRecord], batch: dict,
+                      args: argparse.Namespace) -> list[dict]:
     runs = []
     for n in args.peers:
-        for kind in ("memory", "hivemind"):  # interleaved so load drift hits both alike
+        for kind in args.transports:  # interleaved so load drift hits every transport alike
             t0 = time.perf_counter()
+            if kind == "libp2p" and args.json_out is None:
+                # A child process of its own, same flags (argparse keeps an option's last value).
+                child = await asyncio.to_thread(in_own_process, __file__,
+                                                [*sys.argv[1:], "--transports", kind, "--peers", str(n)])
+                if child is None:
+                    continue  # the report says it is missing
+                if child["batch"] != batch:
+                    raise SystemExit(f"the libp2p process generated another batch: {child['batch']} vs {batch}")
+                runs += child["latency"]  # it printed its line
+                continue
             runs.append(await latency(kind, n, policy, records, args))
             print(f"N={n} {kind}: median all {ms(runs[-1]['median_all_s'])} ms "
                   f"({time.perf_counter() - t0:.0f} s)", flush=True)
@@ -456,21 +526,30 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=30.0, help="give up on a trial's missing receivers after (s)")
     ap.add_argument("--verify-n", type=int, default=2000, help="distinct envelopes for the throughput test")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--transports", nargs="+", choices=TRANSPORTS, default=list(TRANSPORTS),
+                    help="latency rows, in this order for each N (libp2p's in a child process)")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "results")
     ap.add_argument("--tag", default="", help="suffix of the output file names")
+    ap.add_argument("--json-out", type=Path, default=None,
+                    help="only the latency rows, as JSON into this file, no throughput test nor report "
+                         "(how the libp2p rows run in a process of their own)")
     args = ap.parse_args()
 
     policy, records, batch = realistic_batch(args.seed)
     random.seed(args.seed)
-    runs = asyncio.run(run_latency(policy, records, args))
+    runs = asyncio.run(run_latency(policy, records, batch, args))
+    if args.json_out is not None:
+        args.json_out.write_text(json.dumps({"batch": batch, "latency": runs}))
+        return 0
     verify = verification(policy, records, args.verify_n)
     result = {
-        "benchmark": "swarm: publish-to-available latency (hivemind vs memory) and admission throughput",
+        "benchmark": "swarm: publish-to-available latency (memory, hivemind, libp2p) and admission throughput",
         "command": " ".join(["python scripts/bench_swarm.py", *sys.argv[1:]]),
         "batch": batch, "envelope_bytes": verify["envelope_bytes"],
         "peers": args.peers, "trials": args.trials, "warmup": args.warmup, "poll_s": args.poll,
         "node_default_poll_s": NODE_POLL_SECONDS, "max_round_lag": args.max_round_lag,
-        "round_seconds": ROUND_SECONDS, "one_process": True,
+        "round_seconds": ROUND_SECONDS, "transports": args.transports,
+        "processes": "memory and hivemind rows in this process; libp2p rows in a child process per N",
         "latency": runs, "verification": verify,
         **environment(),
     }
@@ -478,7 +557,7 @@ def main() -> int:
     # and equal in work (latencies vary with the poll phase by design).
     times = {"admit_chunk": verify["admit"]["chunk_s"]}
     write_report(args.out, "bench_swarm" + (f"-{args.tag}" if args.tag else ""), result, markdown(result), times)
-    return 0
+    return 0 if len(runs) == len(args.peers) * len(args.transports) else 1
 
 
 if __name__ == "__main__":
