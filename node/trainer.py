@@ -492,6 +492,9 @@ class TrainingNode:
         }
         if self.policy.device.type == "cuda":
             record["cuda_peak_mib"] = torch.cuda.max_memory_allocated(self.policy.device) / 2 ** 20
+            # What the whole card holds now, every process's: a vLLM engine's share is in its own process.
+            free, total = torch.cuda.mem_get_info(self.policy.device)
+            record["cuda_device_used_mib"] = (total - free) / 2 ** 20
         if groups is not None:
             record["external_groups"] = len(groups)
             record["external_samples"] = len(samples) - (len(local) - dropped)

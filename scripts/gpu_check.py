@@ -106,6 +106,7 @@ def summarise(recs: list[dict]) -> dict:
            "reward_first": recs[0]["reward"], "reward_last": recs[-1]["reward"]}
     if "cuda_peak_mib" in recs[0]:
         out["peak_mib"] = max(r["cuda_peak_mib"] for r in recs)
+        out["device_used_mib"] = max(r["cuda_device_used_mib"] for r in recs)  # every process on the card
     return out
 
 
