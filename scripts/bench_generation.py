@@ -8,9 +8,12 @@ Batch: ``--prompts`` (8) real task prompts x ``--generations`` (8) samples each,
 top-p 1, top-k off (the node's defaults), ``--max-new-tokens`` (16).
 
 - ``policy``: ``Policy.generate(prompts, G, params)``, everything a node pays for a round:
-  tokenizing the prompts, building the left-padded batch, sampling with ``output_logits``, the
-  temperature-scaled log-softmax and gather of every sampled token's log-prob, EOS truncation, and
-  decoding 64 texts.
+  tokenizing the prompts, building the left-padded batch, sampling with the behaviour log-prob
+  recorder (policies/sampling.py: each sampled token's temperature-scaled log-prob, gathered step
+  by step, never the logits of every step), EOS truncation, and decoding 64 texts.
+
+Peak memory, the same side by side on a real (152k-token) vocabulary, is
+scripts/bench_generation_memory.py's (one process per variant, so each peak is its own).
 - ``bare``: ``model.generate(input_ids, attention_mask, do_sample=True, same temperature / top_p /
   top_k / max_new_tokens / eos / pad)`` on the same pre-tokenized, pre-padded batch (built once,
   outside the timer), returning only the token tensor: no logits, no log-probs, no decoding.
