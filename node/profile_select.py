@@ -149,7 +149,7 @@ def describe(plan: ProfilePlan) -> list[str]:
              f"memory estimate: {plan.estimate.describe()}; budget {plan.budget / GiB:.1f} GiB less a 15% margin",
              (f"generation: a vLLM engine, planned at gpu_memory_utilization {plan.vllm_utilization():.2f} of the "
               f"card; the learner has the rest" if plan.vllm else
-              f"a vLLM engine beside the learner would take gpu_memory_utilization {plan.estimate.vllm_share:.2f}")
+              f"a vLLM engine beside the learner would take gpu_memory_utilization {plan.vllm_utilization():.2f}")
              + f"; the largest Qwen2.5 size this budget fits: {plan.largest or 'none'}"]
     if plan.settings.max_completion_length < w.completion_tokens:
         lines.append(f"generation.max_completion_length lowered from {w.completion_tokens} to "

@@ -461,13 +461,16 @@ class TrainingNode:
                 groups, self.policy, self.reward_cfg, self.group_size, cfg.generation.max_completion_length)
             samples += ext
         updates = bool(samples) and self.role.learns
-        if self.vllm is not None and updates:
-            self.vllm.sleep()  # the engine's share of the card is the learner's during the step
+        stepped = False
         try:
+            if self.vllm is not None and updates:
+                self.vllm.sleep()  # the engine's share of the card is the learner's during the step
             learn = self.learner.step(samples) if updates else {}
+            stepped = True
         finally:
-            # In place, before the next step samples (and after a failed step too: never left asleep).
-            synced = self.vllm.wake(self.policy, updates) if self.vllm is not None else None
+            # Before the next step samples, in place; after a failed step too (never left asleep),
+            # with no weights to send then unless the sleep dropped them.
+            synced = self.vllm.wake(self.policy, updates and stepped) if self.vllm is not None else None
         if synced is not None:
             learn["weight_sync_s"] = synced
         self.lagged.push(self.learner.version)

@@ -36,6 +36,7 @@ from pathlib import Path
 import torch
 
 from policies.errors import PolicyError
+from policies.oom import release_memory
 from policies.policy import Completion, Policy, SamplingParams
 
 log = logging.getLogger(__name__)
@@ -198,10 +199,19 @@ class VllmSampler:
     def wake(self, policy: Policy, updated: bool) -> float | None:
         """Back to sampling, with ``policy``'s weights if they changed (``updated``) or sleep
         dropped them (level 2); the seconds the sync took, or None if there was none."""
-        if self.sleeping:
-            self.llm.wake_up()
+        if not self.sleeping:
+            return self.sync(policy) if updated else None
+        # The learner's step left its peak in torch's cache, in this process: give it back first,
+        # or the engine's memory may not be there to wake into.
+        release_memory(policy.device)
+        if self.sleep_level == 2:  # vLLM's order for new weights: weights, load them, then the KV cache
+            self.llm.wake_up(tags=["weights"])
             self.sleeping = False
-            updated = updated or self.sleep_level == 2
+            took = self.sync(policy)
+            self.llm.wake_up(tags=["kv_cache"])
+            return took
+        self.llm.wake_up()
+        self.sleeping = False
         return self.sync(policy) if updated else None
 
     def close(self) -> None:

@@ -57,8 +57,11 @@ class CheckBudget:
     def body(self, publisher: str, round: int, vouched: bool, now: float, newest: int | None = None) -> str | None:
         """None if a body (or pointer) of ``publisher`` for ``round`` may be checked now, else the
         reason it is not. ``newest``: the newest round the node polled (None before its first poll)."""
-        if newest is not None and round > newest + AHEAD:
-            return "wrong_round"
+        if newest is not None:
+            if round > newest + AHEAD:
+                return "wrong_round"
+            for r in [r for r in self._rounds if r > newest + AHEAD]:  # counted before a clock was known
+                del self._rounds[r]
         counts = self._rounds.get(round)
         if counts is None:
             counts = self._rounds[round] = collections.Counter()

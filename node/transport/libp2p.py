@@ -290,8 +290,14 @@ class Libp2pTransport(Transport):
         if any(p.to_base58() == peer for p in self.host.connected()):
             addr = f"/p2p/{peer}"
         try:
-            status, body = await self._bodies.call(addr, msgpack.packb([round]), max_reply=size,
-                                                   timeout=FETCH_TIMEOUT_S)
+            # The whole fetch at 1 MB/s at least: a sender that trickles must not hold a slot for a minute.
+            status, body = await asyncio.wait_for(
+                self._bodies.call(addr, msgpack.packb([round]), max_reply=size, timeout=FETCH_TIMEOUT_S),
+                FETCH_TIMEOUT_S + size / 1e6)
+        except asyncio.TimeoutError:
+            self.counts["fetch_failed"] += 1
+            log.debug("fetching round %d from %s: too slow", round, publisher)
+            return
         except CarrierError as e:
             self.counts["fetch_failed"] += 1
             log.debug("fetching round %d from %s: %s", round, publisher, e)

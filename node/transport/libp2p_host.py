@@ -14,8 +14,8 @@ trio thread (node/transport/trio_bridge.py) and used from asyncio.
   under another key is another message (pubsub caches verdicts by id for minutes: a refused
   re-wrap must not block the honest original).
 - **Copies** of a message (the same body from its origin, via several mesh peers) are checked
-  once: pubsub marks a message seen only when its check ends, so copies arriving meanwhile wait
-  for the first's verdict, and deliveries are deduplicated by id.
+  once: pubsub marks a message seen only when its check ends, so copies arriving meanwhile are
+  dropped, and deliveries are deduplicated by id. A message names one topic, or is dropped.
 - **Deliveries** cross to the asyncio loop at most ``MAX_PENDING`` at a time; past that (a loop
   that stalls) they are dropped and counted, never queued without bound.
 - **Streams** (``open_stream`` / ``set_stream_handler``) come out as ``BridgedStream``: asyncio
@@ -78,6 +78,7 @@ DIAL_TIMEOUT_S = 10.0
 READ_CHUNK = 1 << 20
 MAX_PENDING = 512  # validated messages on their way to the asyncio loop
 RECENT_IDS = 4096  # ids of delivered messages remembered, to drop copies checked side by side
+SEEN_TTL_S = 120  # pubsub's seen cache (its default), and how long it keeps a verdict
 
 
 def libp2p_key_pair(identity: Identity):
@@ -195,8 +196,8 @@ class Libp2pHost:
         self.addrs: list[str] = []
         self.refused = 0  # gossip whose origin is not an Ed25519 key (no swarm identity): dropped unchecked
         self.dropped = 0  # validated messages dropped because the loop had MAX_PENDING still to take
-        self.duplicates = 0  # copies of a message that passed while its first copy was being checked
-        self._validating: dict[bytes, _Verdict] = {}  # message id -> the verdict its copies wait for (trio's)
+        self.duplicates = 0  # copies dropped while their first copy was being checked, or delivered twice
+        self._validating: set[bytes] = set()  # ids of messages being checked (the trio thread's)
         self._pending = threading.BoundedSemaphore(MAX_PENDING)
 
     # -- lifecycle --------------------------------------------------------------------------------
@@ -220,7 +221,10 @@ class Libp2pHost:
         gossip = GossipSub(protocols=[PROTOCOL_ID_V11], degree=6, degree_low=4, degree_high=12,
                            heartbeat_interval=self.heartbeat_interval, eclipse_protection_enabled=False,
                            max_messages_per_topic_per_second=self.max_msgs_per_second)
-        self.pubsub = Pubsub(self.host, gossip, msg_id_constructor=_content_id, strict_signing=True)
+        # validation_cache_ttl = seen_ttl: a verdict outliving the seen cache would pass a replay
+        # unchecked (or keep refusing a message whose refusal was only transient).
+        self.pubsub = Pubsub(self.host, gossip, msg_id_constructor=_content_id, strict_signing=True,
+                             seen_ttl=SEEN_TTL_S, validation_cache_ttl=SEEN_TTL_S)
 
         async def run(task_status=trio.TASK_STATUS_IGNORED) -> None:
             async with self.host.run(maddrs), background_trio_service(self.pubsub), background_trio_service(gossip):
@@ -332,21 +336,24 @@ class Libp2pHost:
         dropped before this node forwards them."""
 
         async def validate(forwarder: ID, msg) -> bool:
+            # One topic a message: pubsub runs every topic's validator on a message at once, and a
+            # verdict passed for one topic must not carry it into another.
+            if list(msg.topicIDs) != [topic]:
+                return False
             # pubsub marks a message seen only once its check is done: copies from other mesh peers
             # that arrive meanwhile would each be checked (and charged to the budget) and delivered.
-            # They wait for the first copy's verdict instead; ``read`` drops the extra deliveries.
+            # They are dropped at once (not held: each would hold one of pubsub's 10 validation
+            # slots); the first copy's verdict then replaces theirs in pubsub's cache and marks it
+            # seen. Peer scores weigh nothing here (py-libp2p's defaults), so a forwarder loses none.
             mid = _content_id(msg)
-            first = self._validating.get(mid)
-            if first is not None:
-                await first.done.wait()
-                return first.ok
-            verdict = self._validating[mid] = _Verdict()
+            if mid in self._validating:
+                self.duplicates += 1
+                return False
+            self._validating.add(mid)
             try:
-                verdict.ok = await check(msg)
+                return await check(msg)
             finally:
-                del self._validating[mid]
-                verdict.done.set()
-            return verdict.ok
+                self._validating.discard(mid)
 
         async def check(msg) -> bool:
             publisher = publisher_of(msg.from_id)
@@ -458,13 +465,6 @@ class Libp2pHost:
     def info(self) -> dict:
         return {"peer_id_libp2p": self.peer_id, "addrs": self.addrs, "connected": len(self.connected()),
                 "not_ed25519": self.refused, "deliveries_dropped": self.dropped, "duplicates": self.duplicates}
-
-
-class _Verdict:
-    """One message's check, which copies arriving while it runs wait for (trio side)."""
-
-    def __init__(self):
-        self.done, self.ok = trio.Event(), False
 
 
 def _content_id(msg) -> bytes:

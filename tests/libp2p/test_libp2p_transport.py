@@ -285,7 +285,8 @@ def forged(kp, topic: str, data: bytes):
 
 def test_a_flood_of_fresh_identities_buys_a_bounded_number_of_checks_and_honest_gossip_still_arrives():
     """X, one raw host next to B, gossips 300 well-formed, correctly signed envelopes of 300
-    fresh identities (each would pass admission) and 200 heartbeats of theirs, as fast as B's
+    fresh identities (each would pass admission), 100 junk messages under 100 more fresh
+    identities and 200 heartbeats of the first 300, as fast as B's
     gossipsub takes them. B checks strangers' messages within its budget (20 a second, burst 40)
     and drops the rest unchecked and unforwarded; A, whose rollouts B has admitted before, is
     checked whatever the flood, and every one of A's envelopes reaches C through B."""
@@ -325,13 +326,20 @@ def test_a_flood_of_fresh_identities_buys_a_bounded_number_of_checks_and_honest_
             await until(lambda: ec.stats.groups_in[ia.peer_id] == 1 and b.inbox.is_vouched(ia.peer_id), 20,
                         "A's first envelope admitted at B and at C")
             flood = [forged(libp2p_key_pair(s), topic, msgpack.packb([r, envelope(s, r)])) for s in sybils]
+            # And junk under fresh identities of their own: malformed, or signed by another key.
+            junk = [forged(libp2p_key_pair(Identity.generate()), topic,
+                           b"\xc1 junk" if k % 2 else msgpack.packb([r, envelope(sybils[k], r)]))
+                    for k in range(100)]
             beats = [forged(libp2p_key_pair(s), peers_topic, envelope_to_bytes(sign(encode(Announcement(
                 sender=s.peer_id, round=r, policy_version=1, model_fingerprint="m", tokenizer_fingerprint="tok",
                 created_at=time.time(), addrs=())), s, 2))) for s in sybils[:200]]
             t0 = time.monotonic()
 
             async def push_all():
-                for m in flood + beats:
+                # Junk among the envelopes (B's gossipsub takes 100 a second from one peer: junk
+                # sent after the flood would all be dropped there, never reaching B's checks).
+                mixed = [m for k, e in enumerate(flood) for m in ([e, junk[k // 3]] if k % 3 == 0 else [e])]
+                for m in mixed + beats:
                     await x.pubsub.push_msg(x.host.get_id(), m)
 
             pushing = asyncio.ensure_future(x.bridge.call(push_all))
@@ -350,7 +358,10 @@ def test_a_flood_of_fresh_identities_buys_a_bounded_number_of_checks_and_honest_
             # C got every one of A's envelopes, and of the strangers' only what B checked and passed.
             assert ec.stats.groups_in[ia.peer_id] == 4
             assert ec.stats.envelopes_in - 4 <= checked["stranger"], (ec.stats.envelopes_in, checked)
-            print(f"flood: {len(flood)} envelopes + {len(beats)} heartbeats of fresh ids in {elapsed:.1f} s; "
+            # Nothing bad went past B: C refused nothing because it was handed nothing to refuse.
+            assert not ec.stats.rejected and not c.rejected, (ec.stats.rejected, c.rejected)
+            assert b.rejected["malformed_envelope"] + eb.stats.rejected["sender_mismatch"] > 0, (b.rejected, eb.stats.rejected)
+            print(f"flood: {len(flood)} envelopes + {len(junk)} junk + {len(beats)} heartbeats of fresh ids in {elapsed:.1f} s; "
                   f"B checked {checked['stranger']} of strangers' and {checked['A']} of A's; "
                   f"C admitted {ec.stats.envelopes_in} (A's 4); B counts {dict(b.counts)}")
         finally:

@@ -154,15 +154,18 @@ def test_on_cuda_the_engine_sleeps_through_the_learner_step_and_wakes_with_the_n
     policy = Policy.load(tiny_model_dir, lora_rank=lora, seed=0)
     s = VllmSampler(_OnCuda(policy), model_path=str(tiny_model_dir), dtype="float32", max_model_len=64, seed=0)
     assert fake_vllm.calls == [("start", True)] and s.sleep_level == level
+    # Level 2 wakes in vLLM's order for new weights: the weights' memory, the load, then the KV cache.
+    woken = ([("wake_up", ["weights"]), ("load_weights_file",), ("wake_up", ["kv_cache"])] if level == 2 else
+             [("wake_up", None), ("load_weights_file",)])
     s.sleep()
     s.sleep()  # once: already asleep
     assert s.wake(policy, updated=True) > 0
-    assert fake_vllm.calls[1:] == [("sleep", level), ("wake_up", None), ("load_weights_file",)]
-    # No update (no samples this step): level 2 dropped the weights, so they are loaded all the same.
+    assert fake_vllm.calls[1:] == [("sleep", level)] + woken
+    # No update (no samples, or a failed step): level 2 dropped the weights, so they are loaded all the same.
     fake_vllm.calls.clear()
     s.sleep()
     synced = s.wake(policy, updated=False)
-    assert fake_vllm.calls == [("sleep", level), ("wake_up", None)] + ([("load_weights_file",)] if level == 2 else [])
+    assert fake_vllm.calls == [("sleep", level)] + (woken if level == 2 else [("wake_up", None)])
     assert (synced is not None) == (level == 2)
     # Awake and nothing changed: nothing to do. Without sleep mode (vllm_sleep false) sleep is a no-op.
     fake_vllm.calls.clear()

@@ -37,3 +37,12 @@ def test_heartbeats_one_per_gap_per_publisher_and_strangers_pay_for_theirs():
     assert b.heartbeat("s2", False, 0.1) == "strangers_over_budget"
     assert b.body("s3", 1, False, 0.2) == "strangers_over_budget"  # one bucket for bodies and heartbeats
     assert b.heartbeat("s2", False, 1.0) is None
+
+
+def test_far_future_rounds_counted_before_a_clock_was_known_do_not_lock_the_table():
+    b = CheckBudget()
+    for r in range(1 << 40, (1 << 40) + MAX_ROUNDS):  # no clock yet: nothing to bound them by
+        assert b.body("x", r, True, 0.0) is None
+    assert b.body("friend", 10, True, 0.0) == "outside_window"  # the table is full of them
+    assert b.body("friend", 10, True, 0.0, newest=10) is None  # a clock: they go, round 10 is counted
+    assert set(b._rounds) == {10}
