@@ -50,6 +50,21 @@ def exchange(t, ident: Identity, clock: RoundClock) -> SwarmExchange:
                          decode_text=lambda ids: "".join(chr(97 + i % 26) for i in ids), poll_seconds=0.05)
 
 
+async def hub_and_two(hub: Identity, left: Identity, right: Identity, clock: RoundClock):
+    """Three started exchanges: ``hub``'s, and two that know only the hub (gossip between them
+    goes through it). Returns (transport, exchange) for each, in that order."""
+    h = transport(hub)
+    eh = exchange(h, hub, clock)
+    await eh.start()
+    nodes = []
+    for ident in (left, right):
+        t = transport(ident, h.host.addrs, target_peers=1)
+        ex = exchange(t, ident, clock)
+        await ex.start()
+        nodes.append((t, ex))
+    return (h, eh), *nodes
+
+
 def envelope(ident: Identity, r: int, seq: int = 1, records: int = 1, length: int = 3) -> bytes:
     ids = tuple(1 + i % (VOCAB - 2) for i in range(length))
     rec = RolloutRecord(task_id="arithmetic:1:1", completion_ids=ids,
@@ -121,12 +136,7 @@ def test_three_nodes_exchange_envelopes_and_heartbeats_through_a_relay_and_large
     r = clock.current()
 
     async def main():
-        b = transport(ib)
-        eb = exchange(b, ib, clock)
-        await eb.start()
-        a, c = transport(ia, b.host.addrs, target_peers=1), transport(ic, b.host.addrs, target_peers=1)
-        ea, ec = exchange(a, ia, clock), exchange(c, ic, clock)
-        await ea.start(), await ec.start()
+        (b, eb), (a, ea), (c, ec) = await hub_and_two(ib, ia, ic, clock)
         try:
             await until(lambda: b.host.mesh_peers(gossip_topics("t")[0]) >= 2, 20, "a mesh at B")
             await until(lambda: a.host.mesh_peers(gossip_topics("t")[0]) >= 1 and
@@ -166,12 +176,7 @@ def test_hostile_gossip_is_refused_at_the_first_honest_node_and_never_reaches_th
     topic = gossip_topics("t")[0]
 
     async def main():
-        b = transport(ib)
-        eb = exchange(b, ib, clock)
-        await eb.start()
-        a, c = transport(ia, b.host.addrs, target_peers=1), transport(ic, b.host.addrs, target_peers=1)
-        ea, ec = exchange(a, ia, clock), exchange(c, ic, clock)
-        await ea.start(), await ec.start()
+        (b, eb), (a, ea), (c, ec) = await hub_and_two(ib, ia, ic, clock)
         x = Libp2pHost(ix, LOOPBACK, b.host.addrs, target_peers=1)
         await x.start(20)
         try:
@@ -300,9 +305,7 @@ def test_a_flood_of_fresh_identities_buys_a_bounded_number_of_checks_and_honest_
     topic, peers_topic = gossip_topics("t")
 
     async def main():
-        b = transport(ib)
-        eb = exchange(b, ib, clock)
-        await eb.start()
+        (b, eb), (a, ea), (c, ec) = await hub_and_two(ib, ia, ic, clock)
         checked = collections.Counter()
         gate = b._gate
 
@@ -310,10 +313,7 @@ def test_a_flood_of_fresh_identities_buys_a_bounded_number_of_checks_and_honest_
             checked["A" if d.publisher == ia.peer_id else "stranger"] += 1
             return gate(d)
 
-        b.set_gate(counting)
-        a, c = transport(ia, b.host.addrs, target_peers=1), transport(ic, b.host.addrs, target_peers=1)
-        ea, ec = exchange(a, ia, clock), exchange(c, ic, clock)
-        await ea.start(), await ec.start()
+        b.set_gate(counting)  # before any stranger's message: A's first envelope comes after the mesh
         x = Libp2pHost(ix, LOOPBACK, b.host.addrs, target_peers=1)
         await x.start(20)
         try:
@@ -373,21 +373,16 @@ def test_a_flood_of_fresh_identities_buys_a_bounded_number_of_checks_and_honest_
 
 def test_copies_arriving_while_the_first_is_checked_are_checked_once_and_delivered_once():
     """A diamond: A's gossip reaches D through B and through C. D's check is slow (0.5 s), so the
-    second copy arrives while the first is being checked, before pubsub marks it seen: it waits for
-    the first copy's verdict (one check, one budget charge) and is not delivered again (no replay
-    counted against an honest peer)."""
+    second copy arrives while the first is being checked, before pubsub marks it seen: it is dropped
+    (one check, one budget charge) and not delivered again (no replay counted against an honest
+    peer); the first copy's verdict stands."""
     ia, ib, ic, idd = (Identity.generate() for _ in range(4))
     clock = RoundClock(10.0)
     r = clock.current()
     topic = gossip_topics("t")[0]
 
     async def main():
-        a = transport(ia)
-        ea = exchange(a, ia, clock)
-        await ea.start()
-        b, c = transport(ib, a.host.addrs, target_peers=1), transport(ic, a.host.addrs, target_peers=1)
-        eb, ec = exchange(b, ib, clock), exchange(c, ic, clock)
-        await eb.start(), await ec.start()
+        (a, ea), (b, eb), (c, ec) = await hub_and_two(ia, ib, ic, clock)
         d = transport(idd, b.host.addrs + c.host.addrs, target_peers=2)
         ed = exchange(d, idd, clock)
         await ed.start()
