@@ -1,13 +1,17 @@
-"""The training node: configuration, the round loop, checkpoints, metrics and the CLI.
+"""The node: one folder per concept, lowest layer first (scripts/check_layout.py holds the order and
+tests/test_layout.py fails on an import that runs up it).
 
-cli.py         the ``swarm-node`` command (thin; imports torch lazily)
-config.py      NodeConfig: TOML + ``--section.key`` flags, strict validation
-trainer.py     TrainingNode: the asyncio round loop (sample, generate, score, learn, checkpoint)
-rollouts.py    a round's task ids, generating + scoring rollouts, learner samples
-checkpoint.py  atomic safetensors checkpoints with optimizer, RNG and step state
-metrics.py     metrics.jsonl writer/reader
-progress.py    live progress (rich panel or log lines)
-plots.py       reward-curve PNG
-log_setup.py   text or JSON (structured) logs
-errors.py      NodeError, ConfigError, CheckpointError
+    errors.py, clock.py, daemon_thread.py   leaves every layer may use: NodeError, the shared round
+                                            clock, start-up work a Ctrl-C can abandon
+    observe/     metrics, status, the metrics endpoint, live progress, plots, logs
+    transport/   how envelopes and weight chunks move: the Transport interface, memory and faulty
+                 transports, rate limits; one folder per carrier (hivemind/, libp2p/, mqtt/)
+    broadcast/   the peer-assisted pipelined weight broadcast: peer, topology, store, follow, roles
+    swarm/       the SAPO exchange: publish, admit, pool, take
+    run/         one node's run: config, the round loop (trainer), rollouts, preflight, checkpoints
+    gpu/         memory profiles and ``--profile auto``
+    sim/         the simulated swarm with faults, and the adversary
+    cli.py       the ``swarm-node`` command (thin; imports torch lazily)
+
+docs/architecture.md draws the layers and follows one rollout through them.
 """

@@ -16,7 +16,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from node.config import flag_fields, load_config, parse_flag_value, read_toml, show_value, string_keys
+from node.run.config import flag_fields, load_config, parse_flag_value, read_toml, show_value, string_keys
 from node.errors import ConfigError
 from protocol.errors import SwarmError
 
@@ -82,7 +82,7 @@ def _add_role_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _add_profile_flag(p: argparse.ArgumentParser) -> None:
-    from node.profile_select import PROFILE_CHOICES
+    from node.gpu.select import PROFILE_CHOICES
 
     p.add_argument("--profile", default="auto", choices=PROFILE_CHOICES, metavar="PROFILE",
                    help="memory profile: auto (default) reads the free memory of the CUDA device in "
@@ -197,7 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "round, cycling through --attacks. Honest nodes must reject them all. It trains "
                     "nothing; RUN_DIR/status.json counts what it sent.")
     adv.add_argument("--bootstrap", action="append", default=[], metavar="MADDR", help="as for join")
-    adv.add_argument("--attacks", default="all", help="comma-separated attacks, or all (see node/adversary.py)")
+    adv.add_argument("--attacks", default="all", help="comma-separated attacks, or all (see node/sim/adversary.py)")
     _add_config_flags(adv)
 
     worker = sub.add_parser("sim-worker")  # the memory simulation's process; no help: not for users
@@ -226,8 +226,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _with_profile(cfg, args: argparse.Namespace, overrides: dict):
-    """The config with the memory profile's settings where the user set none (node/profile_select.py)."""
-    from node.profile_select import check_settings_fit, describe, plan_profile, profile_overrides
+    """The config with the memory profile's settings where the user set none (node/gpu/select.py)."""
+    from node.gpu.select import check_settings_fit, describe, plan_profile, profile_overrides
 
     plan = plan_profile(cfg, args.profile)
     if plan is None:
@@ -250,7 +250,7 @@ def _flat_keys(toml: dict) -> set[str]:
 async def _train(cfg) -> dict:
     from transformers.utils import logging as hf_logging
 
-    from node.trainer import TrainingNode
+    from node.run.trainer import TrainingNode
 
     hf_logging.disable_progress_bar()  # the node's own progress display is the one to read
 
@@ -272,7 +272,7 @@ def _raw_flags(unknown: list[str]) -> dict[str, str]:
 
 def _say(message: str, level: int) -> None:
     """The CLI's closing message: a plain line on stderr, or a JSON record under --run.log_format json."""
-    from node.log_setup import json_mode
+    from node.observe.logs import json_mode
 
     if json_mode():
         log.log(level, "%s", message)
@@ -283,7 +283,7 @@ def _say(message: str, level: int) -> None:
 def _report_failed_nodes(spec, failed: dict[str, int]) -> int:
     """Say which nodes failed and where to read why. When every failure is a refused start
     (exit 2: a node's own config or environment check), pass the node's message on, exit 2."""
-    from node.sim import node_log
+    from node.sim.runner import node_log
 
     def log_of(name: str) -> Path:  # "node3", or "nodes": the memory simulation's one process
         return node_log(spec, int(name.removeprefix("node")) if name[4:].isdigit() else 0)
@@ -303,8 +303,8 @@ def _report_failed_nodes(spec, failed: dict[str, int]) -> int:
 
 
 def _simulate(args: argparse.Namespace, unknown: list[str]) -> int:
-    from node.log_setup import setup_logging
-    from node.sim import SimSpec, check_prior_run, load_faults, run_sim, run_worker, startup_warnings
+    from node.observe.logs import setup_logging
+    from node.sim.runner import SimSpec, check_prior_run, load_faults, run_sim, run_worker, startup_warnings
 
     overrides = _overrides(argparse.Namespace(), unknown)
     if args.command == "sim-worker":
@@ -331,7 +331,7 @@ def _simulate(args: argparse.Namespace, unknown: list[str]) -> int:
                           f"and a worker)")
     # Each node's own config (every node's flags plus its [[node]] overrides), valid or refused here;
     # a worker's learner id is not made yet: any well-formed one checks the rest.
-    from node.sim import role_flags
+    from node.sim.runner import role_flags
 
     node_cfgs = [load_config(args.config, {**overrides, **carrier,
                                            **role_flags(args.roles, i, "sn1" + "a" * 32),
@@ -343,11 +343,11 @@ def _simulate(args: argparse.Namespace, unknown: list[str]) -> int:
                               f"{node_cfgs[k.node].train.steps} steps")
     # The nodes' own start-up checks, once, here: a mistake is one message before anything starts,
     # not N node failures after a model build.
-    from node.preflight import check_device, check_resume_matches, check_run_dir
+    from node.run.preflight import check_device, check_resume_matches, check_run_dir
 
     check_run_dir(run_dir)
     if args.transport == "mqtt":
-        from node.broker import mosquitto_binary
+        from node.transport.mqtt.broker import mosquitto_binary
 
         mosquitto_binary()  # installed? (the simulator starts its own broker)
     for device in sorted({c.model.device for c in node_cfgs}):
@@ -409,7 +409,7 @@ def _main(argv: list[str] | None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    from node.log_setup import setup_logging
+    from node.observe.logs import setup_logging
 
     try:
         if args.command in ("train", "join"):
@@ -455,7 +455,7 @@ def _main(argv: list[str] | None) -> int:
         if args.command in ("sim", "sim-worker"):
             return _simulate(args, unknown)
         if args.command == "adversary":
-            from node.adversary import ATTACKS, run_adversary
+            from node.sim.adversary import ATTACKS, run_adversary
 
             overrides = _overrides(args, unknown)
             if args.bootstrap:
@@ -467,13 +467,13 @@ def _main(argv: list[str] | None) -> int:
             return asyncio.run(run_adversary(cfg, attacks))
         setup_logging()
         if args.command == "bootstrap" and args.transport == "libp2p":
-            from node.libp2p_bootstrap import run_libp2p_bootstrap
+            from node.transport.libp2p.bootstrap import run_libp2p_bootstrap
 
             return asyncio.run(run_libp2p_bootstrap(
                 host=args.host, port=args.port, initial_peers=args.initial_peers, identity=args.identity,
                 startup_timeout=args.startup_timeout, announce=args.announce, maddr_file=args.maddr_file))
         if args.command == "bootstrap":
-            from node.bootstrap import run_bootstrap
+            from node.transport.hivemind.bootstrap import run_bootstrap
 
             return asyncio.run(run_bootstrap(
                 host=args.host, port=args.port, announce=args.announce,
@@ -492,7 +492,7 @@ def _main(argv: list[str] | None) -> int:
             return 0
         if args.command == "plot":
             from node.errors import NodeError
-            from node.plots import plot_folder
+            from node.observe.plots import plot_folder
 
             try:
                 for path in plot_folder(args.run_dir):

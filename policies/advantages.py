@@ -1,7 +1,7 @@
 """Group advantages: which baseline each completion's reward is compared against.
 
 Completions with the same group id share a baseline. The caller picks the ids: a node groups its
-own completions by task id and a peer's by sender, round and task id (node/rollouts.py), so a
+own completions by task id and a peer's by sender, round and task id (node/run/rollouts.py), so a
 peer's completions, from another policy, never set this node's baseline. Groups can have unequal
 sizes. Three baselines (docs/algorithm.md, "Baselines"):
 

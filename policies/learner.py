@@ -69,7 +69,7 @@ LOCAL_SOURCE = ""  # peer ids are never empty, so this node's own rows cannot co
 def sample_source(s: TrainSample) -> str:
     """The behaviour source a sample's ESS is computed in: this node's rows form one source, each
     peer is another (a different behaviour policy). For a peer's row without ``source``, the
-    sender is read from its group, which node/rollouts.py builds as ``PeerGroup.key`` =
+    sender is read from its group, which node/run/rollouts.py builds as ``PeerGroup.key`` =
     "sender/round/task" from the verified sender (peer ids hold no "/")."""
     if s.local:
         return LOCAL_SOURCE

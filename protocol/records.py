@@ -6,7 +6,7 @@ topic names its owner (``swarm-node/<swarm>/weights/<source>``: the source), but
 not trusted to have checked who wrote it. So the value travels with its owner's Ed25519 public
 key and a signature over (domain, topic, value, expiry): a record cannot be moved to another
 topic, attributed to another owner or kept past its expiry. (The hivemind DHT's records are
-signed the same way by its record validator, node/transport/dht_records.py, over the DHT's key
+signed the same way by its record validator, node/transport/hivemind/records.py, over the DHT's key
 and subkey instead of a topic.)
 """
 

@@ -1,12 +1,14 @@
 """Verifiable rewards: procedural tasks that any node regenerates from an id, and scoring.
 
+Of ``protocol`` it imports only the task id (protocol/task_id.py) and the error roots.
+
 Concept -> file:
 
-errors.py                  TaskError (root, a SwarmError), UnknownTaskFamily, InvalidTaskId,
-                           InvalidRewardConfig
-task.py                    TaskId ('family:seed:difficulty', parse, rng), Task (question, answer,
-                           prompt); PROMPT_TEMPLATE; limits ALPHABET, MAX_QUESTION_CHARS,
-                           MAX_ANSWER_CHARS, MAX_SEED
+errors.py                  UnknownTaskFamily, InvalidRewardConfig; re-exports TaskError and
+                           InvalidTaskId (their home is protocol/errors.py)
+task.py                    Task (question, answer, prompt) for a TaskId (its home is
+                           protocol/task_id.py: 'family:seed:difficulty', parse, rng);
+                           PROMPT_TEMPLATE; limits ALPHABET, MAX_QUESTION_CHARS, MAX_ANSWER_CHARS
 families/family.py         Family: name, max_difficulty, generate(rng, difficulty), normalize
 families/normalize.py      shared answer canonicalization helpers
 families/arithmetic.py     'arithmetic'  '12+7=' -> '19'
@@ -32,7 +34,8 @@ from rewards.corpus import supervised_examples, tokenizer_corpus
 from rewards.errors import InvalidRewardConfig, InvalidTaskId, TaskError, UnknownTaskFamily
 from rewards.registry import FAMILIES, all_families, get_family, make_task, sample_task_ids
 from rewards.scoring import Reward, RewardConfig, score, score_batch
-from rewards.task import PROMPT_TEMPLATE, Task, TaskId
+from protocol.task_id import TaskId
+from rewards.task import PROMPT_TEMPLATE, Task
 
 __all__ = [
     "ANSWER_CLOSE",

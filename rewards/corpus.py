@@ -14,7 +14,8 @@ from collections.abc import Iterator, Sequence
 from rewards.answer import format_answer
 from rewards.errors import TaskError
 from rewards.registry import FAMILIES, make_task, sample_task_ids
-from rewards.task import ALPHABET, MAX_SEED, PROMPT_TEMPLATE, TaskId
+from protocol.task_id import MAX_SEED, TaskId
+from rewards.task import ALPHABET, PROMPT_TEMPLATE
 
 __all__ = ["supervised_examples", "tokenizer_corpus"]
 

@@ -1,6 +1,7 @@
 """Errors of the ``rewards`` package: bad task ids, unknown families, bad reward settings.
 
-Everything here derives from ``TaskError`` (itself a ``SwarmError``), so a node can reject a
+Everything here derives from ``TaskError`` (itself a ``SwarmError``, both in protocol/errors.py with
+``InvalidTaskId``, since task ids are wire data), so a node can reject a
 peer's malformed task id with one ``except TaskError`` while generator bugs still propagate.
 """
 
@@ -8,13 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from protocol.errors import SwarmError
+from protocol.errors import InvalidTaskId, TaskError  # the roots live with TaskId, in protocol
 
 __all__ = ["TaskError", "UnknownTaskFamily", "InvalidTaskId", "InvalidRewardConfig"]
-
-
-class TaskError(SwarmError):
-    """Root of every deliberate error of the ``rewards`` package (also: bad sampling requests)."""
 
 
 class UnknownTaskFamily(TaskError):
@@ -26,10 +23,6 @@ class UnknownTaskFamily(TaskError):
         super().__init__(
             f"unknown task family {family!r}; known families: {', '.join(self.known)}"
         )
-
-
-class InvalidTaskId(TaskError):
-    """A task id (or one of its fields) is malformed or out of range."""
 
 
 class InvalidRewardConfig(TaskError):

@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from rewards.errors import TaskError, UnknownTaskFamily
 from rewards.families import arithmetic, base_conversion, boolean, counting, lists
 from rewards.families.family import Family
-from rewards.task import MAX_SEED, Task, TaskId
+from protocol.task_id import MAX_SEED, TaskId
+from rewards.task import Task
 
 __all__ = ["FAMILIES", "all_families", "get_family", "make_task", "sample_task_ids"]
 

@@ -4,13 +4,13 @@
     python scripts/bench_attacks.py --scenarios flood zero_advantage --steps 20
     python scripts/bench_attacks.py --clean-runs 2 --nodes 3 --round-seconds 3 --out docs/results
 
-Each scenario is one ``swarm-node sim`` run (node/sim.py, the code path users run): a bootstrap
+Each scenario is one ``swarm-node sim`` run (node/sim/runner.py, the code path users run): a bootstrap
 peer and ``--nodes`` honest ``swarm-node join`` processes over the real hivemind transport on
 127.0.0.1, each with its own p2p daemon, identity and seed (node i: seed + i), the embedded default
 model and the default config (8 prompt groups a step, 4 of them from peers, 8 completions of at
 most 16 tokens), ``--steps`` steps, ``--round-seconds`` rounds. An attack scenario adds one
 ``swarm-node adversary`` process (a ``[[malicious]]`` fault) that runs the scenario's attacks
-every round (node/adversary.py: what each does, and where honest nodes count it). The clean
+every round (node/sim/adversary.py: what each does, and where honest nodes count it). The clean
 baseline is the same run without it (``--clean-runs`` times, to show run-to-run noise: rounds are
 wall-clock, so two runs of one seed differ).
 
@@ -66,11 +66,11 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 os.environ.setdefault("HIVEMIND_LOGLEVEL", "WARNING")
 
-from node.adversary import ADMITTED_BY_DESIGN, OVERSIZED_TASKS  # noqa: E402
-from node.metrics import read_metrics  # noqa: E402
+from node.sim.adversary import ADMITTED_BY_DESIGN, OVERSIZED_TASKS  # noqa: E402
+from node.observe.metrics import read_metrics  # noqa: E402
 
 MIB = 1 << 20
-POOL_BYTES_CAP = 256 * MIB  # node.swarm.MAX_POOL_BYTES: what a node may pool from peers, in all
+POOL_BYTES_CAP = 256 * MIB  # node.swarm.exchange.MAX_POOL_BYTES: what a node may pool from peers, in all
 DECODE_SLACK = 128 * MIB  # envelopes being decoded (a 4 MiB one is ~50 MB of Python objects for a moment)
 MAX_GROWTH = 64 * MIB  # growth over the run (last third vs middle third) beyond the clean runs' own
 RHO_TOLERANCE = 0.02
@@ -261,7 +261,7 @@ def _read_json(path: Path) -> dict:
 
 
 def _progress_line(run_dir: Path, nodes: int, steps: int, adversary: bool) -> str:
-    from node.status import describe_phase
+    from node.observe.status import describe_phase
 
     parts = []
     for i in range(nodes):
@@ -280,7 +280,7 @@ async def run_scenario(name: str, attacks: tuple[str, ...], setup: Setup, run_di
                        say: Callable[[str], None] = print, deadline_s: float | None = None) -> dict:
     """Run the honest swarm (plus an adversary running ``attacks``, if any) to the end, then
     measure it. A run past ``deadline_s`` is stopped as Ctrl-C stops a sim (what it did counts)."""
-    from node.sim import MaliciousFault, SimFaults, SimSpec, run_sim
+    from node.sim.runner import MaliciousFault, SimFaults, SimSpec, run_sim
 
     if run_dir.exists():
         shutil.rmtree(run_dir)
@@ -432,7 +432,7 @@ def measure(name: str, attacks: tuple[str, ...], setup: Setup, run_dir: Path, sa
 
 def local_groups(setup: Setup) -> int:
     """I: the groups an honest node generates (and publishes) a step in this setup."""
-    from node.config import NodeConfig
+    from node.run.config import NodeConfig
 
     d = NodeConfig()
     b = int(setup.flags.get("generation.prompts_per_step", d.generation.prompts_per_step))
@@ -533,7 +533,7 @@ def markdown(result: dict) -> list[str]:
           f"`{setup['model']}`, default config: 8 groups a step, 4 from peers, G = 8, 16 tokens; "
           f"{setup['steps']} steps, {setup['round_seconds']:g} s rounds, seed {setup['seed']} + i) and, but "
           f"for `clean`, one `swarm-node adversary` process running the attack every round "
-          f"(node/adversary.py). Numbers are what the honest nodes measured: means over the "
+          f"(node/sim/adversary.py). Numbers are what the honest nodes measured: means over the "
           f"{setup['nodes']} nodes (RSS: the largest). *clean* in a cell is the mean of the "
           f"{base['runs']} clean runs (rows `clean-1`...; their spread is the run-to-run noise: rounds "
           f"are wall-clock). `≥` marks a lower bound (see below).", "",

@@ -4,7 +4,7 @@
     python scripts/bench_broadcast.py --carriers hivemind --out /tmp   # the hivemind rows alone (~6 min)
 
 One source and N followers, each a ``BroadcastPeer`` on a transport of its own on loopback, every
-node's upload capped at U by the application's token bucket (node/broadcast/bucket.py), so the
+node's upload capped at U by the application's token bucket (node/transport/ratelimit.py), so the
 cap is the same on any machine. Everything below runs once per carrier (``--carriers``), in one
 invocation:
 
@@ -27,7 +27,7 @@ The time of a trial is from ``publish`` to the last follower holding the whole v
 chain runs once more with one relay (the middle one) killed when it holds half the version: its
 daemon (libp2p: its host) is shut down, its children route around it; and once under a flood of
 fresh identities: 200 announce as followers, the source orders relays as a learner does
-(``relay_order``, node/broadcast/directory_api.py: the N - 1 followers it vouches for first, then
+(``relay_order``, node/transport/directory.py: the N - 1 followers it vouches for first, then
 at most 4 strangers, drawn by hash from the newcomer and the 200), and the strangers that get a
 place stall every chunk request (NOT_YET, forever). The row gives the vouched followers' time and
 the newcomer's, beside the clean chain. Each row also gives this process's CPU over the trial:
@@ -78,15 +78,15 @@ def _staller_class():
 async def _carrier(kind: str, ident, upload: float):
     """A carrier on a transport of its own (a p2pd daemon; a py-libp2p host on ``ident``'s key, as
     a node's), uploads capped at ``upload``; closing it ends that transport, as a killed node's."""
-    from node.broadcast.bucket import TokenBucket
+    from node.transport.ratelimit import TokenBucket
 
     bucket = TokenBucket(upload, burst=256 * 1024)
     if kind == "hivemind":
-        from node.broadcast.hivemind_carrier import HivemindCarrier
+        from node.transport.hivemind.carrier import HivemindCarrier
 
         return await HivemindCarrier.create("bench", bucket)
-    from node.broadcast.libp2p_carrier import Libp2pCarrier, weights_protocol
-    from node.transport.libp2p_host import Libp2pHost
+    from node.transport.libp2p.carrier import Libp2pCarrier, weights_protocol
+    from node.transport.libp2p.host import Libp2pHost
 
     class HostCarrier(Libp2pCarrier):
         async def close(self):
@@ -215,7 +215,7 @@ async def _flood_trial(kind: str, n: int, upload: float, window: int, data: byte
                        limit: float) -> dict:
     """N honest followers (N - 1 vouched, one newcomer) and 200 fresh identities announcing as
     followers; the relays are what a learner would sign; the strangers listed stall."""
-    from node.broadcast.directory_api import relay_order
+    from node.transport.directory import relay_order
     from node.broadcast.topology import upstream
     from protocol.identity import Identity
 

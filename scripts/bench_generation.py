@@ -51,8 +51,8 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from node.config import NodeConfig  # noqa: E402
-from node.rollouts import round_task_ids  # noqa: E402
+from node.run.config import NodeConfig  # noqa: E402
+from node.run.rollouts import round_task_ids  # noqa: E402
 from policies.policy import Policy, SamplingParams, TokenBatch  # noqa: E402
 from rewards.registry import make_task  # noqa: E402
 from bench_common import add_common_args, environment, setup, write_report  # noqa: E402

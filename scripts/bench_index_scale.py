@@ -44,9 +44,9 @@ from hivemind.dht.routing import DHTID  # noqa: E402
 from hivemind.dht.validation import DHTRecord  # noqa: E402
 from hivemind.utils import ValueWithExpiration  # noqa: E402
 
-import node.transport.hivemind_dht as hd  # noqa: E402
-from node.transport.dht_index import envelopes_wanted, shard_prefix, write_levels  # noqa: E402
-from node.transport.dht_records import OwnerSignatureValidator  # noqa: E402
+import node.transport.hivemind.transport as hd  # noqa: E402
+from node.transport.hivemind.index import envelopes_wanted, shard_prefix, write_levels  # noqa: E402
+from node.transport.hivemind.records import OwnerSignatureValidator  # noqa: E402
 from protocol.identity import Identity  # noqa: E402
 
 SER = DHTProtocol.serializer
@@ -89,7 +89,7 @@ class Replica:
 def honest_envelope(groups: int, group_size: int, tokens: int) -> tuple[bytes, Identity]:
     """One real signed rollout batch of an honest node's size."""
     from node.clock import RoundClock
-    from node.swarm import SwarmExchange
+    from node.swarm.exchange import SwarmExchange
     from node.transport.memory import MemoryHub, MemoryTransport
     from protocol.messages import RolloutRecord
 
@@ -111,8 +111,8 @@ def run(n: int, *, before: bool, rounds: int, j: int, groups: int, body: bytes, 
     swarm = "bench"
     now = [1_800_000_000.0]
     hd.get_dht_time = lambda: now[0]  # the transport's clock and the validator's: simulated
-    import node.transport.dht_records as dr
-    import node.transport.index_records as ir
+    import node.transport.hivemind.records as dr
+    import node.transport.hivemind.index_records as ir
 
     dr.get_dht_time = ir.get_dht_time = hd.get_dht_time  # every module that reads the clock
     reader_ident = Identity.generate()

@@ -16,7 +16,7 @@ Variants, all on the same batch and starting from the same weights and AdamW sta
   TokenBatch, group-mean advantages, one forward with grad via ``policy.completion_logprobs``,
   ratio against the detached current log-probs, PPO-clipped surrogate (ε = 0.2), per-sequence
   token mean then batch mean, backward, ``clip_grad_norm_``, AdamW step.
-- ``corrected``: ``Learner.step`` with the node's default config (``node.trainer.build_learner``
+- ``corrected``: ``Learner.step`` with the node's default config (``node.run.trainer.build_learner``
   on ``NodeConfig()``): token ratios against the behaviour log-probs with the asymmetric clip and
   the ratio clamp δ, truncated sequence weights, ESS, the VCPO learning-rate factor, metrics.
 - ``opob_approx``: the same with ``learner.baseline = "opob_approx"``.
@@ -51,9 +51,9 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from node.config import NodeConfig, load_config  # noqa: E402
-from node.rollouts import generate_rollouts, round_task_ids, to_train_samples  # noqa: E402
-from node.trainer import build_learner  # noqa: E402
+from node.run.config import NodeConfig, load_config  # noqa: E402
+from node.run.rollouts import generate_rollouts, round_task_ids, to_train_samples  # noqa: E402
+from node.run.trainer import build_learner  # noqa: E402
 from policies.learner import TrainSample  # noqa: E402
 from policies.policy import Policy, SamplingParams, TokenBatch  # noqa: E402
 from rewards.scoring import RewardConfig  # noqa: E402

@@ -2,10 +2,10 @@
 
     python scripts/bench_mqtt.py --out docs/results        # N = 2 4 8, then the broadcast (~10 min)
 
-Everything runs on this machine, on loopback: a local Mosquitto (node/broker.py, anonymous
+Everything runs on this machine, on loopback: a local Mosquitto (node/transport/mqtt/broker.py, anonymous
 listener, no packet limit) for MQTT; a bootstrap DHT peer and one p2p daemon per node for
-hivemind. Each node is the transport the node runtime uses (node/transport/mqtt.py,
-node/transport/hivemind_dht.py), in this one process, polled every ``--poll-ms`` as a node's
+hivemind. Each node is the transport the node runtime uses (node/transport/mqtt/transport.py,
+node/transport/hivemind/transport.py), in this one process, polled every ``--poll-ms`` as a node's
 receive task polls (the node's default is 250 ms; a smaller one shows the transport's own delay).
 
 1. **Rollout delivery.** For N = 2, 4, 8 nodes, every node publishes one envelope a round for
@@ -76,16 +76,16 @@ class _Swarm:
 
         self.ids = [Identity.generate() for _ in range(self.n)]
         if self.kind == "mqtt":
-            from node.broker import Mosquitto
-            from node.transport.broker_url import parse_broker_url
-            from node.transport.mqtt import MqttTransport
+            from node.transport.mqtt.broker import Mosquitto
+            from node.transport.mqtt.url import parse_broker_url
+            from node.transport.mqtt.transport import MqttTransport
 
             self.extra = Mosquitto(self.tmp / f"broker-{self.n}").start()
             url = parse_broker_url(self.extra.url())
             self.ts = [MqttTransport(swarm="bench", publisher=i.peer_id, broker=url, join_retries=0) for i in self.ids]
         else:
-            from node.transport.dht_records import bootstrap_validator
-            from node.transport.hivemind_dht import HivemindTransport, start_dht_node
+            from node.transport.hivemind.records import bootstrap_validator
+            from node.transport.hivemind.transport import HivemindTransport, start_dht_node
 
             self.extra = await start_dht_node(initial_peers=[], retries=0, record_validator=bootstrap_validator(),
                                               **LOOPBACK)
@@ -103,7 +103,7 @@ class _Swarm:
         if self.kind == "mqtt":
             self.extra.stop()
         else:
-            from node.transport.hivemind_dht import stop_dht_node
+            from node.transport.hivemind.transport import stop_dht_node
 
             await stop_dht_node(self.extra)
 
@@ -176,10 +176,10 @@ async def throughput(kind: str, n: int, args, tmp: Path) -> dict:
 
 
 async def _broadcast_net(n: int, upload: float, url, window: int):
-    from node.broadcast.bucket import TokenBucket
-    from node.broadcast.mqtt_carrier import MqttCarrier
+    from node.transport.ratelimit import TokenBucket
+    from node.transport.mqtt.carrier import MqttCarrier
     from node.broadcast.peer import BroadcastPeer
-    from node.transport.mqtt import MqttTransport
+    from node.transport.mqtt.transport import MqttTransport
     from protocol.identity import Identity
 
     ids = [Identity.generate() for _ in range(n + 1)]
@@ -205,8 +205,8 @@ async def _broadcast_net(n: int, upload: float, url, window: int):
 async def broadcast(args, tmp: Path) -> list[dict]:
     import bench_broadcast  # the same trial: publish, then time until the last follower verified it
 
-    from node.broker import Mosquitto
-    from node.transport.broker_url import parse_broker_url
+    from node.transport.mqtt.broker import Mosquitto
+    from node.transport.mqtt.url import parse_broker_url
 
     size, upload, chunk = int(args.size_mb * 1e6), args.upload_mbps * 1e6, int(args.chunk_kb * 1024)
     data = random.Random(0).randbytes(size)
@@ -309,7 +309,7 @@ def main() -> None:
     # The code that runs is the commit at start (the tree may move on during a long run).
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
     result = asyncio.run(run(args))
-    from node.broker import mosquitto_binary
+    from node.transport.mqtt.broker import mosquitto_binary
 
     ver = subprocess.run([mosquitto_binary(), "-h"], capture_output=True, text=True).stdout.splitlines()[:1]
     result.update(args={k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},

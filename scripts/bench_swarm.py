@@ -83,9 +83,9 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from node.clock import RoundClock  # noqa: E402
-from node.config import NodeConfig  # noqa: E402
-from node.rollouts import generate_rollouts, round_task_ids, to_records  # noqa: E402
-from node.swarm import SwarmExchange  # noqa: E402
+from node.run.config import NodeConfig  # noqa: E402
+from node.run.rollouts import generate_rollouts, round_task_ids, to_records  # noqa: E402
+from node.swarm.exchange import SwarmExchange  # noqa: E402
 from node.transport.base import Delivery, Transport  # noqa: E402
 from node.transport.memory import MemoryHub, MemoryTransport  # noqa: E402
 from policies.default_model import ensure_default_model  # noqa: E402
@@ -145,7 +145,7 @@ def busy_share(before: tuple[int, int] | None) -> float | None:
 
 def make_exchange(transport: Transport, identity: Identity, policy: Policy, clock: RoundClock,
                   poll: float, max_round_lag: int) -> SwarmExchange:
-    """An exchange configured as ``node.trainer`` configures it."""
+    """An exchange configured as ``node.run.trainer`` configures it."""
     tok = policy.tokenizer
     vocab = min(len(tok), policy.model.get_input_embeddings().num_embeddings)
     return SwarmExchange(transport, identity, clock, tokenizer_fingerprint=policy.tokenizer_fingerprint,
@@ -234,8 +234,8 @@ async def make_transports(kind: str, ids: list[Identity]) -> tuple[list[Transpor
         hub = MemoryHub()
         ts = [MemoryTransport(swarm=SWARM, publisher=i.peer_id, hub=hub) for i in ids]
     elif kind == "hivemind":
-        from node.transport.dht_records import bootstrap_validator
-        from node.transport.hivemind_dht import HivemindTransport, start_dht_node, stop_dht_node
+        from node.transport.hivemind.records import bootstrap_validator
+        from node.transport.hivemind.transport import HivemindTransport, start_dht_node, stop_dht_node
 
         boot = await start_dht_node(initial_peers=[], retries=0, record_validator=bootstrap_validator(), **LOOPBACK)
         stop_boot = functools.partial(stop_dht_node, boot)
@@ -245,8 +245,8 @@ async def make_transports(kind: str, ids: list[Identity]) -> tuple[list[Transpor
         ts = [HivemindTransport(swarm=SWARM, publisher=i.peer_id, signer=i, initial_peers=maddrs, join_retries=0,
                                 round_seconds=ROUND_SECONDS, **LOOPBACK) for i in ids]
     else:
-        from node.transport.libp2p import Libp2pTransport
-        from node.transport.libp2p_host import Libp2pHost
+        from node.transport.libp2p.transport import Libp2pTransport
+        from node.transport.libp2p.host import Libp2pHost
 
         listen = LOOPBACK["host_maddrs"]
         boot = Libp2pHost(Identity.generate(), listen, [])  # joins no topic, as the libp2p bootstrap
@@ -268,7 +268,7 @@ async def make_transports(kind: str, ids: list[Identity]) -> tuple[list[Transpor
 async def gossip_mesh_formed(ts: list[Transport]) -> None:
     """Until every libp2p node has min(N, D_low) peers in its rollouts mesh (gossipsub grafts up to
     D_low on its heartbeat): before that a publication may reach only part of the swarm."""
-    from node.transport.libp2p import gossip_topics
+    from node.transport.libp2p.transport import gossip_topics
 
     topic = gossip_topics(SWARM)[0]
     deadline = time.monotonic() + MESH_TIMEOUT_S

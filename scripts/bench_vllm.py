@@ -102,9 +102,9 @@ def learner_step(policy, groups, temperature):
 
 
 def run_node(model: Path, run: Path, steps: int) -> dict:
-    from node.config import load_config
-    from node.metrics import read_metrics
-    from node.trainer import TrainingNode
+    from node.run.config import load_config
+    from node.observe.metrics import read_metrics
+    from node.run.trainer import TrainingNode
 
     cfg = load_config(None, {"model.name": str(model), "generation.backend": "vllm", "train.steps": steps,
                              "run.dir": str(run), "run.progress": "off", "run.plot": False,

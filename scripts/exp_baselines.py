@@ -26,7 +26,7 @@ from pathlib import Path
 
 from exp_common import ROOT, command_line, correctness, final, plot_panels, run_cli, write_report
 
-from node.metrics import read_metrics  # importable: exp_common puts the repo root on sys.path
+from node.observe.metrics import read_metrics  # importable: exp_common puts the repo root on sys.path
 
 BATCH = 32
 BASELINES = ["mean", "median", "opob", "opob_approx"]

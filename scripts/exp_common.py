@@ -15,7 +15,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from node.plots import rolling_mean  # noqa: E402
+from node.observe.plots import rolling_mean  # noqa: E402
 
 WINDOW = 20  # steps in the rolling mean and in "final" (the last WINDOW steps)
 

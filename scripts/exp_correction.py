@@ -30,7 +30,7 @@ from pathlib import Path
 from exp_common import (ROOT, WINDOW, command_line, correctness,
                         final, plot_mean_curves, run_cli, worst_dip, write_report)
 
-from node.metrics import read_metrics  # importable: exp_common puts the repo root on sys.path
+from node.observe.metrics import read_metrics  # importable: exp_common puts the repo root on sys.path
 
 VARIANTS = {
     "naive": ["--learner.off_policy_correction", "false", "--learner.lr_rule", "none"],

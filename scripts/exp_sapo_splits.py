@@ -32,7 +32,7 @@ from pathlib import Path
 from exp_common import (ROOT, command_line, correctness, final,
                         first_reach, plot_mean_curves, run_cli, write_report)
 
-from node.metrics import read_metrics  # importable: exp_common puts the repo root on sys.path
+from node.observe.metrics import read_metrics  # importable: exp_common puts the repo root on sys.path
 
 
 def distinct_models(args) -> Path:

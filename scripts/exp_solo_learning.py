@@ -22,8 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from node.metrics import read_metrics  # noqa: E402
-from node.plots import rolling_mean  # noqa: E402
+from node.observe.metrics import read_metrics  # noqa: E402
+from node.observe.plots import rolling_mean  # noqa: E402
 
 WINDOW = 20
 

@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from node.metrics import read_metrics  # noqa: E402
+from node.observe.metrics import read_metrics  # noqa: E402
 
 KEYS = ("rho", "lr_factor", "weight_mean", "clip_frac", "correct")
 

@@ -67,7 +67,7 @@ def build_model(out: Path, shape: dict, dtype: str) -> Path:
 
 
 def node_config(model: Path, run: Path, device: str, steps: int, quick: bool, **over):
-    from node.config import load_config
+    from node.run.config import load_config
 
     base = {"model.name": str(model), "model.device": device, "model.dtype": "bfloat16",
             "model.lora_rank": 16, "model.gradient_checkpointing": True,
@@ -80,8 +80,8 @@ def node_config(model: Path, run: Path, device: str, steps: int, quick: bool, **
 
 
 def train(cfg) -> list[dict]:
-    from node.metrics import read_metrics
-    from node.trainer import TrainingNode
+    from node.observe.metrics import read_metrics
+    from node.run.trainer import TrainingNode
 
     async def go():
         node = await TrainingNode.create(cfg)
@@ -116,8 +116,8 @@ def profile_for(cfg, device: str) -> dict:
     micro-batch), which is what their measured peak is held to."""
     from dataclasses import replace
 
-    from node.memory_profile import GiB, Settings, estimate, free_device_memory
-    from node.profile_select import plan_profile
+    from node.gpu.profiles import GiB, Settings, estimate, free_device_memory
+    from node.gpu.select import plan_profile
 
     plan = plan_profile(cfg, "auto" if free_device_memory(device) else "24gb")
     m = cfg.model
@@ -132,7 +132,7 @@ def profile_for(cfg, device: str) -> dict:
 
 def verdicts(report: dict) -> dict:
     """What the check must show, met or not (None: not measurable in this form)."""
-    from node.memory_profile import MARGIN
+    from node.gpu.profiles import MARGIN
 
     peaks = [r["peak_mib"] / 1024 for r in report["runs"].values() if "peak_mib" in r]
     limit = report["profile"]["run_estimated_peak_gib"] / (1 - MARGIN)  # the estimate, with the margin it plans

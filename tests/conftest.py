@@ -9,20 +9,21 @@ from pathlib import Path
 import pytest
 
 from policies.default_model import DefaultModelRecipe, build_default_model
+from tests.helpers.libp2p_process import IN_LIBP2P_PROCESS, LIBP2P_TESTS
 
 # A model small enough that building it (tokenizer + init, no warm start) takes about a second.
 TINY_RECIPE = replace(DefaultModelRecipe(), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                       num_key_value_heads=1, intermediate_size=64, sft_steps=0, vocab_size=320)
 
 
-LIBP2P_TESTS = Path(__file__).parent / "libp2p"
-IN_LIBP2P_PROCESS = "SWARM_NODE_LIBP2P_PROCESS"  # set by tests/test_libp2p_suite.py for its pytest
+LIBP2P_TESTS = Path(__file__).parent / "node" / "transport" / "libp2p"
+IN_LIBP2P_PROCESS = "SWARM_NODE_LIBP2P_PROCESS"  # set by tests/node/transport/test_libp2p_suite.py for its pytest
 
 
 def pytest_ignore_collect(collection_path, config):
-    """tests/libp2p imports py-libp2p, which cannot share a process with hivemind (both register
+    """tests/node/transport/libp2p imports py-libp2p, which cannot share a process with hivemind (both register
     the protobuf symbol crypto.pb.KeyType): it is collected only by a pytest of its own, the one
-    tests/test_libp2p_suite.py starts or ``pytest tests/libp2p`` run by hand."""
+    tests/node/transport/test_libp2p_suite.py starts or ``pytest tests/libp2p`` run by hand."""
     path = Path(collection_path)
     if LIBP2P_TESTS != path and LIBP2P_TESTS not in path.parents:
         return None

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers.paths import ROOT
 PACKAGES = ("node", "protocol", "policies", "rewards")
 
 
@@ -30,6 +30,6 @@ def test_module_imports_alone(module):
 
 
 def test_cli_and_config_do_not_import_torch():
-    code = "import sys, node.cli, node.config; assert 'torch' not in sys.modules, 'torch imported'"
+    code = "import sys, node.cli, node.run.config; assert 'torch' not in sys.modules, 'torch imported'"
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
+from tests.helpers.paths import ROOT
 
 import exp_common  # noqa: E402
 

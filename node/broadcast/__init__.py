@@ -4,9 +4,11 @@
     topology.py            who receives from whom: a pure function of the manifest
     peer.py                one node's part: serve held versions, fetch and verify followed ones
     store.py               chunks and manifests on disk, so a restart resumes
-    bucket.py              the upload cap (token bucket)
-    carrier.py             the one thing asked of a transport (request/reply), and an in-memory one
-    hivemind_carrier.py    the same over hivemind's p2p streams
+    follow.py              a source publishing its policy's versions; a follower keeping up
+    roles.py               what a node does with it (``broadcast.role``: full, learner, worker)
 
-docs/broadcast.md describes the whole; scripts/bench_broadcast.py measures it.
+The bytes move through a carrier and a directory that each transport hands out
+(node/transport/carrier.py and directory.py define them; each carrier folder implements them):
+the broadcast knows no carrier. docs/broadcast.md describes the whole; scripts/bench_broadcast.py
+measures it.
 """

@@ -2,7 +2,7 @@
 that keeps a policy at the source's newest version, within a staleness bound.
 
 ``WeightSource.publish`` encodes the policy's trained state (policies/weight_state.py), orders the
-announced followers into the manifest's relays (node/broadcast/directory.py: the ones it vouches
+announced followers into the manifest's relays (node/transport/hivemind/directory.py: the ones it vouches
 for first), signs and offers it (node/broadcast/peer.py), and writes its pointer to the DHT.
 ``WeightFollower.run`` announces the follower every few seconds, reads the newest version from the
 source's pointer and the addresses of the peers it exchanges with (its upstream and children)
@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from node.broadcast.directory_api import Directory, relay_order
+from node.transport.directory import Directory, relay_order
 from node.broadcast.peer import BroadcastPeer
 from node.broadcast.store import ChunkStore
 from policies.weight_state import apply_state, encode_state

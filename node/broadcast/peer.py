@@ -24,7 +24,7 @@ What a stranger can do: offer manifests (each costs a signature check, only for 
 follow) and ask for them, within a request budget per peer and one for everyone
 (``MANIFEST_REQUESTS``); download what we hold through our upload cap, in a few serve slots
 shared by everyone outside our own children; and keep a few requests open, within the carrier's
-per-peer bound (node/broadcast/carrier.py; the peers the topology ties us to are served past the
+per-peer bound (node/transport/carrier.py; the peers the topology ties us to are served past the
 overall one). A node above us that failed us is asked last for the next ``SUSPECT_VERSIONS``
 versions, so a relay that stalls costs its children one stall, not one per version.
 """
@@ -42,8 +42,8 @@ from typing import Awaitable, Callable
 import msgpack
 
 from node.broadcast import topology
-from node.broadcast.bucket import TokenBucket
-from node.broadcast.carrier import MAX_REQUEST, Carrier, CarrierError
+from node.transport.ratelimit import TokenBucket
+from node.transport.carrier import MAX_REQUEST, Carrier, CarrierError
 from node.broadcast.store import ChunkStore
 from protocol.errors import ProtocolError
 from protocol.identity import Identity

@@ -68,7 +68,7 @@ class Transport(abc.ABC):
         ``want``: envelopes a round worth fetching (about J groups' worth); a carrier that pays
         per fetch (hivemind) fetches about that many, publishers with a verified history first
         (``vouch``). None: everything. ``max_size``: bodies larger than this (all the node could
-        use, node/swarm.py ``usable_envelope_bytes``) are not taken, counted ``oversized``; None:
+        use, node/swarm/exchange.py ``usable_envelope_bytes``) are not taken, counted ``oversized``; None:
         the message limit."""
 
     async def broadcast_parts(self, identity, source: str, upload):
@@ -79,7 +79,7 @@ class Transport(abc.ABC):
 
     def set_gate(self, gate) -> None:
         """``gate(Delivery) -> bool``: the node's admission checks, for a carrier that passes
-        messages on (gossipsub forwards only what passes; node/swarm.py ``SwarmExchange.gate``).
+        messages on (gossipsub forwards only what passes; node/swarm/exchange.py ``SwarmExchange.gate``).
         It may be called from a worker thread and counts its own refusals. Carriers that forward
         nothing ignore it."""
 
@@ -118,5 +118,5 @@ class Transport(abc.ABC):
 
     def buffer_sizes(self) -> dict[str, int]:
         """Entries held in each of this transport's caches: none may grow with the run's length
-        (tests/swarm/test_long_run_memory.py)."""
+        (tests/node/swarm/test_long_run_memory.py)."""
         return {}

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Callable
 
 from node.transport import Transport, create_transport
-from node.transport.broker_url import parse_broker_url, resolve_password
+from node.transport.mqtt.url import parse_broker_url, resolve_password
 from protocol.identity import Identity
 
 __all__ = ["transport_from_config"]

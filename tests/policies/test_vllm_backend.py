@@ -16,7 +16,7 @@ from policies.errors import PolicyError
 from policies.policy import Policy
 from policies.vllm_backend import choose_backend, merged_weights, vllm_installed
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers.paths import ROOT
 OK = dict(top_p=1.0, top_k=0, behaviour_lag=0)
 
 

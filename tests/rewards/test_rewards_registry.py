@@ -14,7 +14,7 @@ from rewards.errors import InvalidTaskId, TaskError, UnknownTaskFamily
 from rewards.registry import FAMILIES, all_families, get_family, make_task, sample_task_ids
 from rewards.task import MAX_SEED, Task, TaskId
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers.paths import ROOT as REPO_ROOT
 EXPECTED_FAMILIES = ["arithmetic", "lists", "base", "boolean", "counting"]
 
 # Frozen outputs: nodes on different versions must agree on every task. A deliberate generator

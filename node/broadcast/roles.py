@@ -1,0 +1,251 @@
+"""What a node does with the weight broadcast: its role (``broadcast.role``).
+
+- ``full`` (the default): generate, train and share (SAPO); no broadcast.
+- ``learner``: a full node that also publishes its weights (a broadcast version) every
+  ``publish_every`` steps, starting with the weights it has at start, and treats the rollouts of
+  the workers that follow it as its own older policy's: their policy version is one it published,
+  which maps to exactly one of its updates, so the lag is exact, and rollouts more than
+  ``max_staleness`` updates behind (or claiming a version it never published in this life) are
+  dropped and counted (``worker_dropped_stale``). A broadcast version is ``learner.version +
+  offset``; the offset is 0 unless the learner restarted behind a version it had already signed
+  (resumed from an older checkpoint): then it jumps past it (``WeightSource.next_free_version``),
+  so no number is signed twice. Workers whose rollouts it admitted at ``VOUCH_STEPS`` steps (the
+  last within ``VOUCH_IDLE_STEPS``) are *vouched* and relay first.
+- ``worker``: follows a learner's versions (node/broadcast/follow.py), generates with the newest
+  applied one, publishes its rollouts labelled with that version, and trains nothing. It waits
+  (and says so) until it has a version within ``max_staleness`` of the newest the learner
+  announced.
+
+The trainer calls a role at fixed points (``start``, ``before_step``, ``rollout_version``,
+``admit_groups``, ``learns``, ``after_step``, ``status``, ``close``); the broadcast's own code
+lives in node/broadcast/.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import logging
+import time
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Role", "LearnerRole", "WorkerRole", "make_role"]
+
+REFRESH_S = 20.0  # the learner re-announces its pointer and re-reads its followers this often
+VOUCH_STEPS = 3  # a follower is vouched for once its rollouts were admitted at this many steps ...
+VOUCH_IDLE_STEPS = 100  # ... and stops being after this many steps without any
+MAX_VOUCHED = 512  # followers tracked towards vouching (the least recent go first)
+
+
+class Role:
+    """The full node: no broadcast."""
+
+    name = "full"
+    learns = True
+
+    async def start(self, node) -> None:
+        pass
+
+    async def before_step(self, node) -> None:
+        pass
+
+    def rollout_version(self, node) -> int | None:
+        """The policy version this step's rollouts are labelled with (None: the trainer's own)."""
+        return None
+
+    def admit_groups(self, node, groups: list) -> tuple[list, dict]:
+        return groups, {}
+
+    async def after_step(self, node, record: dict) -> None:
+        pass
+
+    def status(self) -> dict:
+        return {"role": self.name}
+
+    async def close(self) -> None:
+        pass
+
+
+async def _broadcast_parts(node, follow: str | None):
+    """The broadcast peer of this node and its weights directory, on the connection its transport
+    already holds (``Transport.broadcast_parts``: hivemind's p2p daemon, the MQTT broker
+    connection, the libp2p host)."""
+    from node.transport.ratelimit import TokenBucket
+    from node.broadcast.peer import BroadcastPeer
+    from node.broadcast.store import ChunkStore
+
+    bc, sw = node.cfg.broadcast, node.swarm
+    upload = TokenBucket(bc.upload_mbps * 1e6) if bc.upload_mbps > 0 else None
+    carrier, directory = await sw.transport.broadcast_parts(sw.identity, follow or sw.peer_id, upload)
+    store = ChunkStore(Path(node.run_dir) / "broadcast")  # a follower's chunks; a source's last manifest
+    peer = BroadcastPeer(sw.identity, carrier, swarm=node.cfg.swarm.name, directory={}, follow=follow,
+                         store=store if follow else None)
+    return peer, directory, store
+
+
+class LearnerRole(Role):
+    name = "learner"
+
+    def __init__(self):
+        self.source = None
+        self.published: int | None = None
+        self.offset = 0  # broadcast version - learner version (see the module doc)
+        self.published_versions: dict[int, int] = {}  # broadcast version -> learner version, this life
+        self.followers: set[str] = set()
+        self._work: collections.OrderedDict[str, set[int]] = collections.OrderedDict()  # peer -> steps it was admitted at
+        self.dropped_stale = 0
+        self._task: asyncio.Task | None = None
+
+    async def start(self, node) -> None:
+        from node.broadcast.follow import WeightSource
+
+        peer, directory, store = await _broadcast_parts(node, None)
+        await peer.start()
+        self.source = WeightSource(node.policy, peer, directory, fanout=node.cfg.broadcast.fanout, store=store)
+        free = await self.source.next_free_version()
+        self.offset = max(0, free - node.learner.version)
+        if self.offset:
+            log.warning("version %d was already signed (this learner restarted behind it): broadcast versions "
+                        "are learner versions + %d from now on", free - 1, self.offset)
+        await self._publish(node)  # the weights it starts with: workers can begin at once
+        self._task = asyncio.ensure_future(self._refresh())
+
+    async def _publish(self, node) -> None:
+        version = node.learner.version + self.offset
+        m = await self.source.publish(version=version, step=node.step, vouched=self.vouched_at(node.step))
+        self.published = m.version
+        self.published_versions[m.version] = node.learner.version
+        self.followers = set(m.relays) | self.followers
+        log.info("published weights version %d (step %d, %d bytes, %d relays)", m.version, node.step,
+                 m.total_size, len(m.relays))
+
+    async def _refresh(self) -> None:
+        while True:
+            await asyncio.sleep(REFRESH_S)
+            try:
+                await self.source.refresh()
+                # what the DHT holds now (not a union over time: a flood of identities ages out)
+                read = set(await self.source.directory.read_followers())
+                self.followers = read | set(self._work) | set(self.source.last.relays if self.source.last else ())
+            except (ConnectionError, OSError, asyncio.TimeoutError) as e:
+                log.warning("weights directory: %s: %s", type(e).__name__, e)
+
+    def admit_groups(self, node, groups: list) -> tuple[list, dict]:
+        s, v_now = node.cfg.broadcast.max_staleness, node.learner.version
+        kept, lags, dropped = [], [], 0
+        for g in groups:
+            if g.sender not in self.followers:
+                kept.append(g)  # a full peer's rollouts: its own versions, bounded by rounds
+                continue
+            made_at = self.published_versions.get(g.policy_version)
+            if made_at is not None and 0 <= v_now - made_at <= s:
+                # relabelled with the learner's own update count: what the correction and the
+                # metrics read is the learner's version, whatever the broadcast offset
+                kept.append(dataclasses.replace(g, policy_version=made_at))
+                lags.append(v_now - made_at)
+                self._worked(g.sender, getattr(node, "step", 0))
+            else:
+                dropped += 1
+        self.dropped_stale += dropped
+        info = {"worker_groups": len(lags), "worker_lag_mean": (sum(lags) / len(lags)) if lags else None,
+                "worker_dropped_stale": self.dropped_stale}
+        return kept, info
+
+    def _worked(self, peer: str, step: int) -> None:
+        steps = {x for x in self._work.pop(peer, set()) if x > step - VOUCH_IDLE_STEPS} | {step}
+        self._work[peer] = set(sorted(steps)[-VOUCH_STEPS:])
+        while len(self._work) > MAX_VOUCHED:
+            self._work.popitem(last=False)
+
+    def vouched_at(self, step: int) -> set[str]:
+        """Followers whose rollouts of our versions were admitted at VOUCH_STEPS steps, the last
+        within VOUCH_IDLE_STEPS: sustained work, which one labelled batch from a fresh id is not."""
+        return {p for p, steps in self._work.items()
+                if len(steps) >= VOUCH_STEPS and max(steps) > step - VOUCH_IDLE_STEPS}
+
+    @property
+    def vouched(self) -> set[str]:
+        return {p for p, steps in self._work.items() if len(steps) >= VOUCH_STEPS}
+
+    async def after_step(self, node, record: dict) -> None:
+        k = node.cfg.broadcast.publish_every
+        if node.learner.version + self.offset != self.published and node.step % k == 0:
+            await self._publish(node)
+            # versions past the staleness bound can no longer be admitted: forget them
+            floor = node.learner.version - node.cfg.broadcast.max_staleness
+            self.published_versions = {b: v for b, v in self.published_versions.items() if v >= floor}
+        record["published_version"] = self.published
+
+    def status(self) -> dict:
+        st = self.source.peer.status() if self.source else {}
+        return {"role": self.name, "published_version": self.published, "followers": len(self.followers),
+                "vouched": len(self.vouched), "version_offset": self.offset,
+                "worker_dropped_stale": self.dropped_stale, "served_bytes": st.get("served_bytes", 0),
+                "turned_away": st.get("turned_away", 0)}
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+        if self.source is not None:
+            await self.source.peer.close()
+            await self.source.directory.close()
+
+
+class WorkerRole(Role):
+    name = "worker"
+    learns = False
+
+    def __init__(self):
+        self.follower = None
+        self._task: asyncio.Task | None = None
+        self._version: int | None = None
+
+    async def start(self, node) -> None:
+        from node.broadcast.follow import WeightFollower
+
+        bc = node.cfg.broadcast
+        peer, directory, _ = await _broadcast_parts(node, bc.follow)
+        self.follower = WeightFollower(node.policy, peer, directory, max_staleness=bc.max_staleness, poll_s=1.0)
+        if node.vllm is not None:  # the engine samples: every applied version goes into it too
+            self.follower.after_apply = lambda: node.vllm.sync(node.policy)
+        await self.follower.start()
+        self._task = asyncio.ensure_future(self.follower.run())
+
+    async def before_step(self, node) -> None:
+        f = self.follower
+        since = time.monotonic()
+        while not f.fresh_enough() and not node.stop_requested:
+            what = ("no version yet" if f.applied is None
+                    else f"version {f.applied} applied, the learner announced {f.newest_seen}")
+            t = f.peer.status().get("transfer")
+            if t:
+                what += f"; receiving version {t['version']}: {t['bytes'] / 1e6:.1f} of {t['total'] / 1e6:.1f} MB"
+            node.status.phase("waiting for the learner's weights",
+                              f"{what} (following {f.directory.source}, {time.monotonic() - since:.0f} s)")
+            await asyncio.sleep(0.2)
+
+    def rollout_version(self, node) -> int | None:
+        return self.follower.label  # set under the weights lock with the weights themselves
+
+    async def after_step(self, node, record: dict) -> None:
+        st = self.follower.status()
+        record.update({"applied_version": st["applied_version"], "version_lag": st["lag"],
+                       "versions_applied": st["applied_versions"]})
+
+    def status(self) -> dict:
+        st = self.follower.status() if self.follower else {}
+        return {"role": self.name, "following": self.follower.directory.source if self.follower else None, **st}
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+        if self.follower is not None:
+            await self.follower.peer.close()
+            await self.follower.directory.close()
+
+
+def make_role(name: str) -> Role:
+    return {"full": Role, "learner": LearnerRole, "worker": WorkerRole}[name]()

@@ -1,0 +1,11 @@
+"""What a node shows while it runs: metrics, status, live progress, plots and logs.
+
+    metrics.py     metrics.jsonl writer and reader
+    status.py      status.json (written atomically each step)
+    endpoint.py    the Prometheus metrics endpoint
+    progress.py    live progress (rich panel or log lines), start-up included
+    plots.py       reward-curve PNGs
+    logs.py        text or JSON (structured) logs
+
+Nothing here imports the rest of ``node``: every layer may report through it.
+"""

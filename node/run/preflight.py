@@ -1,0 +1,155 @@
+"""Checks a node runs before it loads anything heavy: can it write its run folder, does its
+device exist, does the checkpoint it resumes belong to this configuration; and, once the model
+is loaded, do its prompts and completions fit the model's context.
+
+A mistake found here costs the user a second, not a model load; each check raises a
+``ConfigError`` whose message names the problem and the fix (the CLI prints it and exits 2).
+Nothing here creates or changes a file: the write probe goes into a folder that already exists
+and is removed at once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+
+from node.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+__all__ = ["check_run_dir", "check_device", "check_resume_matches", "check_context"]
+
+
+def _existing_ancestor(path: Path) -> Path:
+    p = path
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return p
+
+
+def check_run_dir(run_dir: Path) -> None:
+    """The run folder is a folder, or can be made one, and this process can write in it."""
+    run_dir = Path(run_dir)
+    fix = "choose another --run.dir"
+    if run_dir.is_symlink() and not run_dir.exists():
+        raise ConfigError(f"--run.dir {run_dir} is a link to {os.readlink(run_dir)}, which does not exist: "
+                          f"{fix}, or create the folder it points to")
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ConfigError(f"--run.dir {run_dir} is a file, not a folder: {fix} (or move the file away)")
+    base = _existing_ancestor(run_dir.absolute())
+    if not base.is_dir():
+        raise ConfigError(f"--run.dir {run_dir} cannot be created: {base} is a file, not a folder; {fix}")
+    probe = base / f".swarm-node-write-test-{os.getpid()}"
+    try:
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:  # PermissionError, a read-only file system (EROFS), a full disk
+        what = "cannot write in" if base == run_dir.absolute() else f"cannot create {run_dir} in"
+        raise ConfigError(f"--run.dir: {what} {base} ({e.strerror or e}); {fix}, or make "
+                          f"{base} writable for this user") from None
+
+
+def check_device(device: str) -> None:
+    """``model.device`` names a device this torch build can use (allocates one element on it)."""
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise ConfigError(f"--model.device {device!r} is not a torch device: use cpu, cuda, cuda:N "
+                          f"(or mps on Apple silicon)") from None
+    if dev.type == "cuda":
+        if not torch.backends.cuda.is_built():
+            raise ConfigError(f"--model.device {device}: this torch ({torch.__version__}) was built "
+                              f"without CUDA; install a CUDA build of torch, or use --model.device cpu")
+        n = torch.cuda.device_count()
+        if n == 0:
+            raise ConfigError(f"--model.device {device}: no CUDA GPU is visible (check the driver, "
+                              f"nvidia-smi and CUDA_VISIBLE_DEVICES), or use --model.device cpu")
+        if dev.index is not None and dev.index >= n:
+            raise ConfigError(f"--model.device {device}: this machine has {n} CUDA GPU(s); use "
+                              f"--model.device cuda:0" + (f" ... cuda:{n - 1}" if n > 1 else "")
+                              + " or --model.device cpu")
+    try:
+        torch.empty(1, device=dev)
+    except (RuntimeError, AssertionError) as e:  # e.g. mps on a machine without it
+        raise ConfigError(f"--model.device {device} cannot be used here: {e}; "
+                          f"use --model.device cpu") from None
+
+
+def check_resume_matches(ckpt_root: Path, model_cfg: dict) -> None:
+    """The checkpoint a resume would load was written with this run's LoRA rank and alpha.
+
+    A LoRA adapter and full weights can never load into each other, so another rank is refused
+    here, before the model loads. Another ``model.name`` is only logged: the same weights may
+    have moved (a renamed folder), and the tensor check at load decides. Reads the newest
+    *valid* checkpoint's ``state.json`` (the one resume loads); one without a recorded config
+    is left to that check.
+    """
+    from node.run.checkpoint import newest_valid
+
+    path = newest_valid(ckpt_root)
+    if path is None:
+        return
+    try:
+        saved = json.loads((path / "state.json").read_text())["extra"]["config"]["model"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return
+    if "lora_rank" in saved and saved["lora_rank"] != model_cfg.get("lora_rank"):
+        was, now = saved["lora_rank"], model_cfg.get("lora_rank")
+        raise ConfigError(f"cannot resume {path}: it was trained with --model.lora_rank {was}, this run asks "
+                          f"for --model.lora_rank {now} (LoRA adapters and full weights do not load into each "
+                          f"other). Resume with --model.lora_rank {was}, or start the new setting in another "
+                          f"--run.dir")
+    if saved.get("lora_rank") and "lora_alpha" in saved and saved["lora_alpha"] != model_cfg.get("lora_alpha"):
+        # Not a tensor: the adapter would load, and scale its update by another alpha / rank.
+        was, now = saved["lora_alpha"], model_cfg.get("lora_alpha")
+        raise ConfigError(f"cannot resume {path}: its LoRA adapter was trained with --model.lora_alpha {was}, "
+                          f"this run asks for {now} (the adapter's output is scaled by alpha / rank). Resume "
+                          f"with --model.lora_alpha {was}, or start the new setting in another --run.dir")
+    if "name" in saved and not _same_model(saved["name"], model_cfg.get("name")):
+        log.warning("resuming %s, which was trained from model %r, with --model.name %r: the load checks "
+                    "that its tensors fit", path, saved["name"], model_cfg.get("name"))
+
+
+def _same_model(saved, now) -> bool:
+    if saved == now:
+        return True
+    # The same local model written two ways (./m and /abs/m) is the same model.
+    return isinstance(saved, str) and isinstance(now, str) and Path(saved).exists() \
+        and Path(saved).resolve() == Path(now).resolve()
+
+
+def longest_prompt(encode, cfg) -> int:
+    """The longest prompt, in tokens (``encode``: texts → token id lists), of a sample of 256 of
+    this run's tasks: what a prompt can take of the context and of the memory."""
+    from node.run.rollouts import round_task_ids
+    from rewards.registry import make_task
+
+    t = cfg.tasks
+    ids = [i for step in range(32) for i in round_task_ids(cfg.train.seed, step, 8, t.families, t.difficulties)]
+    return max(len(p) for p in encode([make_task(i).prompt for i in ids]))
+
+
+def check_context(policy, cfg) -> None:
+    """Prompts plus ``generation.max_completion_length`` fit the model's positions.
+
+    The one check that needs the model (its ``max_position_embeddings`` and tokenizer), run right
+    after loading it: past the limit a model does not fail, it generates from positions it never
+    learned (transformers only prints a "friendly reminder"). Prompt lengths come from a sample of
+    256 of this run's tasks.
+    """
+    limit = getattr(policy.model.config, "max_position_embeddings", None)
+    if not isinstance(limit, int) or limit <= 0:
+        return
+    longest = longest_prompt(policy.encode_prompts, cfg)
+    want = cfg.generation.max_completion_length
+    if longest + want > limit:
+        room = limit - longest
+        fix = (f"use --generation.max_completion_length {room} or less" if room > 0
+               else "the prompts alone do not fit: use a model with a longer context")
+        raise ConfigError(f"--generation.max_completion_length {want} does not fit the model: it has "
+                          f"{limit} positions (max_position_embeddings) and this run's prompts take up "
+                          f"to {longest} tokens; {fix}, or a model with a longer context")

@@ -1,0 +1,118 @@
+"""A round's rollouts: which tasks to sample, generating and scoring completions, and turning
+scored rollouts into learner samples.
+
+Task ids for a round come from ``(seed, step)`` alone, so a resumed run asks the same questions
+and any node can regenerate a task's question and ground truth from its id. Rewards are always
+computed here, by the node that will train on the rollout.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Sequence
+
+from node.swarm.exchange import PeerGroup, allowed_specials
+from policies.learner import TrainSample
+from protocol.messages import RolloutRecord
+from policies.policy import Completion, Policy, SamplingParams
+from rewards.registry import make_task, sample_task_ids
+from rewards.scoring import Reward, RewardConfig, score
+from protocol.task_id import TaskId
+
+__all__ = ["Rollout", "round_task_ids", "generate_rollouts", "to_train_samples", "to_records",
+           "external_samples"]
+
+
+@dataclass(frozen=True)
+class Rollout:
+    task_id: TaskId
+    completion: Completion
+    policy_version: int  # version of the policy that sampled it
+    reward: Reward  # scored locally from the regenerated ground truth
+
+
+def round_task_ids(seed: int | str, step: int, n: int, families: Sequence[str],
+                   difficulties: Sequence[int]) -> list[TaskId]:
+    """The ``n`` tasks of round ``step``: a pure function of its arguments (string seeds are
+    hashed with sha512 by ``random``, so this is stable across processes and Python versions).
+
+    Families are stratified, not drawn independently: slot i of round s takes family
+    ``families[(s*n + i) % len(families)]``, so every round covers the families evenly and, over
+    rounds, each gets its share exactly (a family listed twice gets twice the share). The families
+    differ a lot in difficulty; independent draws made a round's mean reward swing with its family
+    mix, which is noise in both the gradient and the reward curve. Seeds and levels stay random.
+    """
+    rng = random.Random(f"swarm-node:{seed}:{step}")
+    k = len(families)
+    return [sample_task_ids(rng, 1, [families[(step * n + i) % k]], difficulties)[0] for i in range(n)]
+
+
+def generate_rollouts(policy: Policy, task_ids: list[TaskId], num_generations: int,
+                      params: SamplingParams, policy_version: int,
+                      reward_cfg: RewardConfig) -> list[Rollout]:
+    tasks = [make_task(t) for t in task_ids]
+    groups = policy.generate([t.prompt for t in tasks], num_generations, params)
+    return [Rollout(task.id, c, policy_version, score(task, c.text, reward_cfg))
+            for task, group in zip(tasks, groups) for c in group]
+
+
+def to_train_samples(rollouts: list[Rollout], local: bool = True) -> list[TrainSample]:
+    """Samples for the learner; the group of a completion is its task id."""
+    return [TrainSample(group=str(r.task_id), prompt_ids=r.completion.prompt_ids,
+                        completion_ids=r.completion.completion_ids,
+                        behaviour_logprobs=r.completion.logprobs,
+                        behaviour_seq_logprob=r.completion.seq_logprob,
+                        reward=r.reward.total, policy_version=r.policy_version, local=local)
+            for r in rollouts]
+
+
+def to_records(rollouts: list[Rollout], special_ids: frozenset[int] = frozenset(),
+               eos_id: int | None = None) -> list[RolloutRecord]:
+    """Wire records of this node's rollouts (no reward: receivers score for themselves).
+
+    A completion that sampled a special token before its end (say ``<pad>``) is kept for this
+    node's own training but not published: peers refuse such batches (``special_tokens``), and
+    one such completion must not cost the whole round's batch."""
+    return [RolloutRecord(task_id=str(r.task_id), completion_ids=r.completion.completion_ids,
+                          completion_text=r.completion.text, behaviour_logprobs=r.completion.logprobs,
+                          truncated=r.completion.truncated)
+            for r in rollouts if allowed_specials(r.completion.completion_ids, special_ids, eos_id)]
+
+
+def external_samples(groups: list[PeerGroup], policy: Policy, reward_cfg: RewardConfig,
+                     group_cap: int, max_tokens: int) -> tuple[list[TrainSample], list[float], int]:
+    """Learner samples from peers' groups, scored here from the regenerated ground truth.
+
+    Same tokenizer: the peer's token ids and per-token behaviour log-probs are used as sent (the
+    exchange has checked the text is their decoding). Another tokenizer: the text is re-tokenized
+    for this policy and only the sequence log-prob Σ log μ transfers, so the learner applies the
+    sequence-level ratio. Each group keeps at most ``group_cap`` completions (this node's group
+    size), and completions longer than ``max_tokens`` in this node's tokens (its own
+    ``max_completion_length``) are left out: a peer's longer limit, or a hostile one, must not
+    grow the learner's batch beyond what this node budgets for. Returns the samples, their
+    correctness (for metrics) and how many completions were left out for length.
+    """
+    samples, correct, too_long = [], [], 0
+    for g in groups:
+        task = make_task(g.task_id)
+        prompt_ids = policy.encode_prompts([task.prompt])[0]
+        same_tokens = g.tokenizer_fingerprint == policy.tokenizer_fingerprint
+        for rec in g.records[:group_cap]:
+            if same_tokens:
+                ids, lps = rec.completion_ids, rec.behaviour_logprobs
+            else:
+                ids, lps = policy.encode_completion(rec.completion_text), None
+                if rec.truncated:  # it never ended: no EOS to learn
+                    ids = ids[:-1] or ids
+            if len(ids) > max_tokens:
+                too_long += 1
+                continue
+            reward = score(task, rec.completion_text, reward_cfg)
+            correct.append(reward.correctness)
+            samples.append(TrainSample(group=g.key, prompt_ids=prompt_ids, completion_ids=ids,
+                                       behaviour_logprobs=lps,
+                                       behaviour_seq_logprob=float(sum(rec.behaviour_logprobs)),
+                                       reward=reward.total, policy_version=g.policy_version,
+                                       local=False, source=g.sender))
+    return samples, correct, too_long

@@ -1,0 +1,366 @@
+"""The py-libp2p transport: rollout envelopes and heartbeats over gossipsub, no daemon to start.
+
+hivemind needs its Go daemon (p2pd); this transport is a pure-Python libp2p host
+(node/transport/libp2p/host.py, on trio in its own thread) that speaks to other swarm-node
+hosts only. It carries the same signed envelopes as every transport:
+
+    gossip topic                     message                       validator (before forwarding)
+    swarm-node/<swarm>/rollouts      [round, envelope]             the node's whole admission check
+                                     [round, size, sha256, addr]   a body too large for gossip: a
+                                                                   pointer, fetched from addr
+    swarm-node/<swarm>/peers         a signed Announcement          the node's heartbeat check
+
+- **The publisher is authenticated by libp2p.** Pubsub's strict signing puts the origin's key
+  and signature on every message, and the origin's key is its swarm identity's
+  (``publisher_of``), so an envelope signed by anyone else is ``sender_mismatch`` and a copy of
+  another's envelope under a new origin is refused as that.
+- **A bad message does not propagate.** The topic validator runs the node's own admission checks
+  (``set_gate``: signature, clock, replay, schema, tokens, log-probs; node/swarm/exchange.py) in a worker
+  thread before gossipsub forwards or delivers anything; what fails is counted under the same
+  reasons as over hivemind and goes no further than this node. Message ids are the sha256 of
+  origin and data, so a duplicate is dropped by gossipsub's seen cache before it costs a check.
+- **A flood costs a bounded amount.** Before that check, a budget (node/transport/libp2p/budget.py)
+  decides in microseconds whether a message is worth one: two bodies a round and a heartbeat
+  every 0.5 s per publisher, and publishers with no admitted history (``vouch``) share 20 checks
+  a second. What it refuses is counted (``strangers_over_budget``, ``republished``,
+  ``heartbeat_rate``) and not forwarded.
+- **Bodies above the gossip limit** (1 MiB, ``GOSSIP_MAX``: a 4 MiB envelope is allowed) are
+  announced by a pointer and fetched over a libp2p stream from the publisher: by its peer id
+  when this host is connected to it, else at the address the pointer names, which must end in
+  the publisher's own /p2p/ id. The body must hash to the pointer's sha256 (``hash_mismatch``) and
+  then passes every check as any other. At most ``MAX_FETCHES`` fetches run at once, one per
+  publisher, and publishers with no admitted history hold at most half of them; a node serves
+  each of its large bodies at most ``MAX_SERVES`` times to one peer.
+- Incoming bodies and heartbeats wait for the node's poll in the ``Inbox`` every push carrier
+  shares (node/transport/inbox.py); gossip keeps nothing for late joiners: a node that joins
+  mid-round gets the next rounds.
+
+A node on libp2p and a node on hivemind or MQTT are in different swarms, even with the same
+``swarm.name``: their carriers do not meet (docs/architecture.md, "Carriers").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import hashlib
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+import msgpack
+
+from node.transport.carrier import CarrierError
+from node.transport.libp2p.carrier import Libp2pCarrier
+from node.clock import RoundClock
+from node.transport.base import MAX_ANNOUNCEMENT_SIZE, MAX_ENVELOPE_SIZE, Delivery, Transport, TransportError
+from node.transport.libp2p.budget import CheckBudget
+from node.transport.inbox import Inbox
+from node.transport.libp2p.host import GOSSIP_MAX, Libp2pHost, publisher_of
+from protocol.identity import Identity
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Libp2pTransport", "gossip_topics", "bodies_protocol", "GOSSIP_BODY_MAX"]
+
+GOSSIP_BODY_MAX = GOSSIP_MAX - 8 * 1024  # an envelope above this goes as a pointer (framing and pubsub's fields fit in the rest)
+MAX_BUFFERED = 64 * 1024 * 1024  # bytes of incoming bodies held before polls take them
+MAX_FETCHES = 8  # pointer bodies fetched at once (one per publisher); more are dropped (counted fetch_dropped)
+FETCH_TIMEOUT_S = 10.0
+KEEP_MINE = 16  # our own large bodies kept to serve (rounds: more than a node polls)
+MAX_SERVES = 2  # times one peer is served one of our bodies
+OK, MISSING = 0, 1
+
+
+def gossip_topics(swarm: str) -> tuple[str, str]:
+    return f"swarm-node/{swarm}/rollouts", f"swarm-node/{swarm}/peers"
+
+
+def bodies_protocol(swarm: str) -> str:
+    return f"/swarm-node/{swarm}/bodies/1.0.0"
+
+
+def parse_frame(data: bytes):
+    """(round, body, None) for a whole body, (round, None, (size, sha256, addr)) for a pointer,
+    None for anything else."""
+    try:
+        f = msgpack.unpackb(data, raw=False)
+    except Exception:  # noqa: BLE001 - hostile bytes
+        return None
+    if not isinstance(f, list) or not f or not isinstance(f[0], int) or not 0 <= f[0] < 1 << 40:
+        return None
+    if len(f) == 2 and isinstance(f[1], bytes):
+        return f[0], f[1], None
+    if (len(f) == 4 and isinstance(f[1], int) and isinstance(f[2], bytes) and len(f[2]) == 32
+            and isinstance(f[3], str) and len(f[3]) < 512):
+        return f[0], None, (f[1], f[2], f[3])
+    return None
+
+
+@dataclass
+class Libp2pTransport(Transport):
+    identity: Identity | None = None
+    listen: list = field(default_factory=lambda: ["/ip4/0.0.0.0/tcp/0"])
+    bootstrap: list = field(default_factory=list)
+    announce_addrs: list = field(default_factory=list)  # addresses peers reach this host at (else the listen ones)
+    startup_timeout: float = 30.0
+    join_retries: int = 5
+    join_backoff: float = 2.0
+    on_retry: object = None  # callable(str): a join attempt failed and will be retried
+    target_peers: int = 8
+    round_seconds: float | None = None  # the shared clock's: rounds far past it are not worth a check
+    max_buffered: int = MAX_BUFFERED
+    host: Libp2pHost | None = field(default=None, init=False)
+    counts: collections.Counter = field(default_factory=collections.Counter, init=False)
+    inbox: Inbox = field(default=None, init=False)
+    _gate: Callable | None = field(default=None, init=False)
+    _budget: CheckBudget = field(default_factory=CheckBudget, init=False)  # the trio thread's
+    _served: collections.Counter = field(default_factory=collections.Counter, init=False)  # (remote, round)
+    _mine: dict = field(default_factory=dict, init=False)  # round -> our body too large for gossip
+    _fetching: dict = field(default_factory=dict, init=False)  # (publisher, round) -> task
+    _bodies: Libp2pCarrier | None = field(default=None, init=False)
+
+    def __post_init__(self):
+        if self.identity is None or self.identity.peer_id != self.publisher:
+            raise TransportError("the libp2p transport needs the node's identity: its key is the libp2p host's")
+        self.inbox = Inbox(self.max_buffered, self.counts, self.rejected)
+        self._clock = RoundClock(self.round_seconds) if self.round_seconds else None
+        self._rollouts, self._peers = gossip_topics(self.swarm)
+
+    def set_gate(self, gate: Callable[[Delivery], bool] | None) -> None:
+        self._gate = gate
+
+    # -- joining ----------------------------------------------------------------------------------
+    async def start(self) -> None:
+        self.host = Libp2pHost(self.identity, self.listen, self.bootstrap, announce=self.announce_addrs,
+                               target_peers=self.target_peers)
+        await self.host.start(self.startup_timeout)
+        try:
+            await self.host.subscribe(self._rollouts, self._on_rollout, self._check_rollout, self._afford_rollout)
+            await self.host.subscribe(self._peers, self._on_heartbeat, self._check_heartbeat, self._afford_heartbeat)
+            self._bodies = Libp2pCarrier(self.host, bodies_protocol(self.swarm))
+            await self._bodies.start(self._serve_body)
+            await self._join()
+            log.info("libp2p host %s listening on %s (the node key's libp2p id; swarm peer id %s)",
+                     self.host.peer_id, ", ".join(self.host.addrs), self.publisher)
+            if not self.announce_addrs and all("/ip4/127.0.0.1/" in a or "/ip6/::1/" in a for a in self.host.addrs) \
+                    and not all("/ip4/127.0.0.1/" in a or "/ip6/::1/" in a for a in self.listen):
+                log.warning("listening on a wildcard address: peers on other machines cannot fetch this node's "
+                            "large bodies until --swarm.announce_maddrs names an address they can reach")
+        except BaseException:
+            await self.host.close()
+            raise
+
+    async def _join(self) -> None:
+        if not self.bootstrap:
+            return  # the first node of a new swarm
+        delay = self.join_backoff
+        for attempt in range(self.join_retries + 1):
+            if await self.host.bridge.call(self.host.connect_bootstrap):
+                return
+            if attempt == self.join_retries:
+                break
+            msg = f"no bootstrap peer answered (attempt {attempt + 1}/{self.join_retries + 1}); retrying in {delay:g} s"
+            log.warning("%s", msg)
+            if callable(self.on_retry):
+                self.on_retry(msg)
+            await asyncio.sleep(delay)
+            delay *= 2
+        raise TransportError(f"none of the bootstrap peers {self.bootstrap} answered after {self.join_retries + 1} "
+                             f"attempts: check the addresses (as `swarm-node bootstrap --transport libp2p` prints "
+                             f"them) and that their port is reachable from here")
+
+    # -- sending ----------------------------------------------------------------------------------
+    async def publish(self, round: int, data: bytes, expires_in: float) -> None:
+        if len(data) > MAX_ENVELOPE_SIZE:
+            raise ValueError(f"envelope of {len(data)} bytes is over the {MAX_ENVELOPE_SIZE}-byte limit")
+        if len(data) <= GOSSIP_BODY_MAX:
+            frame = msgpack.packb([round, bytes(data)])
+        else:
+            self._mine[round] = bytes(data)
+            while len(self._mine) > KEEP_MINE:
+                del self._mine[min(self._mine)]
+            for key in [k for k in self._served if k[1] not in self._mine]:
+                del self._served[key]
+            frame = msgpack.packb([round, len(data), hashlib.sha256(data).digest(), self.host.addrs[0]])
+        await self.host.publish(self._rollouts, frame)
+        self.counts["published"] += 1
+
+    async def announce(self, data: bytes, expires_in: float) -> None:
+        if len(data) > MAX_ANNOUNCEMENT_SIZE:
+            raise ValueError(f"heartbeat of {len(data)} bytes is over the {MAX_ANNOUNCEMENT_SIZE}-byte limit")
+        await self.host.publish(self._peers, bytes(data))
+
+    async def _serve_body(self, remote: str, request: bytes):
+        try:
+            (round,) = msgpack.unpackb(request)
+            round = int(round)
+        except Exception:  # noqa: BLE001 - a malformed request gets nothing
+            return MISSING, b""
+        body = self._mine.get(round)
+        if body is None or self._served[remote, round] >= MAX_SERVES:
+            return MISSING, b""  # a peer asking again and again is not served again and again
+        self._served[remote, round] += 1
+        return OK, body
+
+    # -- the budgets (the trio thread, before a check is paid for) ----------------------------------
+    def _afford_rollout(self, publisher: str, data: bytes) -> bool:
+        frame = parse_frame(data)
+        if frame is None:
+            return self._refuse("rejected", "malformed_envelope")
+        # Bounded around the shared clock's round (the sender's claim past it is wrong); without a
+        # clock, around the newest round polled, which may lag: then too far ahead is not its fault.
+        window = self.inbox.window
+        newest = (self._clock.current() if self._clock is not None else window[1] if window else None)
+        why = self._budget.body(publisher, frame[0], self.inbox.is_vouched(publisher), time.monotonic(), newest)
+        if why is None:
+            return True
+        return self._refuse("rejected" if why == "wrong_round" and self._clock is not None else "counts", why)
+
+    def _afford_heartbeat(self, publisher: str, data: bytes) -> bool:
+        why = self._budget.heartbeat(publisher, self.inbox.is_vouched(publisher), time.monotonic())
+        return True if why is None else self._refuse("counts", why)
+
+    # -- the validators (worker threads: before gossipsub forwards anything) ------------------------
+    def _check_rollout(self, publisher: str, data: bytes) -> bool:
+        # The poll window is not checked here: a node that polls late must still forward what its
+        # neighbours are on (the budget bounds how far ahead); the inbox keeps only its window.
+        frame = parse_frame(data)
+        if frame is None:
+            return self._refuse("rejected", "malformed_envelope")
+        round, body, pointer = frame
+        if body is not None:
+            if len(body) > MAX_ENVELOPE_SIZE:
+                return self._refuse("rejected", "oversized")
+            return self._gate is None or self._gate(Delivery(round, publisher, body))
+        size, _, addr = pointer
+        if not 0 < size <= MAX_ENVELOPE_SIZE:
+            return self._refuse("rejected", "oversized")
+        # The body is fetched from the address the pointer names: it must be the publisher's own,
+        # or a pointer would turn every node into a fetcher aimed at someone else.
+        if "/p2p/" not in addr or publisher_of_address(addr) != publisher:
+            return self._refuse("rejected", "sender_mismatch")
+        return True
+
+    def _check_heartbeat(self, publisher: str, data: bytes) -> bool:
+        if len(data) > MAX_ANNOUNCEMENT_SIZE:
+            return self._refuse("rejected", "oversized")
+        return self._gate is None or self._gate(Delivery(-1, publisher, data))
+
+    def _refuse(self, counter: str, reason: str) -> bool:
+        """Count a refusal on the loop (validators run in worker threads); False."""
+        self.host.bridge.to_loop(getattr(self, counter).update, (reason,))
+        return False
+
+    # -- receiving (the asyncio loop) -------------------------------------------------------------
+    def _on_rollout(self, publisher: str, data: bytes) -> None:
+        frame = parse_frame(data)
+        if frame is None:
+            return
+        round, body, pointer = frame
+        if body is not None:
+            self.inbox.offer(publisher, round, body)
+        else:
+            self._fetch_later(publisher, round, *pointer)
+
+    def _on_heartbeat(self, publisher: str, data: bytes) -> None:
+        self.inbox.offer_heartbeat(publisher, data)
+
+    def _fetch_later(self, publisher: str, round: int, size: int, digest: bytes, addr: str) -> None:
+        if size > self.inbox.max_size:
+            self.rejected["oversized"] += 1  # more than this node could use: not fetched
+            return
+        key = (publisher, round)
+        if key in self._fetching:
+            return
+        strangers = sum(not self.inbox.is_vouched(p) for p, _ in self._fetching)
+        if (len(self._fetching) >= MAX_FETCHES or any(p == publisher for p, _ in self._fetching)
+                or (not self.inbox.is_vouched(publisher) and strangers >= MAX_FETCHES // 2)):
+            self.counts["fetch_dropped"] += 1
+            return
+        task = asyncio.ensure_future(self._fetch(publisher, round, size, digest, addr))
+        self._fetching[key] = task
+        task.add_done_callback(lambda _: self._fetching.pop(key, None))
+
+    async def _fetch(self, publisher: str, round: int, size: int, digest: bytes, addr: str) -> None:
+        # By peer id where connected: the pointer's address is the publisher's claim (its IP may be
+        # anyone's); the /p2p/ id in it is checked, and noise proves it on any dial.
+        peer = addr.rsplit("/p2p/", 1)[1]
+        if any(p.to_base58() == peer for p in self.host.connected()):
+            addr = f"/p2p/{peer}"
+        try:
+            # The whole fetch at 1 MB/s at least: a sender that trickles must not hold a slot for a minute.
+            status, body = await asyncio.wait_for(
+                self._bodies.call(addr, msgpack.packb([round]), max_reply=size, timeout=FETCH_TIMEOUT_S),
+                FETCH_TIMEOUT_S + size / 1e6)
+        except asyncio.TimeoutError:
+            self.counts["fetch_failed"] += 1
+            log.debug("fetching round %d from %s: too slow", round, publisher)
+            return
+        except CarrierError as e:
+            self.counts["fetch_failed"] += 1
+            log.debug("fetching round %d from %s: %s", round, publisher, e)
+            return
+        if status != OK:
+            self.counts["fetch_failed"] += 1
+            return
+        if hashlib.sha256(body).digest() != digest:
+            self.rejected["hash_mismatch"] += 1
+            self.distrust(publisher, round)
+            return
+        self.counts["fetched"] += 1
+        self.inbox.offer(publisher, round, body)
+
+    async def poll(self, rounds: Iterable[int], want: int | None = None,
+                   max_size: int | None = None) -> list[Delivery]:
+        rounds = sorted(set(rounds))
+        self.inbox.set_window(rounds, max_size)
+        return self.inbox.take(rounds)
+
+    async def poll_announcements(self) -> list[Delivery]:
+        return self.inbox.take_heartbeats()
+
+    def vouch(self, publisher: str) -> None:
+        self.inbox.vouch(publisher)
+
+    async def broadcast_parts(self, identity, source: str, upload):
+        from node.transport.libp2p.carrier import weights_protocol
+        from node.transport.libp2p.directory import Libp2pWeightDirectory
+
+        directory = Libp2pWeightDirectory(self, identity, source)
+        await directory.start()
+        return Libp2pCarrier(self.host, weights_protocol(self.swarm), upload), directory
+
+    # -- the rest ---------------------------------------------------------------------------------
+    def alive(self) -> bool:
+        return self.host is None or self.host.alive()
+
+    async def close(self) -> None:
+        tasks = list(self._fetching.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self._bodies is not None:
+            await self._bodies.close()
+        if self.host is not None:
+            await self.host.close()
+
+    def info(self) -> dict:
+        host = self.host.info() if self.host is not None else {}
+        return {"transport": "libp2p", **host, "peers_heard": self.inbox.heard(),
+                "mesh": self.host.mesh_peers(self._rollouts) if self.host is not None else 0,
+                **{f"libp2p_{k}": v for k, v in sorted(self.counts.items())}}
+
+    def buffer_sizes(self) -> dict[str, int]:
+        return {"mine": len(self._mine), "fetching": len(self._fetching), **self.inbox.buffer_sizes()}
+
+
+def publisher_of_address(addr: str) -> str | None:
+    """The swarm peer id whose key a ``.../p2p/<libp2p id>`` address names."""
+    from libp2p.peer.id import ID
+
+    try:
+        return publisher_of(ID.from_base58(addr.rsplit("/p2p/", 1)[1]))
+    except Exception:  # noqa: BLE001 - hostile text
+        return None

@@ -1,0 +1,167 @@
+"""The project's layout, checked: module sizes and the direction of every import.
+
+    python scripts/check_layout.py            prints the sizes and the layers; exit 1 on a violation
+
+Layers, lowest first (a module may import its own layer and the ones below, never one above):
+
+    protocol < rewards < policies < node base < node.transport < node.broadcast < node.swarm
+             < node.run < node.gpu < node.sim < node.cli
+
+``node base`` is node.errors, node.clock, node.daemon_thread and node.observe (the leaves every
+layer may report through). Beyond the layers:
+
+- ``rewards`` imports only ``protocol.task_id`` and ``protocol.errors`` of ``protocol``;
+- a carrier (node/transport/<hivemind|libp2p|mqtt>/) never imports another carrier;
+- nothing but ``node.cli`` imports ``node.sim``.
+
+Every import counts, lazy ones inside functions too. tests/test_layout.py runs this.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("protocol", "rewards", "policies", "node")
+MAX_LINES = 450
+# Modules allowed past MAX_LINES, each with the reason (empty: none).
+SIZE_EXCEPTIONS: dict[str, str] = {
+    m: "not split yet (issue 24)" for m in (
+        "node.broadcast.peer", "node.cli", "node.run.checkpoint", "node.run.trainer", "node.sim.adversary",
+        "node.sim.runner", "node.swarm.exchange", "node.transport.hivemind.transport",
+        "node.transport.libp2p.host")
+}
+
+LAYERS: list[tuple[str, ...]] = [
+    ("protocol",),
+    ("rewards",),
+    ("policies",),
+    ("node.errors", "node.clock", "node.daemon_thread", "node.observe", "node"),
+    ("node.transport",),
+    ("node.broadcast",),
+    ("node.swarm",),
+    ("node.run",),
+    ("node.gpu",),
+    ("node.sim",),
+    ("node.cli",),
+]
+CARRIERS = ("node.transport.hivemind", "node.transport.libp2p", "node.transport.mqtt")
+REWARDS_MAY_IMPORT = ("protocol.task_id", "protocol.errors")
+
+
+def _within(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def layer_of(module: str) -> int:
+    """The layer a project module sits in (the longest matching prefix wins)."""
+    best, best_len = -1, -1
+    for i, prefixes in enumerate(LAYERS):
+        for p in prefixes:
+            if _within(module, p) and len(p) > best_len:
+                best, best_len = i, len(p)
+    if best < 0:
+        raise ValueError(f"{module} is in no layer: add it to LAYERS in scripts/check_layout.py")
+    return best
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports_of(path: Path) -> list[tuple[int, str]]:
+    """(line, module) of every project import in a file, lazy ones included."""
+    tree = ast.parse(path.read_text(), str(path))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            # ``from pkg import mod`` names a module when mod is one; the check uses the deepest.
+            names = []
+            for a in node.names:
+                full = f"{node.module}.{a.name}"
+                names.append(full if _is_module(full) else node.module)
+        else:
+            continue
+        found += [(node.lineno, n) for n in names if n.split(".")[0] in PACKAGES]
+    return found
+
+
+def _is_module(dotted: str) -> bool:
+    base = ROOT.joinpath(*dotted.split("."))
+    return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
+
+
+@dataclass(frozen=True)
+class Violation:
+    where: str
+    line: int
+    imported: str
+    why: str
+
+    def __str__(self) -> str:
+        return f"{self.where}:{self.line} imports {self.imported}: {self.why}"
+
+
+def violations_of(module: str, imports: list[tuple[int, str]]) -> list[Violation]:
+    out = []
+    mine = layer_of(module)
+    for line, imp in imports:
+        there = layer_of(imp)
+        if there > mine:
+            out.append(Violation(module, line, imp, f"upward ({LAYERS[mine][0]} below {LAYERS[there][0]})"))
+        if _within(module, "rewards") and _within(imp, "protocol") and not any(
+                _within(imp, ok) for ok in REWARDS_MAY_IMPORT):
+            out.append(Violation(module, line, imp, "rewards imports only protocol.task_id and protocol.errors"))
+        mine_c = next((c for c in CARRIERS if _within(module, c)), None)
+        theirs_c = next((c for c in CARRIERS if _within(imp, c)), None)
+        if mine_c and theirs_c and mine_c != theirs_c:
+            out.append(Violation(module, line, imp, "a carrier imports another carrier"))
+        if _within(imp, "node.sim") and not (_within(module, "node.sim") or _within(module, "node.cli")):
+            out.append(Violation(module, line, imp, "only node.cli imports node.sim"))
+    return out
+
+
+def project_files() -> list[Path]:
+    return sorted(p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py"))
+
+
+def check() -> tuple[list[tuple[str, int]], list[Violation], list[str]]:
+    """(module sizes, import violations, modules over MAX_LINES without an exception)."""
+    sizes, bad, big = [], [], []
+    for path in project_files():
+        mod = module_name(path)
+        n = len(path.read_text().splitlines())
+        sizes.append((mod, n))
+        bad += violations_of(mod, imports_of(path))
+        if n > MAX_LINES and mod not in SIZE_EXCEPTIONS:
+            big.append(f"{mod}: {n} lines (over {MAX_LINES})")
+    return sizes, bad, big
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--top", type=int, default=25, help="how many of the largest modules to print")
+    args = parser.parse_args(argv)
+    sizes, bad, big = check()
+    print(f"{len(sizes)} modules, {sum(n for _, n in sizes)} lines; the largest:")
+    for mod, n in sorted(sizes, key=lambda s: -s[1])[: args.top]:
+        print(f"  {n:5d}  {mod}  (layer {LAYERS[layer_of(mod)][0]})")
+    for mod, why in SIZE_EXCEPTIONS.items():
+        print(f"  allowed over {MAX_LINES}: {mod}: {why}")
+    for line in [str(v) for v in bad] + big:
+        print("VIOLATION", line)
+    print("ok" if not (bad or big) else f"{len(bad)} import and {len(big)} size violation(s)")
+    return 1 if bad or big else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

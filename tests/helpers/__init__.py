@@ -1,0 +1,11 @@
+"""Helpers the tests share (imported as ``tests.helpers.<module>``; the repository root is on
+pytest's ``pythonpath``, see pyproject.toml):
+
+    paths.py          ROOT, the repository root
+    wait.py           wait_until: wait on a condition, never on a sleep
+    procs.py          Procs: ``swarm-node`` child processes, their metrics and status
+    swarm_helpers.py  in-process nodes on a MemoryHub (create_node, run_all, swarm_cfg)
+    mqtt_fixtures.py  a real mosquitto per module, certificates, identities
+    tls_certs.py      a throwaway CA and certificates for the MQTT TLS listener
+    follower_proc.py  a broadcast follower run as its own process (killed mid-transfer)
+"""

@@ -1,0 +1,115 @@
+"""A worker never generates with weights more than S versions behind what its learner announced."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+import pytest
+
+from node.transport.carrier import MemoryCarrier, MemoryHub
+from node.transport.hivemind.directory import WeightDirectory
+from node.broadcast.follow import WeightFollower, WeightSource
+from node.broadcast.peer import BroadcastPeer
+from node.broadcast.roles import WorkerRole
+from node.swarm.exchange import PeerGroup
+from node.observe.status import StatusFile
+from policies.policy import Policy
+from protocol.identity import Identity
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+class _NoDHT:
+    """A source publishing without a DHT: the offer down the tree is what reaches the worker here."""
+
+    async def read_followers(self, near=None):
+        return {}
+
+    async def read_pointer(self):
+        return None
+
+    async def announce_version(self, *a, **k):
+        return True
+
+
+def test_a_worker_waits_until_its_weights_are_within_the_bound(tiny_model_dir, tmp_path):
+    async def go():
+        hub = MemoryHub()
+        src_id, w_id = Identity.generate(), Identity.generate()
+        directory = {src_id.peer_id: "src", w_id.peer_id: "w"}
+        src_peer = BroadcastPeer(src_id, MemoryCarrier(hub, "src"), swarm="s", directory=dict(directory))
+        w_peer = BroadcastPeer(w_id, MemoryCarrier(hub, "w"), swarm="s", directory=dict(directory),
+                               follow=src_id.peer_id)
+        await src_peer.start()
+        source = WeightSource(Policy.load(tiny_model_dir, seed=0), src_peer, _NoDHT())
+        follower = WeightFollower(Policy.load(tiny_model_dir, seed=0), w_peer,
+                                  WeightDirectory(None, "s", src_id.peer_id, w_id.peer_id), max_staleness=2)
+        await follower.start()
+        role = WorkerRole()
+        role.follower = follower
+        node = SimpleNamespace(stop_requested=False, status=StatusFile(tmp_path, 10, "m"))
+
+        async def publish(v):
+            await source.publish(version=v, step=v)
+            follower.peer.offer(source.last)  # no relays (nobody announced): hand it over as an offer would
+            await asyncio.wait_for(_until(lambda: follower.applied == v), 30)
+
+        await publish(1)
+        follower.pointer_version = 5  # the learner announced version 5; the worker holds 1
+        waiting = asyncio.ensure_future(role.before_step(node))
+        await asyncio.sleep(0.5)
+        blocked = not waiting.done()
+        phase = node.status.phase_name
+        await publish(3)  # 5 - 3 = 2 = S: fresh enough again
+        await asyncio.wait_for(waiting, 5)
+        version = role.rollout_version(node)
+        await w_peer.close()
+        await src_peer.close()
+        return blocked, version, phase
+
+    blocked, version, phase = asyncio.run(go())
+    assert blocked  # 5 - 1 = 4 > S: it did not go on to generate
+    assert version == 3 and phase == "waiting for the learner's weights"
+
+
+async def _until(cond):
+    while not cond():
+        await asyncio.sleep(0.01)
+
+
+def test_a_learner_keeps_only_its_workers_groups_of_versions_it_published_within_the_bound():
+    from node.broadcast.roles import LearnerRole
+
+    role = LearnerRole()
+    role.followers, role.published, role.published_versions = {"sn1w", "sn1x"}, 10, {6: 6, 8: 8, 10: 10}
+    node = SimpleNamespace(cfg=SimpleNamespace(broadcast=SimpleNamespace(max_staleness=2)),
+                           learner=SimpleNamespace(version=10))
+    g = lambda sender, v: PeerGroup(sender, 1, v, "mf", "tf", "t", ())  # noqa: E731
+    kept, info = role.admit_groups(node, [g("sn1w", 10), g("sn1w", 8), g("sn1w", 9), g("sn1w", 6),
+                                          g("sn1w", 11), g("sn1full", 3)])
+    # 9 was never published, 6 is 4 behind, 11 is in the future; a full peer's own versions pass
+    assert [(x.sender, x.policy_version) for x in kept] == [("sn1w", 10), ("sn1w", 8), ("sn1full", 3)]
+    assert info == {"worker_groups": 2, "worker_lag_mean": 1.0, "worker_dropped_stale": 3}
+    assert kept[0].policy_version == 10 and role.vouched == set()  # one step's work is not yet a record
+    for step in (1, 2):
+        node.step = step
+        role.admit_groups(node, [g("sn1w", 10)])
+    assert role.vouched_at(2) == {"sn1w"}  # admitted at 3 steps: it relays first next time
+    assert role.vouched_at(200) == set()  # ... until it has not worked for VOUCH_IDLE_STEPS
+
+
+def test_a_learner_restarted_behind_a_signed_version_maps_new_numbers_to_its_own_updates():
+    """After a restart from an older checkpoint the learner signs learner version + offset; a
+    worker still on the old life's version 12 (other weights, same number) is dropped."""
+    from node.broadcast.roles import LearnerRole
+
+    role = LearnerRole()
+    role.offset = 5  # the old life signed up to version 14; it resumed at update 10
+    role.followers, role.published, role.published_versions = {"sn1w"}, 15, {15: 10}
+    node = SimpleNamespace(cfg=SimpleNamespace(broadcast=SimpleNamespace(max_staleness=2)),
+                           learner=SimpleNamespace(version=11))
+    g = lambda v: PeerGroup("sn1w", 1, v, "mf", "tf", "t", ())  # noqa: E731
+    kept, info = role.admit_groups(node, [g(15), g(12), g(11)])
+    assert [x.policy_version for x in kept] == [10]  # 15 = update 10 (relabelled), one behind; 12, 11: another life's
+    assert info["worker_lag_mean"] == 1.0 and info["worker_dropped_stale"] == 2

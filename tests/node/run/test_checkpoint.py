@@ -1,0 +1,433 @@
+"""Tests of node.run.checkpoint: exact resume, atomic writes under crashes and SIGKILL, corruption."""
+
+import json
+import hashlib
+import logging
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import node.run.checkpoint as ckpt
+from node.run.checkpoint import (
+    CheckpointState, capture_rng, list_checkpoints, load_checkpoint, load_latest, restore_rng,
+    save_checkpoint,
+)
+from node.errors import CheckpointError, NodeError
+
+from tests.helpers.paths import ROOT as REPO_ROOT
+SIDECAR = re.compile(r"\.(tmp|old|del)-\d+$")
+
+
+def _small_state(step: int, seed: int = 0) -> tuple[CheckpointState, nn.Module]:
+    torch.manual_seed(seed + step)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model(torch.randn(5, 8)).sum().backward()
+    opt.step()
+    state = CheckpointState(step=step, policy_version=step * 10, model_state=model.state_dict(),
+                            optimizer_state=opt.state_dict(), rng=capture_rng(),
+                            extra={"config_hash": "abc", "loss_tail": [1.5, 1.25]})
+    return state, model
+
+
+def _sidecars(root: Path) -> list[str]:
+    return sorted(p.name for p in root.iterdir() if SIDECAR.search(p.name))
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def _rewrite_manifest(path: Path) -> None:
+    """Re-sign every file, as a buggy writer would, so only the content checks can catch it."""
+    manifest = json.loads((path / "MANIFEST.json").read_text())
+    for name, meta in manifest["files"].items():
+        data = (path / name).read_bytes()
+        meta.update(sha256=hashlib.sha256(data).hexdigest(), size=len(data))
+    (path / "MANIFEST.json").write_text(json.dumps(manifest))
+
+
+# ------------------------------------------------------------------ exact resume
+
+def test_round_trip_tied_qwen2_adamw_resumes_bit_exactly(tmp_path):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    cfg = Qwen2Config(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=32,
+                      tie_word_embeddings=True)
+
+    def make(seed):
+        torch.manual_seed(seed)
+        return Qwen2ForCausalLM(cfg)
+
+    def train(model, opt, steps):
+        for _ in range(steps):  # data comes from the global RNG, so the RNG must resume too
+            ids = torch.randint(0, cfg.vocab_size, (2, 8))
+            opt.zero_grad()
+            model(input_ids=ids, labels=ids).loss.backward()
+            opt.step()
+
+    random.seed(1)
+    np.random.seed(1)
+    model = make(0)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    train(model, opt, 3)
+    sd = model.state_dict()
+    assert sd["lm_head.weight"].data_ptr() == sd["model.embed_tokens.weight"].data_ptr()
+    path = save_checkpoint(tmp_path / "checkpoints", CheckpointState(
+        step=3, policy_version=7, model_state=sd, optimizer_state=opt.state_dict(),
+        rng=capture_rng(), extra={"config_hash": "deadbeef"}))
+    assert path == tmp_path / "checkpoints" / "step_000003"
+    # Saving must not consume randomness; these are the draws the resumed process must repeat.
+    draws = (torch.rand(4), random.random(), np.random.rand(3))
+    train(model, opt, 3)
+
+    torch.manual_seed(999)
+    random.seed(999)
+    np.random.seed(999)
+    model2 = make(1)
+    opt2 = torch.optim.AdamW(model2.parameters(), lr=1.0)
+    loaded = load_checkpoint(path)
+    assert (loaded.step, loaded.policy_version, loaded.extra) == (3, 7, {"config_hash": "deadbeef"})
+    assert isinstance(loaded.saved_at, float)
+    model2.load_state_dict(loaded.model_state)
+    opt2.load_state_dict(loaded.optimizer_state)
+    restore_rng(loaded.rng)
+    assert opt2.param_groups[0]["lr"] == 1e-2
+    assert model2.lm_head.weight is model2.model.embed_tokens.weight
+    draws2 = (torch.rand(4), random.random(), np.random.rand(3))
+    assert torch.equal(draws[0], draws2[0]) and draws[1] == draws2[1]
+    assert np.array_equal(draws[2], draws2[2])
+    train(model2, opt2, 3)
+    for (name, a), (_, b) in zip(model.state_dict().items(), model2.state_dict().items()):
+        assert torch.equal(a, b), name
+    for k, st in opt.state_dict()["state"].items():
+        for name, value in st.items():
+            assert torch.equal(value, opt2.state_dict()["state"][k][name]), (k, name)
+
+
+def test_rng_restore_repeats_draws_without_saving():
+    random.seed(5)
+    rng = capture_rng()
+    first = (torch.rand(3), random.random(), np.random.rand(2), random.gauss(0, 1))
+    restore_rng(rng)
+    second = (torch.rand(3), random.random(), np.random.rand(2), random.gauss(0, 1))
+    assert torch.equal(first[0], second[0]) and first[1] == second[1] and first[3] == second[3]
+    assert np.array_equal(first[2], second[2])
+
+
+def test_optimizer_structure_round_trips_python_scalars_tuples_and_int_keys(tmp_path):
+    opt_state = {
+        "state": {0: {"step": 4.0, "momentum_buffer": torch.arange(3.0)},
+                  1: {"step": torch.tensor(2.0), "exp_avg": torch.ones(2, 2, dtype=torch.bfloat16)}},
+        "param_groups": [{"lr": 0.1, "betas": (0.9, 0.95), "foreach": None, "params": [0, 1]}],
+    }
+    path = save_checkpoint(tmp_path, CheckpointState(1, 0, {"w": torch.zeros(2)}, opt_state))
+    got = load_checkpoint(path).optimizer_state
+    assert list(got["state"]) == [0, 1]
+    assert got["state"][0]["step"] == 4.0 and isinstance(got["state"][0]["step"], float)
+    assert torch.equal(got["state"][0]["momentum_buffer"], torch.arange(3.0))
+    assert got["state"][1]["exp_avg"].dtype == torch.bfloat16
+    assert torch.equal(got["state"][1]["step"], torch.tensor(2.0))
+    assert got["param_groups"] == [{"lr": 0.1, "betas": (0.9, 0.95), "foreach": None, "params": [0, 1]}]
+    assert load_checkpoint(path).rng is None
+
+
+# ------------------------------------------------------------------ atomicity
+
+@pytest.mark.parametrize("target", ["_write_json", "os.replace"])
+def test_crash_mid_write_leaves_previous_checkpoint_usable(tmp_path, monkeypatch, target):
+    save_checkpoint(tmp_path, _small_state(1)[0])
+
+    def boom(*args, **kwargs):
+        raise OSError("simulated crash")
+
+    if target == "os.replace":
+        monkeypatch.setattr(ckpt.os, "replace", boom)
+    else:
+        monkeypatch.setattr(ckpt, target, boom)
+    with pytest.raises(OSError, match="simulated crash"):
+        save_checkpoint(tmp_path, _small_state(2)[0])
+    monkeypatch.undo()
+    assert not (tmp_path / "step_000002").exists()
+    assert list_checkpoints(tmp_path) == [tmp_path / "step_000001"]
+    assert _sidecars(tmp_path) == []
+    assert load_latest(tmp_path)[0].step == 1
+
+
+def test_failed_resave_puts_the_old_copy_back(tmp_path, monkeypatch):
+    first, model = _small_state(1, seed=0)
+    save_checkpoint(tmp_path, first)
+    real_replace = os.replace
+
+    def replace(src, dst):
+        if ".tmp-" in Path(src).name:  # only the final rename of the new copy fails
+            raise OSError("simulated crash")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(ckpt.os, "replace", replace)
+    with pytest.raises(OSError, match="simulated crash"):
+        save_checkpoint(tmp_path, _small_state(1, seed=5)[0])
+    monkeypatch.undo()
+    assert _sidecars(tmp_path) == [] and list_checkpoints(tmp_path) == [tmp_path / "step_000001"]
+    loaded = load_checkpoint(tmp_path / "step_000001")
+    assert all(torch.equal(loaded.model_state[k], v) for k, v in model.state_dict().items())
+
+
+def test_leftovers_of_a_killed_process_are_ignored_then_cleaned(tmp_path):
+    save_checkpoint(tmp_path, _small_state(1)[0])
+    pid = _dead_pid()
+    partial = tmp_path / f"step_000002.tmp-{pid}"
+    partial.mkdir()
+    (partial / "model.safetensors").write_bytes(b"\0" * 100)
+    (tmp_path / f"step_000001.del-{pid}").mkdir()
+    (tmp_path / f"latest.tmp-{pid}").write_text("step_000002")
+    assert list_checkpoints(tmp_path) == [tmp_path / "step_000001"]
+    assert load_latest(tmp_path)[1] == tmp_path / "step_000001"
+    save_checkpoint(tmp_path, _small_state(3)[0])
+    assert _sidecars(tmp_path) == []
+    assert (tmp_path / "latest").read_text().strip() == "step_000003"
+
+
+def test_old_copy_moved_aside_before_a_kill_is_restored(tmp_path):
+    path = save_checkpoint(tmp_path, _small_state(1)[0])
+    os.replace(path, tmp_path / f"step_000001.old-{_dead_pid()}")  # killed before the new one landed
+    save_checkpoint(tmp_path, _small_state(2)[0])
+    assert list_checkpoints(tmp_path) == [tmp_path / "step_000001", tmp_path / "step_000002"]
+    assert load_checkpoint(tmp_path / "step_000001").step == 1
+
+
+def test_resume_finds_an_old_copy_moved_aside_by_a_killed_resave(tmp_path):
+    save_checkpoint(tmp_path, _small_state(1)[0])
+    path = save_checkpoint(tmp_path, _small_state(2)[0])
+    os.replace(path, tmp_path / f"step_000002.old-{_dead_pid()}")  # killed mid re-save of step 2
+    state, found = load_latest(tmp_path)
+    assert found == tmp_path / "step_000002" and state.step == 2
+
+
+def test_unserializable_extra_fails_before_writing(tmp_path):
+    state = CheckpointState(1, 0, {"w": torch.zeros(1)}, extra={"bad": object()})
+    with pytest.raises(CheckpointError, match="JSON-serializable"):
+        save_checkpoint(tmp_path, state)
+    assert list(tmp_path.iterdir()) == []
+
+
+_WRITER = r"""
+import sys, torch
+from pathlib import Path
+from node.run.checkpoint import CheckpointState, capture_rng, save_checkpoint
+root, step = Path(sys.argv[1]), 0
+model = {f"w{i}": torch.randn(256, 1024) for i in range(4)}  # 4 MiB of weights
+while True:
+    step += 1
+    model["step"] = torch.tensor([step])  # lets the test check files come from one save
+    opt = {"state": {0: {"step": torch.tensor(float(step)), "exp_avg": model["w0"] * step}},
+           "param_groups": [{"lr": 1e-3, "betas": (0.9, 0.99), "params": [0]}]}
+    state = CheckpointState(step, step, model, opt, capture_rng(), {"step": step})
+    for _ in range(1 + (step % 3 == 0)):  # every third step is re-saved: the move-aside path
+        save_checkpoint(root, state, keep_last=2)
+"""
+
+
+def test_sigkill_mid_checkpoint_never_exposes_a_partial_checkpoint(tmp_path):
+    delays = [0.0, 0.07, 0.19, 0.41]
+    random.Random(os.getpid()).shuffle(delays)  # kill points vary run to run anyway (timing)
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    roots = [tmp_path / f"run{i}" / "checkpoints" for i in range(len(delays))]
+    procs = [subprocess.Popen([sys.executable, "-c", _WRITER, str(r)], cwd=REPO_ROOT, env=env)
+             for r in roots]
+    ready: dict[int, float] = {}
+    deadline = time.monotonic() + 60
+    try:
+        while len(ready) < len(procs) or any(p.poll() is None for p in procs):
+            assert time.monotonic() < deadline, "writers never produced a checkpoint"
+            for i, (proc, root) in enumerate(zip(procs, roots)):
+                assert proc.poll() in (None, -signal.SIGKILL), f"writer {i} died: {proc.returncode}"
+                if i not in ready and (root / "latest").exists():
+                    ready[i] = time.monotonic()
+                if i in ready and proc.poll() is None and time.monotonic() - ready[i] >= delays[i]:
+                    proc.send_signal(signal.SIGKILL)
+                    proc.wait()  # reaped, so its pid counts as dead for the cleanup
+            time.sleep(0.005)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    for root in roots:
+        finals = sorted(p for p in root.iterdir() if re.fullmatch(r"step_\d+", p.name))
+        assert finals and finals == list_checkpoints(root)
+        for path in finals:  # every visible step dir is complete and self-consistent
+            state = load_checkpoint(path)
+            assert int(state.model_state["step"]) == state.step == state.extra["step"]
+        state, path = load_latest(root)
+        assert path == finals[-1]
+        new = save_checkpoint(root, CheckpointState(state.step + 1, 0, {"w": torch.ones(1)}), 2)
+        assert _sidecars(root) == [] and list_checkpoints(root)[-1] == new
+
+
+# ------------------------------------------------------------------ corruption
+
+def _truncate(path):
+    f = path / "model.safetensors"
+    f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
+    return r"model\.safetensors.*truncated"
+
+
+def _flip(path):
+    f = path / "model.safetensors"
+    data = bytearray(f.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    f.write_bytes(bytes(data))
+    return r"model\.safetensors.*hash mismatch"
+
+
+def _no_manifest(path):
+    (path / "MANIFEST.json").unlink()
+    return r"MANIFEST\.json missing.*incomplete"
+
+
+def _garbage_state(path):
+    (path / "state.json").write_text("{not json")
+    _rewrite_manifest(path)
+    return r"state\.json.*unparseable json"
+
+
+def _fields_missing(path):
+    (path / "state.json").write_text(json.dumps({"format_version": 1}))
+    _rewrite_manifest(path)
+    return r"state\.json.*malformed"
+
+
+def _file_missing(path):
+    (path / "optimizer.safetensors").unlink()
+    return r"optimizer\.safetensors.*missing"
+
+
+@pytest.mark.parametrize("corrupt", [_truncate, _flip, _no_manifest, _garbage_state,
+                                     _fields_missing, _file_missing])
+def test_corruption_is_reported_and_load_latest_falls_back(tmp_path, caplog, corrupt):
+    save_checkpoint(tmp_path, _small_state(1)[0])
+    bad = save_checkpoint(tmp_path, _small_state(2)[0])
+    pattern = corrupt(bad)
+    with pytest.raises(CheckpointError, match=pattern):
+        load_checkpoint(bad)
+    caplog.set_level(logging.WARNING, logger="node.run.checkpoint")
+    state, path = load_latest(tmp_path)
+    assert path == tmp_path / "step_000001" and state.step == 1
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "step_000002" in warnings[0].getMessage()
+    assert re.search(pattern, warnings[0].getMessage())
+    fresh = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    fresh.load_state_dict(state.model_state)
+    torch.optim.AdamW(fresh.parameters()).load_state_dict(state.optimizer_state)
+
+
+def test_all_corrupt_raises_listing_each(tmp_path, caplog):
+    for path in [save_checkpoint(tmp_path, _small_state(step)[0]) for step in (1, 2)]:
+        _flip(path)
+    with pytest.raises(CheckpointError) as info:
+        load_latest(tmp_path)
+    assert isinstance(info.value, NodeError)
+    assert "step_000001" in str(info.value) and "step_000002" in str(info.value)
+    assert str(info.value).count("hash mismatch") == 2
+
+
+# ------------------------------------------------------------------ housekeeping
+
+def test_keep_last_prunes_oldest(tmp_path):
+    for step in range(1, 6):
+        save_checkpoint(tmp_path, _small_state(step)[0], keep_last=2)
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["step_000004", "step_000005"]
+    assert _sidecars(tmp_path) == []
+    # An older step re-saved after a resume is never pruned by its own save.
+    save_checkpoint(tmp_path, _small_state(3)[0], keep_last=1)
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["step_000003", "step_000005"]
+    with pytest.raises(ValueError):
+        save_checkpoint(tmp_path, _small_state(6)[0], keep_last=0)
+
+
+def test_retention_never_lets_a_corrupt_checkpoint_displace_a_good_one(tmp_path, caplog):
+    # The newest checkpoint is corrupt: resume falls back to step 10, the node trains on and
+    # saves step 15. keep_last=2 must keep 10 and 15 (the good ones), not 15 and the corrupt 20.
+    save_checkpoint(tmp_path, _small_state(10)[0], keep_last=2)
+    _flip(save_checkpoint(tmp_path, _small_state(20)[0], keep_last=2))
+    state, path = load_latest(tmp_path)
+    assert state.step == 10
+    caplog.set_level(logging.WARNING, logger="node.run.checkpoint")
+    save_checkpoint(tmp_path, _small_state(15)[0], keep_last=2)
+    assert [p.name for p in _step_dirs_named(tmp_path)] == ["step_000010", "step_000015"]
+    assert any("step_000020" in r.getMessage() and "hash mismatch" in r.getMessage() for r in caplog.records)
+    # With keep_last=1 the newest valid one (the one just written) is what stays.
+    save_checkpoint(tmp_path, _small_state(16)[0], keep_last=1)
+    assert [p.name for p in _step_dirs_named(tmp_path)] == ["step_000016"]
+    assert load_latest(tmp_path)[0].step == 16
+
+
+def test_retention_notices_a_checkpoint_corrupted_after_it_was_verified(tmp_path):
+    save_checkpoint(tmp_path, _small_state(1)[0], keep_last=3)
+    save_checkpoint(tmp_path, _small_state(2)[0], keep_last=3)  # verifies (and remembers) step 1
+    _truncate(tmp_path / "step_000001")
+    save_checkpoint(tmp_path, _small_state(3)[0], keep_last=3)
+    assert [p.name for p in _step_dirs_named(tmp_path)] == ["step_000002", "step_000003"]
+
+
+def _step_dirs_named(root):
+    return sorted(p for p in root.iterdir() if re.fullmatch(r"step_\d+", p.name))
+
+
+def test_resaving_same_step_replaces_it(tmp_path):
+    save_checkpoint(tmp_path, _small_state(1, seed=0)[0])
+    second, model = _small_state(1, seed=5)
+    path = save_checkpoint(tmp_path, second)
+    assert list_checkpoints(tmp_path) == [path] and _sidecars(tmp_path) == []
+    loaded = load_checkpoint(path)
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(loaded.model_state[name], tensor)
+    assert (tmp_path / "latest").read_text().strip() == "step_000001"
+
+
+def test_empty_or_missing_root(tmp_path):
+    assert load_latest(tmp_path) is None
+    assert load_latest(tmp_path / "nope") is None
+    assert list_checkpoints(tmp_path / "nope") == []
+    with pytest.raises(CheckpointError, match="not found"):
+        load_checkpoint(tmp_path / "step_000001")
+
+
+def test_cuda_rng_states_round_trip_and_warn_when_not_restorable(tmp_path, caplog):
+    fake_cuda = (torch.arange(16, dtype=torch.uint8), torch.ones(16, dtype=torch.uint8))
+    rng = ckpt.RngState(torch.get_rng_state(), random.getstate(), np.random.get_state(), fake_cuda)
+    path = save_checkpoint(tmp_path, CheckpointState(1, 0, {"w": torch.zeros(1)}, rng=rng))
+    loaded = load_checkpoint(path).rng
+    assert len(loaded.torch_cuda) == 2
+    assert all(torch.equal(a, b) for a, b in zip(loaded.torch_cuda, fake_cuda))
+    if torch.cuda.device_count() != 2:
+        caplog.set_level(logging.WARNING, logger="node.run.checkpoint")
+        restore_rng(loaded)
+        assert "CUDA RNG" in caplog.text
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_cuda_tied_tensors_and_rng_on_gpu(tmp_path):
+    emb = torch.randn(8, 4, device="cuda")
+    rng = capture_rng()
+    expected = torch.rand(5, device="cuda")
+    path = save_checkpoint(tmp_path, CheckpointState(1, 0, {"a": emb, "b": emb}, rng=rng))
+    loaded = load_checkpoint(path)
+    torch.rand(7, device="cuda")
+    restore_rng(loaded.rng)
+    assert torch.equal(torch.rand(5, device="cuda"), expected)
+    assert torch.equal(loaded.model_state["a"], emb.cpu()) and torch.equal(loaded.model_state["b"], emb.cpu())

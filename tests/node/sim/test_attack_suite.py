@@ -1,0 +1,133 @@
+"""The attack suite (scripts/bench_attacks.py, node/sim/adversary.py).
+
+Fast, in one process: each envelope attack, as the adversary builds it, admitted by a node's
+exchange or refused under the reason the adversary's docstring table gives.
+
+Slow (``slow``): three of the script's scenarios, short, against a real swarm (a bootstrap peer
+and three honest nodes over hivemind on 127.0.0.1, plus an adversary process), run through the
+script's own functions, with the targets it reports asserted:
+
+- a flood of 200 fresh keys a round with signed junk index entries: honest peers' groups still
+  arrive, the junk bodies are refused (``hash_mismatch``), nothing of it is trained on;
+- lying log-probs, -1e300 and -1e4 per token in turn: refused as ``implausible_logprob``, no
+  NaN step;
+- batches of zero-advantage groups claimed certain (admitted by design): ρ and the LR factor
+  are not lowered.
+
+Every wait is on a condition (the nodes' status files, their processes exiting), never a bare
+sleep; a run past its deadline is stopped and its targets then fail with the numbers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.paths import ROOT
+
+import bench_attacks  # noqa: E402
+from node.sim.adversary import Adversary  # noqa: E402
+
+SMALL = {"generation.prompts_per_step": "4", "generation.num_generations": "4",
+         "generation.max_completion_length": "8", "swarm.external_groups": "2",
+         "learner.learning_rate": "3e-3"}
+SCENARIOS = {
+    "flood": ("flood",),
+    "lying_logprobs": ("logprob_1e300", "logprob_1e4"),
+    "zero_advantage": ("zero_advantage",),
+}
+
+
+@pytest.fixture(scope="module")
+def tiny_policy(tiny_model_dir):
+    from policies.policy import Policy
+
+    return Policy.load(str(tiny_model_dir))
+
+
+@pytest.mark.parametrize("kind, reason", [
+    ("logprob_1e300", "implausible_logprob"), ("logprob_1e4", "implausible_logprob"),
+    ("special_tokens", "special_tokens"), ("future_created_at", "created_at_mismatch"),
+    ("foreign_logprob_gap", None), ("zero_advantage", None),
+])
+def test_each_envelope_attack_is_refused_under_its_reason_or_admitted_by_design(kind, reason, tiny_policy, tmp_path):
+    from node.clock import RoundClock
+    from node.run.config import load_config
+    from node.swarm.exchange import SwarmExchange
+    from node.transport.memory import MemoryHub, MemoryTransport
+    from protocol.identity import Identity
+
+    policy = tiny_policy
+    tok = policy.tokenizer
+    cfg = load_config(None, {"run.dir": str(tmp_path), "swarm.transport": "memory", "swarm.round_seconds": 60.0})
+    hub, bad, me = MemoryHub(), Identity.generate(), Identity.generate()
+    adv = Adversary(cfg, bad, MemoryTransport(swarm=cfg.swarm.name, publisher=bad.peer_id, hub=hub), tok,
+                    policy.tokenizer_fingerprint, policy.model_fingerprint, [kind], tmp_path)
+    ex = SwarmExchange(MemoryTransport(swarm=cfg.swarm.name, publisher=me.peer_id, hub=hub), me,
+                       RoundClock(cfg.swarm.round_seconds), tokenizer_fingerprint=policy.tokenizer_fingerprint,
+                       model_fingerprint=policy.model_fingerprint, vocab_size=len(tok),
+                       decode_text=lambda ids: tok.decode(list(ids), skip_special_tokens=True),
+                       group_cap=cfg.generation.num_generations, special_ids=frozenset(tok.all_special_ids),
+                       eos_id=tok.eos_token_id)
+
+    async def go():
+        r = ex.clock.current()
+        sent = [await adv.attack(kind, r) for _ in range(2)]  # future_created_at: a batch, then a heartbeat
+        return sent, await ex.poll_once()
+
+    sent, admitted = asyncio.run(go())
+    assert all(sent)
+    if reason is None:  # admitted by design: four groups of G completions
+        assert admitted == 4 and not ex.stats.rejected
+        groups = list(ex._pool.values())
+        if kind == "zero_advantage":  # one completion G times: one reward, advantage 0; claimed certain
+            assert all(len(set(g.records)) == 1 and set(g.records[0].behaviour_logprobs) == {0.0} for g in groups)
+        else:  # another tokenizer; right and wrong answers; every token claimed at the admission bound
+            assert {g.tokenizer_fingerprint for g in groups} != {policy.tokenizer_fingerprint}
+            assert all(len({r.completion_text for r in g.records}) == 2 for g in groups)
+            assert {lp for g in groups for r in g.records for lp in r.behaviour_logprobs} == {-100.0}
+    else:
+        assert admitted == 0 and set(ex.stats.rejected) == {reason}, dict(ex.stats.rejected)
+        assert ex.stats.rejected[reason] == (2 if kind == "future_created_at" else 1)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)  # four swarm runs of ~1-2 min each, more on a loaded machine
+def test_flood_lying_logprobs_and_zero_advantage_leave_the_honest_swarm_as_it_was(warm_tiny_model_dir, tmp_path):
+    setup = bench_attacks.Setup(nodes=3, steps=14, round_seconds=1.5, model=str(warm_tiny_model_dir), flags=SMALL)
+
+    async def go():
+        clean = await bench_attacks.run_scenario("clean", (), setup, tmp_path / "clean", say=print)
+        attacked = {}
+        for name, attacks in SCENARIOS.items():
+            attacked[name] = await bench_attacks.run_scenario(name, attacks, setup, tmp_path / name, say=print)
+        return clean, attacked
+
+    clean, attacked = asyncio.run(go())
+    base = bench_attacks.clean_baseline([clean])
+    assert base["honest_received_per_step"] > 0, clean  # the honest nodes did share when left alone
+    report = {}
+    for name, res in attacked.items():
+        v = res["verdict"] = bench_attacks.verdict(res, base, setup)
+        report[name] = {"verdict": v, "honest": res["honest"], "adversary": res["adversary"]}
+    text = json.dumps(report, indent=1, default=str)
+    for name, res in attacked.items():
+        v, h = res["verdict"], res["honest"]
+        assert sum((res["adversary"]["sent"] or {}).values()) >= 3, (name, text)  # it did attack
+        assert v["every_step"]["ok"] and v["no_nan"]["ok"] and v["memory_bounded"]["ok"], (name, text)
+        assert v["honest_received_90pct"]["ok"] is not False, (name, text)
+        if h["received_exact"]:
+            assert v["honest_received_90pct"]["ok"], (name, text)
+    flood, lying, zero = attacked["flood"], attacked["lying_logprobs"], attacked["zero_advantage"]
+    assert flood["verdict"]["rejected:hash_mismatch"]["ok"], text
+    assert flood["verdict"]["attacker_never_trained_on"]["ok"], text
+    assert lying["verdict"]["rejected:implausible_logprob"]["ok"], text
+    assert lying["verdict"]["attacker_never_trained_on"]["ok"], text
+    assert lying["honest"]["nan_steps"] == 0, text
+    # Admitted by design, trained on, and yet ρ and the LR stay where the clean run had them.
+    assert zero["honest"]["attacker_used"] > 0, text
+    assert zero["verdict"]["rho_unmoved"]["ok"], text

@@ -1,0 +1,110 @@
+"""What the simulator passes to each node (no processes started)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from node.run.config import parse_flag_value
+from node.sim.runner import SimFaults, SimSpec, _node_args, _raw
+
+
+def _flags(args: list[str]) -> dict[str, str]:
+    return {args[i][2:]: args[i + 1] for i in range(0, len(args), 2) if args[i].startswith("--")}
+
+
+def test_values_round_trip_through_flag_text():
+    for v in (8, 3e-4, True, [1, 2], ["a", "é"], float("inf")):
+        assert parse_flag_value(_raw(v)) == v
+    assert _raw("path/x") == "path/x"
+
+
+def test_per_node_faults_become_that_nodes_flags():
+    faults = SimFaults.model_validate({
+        "node": [{"index": 1, "flags": {"train.behaviour_lag": 8}}],
+        "latency": [{"node": 2, "delay_seconds": 0.5, "jitter_seconds": 0.25}],
+        "partition": [{"groups": [[0], [1, 2]], "after_seconds": 10, "duration_seconds": 5}],
+    })
+    spec = SimSpec(nodes=3, transport="hivemind", run_dir=Path("/r"), overrides={"run.metrics_port": "9400"},
+                   faults=faults, peer_ids=["sn1a", "sn1b", "sn1c"], partition_start=1000.0)
+    a = [_flags(_node_args(spec, i)) for i in range(3)]
+    assert [x["train.seed"] for x in a] == ["0", "1", "2"] and a[1]["run.dir"] == "/r/node1"
+    assert a[1]["train.behaviour_lag"] == "8" and "train.behaviour_lag" not in a[0]
+    assert a[2]["faults.delay_seconds"] == "0.5" and a[2]["faults.jitter_seconds"] == "0.25"
+    assert parse_flag_value(a[0]["faults.blocked_peers"]) == ["sn1b", "sn1c"]
+    assert parse_flag_value(a[1]["faults.blocked_peers"]) == ["sn1a"]
+    assert (a[1]["faults.blocked_from"], a[1]["faults.blocked_until"]) == ("1010.0", "1015.0")
+    assert [x["run.metrics_port"] for x in a] == ["9400", "9401", "9402"]
+
+
+def test_bad_faults_files_are_refused_with_a_reason(tmp_path):
+    import pytest
+
+    from node.errors import ConfigError
+    from node.sim.runner import load_faults
+
+    with pytest.raises(ConfigError, match="not found"):
+        load_faults(tmp_path / "missing.toml")
+    cases = {
+        "[[partition]]\ngroups = [[0, 1]]\nafter_seconds = 1\nduration_seconds = 2\n": "at least two groups",
+        "[[kill]]\nnode = 5\nat_step = 3\n": "only 3",
+        "[[malicious]]\nattacks = [\"nosuch\"]\n": "unknown attacks",
+        "[[bogus]]\nx = 1\n": "faults file",
+    }
+    for text, needle in cases.items():
+        f = tmp_path / "f.toml"
+        f.write_text(text)
+        with pytest.raises(ConfigError, match=needle):
+            load_faults(f).check(3, "hivemind")
+    f.write_text("[[kill]]\nnode = 0\nat_step = 3\n")
+    with pytest.raises(ConfigError, match="hivemind"):
+        load_faults(f).check(3, "memory")
+
+
+def test_the_summary_counts_what_a_restarted_node_used_over_its_whole_run(tmp_path):
+    """status.json is the last process's; the summary reads every step's record, so peers a node
+    used before it was killed still count (its restart may come after the others finished)."""
+    import json
+
+    from node.sim.runner import write_summary
+
+    d = tmp_path / "node0"
+    d.mkdir()
+    recs = [{"step": 1, "external_by_peer": {}}, {"step": 2, "external_by_peer": {"sn1a": 1, "sn1b": 1}},
+            {"step": 3, "external_by_peer": {"sn1a": 1}},  # killed here; the restart found nobody
+            {"step": 4, "external_by_peer": {}}]
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    (d / "status.json").write_text(json.dumps({"swarm": {"groups_used": 0, "peers_used": 0,
+                                                          "groups_used_by_peer": {}}}))
+    (tmp_path / "sim.json").write_text("{}")
+    spec = SimSpec(nodes=1, transport="memory", run_dir=tmp_path)
+    [n] = write_summary(spec, 1.0, False, {})["nodes"]
+    assert (n["steps"], n["groups_used"], n["peers_used"]) == (4, 3, 2)
+    assert n["groups_used_by_peer"] == {"sn1a": 2, "sn1b": 1}
+
+
+def test_learner_workers_make_node0_the_learner_and_the_others_follow_it():
+    spec = SimSpec(nodes=3, transport="hivemind", run_dir=Path("/r"), peer_ids=["sn1a", "sn1b", "sn1c"],
+                   roles="learner-workers")
+    a = [_flags(_node_args(spec, i)) for i in range(3)]
+    assert a[0]["broadcast.role"] == "learner" and "broadcast.follow" not in a[0]
+    assert [(x["broadcast.role"], x["broadcast.follow"]) for x in a[1:]] == [("worker", "sn1a")] * 2
+    assert "broadcast.role" not in _flags(_node_args(SimSpec(nodes=2, transport="hivemind", run_dir=Path("/r"),
+                                                             peer_ids=["sn1a", "sn1b"]), 1))
+
+
+def test_the_weights_column_says_what_each_role_holds():
+    from node.sim.runner import weights_text
+
+    assert weights_text(None) == "-"
+    assert weights_text({"role": "learner", "published_version": 7, "followers": 3}) == "publishes v7 to 3"
+    assert weights_text({"role": "worker", "applied_version": 5, "lag": 2,
+                         "transfer": {"version": 7, "bytes": 50, "total": 200, "from": {"sn1relay12345": 3}}}) \
+        == "v5 (lag 2), v7 25% from sn1relay12"
+
+
+def test_roles_in_the_simulator_need_hivemind(tmp_path, capsys):
+    from node.cli import main
+
+    assert main(["sim", "--nodes", "3", "--roles", "learner-workers", "--transport", "memory",
+                 "--run.dir", str(tmp_path / "s")]) == 2
+    assert "needs --transport hivemind" in capsys.readouterr().err

@@ -1,0 +1,71 @@
+"""Peers with another tokenizer: their rollouts enter through the sequence-level ratio."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import replace
+
+from conftest import TINY_RECIPE
+from node.swarm.exchange import PeerGroup
+from node.run.rollouts import external_samples
+from node.transport.memory import MemoryHub
+from policies.default_model import build_default_model
+from policies.policy import Policy
+from protocol.messages import RolloutRecord
+from rewards.registry import make_task
+from rewards.scoring import RewardConfig
+from tests.helpers.swarm_helpers import create_node, run_all, swarm_cfg
+
+
+def test_foreign_group_is_retokenized_and_rescored(tiny_model_dir, tmp_path):
+    mine = Policy.load(str(tiny_model_dir))
+    task = make_task("arithmetic:4:1")
+    right, wrong = f"<answer>{task.answer}</answer>", "<answer>nope</answer>"
+    group = PeerGroup("sn1peer", 3, 9, "other-model", "other-tokenizer", str(task.id), (
+        RolloutRecord(str(task.id), (5, 6, 7), right, (-0.5, -0.25, -0.25), False),
+        RolloutRecord(str(task.id), (8, 9), wrong, (-1.0, -1.0), True)))
+    samples, correct, too_long = external_samples([group], mine, RewardConfig(format_weight=0.1),
+                                                  group_cap=8, max_tokens=64)
+    assert correct == [1.0, 0.0] and too_long == 0  # scored here, from the regenerated ground truth
+    assert [s.reward for s in samples] == [1.1, 0.1]
+    a, b = samples
+    assert a.behaviour_logprobs is None and a.foreign_tokens  # no per-token ratios across vocabularies
+    assert a.behaviour_seq_logprob == -1.0 and b.behaviour_seq_logprob == -2.0
+    assert a.completion_ids == mine.encode_completion(right)  # re-tokenized, EOS appended
+    assert b.completion_ids == mine.encode_completion(wrong)[:-1]  # truncated: no EOS
+    assert a.group == b.group == "sn1peer/3/arithmetic:4:1" and not a.local
+    assert a.prompt_ids == mine.encode_prompts([task.prompt])[0]
+
+
+def test_nodes_with_different_tokenizers_train_together(warm_tiny_model_dir, tmp_path):
+    other_dir = build_default_model(tmp_path / "other", replace(TINY_RECIPE, vocab_size=300))
+    assert Policy.load(str(other_dir)).tokenizer_fingerprint != Policy.load(str(warm_tiny_model_dir)).tokenizer_fingerprint
+    hub = MemoryHub()
+
+    async def go():
+        nodes = [await create_node(swarm_cfg(d, tmp_path / f"n{i}", **{"train.seed": i, "train.steps": 5}), hub)
+                 for i, d in enumerate([warm_tiny_model_dir, other_dir])]
+        return await run_all(nodes), nodes
+
+    summaries, nodes = asyncio.run(go())
+    for s, n in zip(summaries, nodes):
+        assert s["swarm"]["rejected_total"] == 0 and s["swarm"]["groups_used"] >= 2
+        recs = [json.loads(l) for l in (n.run_dir / "metrics.jsonl").read_text().splitlines()]
+        used = [r for r in recs if r["external_groups"]]
+        assert used and all(r["loss"] == r["loss"] for r in used)  # finite updates with foreign samples
+
+
+def test_peer_completions_longer_than_this_nodes_limit_are_left_out(tiny_model_dir):
+    mine = Policy.load(str(tiny_model_dir))
+    task = make_task("arithmetic:4:1")
+    long_text = "<answer>" + "1" * 200 + "</answer>"
+    group = PeerGroup("sn1peer", 3, 9, "m", "other-tokenizer", str(task.id), (
+        RolloutRecord(str(task.id), (5,), long_text, (-0.5,), False),
+        RolloutRecord(str(task.id), (5,), "<answer>1</answer>", (-0.5,), False)))
+    samples, correct, too_long = external_samples([group], mine, RewardConfig(), group_cap=8, max_tokens=16)
+    assert too_long == 1 and len(samples) == 1 and len(samples[0].completion_ids) <= 16
+    # The cap counts this node's tokens and holds for same-tokenizer peers too.
+    same = PeerGroup("sn1peer", 3, 9, "m", mine.tokenizer_fingerprint, str(task.id), (
+        RolloutRecord(str(task.id), tuple(range(5, 25)), "x", tuple(-0.1 for _ in range(20)), True),))
+    assert external_samples([same], mine, RewardConfig(), group_cap=8, max_tokens=16)[2] == 1

@@ -1,0 +1,48 @@
+"""The gossip validator's budget (node/transport/libp2p/budget.py), with hand-picked times."""
+
+from node.transport.libp2p.budget import AHEAD, MAX_ROUNDS, CheckBudget
+
+
+def test_strangers_share_a_rate_and_a_burst_and_vouched_publishers_do_not_spend_it():
+    b = CheckBudget(strangers_per_s=2.0, strangers_burst=3.0)
+    # A burst of 3 strangers' bodies at t=0, then nothing until tokens come back at 2 a second.
+    assert [b.body(f"s{i}", 10, False, 0.0) for i in range(5)] == [None, None, None,
+                                                                 "strangers_over_budget", "strangers_over_budget"]
+    assert b.body("friend", 10, True, 0.0) is None  # vouched: checked with the bucket empty
+    assert b.body("s5", 10, False, 0.25) == "strangers_over_budget"  # 0.5 token
+    assert b.body("s5", 10, False, 0.5) is None  # 1 token after 0.5 s at 2/s
+    assert b.body("s6", 10, False, 10.0) is None  # refilled, but never past the burst:
+    assert [b.body(f"t{i}", 10, False, 10.0) for i in range(3)] == [None, None, "strangers_over_budget"]
+
+
+def test_two_bodies_a_round_per_publisher_and_rounds_bounded_around_the_newest_polled():
+    b = CheckBudget()
+    assert [b.body("friend", 10, True, 0.0) for _ in range(3)] == [None, None, "republished"]
+    assert b.body("friend", 11, True, 0.0) is None  # another round, another two
+    assert b.body("friend", 10 + AHEAD, True, 0.0, newest=10) is None
+    assert b.body("friend", 11 + AHEAD, True, 0.0, newest=10) == "wrong_round"  # would push the rounds out
+    # Only the newest MAX_ROUNDS rounds are counted: an older one has nothing to be counted by.
+    for r in range(100, 100 + MAX_ROUNDS):
+        assert b.body("friend", r, True, 0.0) is None
+    assert b.body("friend", 50, True, 0.0) == "outside_window"
+    assert len(b._rounds) == MAX_ROUNDS
+
+
+def test_heartbeats_one_per_gap_per_publisher_and_strangers_pay_for_theirs():
+    b = CheckBudget(strangers_per_s=1.0, strangers_burst=1.0, heartbeat_gap_s=0.5)
+    assert b.heartbeat("friend", True, 0.0) is None
+    assert b.heartbeat("friend", True, 0.3) == "heartbeat_rate"
+    assert b.heartbeat("friend", True, 0.6) is None
+    assert b.heartbeat("s1", False, 0.0) is None
+    assert b.heartbeat("s2", False, 0.1) == "strangers_over_budget"
+    assert b.body("s3", 1, False, 0.2) == "strangers_over_budget"  # one bucket for bodies and heartbeats
+    assert b.heartbeat("s2", False, 1.0) is None
+
+
+def test_far_future_rounds_counted_before_a_clock_was_known_do_not_lock_the_table():
+    b = CheckBudget()
+    for r in range(1 << 40, (1 << 40) + MAX_ROUNDS):  # no clock yet: nothing to bound them by
+        assert b.body("x", r, True, 0.0) is None
+    assert b.body("friend", 10, True, 0.0) == "outside_window"  # the table is full of them
+    assert b.body("friend", 10, True, 0.0, newest=10) is None  # a clock: they go, round 10 is counted
+    assert set(b._rounds) == {10}

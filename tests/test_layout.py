@@ -1,0 +1,27 @@
+"""The layout holds: no import runs up the stack (scripts/check_layout.py says which way is up), and
+no module outgrows one job (its MAX_LINES, with named exceptions)."""
+
+from __future__ import annotations
+
+import check_layout  # scripts/ is on pytest's pythonpath
+
+
+def test_no_import_runs_up_the_stack():
+    _, bad, _ = check_layout.check()
+    assert not bad, "\n".join(map(str, bad))
+
+
+def test_no_module_is_over_the_size_limit():
+    _, _, big = check_layout.check()
+    assert not big, "\n".join(big)
+
+
+def test_the_checker_sees_an_upward_import():
+    # A transport importing the round loop, rewards reaching past the task id, carriers crossing.
+    assert check_layout.violations_of("node.transport.base", [(1, "node.run.trainer")])
+    assert check_layout.violations_of("rewards.registry", [(1, "protocol.codec")])
+    assert not check_layout.violations_of("rewards.registry", [(1, "protocol.task_id")])
+    assert check_layout.violations_of("node.transport.mqtt.link", [(1, "node.transport.hivemind.index")])
+    assert check_layout.violations_of("node.run.trainer", [(1, "node.sim.runner")])
+    assert not check_layout.violations_of("node.cli", [(1, "node.sim.runner")])
+    assert not check_layout.violations_of("node.run.trainer", [(1, "node.transport.base")])
