@@ -34,14 +34,17 @@ EXTERNAL_DELTA = 4.0  # the ratio clamp on peers' rows when learner.delta is off
 
 @dataclass(frozen=True)
 class LossConfig:
+    """The loss's settings. The defaults are a node's (node/run/config.py's learner section and
+    generation.max_completion_length; tests/node/run/test_config.py holds them equal)."""
+
     importance_sampling_level: Literal["token", "sequence"] = "token"
     epsilon: float = 0.2  # lower PPO clip: r ≥ 1 − ε
     epsilon_high: float | None = 0.28  # upper PPO clip (DAPO); None = symmetric (uses ε)
-    delta: float | None = None  # clamp on the unclipped ratio before clipping; None = off
+    delta: float | None = 4.0  # clamp on the unclipped ratio before clipping (INTELLECT-2's 4); None = off
     m2po_tau: float | None = None  # M2PO second-moment bound; replaces PPO clipping when set
     weight_cap: float = 8.0  # c, truncation of sequence importance weights (VCPO)
     loss_type: Literal["grpo", "dapo", "dr_grpo"] = "dapo"
-    max_completion_length: int = 32  # only for dr_grpo's constant normaliser
+    max_completion_length: int = 16  # only for dr_grpo's constant normaliser
 
 
 @dataclass

@@ -30,6 +30,7 @@ __all__ = [
     "MAX_TOKEN_ID",
     "MAX_UINT",
     "SCHEMA_VERSION",
+    "same_tokenizer",
     "Announcement",
     "Message",
     "RolloutBatch",
@@ -204,3 +205,11 @@ class Announcement(_Header):
 
 
 Message = RolloutBatch | Announcement
+
+
+def same_tokenizer(theirs: str, mine: str) -> bool:
+    """Whether token ids made under tokenizer fingerprint ``theirs`` mean the same to a node whose
+    fingerprint is ``mine`` (policies/policy.py ``tokenizer_fingerprint``): equal fingerprints, and
+    only then, let token ids and token-level log-probs transfer. The one rule for a peer's rollouts
+    (node/swarm/admission.py) and a followed weight version (node/broadcast/follow.py)."""
+    return theirs == mine

@@ -280,7 +280,9 @@ async def run_scenario(name: str, attacks: tuple[str, ...], setup: Setup, run_di
                        say: Callable[[str], None] = print, deadline_s: float | None = None) -> dict:
     """Run the honest swarm (plus an adversary running ``attacks``, if any) to the end, then
     measure it. A run past ``deadline_s`` is stopped as Ctrl-C stops a sim (what it did counts)."""
-    from node.sim.runner import MaliciousFault, SimFaults, SimSpec, run_sim
+    from node.sim.runner import run_sim
+    from node.sim.faults import MaliciousFault, SimFaults
+    from node.sim.spec import SimSpec
 
     if run_dir.exists():
         shutil.rmtree(run_dir)

@@ -62,7 +62,8 @@ META = dict(model_fingerprint="bench", tokenizer_fingerprint="bench", format="sa
 
 
 def _staller_class():
-    from node.broadcast.peer import NOT_YET, BroadcastPeer
+    from node.broadcast.peer import BroadcastPeer
+    from node.broadcast.wire import NOT_YET
 
     class Staller(BroadcastPeer):
         """A stranger with a relay's place that never serves: every chunk is "not yet", after the

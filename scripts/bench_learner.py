@@ -53,7 +53,7 @@ import torch  # noqa: E402
 
 from node.run.config import NodeConfig, load_config  # noqa: E402
 from node.run.rollouts import generate_rollouts, round_task_ids, to_train_samples  # noqa: E402
-from node.run.trainer import build_learner  # noqa: E402
+from node.run.wiring import build_learner  # noqa: E402
 from policies.learner import TrainSample  # noqa: E402
 from policies.policy import Policy, SamplingParams, TokenBatch  # noqa: E402
 from rewards.scoring import RewardConfig  # noqa: E402

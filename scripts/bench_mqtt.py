@@ -85,7 +85,8 @@ class _Swarm:
             self.ts = [MqttTransport(swarm="bench", publisher=i.peer_id, broker=url, join_retries=0) for i in self.ids]
         else:
             from node.transport.hivemind.records import bootstrap_validator
-            from node.transport.hivemind.transport import HivemindTransport, start_dht_node
+            from node.transport.hivemind.transport import HivemindTransport
+            from node.transport.hivemind.daemon import start_dht_node
 
             self.extra = await start_dht_node(initial_peers=[], retries=0, record_validator=bootstrap_validator(),
                                               **LOOPBACK)
@@ -103,7 +104,7 @@ class _Swarm:
         if self.kind == "mqtt":
             self.extra.stop()
         else:
-            from node.transport.hivemind.transport import stop_dht_node
+            from node.transport.hivemind.daemon import stop_dht_node
 
             await stop_dht_node(self.extra)
 

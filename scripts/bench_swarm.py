@@ -235,7 +235,8 @@ async def make_transports(kind: str, ids: list[Identity]) -> tuple[list[Transpor
         ts = [MemoryTransport(swarm=SWARM, publisher=i.peer_id, hub=hub) for i in ids]
     elif kind == "hivemind":
         from node.transport.hivemind.records import bootstrap_validator
-        from node.transport.hivemind.transport import HivemindTransport, start_dht_node, stop_dht_node
+        from node.transport.hivemind.transport import HivemindTransport
+        from node.transport.hivemind.daemon import start_dht_node, stop_dht_node
 
         boot = await start_dht_node(initial_peers=[], retries=0, record_validator=bootstrap_validator(), **LOOPBACK)
         stop_boot = functools.partial(stop_dht_node, boot)

@@ -1,6 +1,7 @@
 """The project's layout, checked: module sizes and the direction of every import.
 
     python scripts/check_layout.py            prints the sizes and the layers; exit 1 on a violation
+    python scripts/check_layout.py --map      prints the module map docs/architecture.md embeds
 
 Layers, lowest first (a module may import its own layer and the ones below, never one above):
 
@@ -29,12 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("protocol", "rewards", "policies", "node")
 MAX_LINES = 450
 # Modules allowed past MAX_LINES, each with the reason (empty: none).
-SIZE_EXCEPTIONS: dict[str, str] = {
-    m: "not split yet (issue 24)" for m in (
-        "node.broadcast.peer", "node.cli", "node.run.checkpoint", "node.run.trainer", "node.sim.adversary",
-        "node.sim.runner", "node.swarm.exchange", "node.transport.hivemind.transport",
-        "node.transport.libp2p.host")
-}
+SIZE_EXCEPTIONS: dict[str, str] = {}
 
 LAYERS: list[tuple[str, ...]] = [
     ("protocol",),
@@ -147,10 +143,32 @@ def check() -> tuple[list[tuple[str, int]], list[Violation], list[str]]:
     return sizes, bad, big
 
 
+def first_line(path: Path) -> str:
+    """A module's role: the first sentence of its docstring's first paragraph."""
+    doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+    para = " ".join(doc.split("\n\n")[0].split())
+    return para.split(". ")[0].rstrip(".")
+
+
+def module_map() -> str:
+    """Every module, folder by folder, with its docstring's first sentence (a markdown table)."""
+    rows = ["| module | its role (the first sentence of its docstring) |", "|---|---|"]
+    for path in project_files():
+        rel = path.relative_to(ROOT).as_posix()
+        if path.name == "__init__.py":
+            rel = rel.removesuffix("__init__.py")
+        rows.append(f"| `{rel}` | {first_line(path).replace('|', '/')} |")
+    return "\n".join(rows) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--top", type=int, default=25, help="how many of the largest modules to print")
+    parser.add_argument("--map", action="store_true", help="print the module map (markdown) and exit")
     args = parser.parse_args(argv)
+    if args.map:
+        print(module_map(), end="")
+        return 0
     sizes, bad, big = check()
     print(f"{len(sizes)} modules, {sum(n for _, n in sizes)} lines; the largest:")
     for mod, n in sorted(sizes, key=lambda s: -s[1])[: args.top]:

@@ -9,15 +9,22 @@ from pathlib import Path
 import pytest
 
 from policies.default_model import DefaultModelRecipe, build_default_model
+from tests.helpers import process_guard
 from tests.helpers.libp2p_process import IN_LIBP2P_PROCESS, LIBP2P_TESTS
+
+# Strict process markers (daemon, broker, subprocess): see tests/helpers/process_guard.py.
+pytest_runtest_protocol = process_guard.pytest_runtest_protocol
+pytest_runtest_teardown = process_guard.pytest_runtest_teardown
+
+
+def pytest_configure(config):
+    process_guard.install()
 
 # A model small enough that building it (tokenizer + init, no warm start) takes about a second.
 TINY_RECIPE = replace(DefaultModelRecipe(), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                       num_key_value_heads=1, intermediate_size=64, sft_steps=0, vocab_size=320)
 
 
-LIBP2P_TESTS = Path(__file__).parent / "node" / "transport" / "libp2p"
-IN_LIBP2P_PROCESS = "SWARM_NODE_LIBP2P_PROCESS"  # set by tests/node/transport/test_libp2p_suite.py for its pytest
 
 
 def pytest_ignore_collect(collection_path, config):

@@ -4,6 +4,7 @@ no module outgrows one job (its MAX_LINES, with named exceptions)."""
 from __future__ import annotations
 
 import check_layout  # scripts/ is on pytest's pythonpath
+from tests.helpers.paths import ROOT
 
 
 def test_no_import_runs_up_the_stack():
@@ -25,3 +26,9 @@ def test_the_checker_sees_an_upward_import():
     assert check_layout.violations_of("node.run.trainer", [(1, "node.sim.runner")])
     assert not check_layout.violations_of("node.cli", [(1, "node.sim.runner")])
     assert not check_layout.violations_of("node.run.trainer", [(1, "node.transport.base")])
+
+
+def test_the_architecture_page_embeds_the_current_module_map():
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    assert check_layout.module_map() in doc, \
+        "docs/architecture.md's module map is stale: paste `python scripts/check_layout.py --map` into it"

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -19,6 +18,7 @@ SCRIPTS = sorted(p.name for p in (ROOT / "scripts").glob("*.py") if p.stem.start
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.subprocess
 def test_script_answers_help(script):
     r = subprocess.run([sys.executable, f"scripts/{script}", "--help"], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
@@ -57,6 +57,7 @@ def test_rerunning_a_report_keeps_its_hand_written_reading(tmp_path, capsys):
     (["exp_sapo_splits.py", "--splits", "4/4"], "the 8/0 split is the baseline"),
     (["exp_sapo_splits.py", "--distinct-models"], "use --transport hivemind"),
 ])
+@pytest.mark.subprocess
 def test_experiments_refuse_settings_they_cannot_run(argv, says, tmp_path):
     r = subprocess.run([sys.executable, f"scripts/{argv[0]}", *argv[1:], "--runs", str(tmp_path / "runs"),
                         "--out", str(tmp_path / "out")], cwd=ROOT, capture_output=True, text=True)
@@ -64,6 +65,7 @@ def test_experiments_refuse_settings_they_cannot_run(argv, says, tmp_path):
     assert not (tmp_path / "runs").exists() and not (tmp_path / "out").exists()  # refused before any work
 
 
+@pytest.mark.subprocess
 def test_gpu_check_runs_in_its_cpu_form(tmp_path):
     """scripts/gpu_check.py, the prepared GPU check, on the CPU (--quick): every learner option
     runs a real node in bf16 with LoRA and gradient checkpointing, and the out-of-memory run (the

@@ -2,7 +2,11 @@
 
     protocol/manifest.py   the signed manifest (wire format, checks, replay guard)
     topology.py            who receives from whom: a pure function of the manifest
-    peer.py                one node's part: serve held versions, fetch and verify followed ones
+    peer.py                one node's part: what it holds; it publishes, serves and fetches
+    serve.py               answering other nodes: manifests, and chunks held or still arriving
+    fetch.py               following a source: take its new versions, fetch and verify their chunks
+    transfer.py            a version held or in flight, and the broadcast's counters
+    wire.py                the requests and replies between two nodes
     store.py               chunks and manifests on disk, so a restart resumes
     follow.py              a source publishing its policy's versions; a follower keeping up
     roles.py               what a node does with it (``broadcast.role``: full, learner, worker)

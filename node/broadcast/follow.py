@@ -25,6 +25,7 @@ from node.broadcast.peer import BroadcastPeer
 from node.broadcast.store import ChunkStore
 from policies.weight_state import apply_state, encode_state
 from protocol.manifest import Manifest
+from protocol.messages import same_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +129,7 @@ class WeightFollower:
 
     async def _apply(self, m: Manifest, data: bytes) -> None:
         if m.model_fingerprint != self.policy.model_fingerprint or \
-                m.tokenizer_fingerprint != self.policy.tokenizer_fingerprint:
+                not same_tokenizer(m.tokenizer_fingerprint, self.policy.tokenizer_fingerprint):
             self.apply_failures += 1
             raise ValueError(f"version {m.version} is for another model or tokenizer")
         def apply() -> None:

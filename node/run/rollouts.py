@@ -12,7 +12,8 @@ import random
 from dataclasses import dataclass
 from typing import Sequence
 
-from node.swarm.exchange import PeerGroup, allowed_specials
+from node.swarm.admission import allowed_specials
+from node.swarm.pool import AdmittedGroup
 from policies.learner import TrainSample
 from protocol.messages import RolloutRecord
 from policies.policy import Completion, Policy, SamplingParams
@@ -80,35 +81,39 @@ def to_records(rollouts: list[Rollout], special_ids: frozenset[int] = frozenset(
             for r in rollouts if allowed_specials(r.completion.completion_ids, special_ids, eos_id)]
 
 
-def external_samples(groups: list[PeerGroup], policy: Policy, reward_cfg: RewardConfig,
+def external_samples(groups: list[AdmittedGroup], policy: Policy, reward_cfg: RewardConfig,
                      group_cap: int, max_tokens: int) -> tuple[list[TrainSample], list[float], int]:
-    """Learner samples from peers' groups, scored here from the regenerated ground truth.
+    """Learner samples from peers' admitted groups, scored here against the task admission
+    regenerated from the id.
 
-    Same tokenizer: the peer's token ids and per-token behaviour log-probs are used as sent (the
-    exchange has checked the text is their decoding). Another tokenizer: the text is re-tokenized
-    for this policy and only the sequence log-prob Σ log μ transfers, so the learner applies the
-    sequence-level ratio. Each group keeps at most ``group_cap`` completions (this node's group
-    size), and completions longer than ``max_tokens`` in this node's tokens (its own
-    ``max_completion_length``) are left out: a peer's longer limit, or a hostile one, must not
-    grow the learner's batch beyond what this node budgets for. Returns the samples, their
-    correctness (for metrics) and how many completions were left out for length.
+    Admission (node/swarm/admission.py) decided the rest once: the task, each group's first
+    ``group_cap`` completions (this node's group size; the argument is no longer read here), and
+    whether the peer's tokenizer is this node's (``token_level``). Same tokenizer: the peer's token
+    ids and per-token behaviour log-probs are used as sent (admission checked the text is their
+    decoding). Another tokenizer: the text is re-tokenized for this policy and only the sequence
+    log-prob Σ log μ transfers, so the learner applies the sequence-level ratio. Completions longer
+    than ``max_tokens`` in this node's tokens (its own ``max_completion_length``) are left out: a
+    peer's longer limit, or a hostile one, must not grow the learner's batch beyond what this node
+    budgets for. Returns the samples, their correctness (for metrics) and how many completions
+    were left out for length.
     """
     samples, correct, too_long = [], [], 0
     for g in groups:
-        task = make_task(g.task_id)
-        prompt_ids = policy.encode_prompts([task.prompt])[0]
-        same_tokens = g.tokenizer_fingerprint == policy.tokenizer_fingerprint
-        for rec in g.records[:group_cap]:
-            if same_tokens:
+        prompt_ids = policy.encode_prompts([g.task.prompt])[0]
+        for rec in g.records:
+            if g.token_level:
                 ids, lps = rec.completion_ids, rec.behaviour_logprobs
             else:
                 ids, lps = policy.encode_completion(rec.completion_text), None
                 if rec.truncated:  # it never ended: no EOS to learn
                     ids = ids[:-1] or ids
+            # Counted here, not only at admission: a foreign text's length in this node's tokens
+            # is known only once re-tokenized (admission, without this node's encoder, bounds its
+            # bytes), and an exchange built without max_tokens left its own tokens uncapped.
             if len(ids) > max_tokens:
                 too_long += 1
                 continue
-            reward = score(task, rec.completion_text, reward_cfg)
+            reward = score(g.task, rec.completion_text, reward_cfg)
             correct.append(reward.correctness)
             samples.append(TrainSample(group=g.key, prompt_ids=prompt_ids, completion_ids=ids,
                                        behaviour_logprobs=lps,

@@ -1,6 +1,12 @@
 """The swarm exchange: what a node publishes, what it admits from peers, and which peer groups it takes.
 
-    exchange.py    SwarmExchange: publish, receive, admission checks, the peer pool and ``take``
+    exchange.py    SwarmExchange: publish, heartbeats, the receive task, committing what passed, status
+    admission.py   what a peer's message must satisfy and the reason counted when it does not (pure);
+                   turns a batch into admitted groups carrying the task, the caps and the tokenizer
+                   verdict (``same_tokenizer``), decided once for the learner
+    pool.py        PeerGroup / AdmittedGroup, the pool of admitted groups, its memory bounds, ``take``
+    limits.py      the bounds on what a peer's messages can make the node read or remember
+    stats.py       the exchange's counters (per-peer ones bounded)
     link.py        a transport wrapped with reconnect and back-off (the exchange's one way out)
 
 It talks to peers only through ``node.transport.Transport``; it knows no carrier.

@@ -2,9 +2,9 @@
 
 A p2p daemon can die under a running node (killed, out of memory, a crashed host library) and a
 DHT can become unreachable. ``SwarmLink`` watches for it (the transport says it is dead, or
-several polls in a row fail), then restarts the transport with exponential back-off until it is
-back, while the node keeps training on its own rollouts; publishing is skipped, not waited on,
-while it is down. Its state (``up``, ``down``, ``rejoining``), the number of outages and how long
+several polls in a row fail), then restarts the transport with exponential back-off (1 s doubling
+to 30 s: node/transport/backoff.py) until it is back, while the node keeps training on its own
+rollouts; publishing is skipped, not waited on, while it is down. Its state (``up``, ``down``, ``rejoining``), the number of outages and how long
 the last one lasted go into ``status.json``, the metrics and the live tables.
 """
 
@@ -15,6 +15,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
+from node.transport.backoff import Backoff
 from node.transport.base import Transport
 
 log = logging.getLogger(__name__)
@@ -22,8 +23,6 @@ log = logging.getLogger(__name__)
 __all__ = ["SwarmLink"]
 
 FAILED_POLLS_DOWN = 3  # consecutive failed polls that mean the swarm is unreachable
-FIRST_BACKOFF_S = 1.0
-MAX_BACKOFF_S = 30.0
 
 
 @dataclass
@@ -36,7 +35,7 @@ class SwarmLink:
     rejoin_attempts: int = 0
     _failed_polls: int = field(default=0, repr=False)
     _next_try: float = field(default=0.0, repr=False)
-    _backoff: float = field(default=FIRST_BACKOFF_S, repr=False)
+    _waits: Backoff = field(default_factory=Backoff, repr=False)  # between rejoin attempts
 
     @property
     def up(self) -> bool:
@@ -62,7 +61,7 @@ class SwarmLink:
         self.outages += 1
         self.down_since = time.time()
         self._next_try = 0.0
-        self._backoff = FIRST_BACKOFF_S
+        self._waits.reset()
         log.warning("lost the swarm (%s): training on local rollouts while rejoining", why)
 
     async def maybe_rejoin(self) -> bool:
@@ -79,9 +78,9 @@ class SwarmLink:
             raise
         except Exception as e:  # noqa: BLE001 - any failure: wait, then try again
             self.state = "down"
-            self._next_try = time.time() + self._backoff
-            log.warning("rejoining the swarm failed (%s: %s); next try in %.0f s", type(e).__name__, e, self._backoff)
-            self._backoff = min(MAX_BACKOFF_S, self._backoff * 2)
+            wait = self._waits.next()
+            self._next_try = time.time() + wait
+            log.warning("rejoining the swarm failed (%s: %s); next try in %.0f s", type(e).__name__, e, wait)
             return False
         self.state = "up"
         self._failed_polls = 0

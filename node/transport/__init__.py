@@ -4,7 +4,9 @@
     memory.py         in one process through a MemoryHub (unit tests, fast simulation)
     faulty.py         latency, jitter and partitions wrapped around any transport (``sim``)
     inbox.py          what a push carrier delivered, held until the node polls
-    ratelimit.py      token buckets: the upload cap and request budgets
+    ratelimit.py      token buckets: the upload cap, request budgets, the gossip check budget's
+    backoff.py        waiting between tries: the back-off schedule and the join retry loop
+    addresses.py      addresses that name their peer (``.../p2p/<id>``)
     carrier.py        what the weight broadcast asks of a carrier (one request, one reply)
     directory.py      what a weights directory is (the source's pointer, its followers)
     from_config.py    the selected carrier's arguments from the ``[swarm]`` config

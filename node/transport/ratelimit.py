@@ -1,16 +1,48 @@
-"""An upload cap every node applies to what it sends, and request budgets: token buckets.
+"""Token buckets, the one home of the rule: an upload cap every node applies to what it sends,
+request budgets, and the gossip check budget's share for strangers.
 
 The broadcast benchmark caps every node's upload at the same U in the application, so its numbers
 mean the same on any machine (loopback is otherwise far faster than any home uplink); a node
 can also use it to keep weight forwarding from eating the uplink its rollouts need.
+
+``Bucket`` is the rule itself, pure (the caller passes the time in, so it is tested with
+hand-picked times); ``TokenBucket`` runs it on the monotonic clock for asyncio takers.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 
-__all__ = ["TokenBucket"]
+__all__ = ["Bucket", "TokenBucket"]
+
+
+@dataclass
+class Bucket:
+    """``tokens`` (at most ``burst``) refilled at ``rate`` a second, as of time ``stamp``. Time
+    that runs backwards adds nothing and never moves ``stamp`` back."""
+
+    rate: float
+    burst: float
+    tokens: float
+    stamp: float
+
+    @classmethod
+    def full(cls, rate: float, burst: float, now: float) -> "Bucket":
+        return cls(rate, burst, burst, now)
+
+    def refill(self, now: float) -> None:
+        self.tokens = min(self.burst, self.tokens + max(0.0, now - self.stamp) * self.rate)
+        self.stamp = max(self.stamp, now)
+
+    def try_take(self, n: float, now: float) -> bool:
+        """Take ``n`` tokens if the bucket holds them at ``now``; else take nothing."""
+        self.refill(now)
+        if self.tokens < n:
+            return False
+        self.tokens -= n
+        return True
 
 
 class TokenBucket:
@@ -23,16 +55,10 @@ class TokenBucket:
             raise ValueError("rate must be positive")
         self.rate = float(rate)
         self.burst = float(burst if burst is not None else max(rate / 20, 64 * 1024))
-        self._tokens = self.burst
-        self._stamp = time.monotonic()
+        self._bucket = Bucket.full(self.rate, self.burst, time.monotonic())
         self._lock = asyncio.Lock()
         self._normal = 0  # normal-priority takers inside take()
         self.taken = 0  # bytes sent through this bucket
-
-    def _refill(self) -> None:
-        now = time.monotonic()
-        self._tokens = min(self.burst, self._tokens + (now - self._stamp) * self.rate)
-        self._stamp = now
 
     async def take(self, n: int, low: bool = False) -> None:
         """``low``: go only while no normal taker is waiting (a relay's uploads to peers the
@@ -50,23 +76,22 @@ class TokenBucket:
                 self._normal -= 1
 
     async def _take(self, n: int) -> None:
+        bucket = self._bucket
         async with self._lock:
             need = float(n)
             while True:
-                self._refill()
+                bucket.refill(time.monotonic())
                 # A write bigger than the burst goes through on a full bucket and leaves a debt:
                 # the long-run rate is what matters, and writes are sliced small anyway.
-                if self._tokens >= min(need, self.burst):
-                    self._tokens -= need
+                if bucket.tokens >= min(need, self.burst):
+                    bucket.tokens -= need
                     self.taken += n
                     return
-                await asyncio.sleep((min(need, self.burst) - self._tokens) / self.rate)
+                await asyncio.sleep((min(need, self.burst) - bucket.tokens) / self.rate)
 
     def try_take(self, n: float = 1.0) -> bool:
         """Take ``n`` tokens now if the bucket has them (a request budget: refuse, do not wait)."""
-        self._refill()
-        if self._tokens < n:
+        if not self._bucket.try_take(n, time.monotonic()):
             return False
-        self._tokens -= n
         self.taken += int(n)
         return True

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.wait import wait_until  # noqa: F401 - tests import it from here with Procs
+
 LOOPBACK_FLAGS = [
     "--swarm.host_maddrs", '["/ip4/127.0.0.1/tcp/0"]',
     "--swarm.use_relay", "false",
@@ -91,16 +93,6 @@ def procs(tmp_path):
     p = Procs(tmp_path)
     yield p
     p.close()
-
-
-def wait_until(cond, timeout: float, what: str, proc: subprocess.Popen | None = None) -> None:
-    deadline = time.time() + timeout
-    while not cond():
-        if proc is not None and proc.poll() is not None:
-            raise AssertionError(f"process exited (rc {proc.returncode}) while waiting for {what}")
-        if time.time() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.2)
 
 
 def metrics(run_dir: Path) -> list[dict]:

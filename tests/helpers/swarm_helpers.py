@@ -6,7 +6,8 @@ import asyncio
 from pathlib import Path
 
 from node.run.config import NodeConfig, load_config
-from node.run.trainer import TrainingNode, identity_path
+from node.run.trainer import TrainingNode
+from node.run.wiring import identity_path
 from node.transport.memory import MemoryHub, MemoryTransport
 from protocol.identity import load_or_create_identity
 

@@ -18,7 +18,7 @@ from rewards.scoring import score
 
 from tests.helpers.paths import ROOT
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
 
 
 @pytest.fixture(scope="module")

@@ -81,7 +81,7 @@ def test_delta_clamp():
     out = policy_loss(_inputs([[L(10.0)]], [[0.0]], [[1]], [-1.0]), cfg)
     assert out.loss.item() == pytest.approx(4.0, abs=1e-5)
     # without δ: min(-10, -1.28) = -10 → loss +10
-    out = policy_loss(_inputs([[L(10.0)]], [[0.0]], [[1]], [-1.0]), LossConfig())
+    out = policy_loss(_inputs([[L(10.0)]], [[0.0]], [[1]], [-1.0]), LossConfig(delta=None))
     assert out.loss.item() == pytest.approx(10.0, abs=1e-4)
     # ratio 10, A = +1: min(4, 1.28) = 1.28 → loss -1.28
     out = policy_loss(_inputs([[L(10.0)]], [[0.0]], [[1]], [1.0]), cfg)
@@ -117,7 +117,7 @@ def test_m2po_extreme_outlier_stays_finite():
 
 @pytest.mark.parametrize("cfg,adv,expected_loss,expected_grad", [
     # PPO, A = +1: outlier clipped to 1.28 → loss -(1 + 1 + 1.28)/3 = -1.093333; no grad through it
-    (LossConfig(), 1.0, -3.28 / 3, [-1 / 3, -1 / 3, 0.0]),
+    (LossConfig(delta=None), 1.0, -3.28 / 3, [-1 / 3, -1 / 3, 0.0]),
     # δ = 4, A = -1: outlier ratio clamped to 4 → min(-4, -1.28) = -4 → loss (1 + 1 + 4)/3 = 2;
     # the clamp is saturated so the outlier gets 0 gradient (not 0·inf = nan)
     (LossConfig(delta=4.0), -1.0, 2.0, [1 / 3, 1 / 3, 0.0]),

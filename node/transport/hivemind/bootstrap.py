@@ -12,9 +12,10 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from node.transport.backoff import JOIN_BACKOFF_S
 from node.transport.bootstrap_serve import serve_until_stopped
+from node.transport.hivemind.daemon import start_dht_node, stop_dht_node
 from node.transport.hivemind.records import bootstrap_validator
-from node.transport.hivemind.transport import start_dht_node, stop_dht_node
 from policies.default_model import default_home
 
 log = logging.getLogger(__name__)
@@ -29,7 +30,7 @@ async def run_bootstrap(*, host: str, port: int, announce: list[str], initial_pe
     identity.parent.mkdir(parents=True, exist_ok=True)
     node = await start_dht_node(
         initial_peers=initial_peers, host_maddrs=[f"/ip4/{host}/tcp/{port}"], announce_maddrs=announce,
-        identity_path=str(identity), startup_timeout=startup_timeout, retries=2, backoff=2.0,
+        identity_path=str(identity), startup_timeout=startup_timeout, retries=2, backoff=JOIN_BACKOFF_S,
         use_relay=relay, nat_port_map=nat,
         # It replicates records too: it keeps only owner-signed peer records (as every node does
         # for its swarm's keys) expiring within the hour. It knows no swarm or round: it needs not.

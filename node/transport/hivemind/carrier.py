@@ -17,8 +17,9 @@ import logging
 from hivemind.p2p import P2P, P2PDaemonError, PeerID
 from hivemind.utils.multiaddr import Multiaddr
 
-from node.transport.ratelimit import TokenBucket
+from node.transport.addresses import with_peer
 from node.transport.carrier import CarrierError, Handler, StreamCarrier
+from node.transport.ratelimit import TokenBucket
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +57,7 @@ class HivemindCarrier(StreamCarrier):
         self._handler = handler
         await self.p2p.add_binary_stream_handler(_handler_name(self.swarm), self._serve)
         maddrs = await self.p2p.get_visible_maddrs()
-        self.address = str(maddrs[0]) if "/p2p/" in str(maddrs[0]) else f"{maddrs[0]}/p2p/{self.p2p.peer_id}"
+        self.address = with_peer(str(maddrs[0]), self.p2p.peer_id)
 
     def remote_id(self, address: str) -> str:
         return _peer_of(address)[0].to_base58()

@@ -1,7 +1,8 @@
 """The swarm's DHT index records: their values, and what every node keeps (the record validator).
 
 ``index_entry`` / ``heartbeat_entry`` build what a publisher stores (keys from
-``node/transport/hivemind/index.py``; the value names its own key); ``SwarmRecordValidator`` is the
+``node/transport/hivemind/index.py``; the value names its own key), ``shard_entries`` reads one
+shard back; ``SwarmRecordValidator`` is the
 rule every node applies to every record it stores or reads, after ``OwnerSignatureValidator``
 (``swarm_validator`` composes the two). Split from the transport so the rule can be read, and
 tested, on its own.
@@ -23,8 +24,8 @@ from node.transport.hivemind.index import parse_key, peers_key, round_key, shard
 from node.transport.hivemind.records import CLOCK_SLACK_S, MAX_RECORD_TTL_S, PEER_ID_RE, OwnerSignatureValidator
 from protocol.identity import Identity
 
-__all__ = ["ROUND_ENTRY_ROUNDS", "HEARTBEAT_ROUNDS", "index_entry", "heartbeat_entry", "SwarmRecordValidator",
-           "swarm_validator"]
+__all__ = ["ROUND_ENTRY_ROUNDS", "HEARTBEAT_ROUNDS", "index_entry", "heartbeat_entry", "shard_entries",
+           "SwarmRecordValidator", "swarm_validator"]
 
 ROUND_ENTRY_ROUNDS = 32  # a round's index entry expires within this many rounds of the round's start
 HEARTBEAT_ROUNDS = 8  # no heartbeat record lives longer (an honest one: 3 rounds)
@@ -41,6 +42,9 @@ _MAX_ADDR = 256
 _ADDR_RE = re.compile(r"/(ip4|ip6|dns|dns4|dns6)/[0-9A-Za-z.:%-]{1,100}/(tcp|udp)/[0-9]{1,5}(/quic(-v1)?)?"
                       r"/p2p/[1-9A-HJ-NP-Za-km-z]{30,60}")
 _KEY_MEMO = 65536
+# A stored record's value is {"d": value, "pk": 32 bytes, "sig": 64 bytes} (dht_records), plus its
+# subkey and expiration on the wire: what an entry costs a reader beyond its own value.
+_WRAPPER_BYTES = 120
 
 
 def index_entry(swarm: str, round: int, peer_id: str, p2p: str, size: int, sha256: str,
@@ -56,6 +60,21 @@ def index_entry(swarm: str, round: int, peer_id: str, p2p: str, size: int, sha25
 def heartbeat_entry(swarm: str, peer_id: str, data: bytes, prefix: str = "") -> tuple[str, str, dict]:
     key = peers_key(swarm, prefix)
     return key, peer_id, {"k": key, "hb": data}
+
+
+def shard_entries(got) -> tuple[dict[str, dict], int]:
+    """One shard as ``DHTNode.get_many`` returned it (None if not found): its entries,
+    {publisher: value}, and the bytes they cost the reader (each entry's value, subkey and
+    signature wrapper, as the replica sent it)."""
+    entries: dict[str, dict] = {}
+    size = 0
+    if got is not None and isinstance(got.value, dict):
+        for publisher, entry in got.value.items():
+            value = getattr(entry, "value", None)
+            if isinstance(publisher, str) and isinstance(value, dict):
+                entries[publisher] = value
+                size += _WRAPPER_BYTES + len(publisher) + len(DHTProtocol.serializer.dumps(value))
+    return entries, size
 
 
 class SwarmRecordValidator(RecordValidatorBase):

@@ -1,9 +1,11 @@
 """The daemon-free carrier: py-libp2p, in one folder.
 
     transport.py      Libp2pTransport: rollouts and heartbeats over gossipsub, large bodies by stream
-    host.py           the libp2p host on the node's own Ed25519 key, gossipsub, peer exchange
+    host.py           the libp2p host on the node's own Ed25519 key: gossipsub and streams
+    peer_exchange.py  how the host finds peers: the bootstrap addresses, then peer exchange
     trio_bridge.py    py-libp2p's trio loop in its own thread, bridged to asyncio
     budget.py         the gossip check budget (pure): bounds floods before the costly check
+                      (its strangers' share: node/transport/ratelimit.py's bucket)
     carrier.py        the weight broadcast's request/reply over libp2p streams
     directory.py      the weight broadcast's owner-signed records over gossip
     bootstrap.py      ``swarm-node bootstrap --transport libp2p``

@@ -11,8 +11,9 @@ thread hop, whether a message is worth a full check:
 - a publisher with an admitted history (``vouched``) is always checked, within its share: at
   most ``per_round`` bodies a round (a restarted node republishes once; the inbox hands over no
   more anyway) and one heartbeat every ``heartbeat_gap_s``;
-- every other publisher shares ``strangers_per_s`` checks a second (burst ``strangers_burst``),
-  on top of the same per-publisher limits. A newcomer competes with a flood for that share, as
+- every other publisher shares ``strangers_per_s`` checks a second (burst ``strangers_burst``: a
+  token bucket, node/transport/ratelimit.py's, full at the first stranger), on top of the same
+  per-publisher limits. A newcomer competes with a flood for that share, as
   over hivemind (where a node explores one unknown publisher every few rounds): it is admitted
   more slowly under a flood, never shut out, and once admitted it is vouched.
 
@@ -36,6 +37,8 @@ from __future__ import annotations
 import collections
 from dataclasses import dataclass, field
 
+from node.transport.ratelimit import Bucket
+
 __all__ = ["CheckBudget", "AHEAD", "MAX_PUBLISHERS", "MAX_ROUNDS"]
 
 MAX_PUBLISHERS = 4096  # publishers counted per round, and heartbeat stamps kept
@@ -49,8 +52,7 @@ class CheckBudget:
     strangers_burst: float = 40.0
     per_round: int = 2
     heartbeat_gap_s: float = 0.5
-    _tokens: float = field(default=-1.0, init=False)
-    _stamp: float | None = field(default=None, init=False)
+    _strangers: Bucket | None = field(default=None, init=False)  # their shared share, from the first
     _rounds: dict = field(default_factory=dict, init=False)  # round -> Counter(publisher)
     _beats: collections.OrderedDict = field(default_factory=collections.OrderedDict, init=False)
 
@@ -92,11 +94,6 @@ class CheckBudget:
         return None
 
     def _take(self, now: float) -> bool:
-        if self._stamp is None:
-            self._tokens, self._stamp = self.strangers_burst, now
-        self._tokens = min(self.strangers_burst, self._tokens + max(0.0, now - self._stamp) * self.strangers_per_s)
-        self._stamp = max(self._stamp, now)
-        if self._tokens < 1.0:
-            return False
-        self._tokens -= 1.0
-        return True
+        if self._strangers is None:
+            self._strangers = Bucket.full(self.strangers_per_s, self.strangers_burst, now)
+        return self._strangers.try_take(1.0, now)

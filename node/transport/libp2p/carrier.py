@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import logging
 
-from node.transport.ratelimit import TokenBucket
+from node.transport.addresses import peer_id_of
 from node.transport.carrier import CarrierError, Handler, StreamCarrier
+from node.transport.ratelimit import TokenBucket
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +26,7 @@ def weights_protocol(swarm: str) -> str:
 class Libp2pCarrier(StreamCarrier):
     def __init__(self, host, protocol: str, upload: TokenBucket | None = None):
         super().__init__(upload)
-        self.host, self.protocol = host, protocol  # host: node/transport/libp2p_host.Libp2pHost
+        self.host, self.protocol = host, protocol  # host: node/transport/libp2p/host.Libp2pHost
 
     async def start(self, handler: Handler) -> None:
         self._handler = handler
@@ -36,9 +37,10 @@ class Libp2pCarrier(StreamCarrier):
         await self.serve_stream(stream.remote, stream, stream)
 
     def remote_id(self, address: str) -> str:
-        if "/p2p/" not in address:
+        peer = peer_id_of(address)
+        if peer is None:
             raise CarrierError(f"{address!r} is not a multiaddr ending in /p2p/<peer id>")
-        return address.rsplit("/p2p/", 1)[1]
+        return peer
 
     async def call(self, address: str, request: bytes, *, max_reply: int, timeout: float) -> tuple[int, bytes]:
         self.remote_id(address)

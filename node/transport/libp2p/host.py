@@ -1,5 +1,6 @@
-"""This node's py-libp2p host: its identity, gossipsub, streams and peer discovery, run in the
-trio thread (node/transport/libp2p/trio_bridge.py) and used from asyncio.
+"""This node's py-libp2p host: its identity, gossipsub and streams, run in the trio thread
+(node/transport/libp2p/trio_bridge.py) and used from asyncio; it finds its peers through
+node/transport/libp2p/peer_exchange.py.
 
 - **Identity.** The host's key is the node's own Ed25519 key (one key file), so its libp2p peer
   id (``12D3KooW...``) and its swarm peer id (``sn1...``, protocol/identity.py) are two spellings
@@ -21,15 +22,10 @@ trio thread (node/transport/libp2p/trio_bridge.py) and used from asyncio.
 - **Streams** (``open_stream`` / ``set_stream_handler``) come out as ``BridgedStream``: asyncio
   ``read``/``readexactly``/``write``/``drain``/``close`` over a libp2p stream (whose end is
   ``StreamEOF``, turned into ``b""`` here as asyncio does).
-- **Discovery**: the bootstrap addresses, then peer exchange: every host answers
-  ``/swarm-node/peers/1.0.0`` with the listen addresses of up to ``PX_REPLY`` peers it is
-  connected to, and a host short of ``target_peers`` connections asks a connected peer for its
-  list every ``px_interval`` seconds. Addresses are claims: dialling one authenticates the peer
-  id (noise), and at most ``PX_DIALS`` of one reply are tried, so one peer's list cannot fill
-  this host's connections with identities of its choosing; the bootstrap peers are dialled again
-  whenever none of them is connected. ``addrs`` (what pointers and peer exchange name) are the
-  ``announce`` addresses if given, else the listen addresses, a wildcard (0.0.0.0) replaced by
-  loopback only when nothing else is known.
+- **Discovery** (node/transport/libp2p/peer_exchange.py): the bootstrap addresses, then peer
+  exchange. ``addrs`` (what pointers and peer exchange name; ``dialable_addrs`` in
+  node/transport/addresses.py) are the ``announce`` addresses if given, else the listen
+  addresses, a wildcard (0.0.0.0) replaced by loopback only when nothing else is known.
 
 py-libp2p and hivemind cannot be imported in one process (both register the protobuf symbol
 ``crypto.pb.KeyType``): this module is imported only when the libp2p transport is selected.
@@ -41,11 +37,9 @@ import asyncio
 import collections
 import hashlib
 import logging
-import random
 import threading
 from typing import Awaitable, Callable
 
-import msgpack
 import multiaddr
 import trio
 from cryptography.hazmat.primitives import serialization
@@ -60,7 +54,9 @@ from libp2p.pubsub.gossipsub import PROTOCOL_ID_V11, GossipSub
 from libp2p.pubsub.pubsub import Pubsub
 from libp2p.tools.anyio_service import background_trio_service
 
+from node.transport.addresses import dialable_addrs
 from node.transport.base import TransportError
+from node.transport.libp2p.peer_exchange import PX_PROTOCOL, PeerExchange
 from node.transport.libp2p.trio_bridge import BridgeClosed, TrioThread
 from protocol.identity import Identity, peer_id_from_public_key
 
@@ -69,12 +65,6 @@ log = logging.getLogger(__name__)
 __all__ = ["Libp2pHost", "BridgedStream", "libp2p_key_pair", "libp2p_peer_id", "publisher_of", "GOSSIP_MAX"]
 
 GOSSIP_MAX = 1024 * 1024  # gossipsub's inbound RPC limit (py-libp2p's default, as go/js-libp2p's)
-PX_PROTOCOL = TProtocol("/swarm-node/peers/1.0.0")
-PX_REPLY = 32  # addresses a peer-exchange reply lists
-PX_DIALS = 3  # addresses of one reply tried
-PX_FIRST_S = 0.5  # the first exchange's wait; doubles (to px_interval) while nobody new is found
-PX_REPLY_BYTES = 64 * 1024
-DIAL_TIMEOUT_S = 10.0
 READ_CHUNK = 1 << 20
 MAX_PENDING = 512  # validated messages on their way to the asyncio loop
 RECENT_IDS = 4096  # ids of delivered messages remembered, to drop copies checked side by side
@@ -193,6 +183,7 @@ class Libp2pHost:
         self.bridge = TrioThread(name)
         self.peer_id = libp2p_peer_id(identity)
         self.host = self.pubsub = None
+        self.px: PeerExchange | None = None  # once the host runs
         self.addrs: list[str] = []
         self.refused = 0  # gossip whose origin is not an Ed25519 key (no swarm identity): dropped unchecked
         self.dropped = 0  # validated messages dropped because the loop had MAX_PENDING still to take
@@ -209,7 +200,7 @@ class Libp2pHost:
             await self.bridge.stop()
             raise TransportError(f"the libp2p host did not start listening on {self.listen} within {timeout:g} s: "
                                  f"{type(e).__name__}: {e}") from None
-        self.bridge.spawn(self._discover)
+        self.bridge.spawn(self.px.run)
 
     async def _start_host(self) -> None:
         maddrs = [multiaddr.Multiaddr(a) for a in self.listen]
@@ -233,7 +224,8 @@ class Libp2pHost:
                 await trio.sleep_forever()
 
         await self.bridge.nursery.start(run)  # a listen error is raised here, to start()
-        self.host.set_stream_handler(PX_PROTOCOL, self._serve_px)
+        self.px = PeerExchange(self.host, self.peer_id, self.bootstrap, self.target_peers, self.px_interval)
+        self.host.set_stream_handler(PX_PROTOCOL, self.px.serve)
         self.addrs = dialable_addrs([str(a) for a in self.host.get_addrs()], self.announce, self.peer_id)
 
     async def close(self) -> None:
@@ -242,91 +234,13 @@ class Libp2pHost:
     def alive(self) -> bool:
         return self.bridge.alive()
 
-    # -- discovery (trio side) --------------------------------------------------------------------
-    async def _dial(self, addr: str) -> bool:
-        try:
-            info = info_from_p2p_addr(multiaddr.Multiaddr(addr))
-        except Exception as e:  # noqa: BLE001 - a malformed address is a claim we drop
-            log.debug("not a p2p address %r: %s", addr, e)
-            return False
-        if info.peer_id == self.host.get_id():
-            return False
-        with trio.move_on_after(DIAL_TIMEOUT_S):
-            try:
-                await self.host.connect(info)
-                return True
-            except Exception as e:  # noqa: BLE001 - unreachable, refused, wrong peer id
-                log.debug("could not dial %s: %s", addr, e)
-        return False
-
+    # -- discovery (trio side: node/transport/libp2p/peer_exchange.py) ----------------------------
     async def connect_bootstrap(self) -> int:
         """(trio side) dial every bootstrap address; returns how many answered."""
-        ok = 0
-        for addr in self.bootstrap:
-            ok += await self._dial(addr)
-        return ok
-
-    def _bootstrap_connected(self, peers: list[ID]) -> bool:
-        ids = {a.rsplit("/p2p/", 1)[-1] for a in self.bootstrap}
-        return any(p.to_base58() in ids for p in peers)
+        return await self.px.connect_bootstrap()
 
     def connected(self) -> list[ID]:
         return list(self.host.get_connected_peers()) if self.host is not None else []
-
-    async def _serve_px(self, stream) -> None:
-        try:
-            peers = [p for p in self.host.get_connected_peers() if p != stream.muxed_conn.peer_id]
-            random.shuffle(peers)
-            out = []
-            for p in peers[:PX_REPLY]:
-                addrs = [str(a).split("/p2p/")[0] for a in self.host.get_peerstore().addrs(p)]
-                if addrs:
-                    out.append(f"{addrs[0]}/p2p/{p.to_base58()}")
-            await stream.write(msgpack.packb(out))
-        except Exception as e:  # noqa: BLE001 - the asker went away
-            log.debug("peer exchange reply failed: %s", e)
-        finally:
-            await stream.close()
-
-    async def _ask_px(self, peer: ID) -> list[str]:
-        data = b""
-        with trio.move_on_after(DIAL_TIMEOUT_S):
-            stream = await self.host.new_stream(peer, [PX_PROTOCOL])
-            try:
-                while len(data) <= PX_REPLY_BYTES:
-                    data += await stream.read(PX_REPLY_BYTES)
-            except StreamEOF:
-                pass
-            finally:
-                await stream.close()
-        try:
-            got = msgpack.unpackb(data[:PX_REPLY_BYTES], raw=False)
-        except Exception:  # noqa: BLE001 - hostile bytes
-            return []
-        return [a for a in got if isinstance(a, str) and len(a) < 512][:PX_REPLY] if isinstance(got, list) else []
-
-    async def _discover(self) -> None:
-        # Ask again after 0.5 s while asking finds someone new (a swarm that is starting: the others
-        # reach the bootstrap over the next seconds), backing off to ``px_interval`` once it does not.
-        delay = PX_FIRST_S
-        while True:
-            peers = self.connected()
-            found = False
-            if len(peers) < self.target_peers and peers:
-                try:
-                    known = {p.to_base58() for p in peers}
-                    fresh = [a for a in await self._ask_px(random.choice(peers))
-                             if a.rsplit("/p2p/", 1)[-1] not in known and a.rsplit("/p2p/", 1)[-1] != self.peer_id]
-                    random.shuffle(fresh)
-                    for addr in fresh[:min(PX_DIALS, self.target_peers - len(peers))]:
-                        found |= await self._dial(addr)
-                except Exception as e:  # noqa: BLE001 - the next round tries another peer
-                    log.debug("peer exchange failed: %s", e)
-            # The bootstrap peers are the one list this host did not take from a peer: keep one.
-            if self.bootstrap and not self._bootstrap_connected(self.connected()):
-                await self.connect_bootstrap()
-            delay = PX_FIRST_S if found else min(2 * delay, self.px_interval)
-            await trio.sleep(delay)
 
     # -- pubsub (asyncio side) --------------------------------------------------------------------
     async def subscribe(self, topic: str, handler: MessageHandler, validator: Validator,
@@ -469,21 +383,3 @@ class Libp2pHost:
 
 def _content_id(msg) -> bytes:
     return hashlib.sha256(len(msg.from_id).to_bytes(2, "big") + msg.from_id + msg.data).digest()
-
-
-_WILDCARDS = ("/ip4/0.0.0.0/", "/ip6/::/")
-
-
-def dialable_addrs(listening: list[str], announce: list[str], peer_id: str) -> list[str]:
-    """The addresses this host gives peers (pointers, peer exchange), each ending in /p2p/<id>:
-    ``announce`` if given; else the listen addresses that are not wildcards; else the wildcard
-    ones with loopback put in (only a peer on this machine can use those: say ``announce``)."""
-    def full(a: str) -> str:
-        return a if "/p2p/" in a else f"{a}/p2p/{peer_id}"
-
-    if announce:
-        return [full(a) for a in announce]
-    real = [a for a in listening if not a.startswith(_WILDCARDS)]
-    if real:
-        return [full(a) for a in real]
-    return [full(a.replace("/ip4/0.0.0.0/", "/ip4/127.0.0.1/").replace("/ip6/::/", "/ip6/::1/")) for a in listening]

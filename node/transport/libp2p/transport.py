@@ -51,9 +51,11 @@ from typing import Callable, Iterable
 
 import msgpack
 
+from node.clock import RoundClock
+from node.transport.addresses import peer_id_of, with_peer
+from node.transport.backoff import JOIN_BACKOFF_S, JOIN_RETRIES, TryAgain, retry
 from node.transport.carrier import CarrierError
 from node.transport.libp2p.carrier import Libp2pCarrier
-from node.clock import RoundClock
 from node.transport.base import MAX_ANNOUNCEMENT_SIZE, MAX_ENVELOPE_SIZE, Delivery, Transport, TransportError
 from node.transport.libp2p.budget import CheckBudget
 from node.transport.inbox import Inbox
@@ -105,8 +107,8 @@ class Libp2pTransport(Transport):
     bootstrap: list = field(default_factory=list)
     announce_addrs: list = field(default_factory=list)  # addresses peers reach this host at (else the listen ones)
     startup_timeout: float = 30.0
-    join_retries: int = 5
-    join_backoff: float = 2.0
+    join_retries: int = JOIN_RETRIES
+    join_backoff: float = JOIN_BACKOFF_S
     on_retry: object = None  # callable(str): a join attempt failed and will be retried
     target_peers: int = 8
     round_seconds: float | None = None  # the shared clock's: rounds far past it are not worth a check
@@ -155,21 +157,23 @@ class Libp2pTransport(Transport):
     async def _join(self) -> None:
         if not self.bootstrap:
             return  # the first node of a new swarm
-        delay = self.join_backoff
-        for attempt in range(self.join_retries + 1):
-            if await self.host.bridge.call(self.host.connect_bootstrap):
-                return
-            if attempt == self.join_retries:
-                break
-            msg = f"no bootstrap peer answered (attempt {attempt + 1}/{self.join_retries + 1}); retrying in {delay:g} s"
+
+        async def dial() -> None:
+            if not await self.host.bridge.call(self.host.connect_bootstrap):
+                raise TryAgain("no bootstrap peer answered")
+
+        def retrying(attempt: int, failure: TryAgain, delay: float) -> None:
+            msg = f"{failure} (attempt {attempt + 1}/{self.join_retries + 1}); retrying in {delay:g} s"
             log.warning("%s", msg)
             if callable(self.on_retry):
                 self.on_retry(msg)
-            await asyncio.sleep(delay)
-            delay *= 2
-        raise TransportError(f"none of the bootstrap peers {self.bootstrap} answered after {self.join_retries + 1} "
-                             f"attempts: check the addresses (as `swarm-node bootstrap --transport libp2p` prints "
-                             f"them) and that their port is reachable from here")
+
+        try:
+            await retry(dial, retries=self.join_retries, first_delay=self.join_backoff, before_wait=retrying)
+        except TryAgain:
+            raise TransportError(f"none of the bootstrap peers {self.bootstrap} answered after {self.join_retries + 1} "
+                                 f"attempts: check the addresses (as `swarm-node bootstrap --transport libp2p` prints "
+                                 f"them) and that their port is reachable from here") from None
 
     # -- sending ----------------------------------------------------------------------------------
     async def publish(self, round: int, data: bytes, expires_in: float) -> None:
@@ -239,7 +243,7 @@ class Libp2pTransport(Transport):
             return self._refuse("rejected", "oversized")
         # The body is fetched from the address the pointer names: it must be the publisher's own,
         # or a pointer would turn every node into a fetcher aimed at someone else.
-        if "/p2p/" not in addr or publisher_of_address(addr) != publisher:
+        if publisher_of_address(addr) != publisher:  # None: no /p2p/ id, or not an Ed25519 key
             return self._refuse("rejected", "sender_mismatch")
         return True
 
@@ -286,9 +290,9 @@ class Libp2pTransport(Transport):
     async def _fetch(self, publisher: str, round: int, size: int, digest: bytes, addr: str) -> None:
         # By peer id where connected: the pointer's address is the publisher's claim (its IP may be
         # anyone's); the /p2p/ id in it is checked, and noise proves it on any dial.
-        peer = addr.rsplit("/p2p/", 1)[1]
+        peer = peer_id_of(addr)
         if any(p.to_base58() == peer for p in self.host.connected()):
-            addr = f"/p2p/{peer}"
+            addr = with_peer("", peer)  # the bare /p2p/<id>
         try:
             # The whole fetch at 1 MB/s at least: a sender that trickles must not hold a slot for a minute.
             status, body = await asyncio.wait_for(
@@ -360,7 +364,10 @@ def publisher_of_address(addr: str) -> str | None:
     """The swarm peer id whose key a ``.../p2p/<libp2p id>`` address names."""
     from libp2p.peer.id import ID
 
+    peer = peer_id_of(addr)
+    if peer is None:
+        return None
     try:
-        return publisher_of(ID.from_base58(addr.rsplit("/p2p/", 1)[1]))
+        return publisher_of(ID.from_base58(peer))
     except Exception:  # noqa: BLE001 - hostile text
         return None

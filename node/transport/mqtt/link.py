@@ -4,7 +4,7 @@ Everything a node sends over a private cluster's broker (rollouts, heartbeats, w
 and chunks) goes through one ``MqttLink``: one aiomqtt client (MQTT 5, so the broker can report
 a refused publish, expire retained messages and announce its packet limit), one task that owns
 it. When the broker goes away the task reconnects with exponential back-off (1 s doubling to
-30 s) and, once back, subscribes again and calls the ``on_connect`` hooks (the transport flushes
+30 s: node/transport/backoff.py) and, once back, subscribes again and calls the ``on_connect`` hooks (the transport flushes
 what it queued and re-announces); the node keeps training meanwhile. ``publish`` never waits for
 a broker that is down: it raises ``BrokerDown`` and the caller decides what to keep.
 
@@ -31,6 +31,7 @@ from aiomqtt.exceptions import MqttConnectError
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
+from node.transport.backoff import JOIN_BACKOFF_S, JOIN_RETRIES, Backoff, TryAgain, retry
 from node.transport.base import TransportError
 from node.transport.mqtt.url import PASSWORD_ENV, BrokerSettings
 
@@ -38,8 +39,6 @@ log = logging.getLogger(__name__)
 
 __all__ = ["BrokerDown", "MqttLink"]
 
-FIRST_BACKOFF_S = 1.0
-MAX_BACKOFF_S = 30.0
 INCOMING_QUEUE = 20000  # messages aiomqtt may hold before the dispatcher reads them (it drops past it)
 
 
@@ -111,7 +110,7 @@ class MqttLink:
 
     def __init__(self, settings: BrokerSettings, client_id: str, subscriptions: list[tuple[str, int]],
                  on_message: Callable[[str, bytes], None], *, connect_timeout: float = 10.0,
-                 join_retries: int = 5, join_backoff: float = 2.0,
+                 join_retries: int = JOIN_RETRIES, join_backoff: float = JOIN_BACKOFF_S,
                  on_retry: Callable[[str], None] | None = None):
         self.settings, self.client_id = settings, client_id
         self.subscriptions = list(subscriptions)
@@ -202,28 +201,34 @@ class MqttLink:
         if self.settings.password and not self.settings.tls:
             log.warning("the broker password goes to %s unencrypted (mqtt://): use mqtts:// where the network "
                         "is not trusted", self.settings.url)
-        delay = self.join_backoff
-        for attempt in range(self.join_retries + 1):
+
+        async def connect() -> _Client:
             try:
-                self._client = await self._connect_once()
-                break
+                return await self._connect_once()
             except _AclRefused as e:
                 raise TransportError(str(e)) from None
             except (aiomqtt.MqttError, OSError) as e:
-                why, retry = _explain_connect(e, self.settings)
-                if not retry or attempt == self.join_retries:
+                why, retry_helps = _explain_connect(e, self.settings)
+                if not retry_helps:
                     raise TransportError(why) from None
-                log.warning("%s; retrying in %.0f s (%d/%d)", why, delay, attempt + 1, self.join_retries)
-                if self.on_retry:
-                    self.on_retry(f"broker {self.settings.url}: {why} (retry {attempt + 1}/{self.join_retries})")
-                await asyncio.sleep(delay)
-                delay *= 2
+                raise TryAgain(why) from None
+
+        def retrying(attempt: int, failure: TryAgain, delay: float) -> None:
+            log.warning("%s; retrying in %.0f s (%d/%d)", failure, delay, attempt + 1, self.join_retries)
+            if self.on_retry:
+                self.on_retry(f"broker {self.settings.url}: {failure} (retry {attempt + 1}/{self.join_retries})")
+
+        try:
+            self._client = await retry(connect, retries=self.join_retries, first_delay=self.join_backoff,
+                                       before_wait=retrying)
+        except TryAgain as e:
+            raise TransportError(str(e)) from None
         self._closing = False
         self.connected.set()
         self._task = asyncio.create_task(self._run(), name="mqtt-link")
 
     async def _run(self) -> None:
-        backoff = FIRST_BACKOFF_S
+        waits = Backoff()  # 1 s doubling to 30 s, from the first failure after a connection
         first = True
         while not self._closing:
             client = self._client
@@ -234,13 +239,13 @@ class MqttLink:
                     raise
                 except Exception as e:  # noqa: BLE001 - every failure is retried; the reason is kept
                     self.last_error = _explain_connect(e, self.settings)[0] if not isinstance(e, _AclRefused) else str(e)
-                    log.warning("broker still away: %s; next try in %.0f s", self.last_error, backoff)
-                    await asyncio.sleep(backoff)
-                    backoff = min(backoff * 2, MAX_BACKOFF_S)
+                    wait = waits.next()
+                    log.warning("broker still away: %s; next try in %.0f s", self.last_error, wait)
+                    await asyncio.sleep(wait)
                     continue
                 self.reconnects += 1
                 log.info("reconnected to the broker at %s (reconnect %d)", self.settings.url, self.reconnects)
-            backoff = FIRST_BACKOFF_S
+            waits.reset()
             self.connected.set()
             if not first:
                 for hook in self.on_connect:

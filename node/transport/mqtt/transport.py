@@ -49,6 +49,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from node.transport.backoff import JOIN_BACKOFF_S, JOIN_RETRIES
 from node.transport.base import MAX_ANNOUNCEMENT_SIZE, MAX_ENVELOPE_SIZE, Delivery, Transport, TransportError
 from node.transport.mqtt.url import BrokerSettings
 from node.transport.inbox import MAX_ROUND_AHEAD, Inbox
@@ -78,8 +79,8 @@ def topic_prefix(swarm: str) -> str:
 class MqttTransport(Transport):
     broker: BrokerSettings | None = None
     connect_timeout: float = 10.0
-    join_retries: int = 5
-    join_backoff: float = 2.0
+    join_retries: int = JOIN_RETRIES
+    join_backoff: float = JOIN_BACKOFF_S
     part_size: int = PART_SIZE
     max_queued: int = MAX_QUEUED
     max_buffered: int = MAX_BUFFERED

@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -23,7 +22,7 @@ from node.broadcast.peer import BroadcastPeer
 from tests.helpers.paths import ROOT
 from protocol.identity import Identity
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.daemon, pytest.mark.subprocess]
 SWARM = "kill"
 SIZE, CHUNK = 8 * 1024 * 1024, 256 * 1024  # 32 chunks, at 2 MB/s about 4 s
 

@@ -12,7 +12,8 @@ import pytest
 
 from node.transport.ratelimit import TokenBucket
 from node.transport.carrier import MemoryCarrier, MemoryHub
-from node.broadcast.peer import BUSY, NOT_YET, OK, BroadcastPeer
+from node.broadcast.peer import BroadcastPeer
+from node.broadcast.wire import BUSY, NOT_YET, OK
 from node.broadcast.store import ChunkStore
 from protocol.identity import Identity
 from protocol.manifest import Manifest, build_manifest, encode_manifest

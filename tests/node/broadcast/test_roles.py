@@ -12,7 +12,7 @@ import pytest
 from tests.helpers.procs import metrics, procs, status, wait_until  # noqa: F401 - procs is a fixture
 from protocol.identity import load_or_create_identity
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
 
 
 def test_a_learner_and_three_workers(procs, warm_tiny_model_dir, tmp_path):

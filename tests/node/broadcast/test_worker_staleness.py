@@ -12,7 +12,7 @@ from node.transport.hivemind.directory import WeightDirectory
 from node.broadcast.follow import WeightFollower, WeightSource
 from node.broadcast.peer import BroadcastPeer
 from node.broadcast.roles import WorkerRole
-from node.swarm.exchange import PeerGroup
+from node.swarm.pool import PeerGroup
 from node.observe.status import StatusFile
 from policies.policy import Policy
 from protocol.identity import Identity

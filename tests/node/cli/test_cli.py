@@ -69,6 +69,7 @@ def test_help_explains_joining(capsys):
     assert "--maddr-file" in capsys.readouterr().out
 
 
+@pytest.mark.daemon  # it starts p2pd (tests/helpers/process_guard.py)
 def test_join_with_no_reachable_bootstrap_exits_with_a_clear_message(tiny_model_dir, tmp_path, capsys):
     # A syntactically valid address where nothing listens: the node retries, then says what to check.
     dead = "/ip4/127.0.0.1/tcp/9/p2p/QmWyMywt33NGEr2d32nqvpPeQq36fd3tj9eZaiBj2CbKSM"

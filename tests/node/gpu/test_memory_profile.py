@@ -142,6 +142,7 @@ def _join(model: Path, *flags: str, cwd: Path):
     return json.loads(r.stdout), r.stderr
 
 
+@pytest.mark.subprocess
 def test_profile_sets_what_the_user_left_unset_and_says_so(half_b_dir, tmp_path):
     real = ("--generation.max_completion_length", "256")  # a real model's completions, not the default's 16
     cfg, err = _join(half_b_dir, "--profile", "8gb", *real, cwd=tmp_path)
@@ -157,6 +158,7 @@ def test_profile_sets_what_the_user_left_unset_and_says_so(half_b_dir, tmp_path)
     assert "your settings (" in err and "over the" in err and "will halve its batches" in err
 
 
+@pytest.mark.subprocess
 def test_no_profile_without_a_gpu_or_with_none(half_b_dir, tmp_path):
     from node.run.config import load_config
 

@@ -13,7 +13,6 @@ import subprocess
 import sys
 import textwrap
 import warnings
-from pathlib import Path
 
 import pytest
 
@@ -119,6 +118,7 @@ _HIVEMIND_SCRIPT = textwrap.dedent("""
 
 
 @pytest.mark.parametrize("imported", ["before", "after"])
+@pytest.mark.subprocess
 def test_hivemind_records_go_through_the_json_handler(imported):
     env = {**os.environ, "PYTHONWARNINGS": "ignore::DeprecationWarning"}
     env.pop("HIVEMIND_LOGLEVEL", None)
@@ -133,6 +133,7 @@ def test_hivemind_records_go_through_the_json_handler(imported):
     assert recs[0]["caller"] == "p2pd"
 
 
+@pytest.mark.subprocess
 def test_lora_training_run_logs_only_json_with_the_warning_as_a_record(tiny_model_dir, tmp_path):
     r = subprocess.run([sys.executable, "-m", "node.cli", "train", "--model.name", str(tiny_model_dir),
                         "--model.lora_rank", "4", "--train.steps", "2", "--run.dir", str(tmp_path / "run"),
@@ -149,6 +150,7 @@ def test_lora_training_run_logs_only_json_with_the_warning_as_a_record(tiny_mode
 
 
 @pytest.mark.slow
+@pytest.mark.subprocess
 def test_a_hivemind_join_logs_only_json_including_hivemind_and_p2pd(tiny_model_dir, tmp_path):
     procs = Procs(tmp_path)
     try:

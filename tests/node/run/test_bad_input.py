@@ -16,6 +16,8 @@ import pytest
 
 from tests.helpers.paths import ROOT
 
+pytestmark = pytest.mark.subprocess
+
 
 def swarm_node(*args: str, cwd: Path, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "node.cli", *args], cwd=cwd, capture_output=True, text=True,
@@ -142,9 +144,9 @@ def test_a_checkpoint_that_does_not_fit_the_model_is_summarised(tiny_model_dir, 
     # few lines instead of torch's list of every key.
     import torch
 
-    from node.run.checkpoint import CheckpointState
+    from node.run.checkpoint_format import CheckpointState
     from node.errors import CheckpointError
-    from node.run.trainer import _mismatch
+    from node.run.resume import mismatch as _mismatch
 
     model = {f"layer{i}.weight": torch.zeros(2, 2) for i in range(40)}
     saved = CheckpointState(step=1, policy_version=1,

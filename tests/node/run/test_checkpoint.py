@@ -1,4 +1,5 @@
-"""Tests of node.run.checkpoint: exact resume, atomic writes under crashes and SIGKILL, corruption."""
+"""Tests of node.run.checkpoint and node.run.checkpoint_format: exact resume, atomic writes under
+crashes and SIGKILL, corruption."""
 
 import json
 import hashlib
@@ -18,10 +19,9 @@ import torch
 from torch import nn
 
 import node.run.checkpoint as ckpt
-from node.run.checkpoint import (
-    CheckpointState, capture_rng, list_checkpoints, load_checkpoint, load_latest, restore_rng,
-    save_checkpoint,
-)
+import node.run.checkpoint_format as ckpt_format
+from node.run.checkpoint import list_checkpoints, load_checkpoint, load_latest, save_checkpoint
+from node.run.checkpoint_format import CheckpointState, RngState, capture_rng, restore_rng
 from node.errors import CheckpointError, NodeError
 
 from tests.helpers.paths import ROOT as REPO_ROOT
@@ -156,8 +156,8 @@ def test_crash_mid_write_leaves_previous_checkpoint_usable(tmp_path, monkeypatch
 
     if target == "os.replace":
         monkeypatch.setattr(ckpt.os, "replace", boom)
-    else:
-        monkeypatch.setattr(ckpt, target, boom)
+    else:  # the manifest writer of node/run/checkpoint_format.py
+        monkeypatch.setattr(ckpt_format, target, boom)
     with pytest.raises(OSError, match="simulated crash"):
         save_checkpoint(tmp_path, _small_state(2)[0])
     monkeypatch.undo()
@@ -186,6 +186,7 @@ def test_failed_resave_puts_the_old_copy_back(tmp_path, monkeypatch):
     assert all(torch.equal(loaded.model_state[k], v) for k, v in model.state_dict().items())
 
 
+@pytest.mark.subprocess  # tests/helpers/process_guard.py
 def test_leftovers_of_a_killed_process_are_ignored_then_cleaned(tmp_path):
     save_checkpoint(tmp_path, _small_state(1)[0])
     pid = _dead_pid()
@@ -201,6 +202,7 @@ def test_leftovers_of_a_killed_process_are_ignored_then_cleaned(tmp_path):
     assert (tmp_path / "latest").read_text().strip() == "step_000003"
 
 
+@pytest.mark.subprocess  # tests/helpers/process_guard.py
 def test_old_copy_moved_aside_before_a_kill_is_restored(tmp_path):
     path = save_checkpoint(tmp_path, _small_state(1)[0])
     os.replace(path, tmp_path / f"step_000001.old-{_dead_pid()}")  # killed before the new one landed
@@ -209,6 +211,7 @@ def test_old_copy_moved_aside_before_a_kill_is_restored(tmp_path):
     assert load_checkpoint(tmp_path / "step_000001").step == 1
 
 
+@pytest.mark.subprocess  # tests/helpers/process_guard.py
 def test_resume_finds_an_old_copy_moved_aside_by_a_killed_resave(tmp_path):
     save_checkpoint(tmp_path, _small_state(1)[0])
     path = save_checkpoint(tmp_path, _small_state(2)[0])
@@ -227,7 +230,8 @@ def test_unserializable_extra_fails_before_writing(tmp_path):
 _WRITER = r"""
 import sys, torch
 from pathlib import Path
-from node.run.checkpoint import CheckpointState, capture_rng, save_checkpoint
+from node.run.checkpoint import save_checkpoint
+from node.run.checkpoint_format import CheckpointState, capture_rng
 root, step = Path(sys.argv[1]), 0
 model = {f"w{i}": torch.randn(256, 1024) for i in range(4)}  # 4 MiB of weights
 while True:
@@ -241,6 +245,7 @@ while True:
 """
 
 
+@pytest.mark.subprocess  # tests/helpers/process_guard.py
 def test_sigkill_mid_checkpoint_never_exposes_a_partial_checkpoint(tmp_path):
     delays = [0.0, 0.07, 0.19, 0.41]
     random.Random(os.getpid()).shuffle(delays)  # kill points vary run to run anyway (timing)
@@ -409,7 +414,7 @@ def test_empty_or_missing_root(tmp_path):
 
 def test_cuda_rng_states_round_trip_and_warn_when_not_restorable(tmp_path, caplog):
     fake_cuda = (torch.arange(16, dtype=torch.uint8), torch.ones(16, dtype=torch.uint8))
-    rng = ckpt.RngState(torch.get_rng_state(), random.getstate(), np.random.get_state(), fake_cuda)
+    rng = RngState(torch.get_rng_state(), random.getstate(), np.random.get_state(), fake_cuda)
     path = save_checkpoint(tmp_path, CheckpointState(1, 0, {"w": torch.zeros(1)}, rng=rng))
     loaded = load_checkpoint(path).rng
     assert len(loaded.torch_cuda) == 2

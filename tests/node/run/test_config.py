@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from node.cli import build_parser, main
+from node.cli import main
+from node.cli.parser import build_parser
 from node.run.config import NodeConfig, flag_fields, load_config, parse_flag_value
 from node.errors import ConfigError
 
@@ -213,7 +214,7 @@ def test_parse_flag_value(text, expected):
 def test_delta_none_flag_gives_none():
     parser = build_parser()
     ns = parser.parse_args(["train", "--learner.delta", "none", "--learner.epsilon_high", "off"])
-    from node.cli import _overrides
+    from node.cli.flags import overrides as _overrides
 
     cfg = load_config(None, _overrides(ns, []))
     assert cfg.learner.delta is None and cfg.learner.epsilon_high is None
@@ -224,7 +225,7 @@ def test_delta_none_flag_gives_none():
 
 
 def test_cli_flags_parse_into_typed_config():
-    from node.cli import _overrides
+    from node.cli.flags import overrides as _overrides
 
     ns = build_parser().parse_args(["train", "--generation.num_generations", "4",
                                     "--learner.learning_rate", "3e-4", "--run.resume", "true",
@@ -252,6 +253,7 @@ def test_bad_config_in_process_returns_2(tmp_path, capsys):
     assert "learner.learning_rat" in capsys.readouterr().err
 
 
+@pytest.mark.subprocess
 def test_cli_help_is_quick(tmp_path):
     proc, took = _run(["--help"], tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -263,6 +265,7 @@ def test_cli_help_is_quick(tmp_path):
     assert max(took, took2) < 10
 
 
+@pytest.mark.subprocess
 def test_cli_bad_config_fails_fast_without_torch(tmp_path):
     bad = _write(tmp_path, "[learner]\nlearning_rat = 1e-3\n", "bad.toml")
     proc, took = _run(["train", "--config", str(bad)], tmp_path)
@@ -280,6 +283,7 @@ def test_cli_bad_config_fails_fast_without_torch(tmp_path):
     assert proc.stdout.split() == ["False", "False"]
 
 
+@pytest.mark.subprocess
 def test_cli_print_config_prints_json(tmp_path):
     good = _write(tmp_path, "[generation]\nnum_generations = 4\n")
     proc, took = _run(["train", "--config", str(good), "--learner.delta", "none",
@@ -291,6 +295,7 @@ def test_cli_print_config_prints_json(tmp_path):
     assert took < 10
 
 
+@pytest.mark.subprocess
 def test_cli_unknown_flag_is_an_argparse_error(tmp_path):
     proc, took = _run(["train", "--learner.learnig_rate", "1e-3"], tmp_path)
     assert proc.returncode == 2
@@ -308,7 +313,6 @@ def test_cli_truncated_flag_is_not_taken_for_the_full_key():
 
 @pytest.mark.parametrize("name", ["demo.toml", "swarm_demo.toml"])
 def test_example_configs_validate(name):
-    from pathlib import Path
 
     path = REPO_ROOT / "docs" / "examples" / name
     cfg = load_config(path, {"swarm.transport": "hivemind"} if name == "swarm_demo.toml" else None)
@@ -317,7 +321,6 @@ def test_example_configs_validate(name):
 
 def test_every_config_key_is_in_the_running_docs():
     """docs/running.md's configuration table lists every key (a new setting is documented)."""
-    from pathlib import Path
 
     from node.run.config import flag_fields
 
@@ -357,3 +360,47 @@ def test_truncated_sampling_is_refused_with_the_reason(tmp_path, setting):
     with pytest.raises(Exception) as exc:
         load_config(_write(tmp_path, f"[generation]\n{setting}\n"))
     assert "truncated sampling is refused" in str(exc.value) and "full softmax" in str(exc.value)
+
+
+# -------------------------------------------------- the learner section and the library's defaults
+
+def test_the_node_defaults_are_the_learner_library_defaults():
+    """A learner built from the node's default config and one built from the library's defaults
+    are the same, field by field: every LossConfig field, and every Learner parameter but two."""
+    import dataclasses
+    import inspect
+
+    from node.run.wiring import learner_arguments
+    from policies.learner import Learner
+    from policies.loss import LossConfig
+
+    node = learner_arguments(NodeConfig())
+    library = LossConfig()
+    for f in dataclasses.fields(LossConfig):
+        assert getattr(node["loss"], f.name) == getattr(library, f.name), f.name
+    # Pinned, so that no other can differ: a Learner needs its learning rate, and its warm-up is
+    # off unless asked for (tests of the learner's arithmetic build it so).
+    differ = {"learning_rate": (inspect.Parameter.empty, 1e-4), "warmup_steps": (0, 20)}
+    for name, p in inspect.signature(Learner).parameters.items():
+        if name in ("policy", "loss"):
+            continue
+        if name in differ:
+            assert (p.default, node[name]) == differ[name], name
+        else:
+            assert node[name] == p.default, name
+
+
+def test_every_learner_field_reaches_the_learner_by_its_name():
+    import dataclasses
+
+    from node.run.config import LearnerConfig
+    from node.run.wiring import NODE_ONLY_LEARNER_FIELDS, OTHER_SECTIONS, learner_arguments, learner_parameters
+    from policies.loss import LossConfig
+
+    params = set(learner_parameters()) | {f.name for f in dataclasses.fields(LossConfig)}
+    assert set(LearnerConfig.model_fields) - NODE_ONLY_LEARNER_FIELDS == params - set(OTHER_SECTIONS)
+    args = learner_arguments(load_config(None, {
+        "learner.delta": 2.5, "learner.warmup_steps": 3, "learner.loss_type": "grpo", "learner.rho_ref": 0.5,
+        "generation.max_completion_length": 7, "generation.temperature": 0.5}))
+    assert (args["loss"].delta, args["loss"].loss_type, args["loss"].max_completion_length) == (2.5, "grpo", 7)
+    assert (args["warmup_steps"], args["rho_ref"], args["temperature"]) == (3, 0.5, 0.5)

@@ -15,7 +15,9 @@ import pytest
 
 from conftest import TINY_RECIPE
 from node.errors import ConfigError
-from node.sim.runner import SimFaults, SimSpec, check_prior_run, startup_warnings
+from node.sim.faults import SimFaults
+from node.sim.spec import SimSpec
+from node.sim.preflight import check_prior_run, startup_warnings
 from node.transport.memory import MemoryHub
 from tests.helpers.swarm_helpers import create_node, run_all, swarm_cfg
 
@@ -115,7 +117,8 @@ def test_batch_overlap_advice_by_hand():
 def _fake_checkpoint(node_dir: Path, step: int) -> Path:
     import torch
 
-    from node.run.checkpoint import CheckpointState, save_checkpoint
+    from node.run.checkpoint import save_checkpoint
+    from node.run.checkpoint_format import CheckpointState
 
     return save_checkpoint(node_dir / "checkpoints", CheckpointState(step, step, {"w": torch.zeros(2)}))
 

@@ -108,6 +108,7 @@ def test_corrupt_latest_checkpoint_falls_back_to_previous(warm_tiny_model_dir, t
     assert summary["steps"] == 5
 
 
+@pytest.mark.subprocess  # tests/helpers/process_guard.py
 def test_sigint_stops_cleanly_with_a_checkpoint_and_resumes(warm_tiny_model_dir, tmp_path):
     run = tmp_path / "run"
     args = [sys.executable, "-m", "node.cli", "train", "--model.name", str(warm_tiny_model_dir),

@@ -22,12 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-from tests.helpers.paths import ROOT
 
 import bench_attacks  # noqa: E402
 from node.sim.adversary import Adversary  # noqa: E402
@@ -83,7 +80,7 @@ def test_each_envelope_attack_is_refused_under_its_reason_or_admitted_by_design(
     assert all(sent)
     if reason is None:  # admitted by design: four groups of G completions
         assert admitted == 4 and not ex.stats.rejected
-        groups = list(ex._pool.values())
+        groups = list(ex.pool.groups.values())
         if kind == "zero_advantage":  # one completion G times: one reward, advantage 0; claimed certain
             assert all(len(set(g.records)) == 1 and set(g.records[0].behaviour_logprobs) == {0.0} for g in groups)
         else:  # another tokenizer; right and wrong answers; every token claimed at the admission bound
@@ -96,6 +93,8 @@ def test_each_envelope_attack_is_refused_under_its_reason_or_admitted_by_design(
 
 
 @pytest.mark.slow
+@pytest.mark.daemon
+@pytest.mark.subprocess
 @pytest.mark.timeout(1500)  # four swarm runs of ~1-2 min each, more on a loaded machine
 def test_flood_lying_logprobs_and_zero_advantage_leave_the_honest_swarm_as_it_was(warm_tiny_model_dir, tmp_path):
     setup = bench_attacks.Setup(nodes=3, steps=14, round_seconds=1.5, model=str(warm_tiny_model_dir), flags=SMALL)

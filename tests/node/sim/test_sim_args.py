@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from node.run.config import parse_flag_value
-from node.sim.runner import SimFaults, SimSpec, _node_args, _raw
+from node.sim.argv import flag_text as _raw, node_args as _node_args
+from node.sim.faults import SimFaults
+from node.sim.spec import SimSpec
 
 
 def _flags(args: list[str]) -> dict[str, str]:
@@ -40,7 +42,7 @@ def test_bad_faults_files_are_refused_with_a_reason(tmp_path):
     import pytest
 
     from node.errors import ConfigError
-    from node.sim.runner import load_faults
+    from node.sim.faults import load_faults
 
     with pytest.raises(ConfigError, match="not found"):
         load_faults(tmp_path / "missing.toml")
@@ -65,7 +67,7 @@ def test_the_summary_counts_what_a_restarted_node_used_over_its_whole_run(tmp_pa
     used before it was killed still count (its restart may come after the others finished)."""
     import json
 
-    from node.sim.runner import write_summary
+    from node.sim.summary import write_summary
 
     d = tmp_path / "node0"
     d.mkdir()
@@ -93,7 +95,7 @@ def test_learner_workers_make_node0_the_learner_and_the_others_follow_it():
 
 
 def test_the_weights_column_says_what_each_role_holds():
-    from node.sim.runner import weights_text
+    from node.sim.table import weights_text
 
     assert weights_text(None) == "-"
     assert weights_text({"role": "learner", "published_version": 7, "followers": 3}) == "publishes v7 to 3"

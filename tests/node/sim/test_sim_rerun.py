@@ -17,7 +17,7 @@ import pytest
 from tests.helpers.procs import metrics, wait_until
 from test_sim import ROOT, SMALL, node_step
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
 
 
 def sim(tmp_path: Path, model: Path | None, *args: str, env: dict | None = None) -> subprocess.Popen:
@@ -104,7 +104,8 @@ def test_a_node_that_has_not_trained_yet_shows_its_phase(warm_tiny_model_dir, tm
 
     try:
         wait_until(waiting, 120, "node0 to wait for peers", p)
-        from node.sim.runner import SimSpec, render_table, status_rows
+        from node.sim.spec import SimSpec
+        from node.sim.table import render_table, status_rows
 
         rows = status_rows(SimSpec(nodes=1, transport="hivemind", run_dir=run))
         assert rows[0]["phase"].startswith("waiting for peers ") and "peer groups" in rows[0]["phase"]

@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from node.swarm.exchange import allowed_specials
+from node.swarm.admission import allowed_specials
 from node.transport.base import Delivery
 from policies.loss import LossConfig, LossInputs, policy_loss, row_caps, sequence_weights
 from policies.offpolicy import ess_fraction, token_log_ratios
@@ -170,7 +170,7 @@ def test_a_created_at_that_disagrees_with_the_signed_time_is_refused():
 def test_heartbeats_are_bounded_whatever_the_number_of_fresh_identities(monkeypatch):
     import time
 
-    import node.swarm.exchange as swarm
+    import node.swarm.limits as swarm
     from protocol.messages import Announcement
 
     monkeypatch.setattr(swarm, "MAX_TRACKED_PEERS", 50)
@@ -184,7 +184,7 @@ def test_heartbeats_are_bounded_whatever_the_number_of_fresh_identities(monkeypa
 
 
 def test_a_sender_over_its_memory_share_loses_its_own_oldest_groups(monkeypatch):
-    import node.swarm.exchange as swarm
+    import node.swarm.pool as swarm
 
     ex, flooder = _ex()
     honest = Identity.generate()
@@ -196,10 +196,10 @@ def test_a_sender_over_its_memory_share_loses_its_own_oldest_groups(monkeypatch)
         recs = [RolloutRecord(f"arithmetic:{r * 10 + k}:1", tuple(range(2, 30)), decode_text(range(2, 30)),
                               tuple(-0.5 for _ in range(28)), False) for k in range(4)]
         assert ex.admit(Delivery(r, flooder.peer_id, envelope(flooder, encode(batch(flooder, r, recs)), seq=r))) == 4
-    mine = [g for g in ex._pool.values() if g.sender == flooder.peer_id]
+    mine = [g for g in ex.pool.groups.values() if g.sender == flooder.peer_id]
     assert len(mine) == 5 and {g.round for g in mine} == {9, 10}  # round 8 went first, then part of 9
-    assert [g.sender for g in ex._pool.values()].count(honest.peer_id) == 1  # the honest group stays
-    assert ex.status()["pool_bytes"] == sum(swarm.group_bytes(g) for g in ex._pool.values())
+    assert [g.sender for g in ex.pool.groups.values()].count(honest.peer_id) == 1  # the honest group stays
+    assert ex.status()["pool_bytes"] == sum(swarm.group_bytes(g) for g in ex.pool.groups.values())
     assert ex.stats.dropped_full == 7
 
 
@@ -226,7 +226,7 @@ def test_learner_rho_still_falls_with_off_policy_gradient_rows(tiny_model_dir):
 
 
 def test_a_flood_of_fresh_keys_does_not_push_honest_groups_out_of_the_pool(monkeypatch):
-    import node.swarm.exchange as swarm
+    import node.swarm.pool as swarm
 
     monkeypatch.setattr(swarm, "MAX_POOL_GROUPS", 20)
     ex, honest = _ex()
@@ -235,7 +235,7 @@ def test_a_flood_of_fresh_keys_does_not_push_honest_groups_out_of_the_pool(monke
         k = Identity.generate()
         recs = [RolloutRecord(f"arithmetic:{n}:1", (3, 4), decode_text((3, 4)), (-0.5, -0.5), False) for n in range(4)]
         ex.admit(Delivery(10, k.peer_id, envelope(k, encode(batch(k, 10, recs)))))
-    senders = [g.sender for g in ex._pool.values()]
+    senders = [g.sender for g in ex.pool.groups.values()]
     assert len(senders) == 20 and honest.peer_id in senders  # the largest holders gave way, not the oldest
 
 

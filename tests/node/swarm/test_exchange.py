@@ -9,7 +9,8 @@ import msgpack
 import pytest
 
 from node.clock import RoundClock
-from node.swarm.exchange import REJECT_REASONS, SwarmExchange
+from node.swarm.admission import REJECT_REASONS
+from node.swarm.exchange import SwarmExchange
 from node.transport.base import MAX_ENVELOPE_SIZE, Delivery
 from node.transport.memory import MemoryHub, MemoryTransport
 from protocol.codec import encode
@@ -264,7 +265,7 @@ def test_one_batch_per_sender_and_round(setup):
 
 
 def test_batches_and_groups_are_capped():
-    from node.swarm.exchange import MAX_GROUPS_PER_BATCH
+    from node.swarm.limits import MAX_GROUPS_PER_BATCH
 
     hub, me, peer = MemoryHub(), Identity.generate(), Identity.generate()
     ex = make_exchange(hub, me, clock_at(10), group_cap=2)
@@ -276,10 +277,26 @@ def test_batches_and_groups_are_capped():
     assert len(ex.take(1, 10)[0].records) == 2  # this node's group size
 
 
-def test_pool_is_bounded(monkeypatch):
-    import node.swarm.exchange as swarm
+def test_admission_records_the_task_and_the_tokenizer_verdict_on_each_group(setup):
+    # Decided once, here: the learner (node/run/rollouts.py external_samples) only reads them.
+    from rewards.registry import make_task
 
-    monkeypatch.setattr(swarm, "MAX_POOL_GROUPS", 3)
+    hub, me, peer, clock, ex = setup
+    other = Identity.generate()
+    assert ex.admit(Delivery(10, peer.peer_id, envelope(peer, encode(batch(peer, 10))))) == 2
+    foreign = batch(other, 10, [record()], tokenizer_fingerprint="other-tok")
+    assert ex.admit(Delivery(10, other.peer_id, envelope(other, encode(foreign)))) == 1
+    groups = {(g.sender, g.task_id): g for g in ex.take(5, 10)}
+    assert {k: g.token_level for k, g in groups.items()} == {
+        (peer.peer_id, "arithmetic:1:1"): True, (peer.peer_id, "lists:2:1"): True,
+        (other.peer_id, "arithmetic:1:1"): False}
+    assert all(g.task == make_task(g.task_id) for g in groups.values())
+
+
+def test_pool_is_bounded(monkeypatch):
+    import node.swarm.pool as pool
+
+    monkeypatch.setattr(pool, "MAX_POOL_GROUPS", 3)
     hub, me = MemoryHub(), Identity.generate()
     ex = make_exchange(hub, me, clock_at(10))
     for i in range(3):
@@ -289,7 +306,7 @@ def test_pool_is_bounded(monkeypatch):
 
 
 def test_per_peer_counters_are_bounded(monkeypatch):
-    import node.swarm.exchange as swarm
+    import node.swarm.limits as swarm
 
     monkeypatch.setattr(swarm, "MAX_TRACKED_PEERS", 2)
     hub, me = MemoryHub(), Identity.generate()
@@ -301,7 +318,7 @@ def test_per_peer_counters_are_bounded(monkeypatch):
 
 
 def test_a_failing_check_is_counted_and_does_not_stop_polling(setup, monkeypatch):
-    import node.swarm.exchange as swarm
+    import node.swarm.admission as swarm
 
     hub, me, peer, clock, ex = setup
     real = swarm.make_task
@@ -409,7 +426,7 @@ def test_a_sender_whose_envelope_lies_is_distrusted_and_a_replay_is_only_counted
 
 @pytest.mark.parametrize("groups,cap,tokens", [(64, 8, 16), (4, 128, 128), (16, 32, 64), (64, 16, 8)])
 def test_usable_envelope_bytes_bounds_the_largest_envelope_a_node_could_use(groups, cap, tokens):
-    from node.swarm.exchange import MAX_TEXT_BYTES_PER_TOKEN, usable_envelope_bytes
+    from node.swarm.limits import MAX_TEXT_BYTES_PER_TOKEN, usable_envelope_bytes
     from protocol.messages import MAX_ROLLOUTS, MAX_TOKEN_ID
 
     peer = Identity.generate()
@@ -448,7 +465,7 @@ def test_completions_longer_than_the_node_trains_on_are_neither_checked_nor_kept
 
 
 def test_bodies_larger_than_all_the_node_could_use_are_not_taken(setup):
-    from node.swarm.exchange import usable_envelope_bytes
+    from node.swarm.limits import usable_envelope_bytes
 
     hub, me, peer, clock, _ = setup
     ex = make_exchange(hub, me, clock, max_tokens=4, group_cap=2)

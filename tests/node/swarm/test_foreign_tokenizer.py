@@ -7,7 +7,8 @@ import json
 from dataclasses import replace
 
 from conftest import TINY_RECIPE
-from node.swarm.exchange import PeerGroup
+from protocol.messages import same_tokenizer
+from node.swarm.pool import AdmittedGroup
 from node.run.rollouts import external_samples
 from node.transport.memory import MemoryHub
 from policies.default_model import build_default_model
@@ -18,11 +19,17 @@ from rewards.scoring import RewardConfig
 from tests.helpers.swarm_helpers import create_node, run_all, swarm_cfg
 
 
+def admitted(mine, model_fp, tokenizer_fp, task, records) -> AdmittedGroup:
+    """Peer sn1peer's group of round 3, policy version 9, as admission leaves it for this node."""
+    return AdmittedGroup("sn1peer", 3, 9, model_fp, tokenizer_fp, str(task.id), records, task=task,
+                         token_level=same_tokenizer(tokenizer_fp, mine.tokenizer_fingerprint))
+
+
 def test_foreign_group_is_retokenized_and_rescored(tiny_model_dir, tmp_path):
     mine = Policy.load(str(tiny_model_dir))
     task = make_task("arithmetic:4:1")
     right, wrong = f"<answer>{task.answer}</answer>", "<answer>nope</answer>"
-    group = PeerGroup("sn1peer", 3, 9, "other-model", "other-tokenizer", str(task.id), (
+    group = admitted(mine, "other-model", "other-tokenizer", task, (
         RolloutRecord(str(task.id), (5, 6, 7), right, (-0.5, -0.25, -0.25), False),
         RolloutRecord(str(task.id), (8, 9), wrong, (-1.0, -1.0), True)))
     samples, correct, too_long = external_samples([group], mine, RewardConfig(format_weight=0.1),
@@ -60,12 +67,12 @@ def test_peer_completions_longer_than_this_nodes_limit_are_left_out(tiny_model_d
     mine = Policy.load(str(tiny_model_dir))
     task = make_task("arithmetic:4:1")
     long_text = "<answer>" + "1" * 200 + "</answer>"
-    group = PeerGroup("sn1peer", 3, 9, "m", "other-tokenizer", str(task.id), (
+    group = admitted(mine, "m", "other-tokenizer", task, (
         RolloutRecord(str(task.id), (5,), long_text, (-0.5,), False),
         RolloutRecord(str(task.id), (5,), "<answer>1</answer>", (-0.5,), False)))
     samples, correct, too_long = external_samples([group], mine, RewardConfig(), group_cap=8, max_tokens=16)
     assert too_long == 1 and len(samples) == 1 and len(samples[0].completion_ids) <= 16
     # The cap counts this node's tokens and holds for same-tokenizer peers too.
-    same = PeerGroup("sn1peer", 3, 9, "m", mine.tokenizer_fingerprint, str(task.id), (
+    same = admitted(mine, "m", mine.tokenizer_fingerprint, task, (
         RolloutRecord(str(task.id), tuple(range(5, 25)), "x", tuple(-0.1 for _ in range(20)), True),))
     assert external_samples([same], mine, RewardConfig(), group_cap=8, max_tokens=16)[2] == 1

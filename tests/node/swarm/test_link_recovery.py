@@ -11,7 +11,7 @@ import pytest
 
 from tests.helpers.procs import metrics, p2pd_children_of, procs, status, wait_until  # noqa: F401 - procs is a fixture
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
 
 
 def test_a_node_whose_p2p_daemon_is_killed_rejoins_and_trains_with_peers_again(procs, warm_tiny_model_dir, tmp_path):

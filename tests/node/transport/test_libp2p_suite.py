@@ -4,11 +4,15 @@ imports hivemind. The inner run's report is printed; its failures fail this test
 
 from __future__ import annotations
 
+import pytest
+
 import os
 import subprocess
 import sys
 from tests.helpers.libp2p_process import IN_LIBP2P_PROCESS, LIBP2P_TESTS
 from tests.helpers.paths import ROOT
+
+pytestmark = pytest.mark.subprocess
 
 
 def test_the_libp2p_tests_pass_in_their_own_process(request):
@@ -20,4 +24,5 @@ def test_the_libp2p_tests_pass_in_their_own_process(request):
     out = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
     report = out.stdout[-20000:] + out.stderr[-5000:]
     print(report)
-    assert out.returncode == 0, f"pytest tests/node/transport/libp2p exited {out.returncode}:\n{report}"
+    # 5: the same marker expression selected none of them (they start no process of their own).
+    assert out.returncode == 0 or (markexpr and out.returncode == 5), f"pytest tests/node/transport/libp2p exited {out.returncode}:\n{report}"

@@ -9,7 +9,7 @@ import pytest
 from tests.helpers.procs import metrics, procs, status, wait_until  # noqa: F401 - procs is a fixture
 from protocol.identity import load_or_create_identity
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
 
 
 def test_a_learner_a_full_node_and_a_worker_over_libp2p(procs, warm_tiny_model_dir, tmp_path):

@@ -15,11 +15,12 @@ from node.transport.hivemind.carrier import HivemindCarrier
 from node.broadcast.peer import BroadcastPeer
 from node.transport.hivemind.index import FOLLOWER_LEVEL, followers_key, shard_prefix, weights_key
 from node.transport.hivemind.records import bootstrap_validator
-from node.transport.hivemind.transport import start_dht_node, stop_dht_node, swarm_validator
+from node.transport.hivemind.index_records import swarm_validator
+from node.transport.hivemind.daemon import start_dht_node, stop_dht_node
 from policies.policy import Policy
 from protocol.identity import Identity
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.daemon]
 LOOPBACK = dict(host_maddrs=["/ip4/127.0.0.1/tcp/0"], use_relay=False, nat_port_map=False)
 SWARM = "t"
 

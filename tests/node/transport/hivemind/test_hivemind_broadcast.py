@@ -12,8 +12,11 @@ import pytest
 from node.transport.ratelimit import TokenBucket
 from node.transport.carrier import CarrierError
 from node.transport.hivemind.carrier import HivemindCarrier
-from node.broadcast.peer import OK, BroadcastPeer
+from node.broadcast.peer import BroadcastPeer
+from node.broadcast.wire import OK
 from protocol.identity import Identity
+
+pytestmark = pytest.mark.daemon
 
 META = dict(step=1, model_fingerprint="mf", tokenizer_fingerprint="tf", format="safetensors-full")
 

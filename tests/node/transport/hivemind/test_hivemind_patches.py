@@ -21,6 +21,8 @@ from hivemind.utils.timed_storage import TimedStorage
 
 from node.transport.hivemind import patches as hivemind_patches
 
+pytestmark = pytest.mark.daemon
+
 LOOPBACK = dict(host_maddrs=["/ip4/127.0.0.1/tcp/0"], use_relay=False, nat_port_map=False, auto_nat=False)
 REFUSED = MSGPackSerializer.dumps("refused by the strict node")
 

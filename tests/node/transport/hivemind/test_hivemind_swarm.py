@@ -15,7 +15,7 @@ import pytest
 
 from tests.helpers.procs import metrics, p2pd_children_of, procs, status, wait_until  # noqa: F401 - procs is a fixture
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.daemon, pytest.mark.subprocess]
 
 
 def test_three_processes_train_on_rollouts_from_both_peers(procs, warm_tiny_model_dir, tmp_path):

@@ -14,9 +14,13 @@ from hivemind.dht.routing import DHTID
 from node.transport.base import MAX_ENVELOPE_SIZE, TransportError
 from node.transport.hivemind.records import OwnerSignatureValidator, bootstrap_validator
 from node.transport.hivemind.index import peers_key, round_key
-from node.transport.hivemind.transport import (HivemindTransport, _handler_name, heartbeat_entry, index_entry, start_dht_node,
-                                        stop_dht_node)
+from node.transport.hivemind.rollout_stream import handler_name as _handler_name
+from node.transport.hivemind.index_records import heartbeat_entry, index_entry
+from node.transport.hivemind.transport import HivemindTransport
+from node.transport.hivemind.daemon import start_dht_node, stop_dht_node
 from protocol.identity import Identity
+
+pytestmark = pytest.mark.daemon
 
 LOOPBACK = dict(host_maddrs=["/ip4/127.0.0.1/tcp/0"], use_relay=False, nat_port_map=False)
 
@@ -215,7 +219,7 @@ def test_junk_keys_pointing_at_an_honest_host_are_skipped_once_it_said_whom_it_s
             got = []
             while time.monotonic() < deadline and not (got and victim.misdirected >= 2):
                 got += await victim.poll([R, R + 1], want=1)  # a newcomer: one unknown key a round
-            return got, victim.misdirected, honest.refused_requests, dict(victim._host_owner)
+            return got, victim.misdirected, honest.refused_requests, dict(victim._fetcher.strikes.owners)
         finally:
             for t in (victim, honest):
                 await t.close()
@@ -232,13 +236,14 @@ def test_junk_keys_pointing_at_an_honest_host_are_skipped_once_it_said_whom_it_s
 
 def test_a_refusal_is_blamed_on_the_host_that_served_that_round():
     t = _transport(pid("victim"), [])
-    t._served_by[(5, "sn1" + "a" * 32)] = "hostA"
+    hosts = t._fetcher.strikes.hosts
+    t._fetcher.strikes.served_by[(5, "sn1" + "a" * 32)] = "hostA"
     t.distrust("sn1" + "a" * 32, 6)  # round 6's body came from nowhere we fetched: no host to blame
-    assert t._host_backoff == {}
+    assert hosts.until == {}
     t.distrust("sn1" + "a" * 32, 5)
-    assert set(t._host_backoff) == {"hostA"} and t._host_strikes == {"hostA": 1}
+    assert set(hosts.until) == {"hostA"} and hosts.counts == {"hostA": 1}
     t.vouch("sn1" + "a" * 32)  # a later verified body from that publisher clears its host too
-    assert t._host_strikes == {}
+    assert hosts.counts == {}
 
 
 def test_unreachable_bootstrap_fails_with_a_clear_message_after_retries(caplog):
@@ -318,7 +323,8 @@ def test_record_validator_refuses_what_could_censor_a_round():
     from hivemind.utils import get_dht_time
 
     from node.transport.hivemind.index import shard_prefix
-    from node.transport.hivemind.transport import MAX_RECORD_TTL_S, SwarmRecordValidator
+    from node.transport.hivemind.records import MAX_RECORD_TTL_S
+    from node.transport.hivemind.index_records import SwarmRecordValidator
 
     v = SwarmRecordValidator("t", round_seconds=5.0)
     ser = DHTProtocol.serializer
@@ -428,7 +434,7 @@ def test_a_round_entry_expires_within_the_swarm_wide_bound():
     from hivemind.dht.validation import DHTRecord
     from hivemind.utils import get_dht_time
 
-    from node.transport.hivemind.transport import SwarmRecordValidator
+    from node.transport.hivemind.index_records import SwarmRecordValidator
 
     v = SwarmRecordValidator("t", round_seconds=5.0)
     ser = DHTProtocol.serializer
@@ -513,7 +519,7 @@ def test_a_publisher_whose_body_fails_verification_is_backed_off():
             first = await t.poll([R])  # fetched: hash mismatch, back-off until round R + 2
             later = await t.poll([R + 1])  # inside the back-off: not fetched at all
             after = await t.poll([R + 6])  # past it: fetched again (and fails again)
-            return first + later + after, dict(t.rejected), t.backed_off, dict(t._backoff)
+            return first + later + after, dict(t.rejected), t.backed_off, dict(t._fetcher.strikes.publishers.until)
         finally:
             await t.close()
             await hostile.shutdown()

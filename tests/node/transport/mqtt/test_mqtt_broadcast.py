@@ -24,6 +24,8 @@ from node.transport.mqtt.parts import split
 from tests.helpers.mqtt_fixtures import broker, certs, idents  # noqa: F401 - fixtures
 from test_mqtt_transport import transport, until
 
+pytestmark = pytest.mark.broker
+
 MF = dict(model_fingerprint="mf", tokenizer_fingerprint="tf", format="safetensors-full")
 META = dict(step=1, **MF)
 

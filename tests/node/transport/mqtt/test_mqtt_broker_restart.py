@@ -4,10 +4,14 @@ is counted, never silently lost."""
 
 from __future__ import annotations
 
+import pytest
+
 import asyncio
 
 from tests.helpers.mqtt_fixtures import broker_for, certs, idents  # noqa: F401 - fixtures
 from test_mqtt_transport import collect, transport, until
+
+pytestmark = pytest.mark.broker
 
 
 def test_nodes_reconnect_after_a_broker_crash_and_deliver_what_waited(tmp_path, idents, certs):

@@ -3,7 +3,6 @@ with logins, an ACL and TLS (slow; run in CI)."""
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
@@ -14,7 +13,7 @@ from tests.helpers.mqtt_fixtures import broker_for, certs  # noqa: F401 - fixtur
 from tests.helpers.procs import metrics, procs, status, wait_until  # noqa: E402,F401 - procs is a fixture
 from protocol.identity import load_or_create_identity  # noqa: E402
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.broker, pytest.mark.subprocess]
 
 
 def _accounts(tmp_path: Path, n: int) -> list:

@@ -21,6 +21,8 @@ from protocol.identity import Identity
 from protocol.messages import RolloutBatch, RolloutRecord
 from protocol.signing import envelope_to_bytes, sign
 
+pytestmark = pytest.mark.broker
+
 
 def transport(broker, ident, n, kind="password", password=None, swarm="s", **kw) -> MqttTransport:
     user = ident.peer_id if kind != "anonymous" else None

@@ -1,0 +1,214 @@
+"""The ``swarm-node`` argument parser: every command, its flags and its help.
+
+Every config field is a flag (``--section.key value``, TOML syntax) of the commands that run a
+node; a TOML file passed with ``--config`` supplies the rest. Prefix abbreviations are off:
+``--learner.learning_rat`` must be an error, never ``learning_rate``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from node.run.config import flag_fields, show_value
+
+JOIN_RUN_DIR = "runs/join"  # join's run folder unless --run.dir or the config names one
+
+EXAMPLES = """\
+examples:
+  swarm-node train                                   # embedded default model and tasks, solo node
+  swarm-node train --config docs/examples/demo.toml --train.steps 500
+  swarm-node train --run.dir runs/a --resume          # continue after Ctrl-C or a crash
+  swarm-node train --learner.baseline median --generation.num_generations 4
+  swarm-node sim --nodes 4 --train.steps 200        # a local swarm: 4 nodes, one live table, plots
+  swarm-node bootstrap --port 31337                  # run a bootstrap peer; prints its multiaddr
+  swarm-node join --bootstrap /ip4/1.2.3.4/tcp/31337/p2p/QmWyMy...   # train in a public swarm
+  swarm-node build-model                             # build/cache the embedded default model
+  swarm-node plot runs/solo                          # (re)draw reward_curve.png (or a sim folder's plots)
+
+Every [section] key of the config file is also a flag --section.key (values in TOML syntax).
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="swarm-node", allow_abbrev=False,
+        description="A peer-to-peer node for reinforcement learning of language models: it "
+                    "generates rollouts on verifiable tasks, scores them locally and trains its "
+                    "policy with off-policy-corrected GRPO (ESS-scaled learning rate).",
+        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for add in (_add_train, _add_join, _add_bootstrap, _add_sim, _add_adversary, _add_sim_worker, _add_id,
+                _add_build_model, _add_plot):
+        add(sub)
+    return parser
+
+
+def _add_config_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", type=Path, help="TOML config file (flags override it)")
+    groups: dict[str, argparse._ArgumentGroup] = {}
+    for section, name, default, help_, choices in flag_fields():
+        g = groups.get(section) or groups.setdefault(section, p.add_argument_group(f"[{section}]"))
+        allowed = f"; one of: {', '.join(map(show_value, choices))}" if choices else ""
+        g.add_argument(f"--{section}.{name}", dest=f"{section}.{name}", metavar="V",
+                       default=argparse.SUPPRESS, help=f"{help_} (default: {show_value(default)}{allowed})")
+
+
+def _add_role_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--role", choices=["full", "learner", "worker"], default=None,
+                   help="full (default): generate, train and share; learner: also publish its weights to "
+                        "followers every --broadcast.publish_every steps; worker: follow a learner's weights "
+                        "(--follow), generate and share with them, train nothing (same as --broadcast.role)")
+    p.add_argument("--follow", default=None, metavar="PEER_ID",
+                   help="worker: the learner's peer id, as it logs it at start (same as --broadcast.follow)")
+
+
+def _add_profile_flag(p: argparse.ArgumentParser) -> None:
+    from node.gpu.select import PROFILE_CHOICES
+
+    p.add_argument("--profile", default="auto", choices=PROFILE_CHOICES, metavar="PROFILE",
+                   help="memory profile: auto (default) reads the free memory of the CUDA device in "
+                        "--model.device and picks LoRA rank, micro-batch, gradient checkpointing, bf16 and "
+                        "generation batch to fit it, with a margin; 8gb, 12gb, 16gb, 24gb, 40gb or 80gb plan "
+                        "for a card of that size; none uses the settings as configured. Settings you give "
+                        "(flags or TOML) always win; the choice and its estimate are printed at start")
+
+
+def _add_train(sub) -> None:
+    train = sub.add_parser("train", help="train one node (solo) on the configured tasks", allow_abbrev=False,
+                           description="Train one node. Writes metrics.jsonl, checkpoints, "
+                                       "reward_curve.png and summary.json into --run.dir.",
+                           epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_config_flags(train)
+    train.add_argument("--resume", action="store_true",
+                       help="continue from the newest valid checkpoint in --run.dir (same as --run.resume true)")
+    train.add_argument("--print-config", action="store_true", help="print the resolved config as JSON and exit")
+    _add_profile_flag(train)
+
+
+def _add_join(sub) -> None:
+    join = sub.add_parser(
+        "join", help="train in a swarm: the public one over hivemind, or a private cluster's through an MQTT broker",
+        allow_abbrev=False,
+        description="Join a swarm and train: every round the node publishes its signed rollouts and "
+                    "trains on I of its own plus J of its peers' (SAPO). The Ed25519 key in "
+                    "--swarm.identity (default <run.dir>/identity.pem) is the node's identity; keep "
+                    "it to rejoin as the same peer.",
+        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    join.add_argument("--bootstrap", action="append", default=[], metavar="MADDR",
+                      help="multiaddr of a bootstrap peer, as `swarm-node bootstrap` prints it "
+                           "(repeat for several; same as --swarm.initial_peers)")
+    join.add_argument("--transport", choices=["hivemind", "libp2p", "mqtt"], default=None,
+                      help="hivemind (default): the public swarm's DHT; libp2p: gossipsub on a pure-Python "
+                           "libp2p host, no daemon (its own swarms: bootstrap with `swarm-node bootstrap "
+                           "--transport libp2p`); mqtt: a private cluster's broker (--broker; "
+                           "docs/private-cluster.md). Same as --swarm.transport")
+    join.add_argument("--broker", metavar="URL", default=None,
+                      help="mqtt: the broker, mqtts://user@host:8883 (TLS) or mqtt://user@host:1883, user = this "
+                           "node's account; the password is read from --swarm.broker_password_file or "
+                           "$SWARM_NODE_MQTT_PASSWORD, never from the command line. Same as --swarm.broker")
+    _add_config_flags(join)
+    join.add_argument("--new-swarm", action="store_true",
+                      help="start a new swarm with this node as its first peer (no --bootstrap); others join "
+                           "it at the address it logs")
+    join.add_argument("--resume", action="store_true", help="continue from the newest valid checkpoint in --run.dir")
+    join.add_argument("--print-config", action="store_true", help="print the resolved config as JSON and exit")
+    _add_role_flags(join)
+    _add_profile_flag(join)
+
+
+def _add_bootstrap(sub) -> None:
+    boot = sub.add_parser(
+        "bootstrap", help="run a bootstrap (and relay) peer that nodes join through",
+        description="Run a peer that others use as --bootstrap: a hivemind DHT peer (default) or, with "
+                    "--transport libp2p, a py-libp2p host answering peer exchange (no daemon). It prints "
+                    "its multiaddrs (one per line) and serves until Ctrl-C. It trains nothing.")
+    boot.add_argument("--transport", choices=["hivemind", "libp2p"], default="hivemind",
+                      help="the carrier of the swarms it bootstraps (default hivemind); a libp2p node needs a "
+                           "libp2p bootstrap")
+    boot.add_argument("--host", default="0.0.0.0", help="IPv4 address to listen on (default: all)")
+    boot.add_argument("--port", type=int, default=31337, help="TCP port (0 = any free port; default 31337)")
+    boot.add_argument("--announce", action="append", default=[], metavar="MADDR",
+                      help="public multiaddr to announce (behind NAT or port forwarding)")
+    boot.add_argument("--initial-peers", action="append", default=[], metavar="MADDR",
+                      help="other bootstrap peers to connect to (a redundant set)")
+    boot.add_argument("--identity", type=Path, default=None,
+                      help="p2p key file, so the multiaddr stays the same across restarts "
+                           "(default: $SWARM_NODE_HOME/bootstrap.p2p.key; libp2p: an Ed25519 PEM, "
+                           "$SWARM_NODE_HOME/bootstrap.libp2p.pem)")
+    boot.add_argument("--no-relay", action="store_true", help="do not relay traffic for peers behind NAT")
+    boot.add_argument("--no-nat", action="store_true", help="no UPnP port mapping or AutoNAT (loopback, clusters)")
+    boot.add_argument("--startup-timeout", type=float, default=30.0, help="seconds p2pd may take to start")
+    boot.add_argument("--maddr-file", type=Path, help="also write the multiaddrs to this file")
+
+
+def _add_sim(sub) -> None:
+    sim = sub.add_parser(
+        "sim", help="run a whole swarm on this machine (N node processes) with one live status table",
+        allow_abbrev=False,
+        description="Start N nodes on 127.0.0.1 (over hivemind: a bootstrap peer and N `swarm-node "
+                    "join` processes; over memory: N nodes in one process sharing an in-memory hub), "
+                    "show one status table, stop them all on Ctrl-C or when they finish, and write "
+                    "summary.md/json and reward.png/ess.png into --run.dir. Every other "
+                    "--section.key flag (or --config) applies to every node; node i gets seed "
+                    "--train.seed + i and the folder RUN_DIR/node<i>.",
+        epilog="example: swarm-node sim --nodes 4 --train.steps 200 --swarm.round_seconds 1.5",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    sim.add_argument("--nodes", type=int, default=4, help="number of nodes (default 4)")
+    sim.add_argument("--transport", choices=["hivemind", "mqtt", "libp2p", "memory"], default="hivemind",
+                     help="hivemind: real processes and daemons on loopback (default); mqtt: real processes "
+                          "through a local Mosquitto the simulator starts (apt-get install mosquitto); libp2p: "
+                          "real processes on py-libp2p hosts, no daemon; memory: in one process")
+    sim.add_argument("--roles", choices=["full", "learner-workers"], default="full",
+                     help="full (default): every node generates, trains and shares; learner-workers: node0 is a "
+                          "learner publishing its weights, the others are workers following it (hivemind, libp2p or "
+                          "mqtt; docs/broadcast.md)")
+    sim.add_argument("--config", type=Path, help="TOML config for every node")
+    sim.add_argument("--resume", action="store_true", help="resume every node from its newest checkpoint")
+
+    sim.add_argument("--faults", type=Path, help="TOML file of faults to inject (hivemind, mqtt or libp2p): per-node "
+                                                 "overrides (stale, heterogeneous nodes), kills with restart, "
+                                                 "partitions, latency, malicious peers; see docs/running.md")
+
+
+def _add_adversary(sub) -> None:
+    adv = sub.add_parser(
+        "adversary", allow_abbrev=False,
+        help="join a swarm as a malicious peer that publishes hostile messages (for testing a swarm)",
+        description="Join like a node (same config and flags) and publish one hostile message per "
+                    "round, cycling through --attacks. Honest nodes must reject them all. It trains "
+                    "nothing; RUN_DIR/status.json counts what it sent.")
+    adv.add_argument("--bootstrap", action="append", default=[], metavar="MADDR", help="as for join")
+    adv.add_argument("--attacks", default="all", help="comma-separated attacks, or all (see node/sim/adversary.py)")
+    _add_config_flags(adv)
+
+
+def _add_sim_worker(sub) -> None:
+    worker = sub.add_parser("sim-worker")  # the memory simulation's process; no help: not for users
+    worker.add_argument("--nodes", type=int, required=True)
+    worker.add_argument("--run-dir", type=Path, required=True)
+    worker.add_argument("--seed", type=int, default=0)
+    worker.add_argument("--config", type=Path)
+
+
+def _add_id(sub) -> None:
+    ident = sub.add_parser(
+        "id", help="print a node's peer id (making its key first if it has none)",
+        description="Print the peer id (sn1...) of the node whose Ed25519 key is --identity, by default "
+                    "<run dir>/identity.pem, the file `join` uses; the key is made (0600) if it does not exist, "
+                    "and the node reuses it. A private cluster's operator names each node's broker account "
+                    "after it, so the broker's ACL can keep the node to its own topics (docs/private-cluster.md).")
+    ident.add_argument("--run-dir", type=Path, default=Path(JOIN_RUN_DIR), help=f"the node's run folder (default {JOIN_RUN_DIR})")
+    ident.add_argument("--identity", type=Path, default=None, help="the key file (default <run dir>/identity.pem)")
+
+
+def _add_build_model(sub) -> None:
+    build = sub.add_parser("build-model", help="build and cache the embedded default model")
+    build.add_argument("--out", type=Path, help="write the model here instead of the cache")
+
+
+def _add_plot(sub) -> None:
+    plot = sub.add_parser("plot", help="draw reward_curve.png for a run folder (or a sim folder's plots)",
+                          description="Redraw a run folder's reward_curve.png from its metrics.jsonl; for a "
+                                      "`swarm-node sim` folder, its reward.png and ess.png and each node's curve.")
+    plot.add_argument("run_dir", type=Path, help="a run folder (--run.dir) or a sim folder")

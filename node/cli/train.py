@@ -1,0 +1,123 @@
+"""``train`` and ``join``: run one training node, solo or in a swarm, until it finishes or is stopped.
+
+``join`` is ``train`` with a swarm: it adds its own flags to the config (role, broker, bootstrap
+peers), names the transport it infers (``join_transport``), and refuses a swarm it cannot join.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+from typing import Callable
+
+from node.cli.flags import flat_keys, overrides as config_overrides
+from node.cli.parser import JOIN_RUN_DIR
+from node.errors import ConfigError
+from node.run.config import load_config, read_toml
+
+log = logging.getLogger("swarm_node")
+
+JOIN_TRANSPORTS = ("hivemind", "mqtt", "libp2p")
+
+
+def join_transport(flag: str | None, overrides: dict, file_swarm: dict) -> str:
+    """The transport ``join`` uses: the first one named (``--transport`` as ``flag``, then
+    ``--swarm.transport`` in ``overrides``, then the config file's ``[swarm] transport``) if join
+    can use it; else mqtt when a broker is named (``--broker`` or ``--swarm.broker`` in
+    ``overrides``, or the file's ``broker``), else hivemind."""
+    transport = flag or overrides.get("swarm.transport") or file_swarm.get("transport")
+    if transport in JOIN_TRANSPORTS:
+        return transport
+    return "mqtt" if overrides.get("swarm.broker") or file_swarm.get("broker") else "hivemind"
+
+
+def run_train(args: argparse.Namespace, unknown: list[str]) -> int:
+    return _run(args, _common_overrides(args, unknown))
+
+
+def run_join(args: argparse.Namespace, unknown: list[str]) -> int:
+    overrides = _common_overrides(args, unknown)
+    if args.role is not None:
+        overrides["broadcast.role"] = args.role
+    if args.follow is not None:
+        overrides["broadcast.follow"] = args.follow
+    if args.broker is not None:
+        overrides["swarm.broker"] = args.broker  # (before join_transport: a broker implies mqtt)
+    file = read_toml(args.config) if args.config else {}
+    overrides["swarm.transport"] = join_transport(args.transport, overrides, file.get("swarm") or {})
+    if args.bootstrap:
+        overrides["swarm.initial_peers"] = list(overrides.get("swarm.initial_peers", [])) + args.bootstrap
+    if "run.dir" not in overrides and "dir" not in (file.get("run") or {}):
+        overrides["run.dir"] = JOIN_RUN_DIR  # not train's runs/solo: this node is not alone
+    return _run(args, overrides, check=lambda cfg: _check_swarm(cfg, args.new_swarm))
+
+
+def _common_overrides(args: argparse.Namespace, unknown: list[str]) -> dict:
+    overrides = config_overrides(args, unknown)
+    if args.resume:
+        overrides["run.resume"] = True
+    return overrides
+
+
+def _check_swarm(cfg, new_swarm: bool) -> None:
+    """Refuse a join that names no swarm to join, or bootstrap peers where there are none."""
+    if cfg.swarm.transport == "mqtt" and (cfg.swarm.initial_peers or new_swarm):
+        raise ConfigError("--bootstrap and --new-swarm are for the hivemind transport; over mqtt every node "
+                          "meets at the broker (--broker)")
+    if cfg.swarm.transport in ("hivemind", "libp2p") and not cfg.swarm.initial_peers and not new_swarm:
+        raise ConfigError("join needs a swarm to join: pass --bootstrap MADDR (the address `swarm-node "
+                          "bootstrap` prints, e.g. /ip4/1.2.3.4/tcp/31337/p2p/QmWyMy...) or set "
+                          "swarm.initial_peers; to start a new swarm with this node as its first peer, "
+                          "pass --new-swarm")
+
+
+def _run(args: argparse.Namespace, overrides: dict, check: Callable[[object], None] | None = None) -> int:
+    from node.observe.logs import setup_logging
+
+    cfg = load_config(args.config, overrides)
+    setup_logging(cfg.run.log_level, cfg.run.log_format)
+    cfg = _with_profile(cfg, args, overrides)
+    if check is not None:
+        check(cfg)
+    if args.print_config:
+        print(cfg.to_json())
+        return 0
+    log.info("resolved config: %s", json.dumps(cfg.model_dump(), sort_keys=True))
+    summary = asyncio.run(_train(cfg))
+    log.info("summary: %s", json.dumps(summary))
+    print(json.dumps(summary, indent=2))
+    return 130 if summary.get("stopped_early") else 0
+
+
+def _with_profile(cfg, args: argparse.Namespace, overrides: dict):
+    """The config with the memory profile's settings where the user set none (node/gpu/select.py)."""
+    from node.gpu.select import check_settings_fit, describe, plan_profile, profile_overrides
+
+    plan = plan_profile(cfg, args.profile)
+    if plan is None:
+        return cfg
+    for line in describe(plan):
+        log.info("%s", line)
+    explicit = set(overrides) | (flat_keys(read_toml(args.config)) if args.config else set())
+    chosen = {k: v for k, v in profile_overrides(plan).items() if k not in explicit}
+    cfg = load_config(args.config, {**chosen, **overrides})
+    warning = check_settings_fit(plan, cfg)
+    if warning:
+        log.warning("%s", warning)
+    return cfg
+
+
+async def _train(cfg) -> dict:
+    from transformers.utils import logging as hf_logging
+
+    from node.run.trainer import TrainingNode
+
+    hf_logging.disable_progress_bar()  # the node's own progress display is the one to read
+
+    node = await TrainingNode.create(cfg)
+    try:
+        return await node.run()
+    finally:
+        await node.close()

@@ -1,0 +1,47 @@
+"""The end of a run: ``summary.json`` (correctness over the first and last steps, steps done,
+wall time, what the swarm contributed) and ``reward_curve.png``, read back from metrics.jsonl.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from node.observe.metrics import read_metrics, summary_window
+from node.observe.plots import plot_reward_curve
+
+__all__ = ["write_summary", "SWARM_SUMMARY_KEYS"]
+
+# What summary.json keeps of the exchange's status (node/swarm/exchange.py).
+SWARM_SUMMARY_KEYS = ("peer_id", "peers_alive", "peers_heard", "peers_used", "groups_used_by_peer", "rollouts_out",
+                      "groups_in", "groups_used", "dropped_stale", "rejected", "rejected_total")
+
+
+def write_summary(run_dir: Path, *, steps: int, stopped_early: bool, wall_s: float,
+                  swarm_status: dict | None, rounds_skipped: int, plot: bool) -> dict:
+    """Write ``run_dir/summary.json`` (and the reward curve when ``plot``); return the summary.
+
+    ``swarm_status``: the exchange's status at the end, or None for a node that trained alone."""
+    recs = read_metrics(run_dir / "metrics.jsonl")
+    correct = [r.get("correct") or 0.0 for r in recs]
+    w = summary_window(len(correct))
+    summary = {
+        "steps": steps,
+        "stopped_early": stopped_early,
+        "wall_s_this_session": round(wall_s, 1),
+        "correct_first": float(np.mean(correct[:w])) if correct else None,
+        "correct_last": float(np.mean(correct[-w:])) if correct else None,
+        "window": w,
+        "run_dir": str(run_dir),
+    }
+    if swarm_status is not None:
+        summary["swarm"] = {k: swarm_status[k] for k in SWARM_SUMMARY_KEYS}
+        summary["swarm"]["rounds_skipped"] = rounds_skipped
+    if summary["correct_first"]:
+        summary["improvement"] = summary["correct_last"] / summary["correct_first"]
+    if plot and recs:
+        summary["plot"] = str(plot_reward_curve(run_dir / "metrics.jsonl", run_dir / "reward_curve.png"))
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary

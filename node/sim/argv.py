@@ -1,0 +1,96 @@
+"""The command line of each process ``swarm-node sim`` starts: a node's own flags (folder, seed,
+role, its faults), how it joins, an adversary's and the memory worker's.
+
+Pure: it builds lists of strings; node/sim/children.py runs them.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from node.sim.spec import SimSpec
+
+LOOPBACK = ["--swarm.host_maddrs", '["/ip4/127.0.0.1/tcp/0"]', "--swarm.use_relay", "false",
+            "--swarm.nat_port_map", "false"]
+ROLE_LAYOUTS = ("full", "learner-workers")
+
+
+def flag_list(overrides: dict[str, str]) -> list[str]:
+    out = []
+    for k, v in overrides.items():
+        out += [f"--{k}", v]
+    return out
+
+
+def flag_text(v: Any) -> str:
+    """A config value as flag text the child parses back to the same value (TOML syntax)."""
+    if isinstance(v, str):
+        return v
+    if isinstance(v, float) and (v != v or v in (float("inf"), float("-inf"))):
+        return "nan" if v != v else ("inf" if v > 0 else "-inf")
+    return json.dumps(v, ensure_ascii=False)
+
+
+def role_flags(layout: str, i: int, learner_id: str) -> dict[str, str]:
+    """Node i's role flags: with ``learner-workers`` node0 publishes its weights and every other
+    node follows them (node/broadcast/roles.py)."""
+    if layout == "full":
+        return {}
+    if i == 0:
+        return {"broadcast.role": "learner"}
+    return {"broadcast.role": "worker", "broadcast.follow": learner_id}
+
+
+def node_args(spec: SimSpec, i: int) -> list[str]:
+    """Node i's flags after ``join`` and how it joins: its folder and seed, its role, and its
+    faults (``[[node]]`` flags, latency, its side of a partition)."""
+    node_dir = spec.run_dir / f"node{i}"
+    args = ["--run.dir", str(node_dir), "--run.progress", "off", "--train.threads", "1",
+            "--train.seed", str(spec.seed + i), "--run.plot", "false"]
+    if spec.config is not None:
+        args = ["--config", str(spec.config), *args]
+    per_node = role_flags(spec.roles, i, spec.peer_ids[0] if spec.peer_ids else "")
+    per_node |= {k: flag_text(v) for o in spec.faults.node if o.index == i for k, v in o.flags.items()}
+    port = spec.overrides.get("run.metrics_port")
+    if port and port.lower() not in ("0", "none", "off", "null"):  # one port per node
+        per_node["run.metrics_port"] = str(int(port) + i)
+    for lat in spec.faults.latency:
+        if lat.node == i:
+            per_node |= {"faults.delay_seconds": flag_text(lat.delay_seconds),
+                         "faults.jitter_seconds": flag_text(lat.jitter_seconds)}
+    for part in spec.faults.partition:  # node i drops the other side's messages during the window
+        mine = next((g for g in part.groups if i in g), None)
+        if mine is not None and spec.partition_start is not None:
+            others = [spec.peer_ids[j] for g in part.groups if g is not mine for j in g]
+            start = spec.partition_start + part.after_seconds
+            per_node |= {"faults.blocked_peers": json.dumps(others), "faults.blocked_from": flag_text(start),
+                         "faults.blocked_until": flag_text(start + part.duration_seconds)}
+    return args + flag_list({**spec.overrides, **per_node})
+
+
+def join_flags(transport: str, maddr: str | None, broker_url: str | None) -> list[str]:
+    """How every node joins: the bootstrap peer's address over hivemind and libp2p (listening on
+    loopback only), the simulator's broker over mqtt."""
+    if transport == "hivemind":
+        return ["--bootstrap", maddr, *LOOPBACK]
+    if transport == "libp2p":
+        return ["--transport", "libp2p", "--bootstrap", maddr, "--swarm.host_maddrs", '["/ip4/127.0.0.1/tcp/0"]']
+    return ["--transport", "mqtt", "--broker", broker_url]
+
+
+def adversary_args(spec: SimSpec, j: int, how: list[str], broker_url: str | None) -> list[str]:
+    """The ``swarm-node adversary`` command of ``[[malicious]]`` entry j; ``how`` is the nodes'
+    ``join_flags``."""
+    m = spec.faults.malicious[j]
+    base = ["--config", str(spec.config)] if spec.config else []
+    adv_how = (["--swarm.transport", "mqtt", "--swarm.broker", broker_url] if spec.transport == "mqtt"
+               else ["--swarm.transport", "libp2p", *how[1:]] if spec.transport == "libp2p" else how)
+    return ["adversary", *adv_how, *base, *flag_list(spec.overrides), "--run.dir",
+            str(spec.run_dir / f"adversary{j}"), "--attacks", ",".join(m.attacks)]
+
+
+def worker_args(spec: SimSpec) -> list[str]:
+    """The one ``swarm-node sim-worker`` process that runs every node over memory."""
+    return ["sim-worker", "--nodes", str(spec.nodes), "--run-dir", str(spec.run_dir), "--seed", str(spec.seed),
+            *(["--config", str(spec.config)] if spec.config else []), *flag_list(spec.overrides)]

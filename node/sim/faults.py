@@ -1,0 +1,93 @@
+"""The ``--faults`` file of ``swarm-node sim``: its schema, and the checks it must pass before a run.
+
+A faults file holds ``[[node]]`` (per-node flags), ``[[kill]]``, ``[[malicious]]``,
+``[[partition]]`` and ``[[latency]]`` tables (docs/running.md). Per-node flags, partitions and
+latency become each node's own flags (node/sim/argv.py); kills are carried out by the simulator
+(node/sim/kills.py); each malicious entry is one ``swarm-node adversary`` process.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from node.errors import ConfigError
+from node.run.config import read_toml
+from node.sim.adversary import ATTACKS, DEFAULT_ATTACKS, RAW_ATTACKS, SYBIL_ATTACKS
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class NodeOverride(_Strict):
+    index: int = Field(ge=0, description="which node")
+    flags: dict[str, Any] = Field(description="--section.key values for this node only, e.g. "
+                                               "train.behaviour_lag = 8 (stale) or model.name = PATH (heterogeneous)")
+
+
+class KillFault(_Strict):
+    node: int = Field(ge=0)
+    at_step: int = Field(ge=1, description="kill -9 the node once it has trained this many steps")
+    down_seconds: float = Field(5.0, ge=0, description="then restart it with --resume after this long")
+
+
+class PartitionFault(_Strict):
+    groups: list[list[int]] = Field(description="node indices on each side, e.g. [[0, 1], [2, 3]]")
+    after_seconds: float = Field(ge=0, description="the partition starts this long after the nodes are launched")
+    duration_seconds: float = Field(gt=0, description="and lasts this long")
+
+
+class LatencyFault(_Strict):
+    node: int = Field(ge=0)
+    delay_seconds: float = Field(ge=0, description="every delivery to this node is held this long")
+    jitter_seconds: float = Field(0.0, ge=0, description="plus up to this long, uniformly at random")
+
+
+class MaliciousFault(_Strict):
+    attacks: list[str] = Field(default_factory=lambda: list(DEFAULT_ATTACKS), min_length=1, description="attacks to cycle through (default: the envelope attacks every honest node must refuse; node/sim/adversary.py lists all, including the DHT, flood and admitted-by-design ones)")
+
+
+class SimFaults(_Strict):
+    """A ``--faults`` file: ``[[node]]``, ``[[kill]]``, ``[[malicious]]``, ``[[partition]]`` and
+    ``[[latency]]`` tables (docs/running.md)."""
+
+    node: list[NodeOverride] = []
+    kill: list[KillFault] = []
+    malicious: list[MaliciousFault] = []
+    partition: list[PartitionFault] = []
+    latency: list[LatencyFault] = []
+
+    def check(self, n_nodes: int, transport: str) -> None:
+        named = ([x.index for x in self.node] + [k.node for k in self.kill] + [x.node for x in self.latency]
+                 + [i for p in self.partition for g in p.groups for i in g])
+        bad = sorted({i for i in named if i >= n_nodes})
+        if bad:
+            raise ConfigError(f"faults name nodes {bad}, but there are only {n_nodes} (node0..node{n_nodes - 1})")
+        unknown = [a for m in self.malicious for a in m.attacks if a not in ATTACKS]
+        if unknown:
+            raise ConfigError(f"unknown attacks {unknown}; choose from {', '.join(ATTACKS)}")
+        if len(self.partition) > 1:
+            raise ConfigError("one [[partition]] at a time is supported")
+        for p in self.partition:
+            members = [i for g in p.groups for i in g]
+            if len(p.groups) < 2 or len(members) != len(set(members)):
+                raise ConfigError(f"[[partition]] groups {p.groups}: at least two groups, no node in two")
+        if (self.kill or self.malicious or self.node or self.partition or self.latency) and transport == "memory":
+            raise ConfigError("faults need --transport hivemind, mqtt or libp2p (the memory simulation runs every node in "
+                              "one process)")
+        dht = sorted({a for m in self.malicious for a in m.attacks if a in RAW_ATTACKS + SYBIL_ATTACKS})
+        if dht and transport != "hivemind":
+            raise ConfigError(f"attacks {dht} write into the hivemind DHT: use them with --transport hivemind")
+
+
+def load_faults(path: Path | None) -> SimFaults:
+    if path is None:
+        return SimFaults()
+    data = read_toml(path, "faults file")
+    try:
+        return SimFaults.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(f"faults file {path}: {e}") from e

@@ -1,0 +1,95 @@
+"""What ``swarm-node sim`` readies before its nodes start: the embedded default model (built once
+for all of them), then the bootstrap peer (hivemind, libp2p) or the Mosquitto broker (mqtt)
+they join through.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from node.errors import NodeError
+from node.sim.children import Children, die_with_parent
+from node.sim.spec import SimSpec
+
+log = logging.getLogger(__name__)
+
+
+async def start_bootstrap(spec: SimSpec, kids: Children, stop: asyncio.Event) -> str | None:
+    """Start the bootstrap peer on loopback and return its address; None on Ctrl-C first."""
+    maddr_file = spec.run_dir / "bootstrap.maddr"
+    # An earlier run's file names that run's port: wait for this bootstrap peer's own.
+    maddr_file.unlink(missing_ok=True)
+    key = "bootstrap.p2p.key" if spec.transport == "hivemind" else "bootstrap.libp2p.pem"
+    p = kids.spawn("bootstrap", ["bootstrap", "--transport", spec.transport, "--host", "127.0.0.1", "--port", "0",
+                                 "--no-nat", "--no-relay", "--identity", str(spec.run_dir / key),
+                                 "--maddr-file", str(maddr_file)], spec.run_dir / "bootstrap.log")
+    deadline = time.time() + spec.startup_timeout
+    while not maddr_file.exists():
+        if stop.is_set():
+            return None
+        if p.poll() is not None:
+            raise RuntimeError(f"the bootstrap peer exited (rc {p.returncode}); see {spec.run_dir / 'bootstrap.log'}")
+        if time.time() > deadline:
+            raise RuntimeError(f"the bootstrap peer did not start in {spec.startup_timeout:.0f} s")
+        await asyncio.sleep(0.2)
+    return maddr_file.read_text().split()[0]
+
+
+async def start_broker(spec: SimSpec):
+    """A Mosquitto for the nodes (anonymous, on a free loopback port), in <run dir>/broker."""
+    from node.transport.mqtt.broker import Mosquitto
+
+    broker = Mosquitto(spec.run_dir / "broker", preexec_fn=die_with_parent)  # BrokerMissing: a ConfigError
+    await asyncio.to_thread(broker.start, spec.startup_timeout)
+    log.info("sim: Mosquitto listening on %s", broker.url())
+    return broker
+
+
+async def build_default_model(mode: str, stop: asyncio.Event) -> bool:
+    """Build (or find cached) the embedded default model once, here, before the nodes start:
+    N nodes building it at once would each spend N times as long on the same cores. False if
+    Ctrl-C came first (the build thread is abandoned; its temporary folder is cleaned next time)."""
+    from node.daemon_thread import run_in_daemon_thread
+    from policies.default_model import ensure_default_model
+
+    news = {"line": "starting", "since": time.time()}
+
+    def progress(line: str) -> None:
+        news["line"] = line
+
+    build = asyncio.ensure_future(run_in_daemon_thread(lambda: ensure_default_model(progress=progress)))
+    live = None
+    if mode == "rich":
+        from rich.console import Console
+        from rich.live import Live
+
+        live = Live("", console=Console(stderr=True), refresh_per_second=2)
+        live.start()
+    last_plain = 0.0
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        while not build.done():
+            text = f"building the embedded default model (once; cached after): {news['line']}, " \
+                   f"{time.time() - news['since']:.0f} s"
+            if live is not None:
+                live.update(text)
+            elif mode == "plain" and time.time() - last_plain >= 5:
+                last_plain = time.time()
+                log.info("sim: %s", text)
+            await asyncio.wait({build, stopped}, timeout=0.5, return_when=asyncio.FIRST_COMPLETED)
+            if stop.is_set():
+                return False
+    finally:
+        stopped.cancel()
+        if not build.done():
+            build.cancel()  # the thread itself is abandoned (daemon); its folder is temporary
+        if live is not None:
+            live.stop()
+    try:
+        path = build.result()
+    except Exception as e:
+        raise NodeError(f"building the embedded default model failed: {type(e).__name__}: {e}") from e
+    log.info("sim: default model ready at %s (%.0f s)", path, time.time() - news["since"])
+    return True

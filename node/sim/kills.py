@@ -1,0 +1,63 @@
+"""The ``[[kill]]`` faults of ``swarm-node sim``, carried out: kill -9 a node once it reaches a
+step, restart it with ``--resume`` after a pause, and count the restarts (the table and the
+summary show them).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Callable
+
+from node.sim.children import Children
+from node.sim.preflight import newest_checkpoint_step
+from node.sim.spec import SimSpec
+from node.sim.table import status_rows
+
+log = logging.getLogger(__name__)
+
+
+class KillFaults:
+    """Carries out ``[[kill]]`` faults: kill -9 at a step, restart with --resume after a pause."""
+
+    def __init__(self, spec: SimSpec, kids: Children, node_cmd: Callable[[int], tuple[list[str], Path]]):
+        self.spec = spec
+        self.kids = kids
+        self.node_cmd = node_cmd  # i -> (args, log path)
+        self.pending = list(spec.faults.kill)
+        self.down: dict[int, float] = {}  # node -> restart time
+        self.restarts: dict[int, int] = {i: 0 for i in range(spec.nodes)}
+
+    def _current_step(self, i: int) -> int:
+        """Node i's step, from a status written by its current process (not a predecessor's)."""
+        row = status_rows(self.spec, self, self.kids)[i]
+        return int(row["step"] or 0)
+
+    def step(self) -> None:
+        now = time.time()
+        for k in list(self.pending):
+            if k.node in self.down:
+                continue
+            step = self._current_step(k.node)
+            if step >= k.at_step:
+                self.pending.remove(k)
+                if self.kids.kill(f"node{k.node}"):
+                    ckpt = newest_checkpoint_step(self.spec.run_dir / f"node{k.node}")
+                    log.info("fault: killed node%d at step %d; restart in %.0f s, resuming from %s", k.node, step,
+                             k.down_seconds, f"step {ckpt}" if ckpt else "step 0 (no checkpoint yet)")
+                    self.down[k.node] = now + k.down_seconds
+                else:
+                    log.warning("fault: node%d had already exited at step %d; not killed or restarted", k.node, step)
+        for i, when in list(self.down.items()):
+            if now >= when:
+                args, log_path = self.node_cmd(i)
+                self.kids.spawn(f"node{i}", [*args, "--resume"], log_path)
+                self.restarts[i] += 1
+                del self.down[i]
+                log.info("fault: restarted node%d", i)
+
+    @property
+    def waiting(self) -> bool:
+        """A killed node is waiting for its restart: the run is not over yet."""
+        return bool(self.down)

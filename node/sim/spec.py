@@ -1,0 +1,39 @@
+"""What one ``swarm-node sim`` run is: its nodes, transport, folder, flags and faults.
+
+Every other module of the simulator reads a ``SimSpec``; node/cli.py builds it from the command line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from node.sim.faults import SimFaults
+
+
+@dataclass
+class SimSpec:
+    nodes: int
+    transport: str  # "hivemind" | "mqtt" | "libp2p" | "memory"
+    run_dir: Path
+    config: Path | None = None
+    overrides: dict[str, str] = field(default_factory=dict)  # --section.key flags for every node (raw text)
+    seed: int = 0
+    progress: str = "auto"
+    startup_timeout: float = 120.0
+    faults: SimFaults = field(default_factory=SimFaults)
+    build_default_model: bool = False  # build the embedded model once before starting the nodes
+    peer_ids: list[str] = field(default_factory=list)  # node i's peer id (identities made up front)
+    roles: str = "full"  # "full", or "learner-workers": node0 a learner, the others its workers
+    partition_start: float | None = None  # unix time the nodes were launched
+
+
+def node_log(spec: SimSpec, i: int) -> Path:
+    """Where node i's output goes: its own node.log over hivemind, the one worker's nodes.log
+    over memory (every node runs in that one process)."""
+    return spec.run_dir / ("nodes.log" if spec.transport == "memory" else f"node{i}/node.log")
+
+
+def processes(spec: SimSpec) -> bool:
+    """Whether the nodes are processes of their own (hivemind, mqtt, libp2p) or one worker's (memory)."""
+    return spec.transport != "memory"

@@ -1,0 +1,107 @@
+"""The end of a ``swarm-node sim`` run: summary.json and summary.md (one row per node: steps,
+correctness first/last, peer groups used, rejections, faults; each adversary's tally), the plots,
+and the end time in sim.json.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import TYPE_CHECKING
+
+from node.sim.spec import SimSpec
+from node.sim.table import fmt, read_status
+
+if TYPE_CHECKING:
+    from node.sim.kills import KillFaults
+
+
+def fault_text(n: dict) -> str:
+    """A summary row's faults column: restarts, messages a partition dropped, delayed deliveries."""
+    parts = [f"restarted {n['restarts']}x" if n["restarts"] else "",
+             f"{n['fault_dropped']} messages dropped (partition)" if n["fault_dropped"] else "",
+             f"{n['fault_delayed']} deliveries delayed" if n["fault_delayed"] else ""]
+    return ", ".join(p for p in parts if p) or "-"
+
+
+def write_summary(spec: SimSpec, wall_s: float, interrupted: bool, failed: dict,
+                  faults: KillFaults | None = None) -> dict:
+    from node.observe.metrics import read_metrics, summary_window
+    from node.observe.plots import plot_swarm
+
+    nodes = []
+    records = [read_metrics(spec.run_dir / f"node{i}" / "metrics.jsonl") for i in range(spec.nodes)]
+    # One window for every node, so their first/last columns compare like with like.
+    w = summary_window(min((len(r) for r in records if r), default=0))
+    for i in range(spec.nodes):
+        d = spec.run_dir / f"node{i}"
+        recs = records[i]
+        correct = [r.get("correct") or 0.0 for r in recs]
+        st = read_status(d) or {}
+        sw = st.get("swarm") or {}
+        # What it used over the whole run, from every step's record: status.json covers only the
+        # node's last process, and a restarted node may have rejoined after its peers finished.
+        by_peer: dict[str, int] = {}
+        for r in recs:
+            for peer, n in (r.get("external_by_peer") or {}).items():
+                by_peer[peer] = by_peer.get(peer, 0) + n
+        nodes.append({
+            "node": f"node{i}", "peer_id": sw.get("peer_id"), "steps": len(recs),
+            "correct_first": sum(correct[:w]) / w if correct else None,
+            "correct_last": sum(correct[-w:]) / w if correct else None,
+            "groups_used": sum(by_peer.values()), "peers_used": len(by_peer),
+            "rollouts_out": sw.get("rollouts_out"), "rejected": sw.get("rejected", {}),
+            "rejected_total": sw.get("rejected_total"), "rounds_skipped": (st.get("last") or {}).get("rounds_skipped"),
+            "groups_used_by_peer": by_peer,
+            "restarts": faults.restarts[i] if faults is not None else 0,
+            "fault_dropped": sw.get("fault_dropped", 0), "fault_delayed": sw.get("fault_delayed", 0),
+            "note": st.get("note"), "broadcast": st.get("broadcast"),
+        })
+    adversaries = []
+    for j in range(len(spec.faults.malicious)):
+        st = read_status(spec.run_dir / f"adversary{j}") or {}
+        pid = st.get("peer_id")
+        # Groups of the adversary any honest node trained on (must be 0), from every step's record:
+        # status.json only covers a node's last process, and a node may have been restarted.
+        used = sum((r.get("external_by_peer") or {}).get(pid, 0)
+                   for i in range(spec.nodes) for r in read_metrics(spec.run_dir / f"node{i}" / "metrics.jsonl"))
+        adversaries.append({"name": f"adversary{j}", "peer_id": pid, "sent": st.get("sent", {}),
+                            "refused": st.get("refused", {}), "used_by_honest": used})
+    summary = {"nodes": nodes, "adversaries": adversaries, "transport": spec.transport,
+               "wall_s": round(wall_s, 1), "interrupted": interrupted, "failed": failed,
+               "run_dir": str(spec.run_dir), "window": w}
+    summary["plots"] = [str(p) for p in plot_swarm(spec.run_dir, spec.nodes)]
+    lines = [f"# swarm-node sim: {spec.nodes} nodes over {spec.transport}", "",
+             f"| node | steps | correct first {w} | correct last {w} | peer groups used | peers used | rollouts out | rejected | faults |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for n in nodes:
+        rej = ", ".join(f"{k} {v}" for k, v in sorted(n["rejected"].items()))
+        lines.append(f"| {n['node']} | {n['steps']} | {fmt(n['correct_first'], '.3f')} | {fmt(n['correct_last'], '.3f')} | "
+                     f"{fmt(n['groups_used'])} | {fmt(n['peers_used'])} | {fmt(n['rollouts_out'])} | "
+                     f"{fmt(n['rejected_total'])}{f' ({rej})' if rej else ''} | {fault_text(n)} |")
+    roles = [n for n in nodes if n.get("broadcast")]
+    if roles:
+        lines += ["", "| node | role | weights |", "|---|---|---|"]
+        for n in roles:
+            b = n["broadcast"]
+            what = (f"published {b.get('published_version')} versions, uploaded {b.get('served_bytes', 0) / 1e6:.1f} MB"
+                    if b.get("role") == "learner" else
+                    f"applied {b.get('applied_versions')} versions (last v{b.get('applied_version')}, lag "
+                    f"{b.get('lag')}), forwarded {b.get('served_bytes', 0) / 1e6:.1f} MB, bad chunks "
+                    f"{sum((b.get('bad_chunks') or {}).values())}, fallbacks {b.get('fallbacks', 0)}")
+            lines.append(f"| {n['node']} | {b.get('role')} | {what} |")
+    notes = {n["node"]: n["note"] for n in nodes if n.get("note")}
+    for name, note in notes.items():
+        lines += ["", f"{name}: {note}"]
+    for a in adversaries:
+        sent = ", ".join(f"{k} {v}" for k, v in sorted(a["sent"].items()) if v)
+        refused = ", ".join(f"{k} {v}" for k, v in sorted(a["refused"].items()) if v)
+        lines += ["", f"{a['name']} (malicious, {a['peer_id']}): sent {sum(a['sent'].values())} hostile messages "
+                      f"({sent}); groups of it any honest node trained on: {a['used_by_honest']}"
+                      + (f"; refused by the transport before reaching anyone: {refused}" if refused else "")]
+    (spec.run_dir / "summary.md").write_text("\n".join(lines) + "\n")
+    (spec.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    meta = json.loads((spec.run_dir / "sim.json").read_text())
+    meta["ended_at"] = time.time()
+    (spec.run_dir / "sim.json").write_text(json.dumps(meta, indent=2))
+    return summary

@@ -1,0 +1,59 @@
+"""``swarm-node sim-worker``: the one child process of a memory simulation, running all N nodes over
+a shared in-memory hub (the memory transport cannot cross processes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+async def run_worker(n: int, run_dir: Path, seed: int, config: Path | None, overrides: dict) -> int:
+    """``sim-worker``: N nodes in this one process over a shared in-memory hub."""
+    from node.run.config import load_config
+    from node.run.trainer import TrainingNode
+    from node.run.wiring import identity_path
+    from node.transport.memory import MemoryHub, MemoryTransport
+    from protocol.identity import load_or_create_identity
+
+    hub = MemoryHub()
+    nodes: list[TrainingNode] = []
+    loop = asyncio.get_running_loop()
+    stopping = False
+
+    def stop_all() -> None:
+        nonlocal stopping
+        stopping = True
+        for node in nodes:
+            node.request_stop()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop_all)
+    try:
+        for i in range(n):
+            node_overrides = {**overrides, "swarm.transport": "memory", "run.dir": str(run_dir / f"node{i}"),
+                              "train.seed": seed + i, "run.progress": "off", "run.plot": False, "train.threads": 1}
+            if overrides.get("run.metrics_port"):  # one port per node
+                node_overrides["run.metrics_port"] = int(overrides["run.metrics_port"]) + i
+            cfg = load_config(config, node_overrides)
+            ident = load_or_create_identity(identity_path(cfg))
+            t = MemoryTransport(swarm=cfg.swarm.name, publisher=ident.peer_id, hub=hub)
+            nodes.append(await TrainingNode.create(cfg, transport=t))
+            if stopping:  # a stop that came while this node was being built
+                nodes[-1].request_stop()
+        results = await asyncio.gather(*(node.run(handle_signals=False) for node in nodes), return_exceptions=True)
+    finally:
+        for node in nodes:
+            await node.close()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+    errors = [r for r in results if isinstance(r, BaseException)]
+    for e in errors:
+        log.error("a node failed: %s: %s", type(e).__name__, e)
+    if errors:
+        return 1
+    return 130 if any(r.get("stopped_early") for r in results) else 0

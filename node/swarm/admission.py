@@ -1,0 +1,229 @@
+"""What a peer's message must satisfy to be admitted, and the reason counted when it does not.
+
+``open_message`` holds the checks every message passes; ``Admission.check_batch`` those of a
+rollout batch, and turns what passes into ``AdmittedGroup``s (node/swarm/pool.py) carrying what
+was decided here, once: the group's first ``group_cap`` completions this node could train on, its
+task regenerated from the id, and whether the peer's tokenizer is this node's (``same_tokenizer``).
+None of it changes state: it may run in a worker thread, and the exchange (node/swarm/exchange.py)
+remembers and pools what passed.
+
+Admission, in order; each rejection is counted under the reason shown (``stats.rejected``)::
+
+    envelope framing unreadable                   malformed_envelope
+    publisher key ≠ signer                        sender_mismatch
+    signature / key / peer id / clock / replay    bad_signature, sender_mismatch, stale_clock, replay
+    payload: size, msgpack, schema, version       oversized, malformed, unknown_field, unsupported_version
+    not a rollout batch                           wrong_kind
+    header sender ≠ signer                        sender_mismatch
+    header round ≠ published round / future       wrong_round
+    a second batch from this sender this round    duplicate_round
+    more than MAX_GROUPS_PER_BATCH tasks          too_many_groups
+    task id names no task                         bad_task
+    token ids outside this vocabulary, empty      bad_tokens
+    a special token but a final EOS (same tok.)   special_tokens
+    a token log-prob below MIN_TOKEN_LOGPROB      implausible_logprob
+    text ≠ decode(token ids) (same tokenizer)     text_mismatch
+    created_at ≠ signed envelope time (± 5 s)     created_at_mismatch   (any message)
+
+CPU is bounded: only what could be used is checked (a group's first ``group_cap`` records no
+longer than the node trains on, ``max_tokens``; nothing of a batch already too old for the window,
+or a second one from a sender and round). Transports add their own refusals before any of this:
+``oversized`` (a body declared or framed larger than all this node could use,
+``usable_envelope_bytes``, or than the message limit) and ``hash_mismatch`` (a body that is not
+what its index record announced).
+
+Nothing a peer claims about quality is used: the protocol has no reward or ground-truth fields
+(a message carrying one fails as ``unknown_field``) and the learner re-scores every admitted
+completion against the regenerated task.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from node.swarm.limits import MAX_CREATED_DRIFT_S, MAX_GROUPS_PER_BATCH, MAX_TEXT_BYTES_PER_TOKEN
+from node.swarm.pool import AdmittedGroup
+from node.transport.base import Delivery
+from protocol.codec import decode
+from protocol.errors import MessageTooLarge, ProtocolError, UnknownField, UnsupportedVersion
+from protocol.messages import MIN_TOKEN_LOGPROB, Announcement, RolloutBatch, RolloutRecord, same_tokenizer
+from protocol.signing import Envelope, Verifier, VerifyResult, envelope_from_bytes
+from rewards.errors import TaskError
+from rewards.registry import make_task
+from rewards.task import Task
+
+__all__ = ["REJECT_REASONS", "SENDER_FAULTS", "Refused", "Admitted", "Admission", "open_message",
+           "allowed_specials"]
+
+REJECT_REASONS = (
+    "malformed_envelope", "bad_signature", "sender_mismatch", "stale_clock", "replay", "oversized",
+    "malformed", "unknown_field", "unsupported_version", "wrong_kind", "wrong_round", "bad_task",
+    "bad_tokens", "special_tokens", "implausible_logprob", "text_mismatch", "duplicate_round",
+    "too_many_groups", "created_at_mismatch", "hash_mismatch",  # counted by a transport: the body does not match its index record
+)
+
+# Refusals that are the sender's own doing whatever its clock or restarts: the carrier backs it
+# off (replay, duplicate_round and stale_clock can happen to an honest node that restarted or
+# whose clock drifts, so they are only counted).
+SENDER_FAULTS = frozenset(REJECT_REASONS) - {"replay", "duplicate_round", "stale_clock", "oversized", "hash_mismatch"}
+
+_VERIFY_REASON = {
+    VerifyResult.MALFORMED: "malformed_envelope",
+    VerifyResult.BAD_SIGNATURE: "bad_signature",
+    VerifyResult.SENDER_MISMATCH: "sender_mismatch",
+    VerifyResult.REPLAY: "replay",
+    VerifyResult.STALE_CLOCK: "stale_clock",
+}
+
+
+def _decode_reason(e: ProtocolError) -> str:
+    if isinstance(e, MessageTooLarge):
+        return "oversized"
+    if isinstance(e, UnsupportedVersion):
+        return "unsupported_version"
+    if isinstance(e, UnknownField):
+        return "unknown_field"
+    return "malformed"
+
+
+def allowed_specials(ids: Sequence[int], special_ids: frozenset[int], eos_id: int | None) -> bool:
+    """True if ``ids`` holds no special token except, as its last token, EOS. The one rule for
+    both sides: a node publishes only completions its peers will admit (node/run/rollouts.py)."""
+    if not special_ids:
+        return True
+    return not any(t in special_ids for t in ids[:-1]) and (ids[-1] not in special_ids or ids[-1] == eos_id)
+
+
+class Refused(Exception):
+    """An admission check failed: counted under ``reason`` (REJECT_REASONS) by the exchange.
+    ``stale`` is no refusal: a batch too old for the window, its group count in ``detail``."""
+
+    def __init__(self, reason: str, detail: str = ""):
+        super().__init__(reason)
+        self.reason, self.detail = reason, detail
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """A rollout batch that passed every check: the groups it adds, and how many completions were
+    left out for length (neither checked nor kept)."""
+
+    envelope: Envelope
+    batch: RolloutBatch
+    groups: list[AdmittedGroup]
+    dropped_long: int
+
+
+def open_message(d: Delivery, kind: type, verifier: Verifier) -> tuple[Envelope, RolloutBatch | Announcement]:
+    """The checks every message passes: framing, publisher, signature, clock, replay (not yet
+    remembered), decoding, kind and header sender. Raises ``Refused`` when one fails. Reads the
+    replay memory, changes nothing, so it may run off the event loop."""
+    env = envelope_from_bytes(d.data)
+    if env is None:
+        raise Refused("malformed_envelope")
+    if env.sender != d.publisher:
+        raise Refused("sender_mismatch", f"published under {d.publisher}, signed by {env.sender}")
+    verdict = verifier.verify(env, commit=False)
+    if verdict is not VerifyResult.ACCEPTED:
+        raise Refused(_VERIFY_REASON[verdict])
+    try:
+        msg = decode(env.payload)
+    except ProtocolError as e:
+        raise Refused(_decode_reason(e), str(e)) from None
+    if not isinstance(msg, kind):
+        raise Refused("wrong_kind", type(msg).__name__)
+    if msg.sender != env.sender:
+        raise Refused("sender_mismatch", f"header says {msg.sender}")
+    # created_at is the sender's claim; the envelope's timestamp is signed and clock-checked
+    # by the verifier. Anything that reads created_at (heartbeat expiry) may then trust it.
+    if abs(msg.created_at - env.timestamp) > MAX_CREATED_DRIFT_S:
+        raise Refused("created_at_mismatch", f"created_at {msg.created_at:.0f} vs signed {env.timestamp:.0f}")
+    return env, msg
+
+
+@dataclass(frozen=True)
+class Admission:
+    """This node's rules for a peer's rollout batch, from its own tokenizer and limits."""
+
+    tokenizer_fingerprint: str
+    vocab_size: int
+    decode_text: Callable[[Sequence[int]], str]
+    # Special tokens are invisible to the text check (decoding skips them): only a final EOS
+    # may be one, so a completion cannot smuggle <pad> or a chat-template token past it.
+    special_ids: frozenset[int]
+    eos_id: int | None
+    group_cap: int  # completions kept per group: this node's group size
+    # Completions longer than this node trains on (its max_completion_length) are dropped here
+    # (None: no bound).
+    max_tokens: int | None
+    max_round_lag: int
+
+    def check_batch(self, d: Delivery, verifier: Verifier, current: int,
+                    batches: set[tuple[str, int]]) -> Admitted | Refused:
+        """Every check of a rollout batch that needs no change of state, at round ``current`` with
+        ``batches`` the (sender, round) already admitted: what it adds, or the refusal."""
+        try:
+            env, msg = open_message(d, RolloutBatch, verifier)
+            if msg.round != d.round or msg.round > current + 1:
+                raise Refused("wrong_round", f"batch says round {msg.round}")
+            if (msg.sender, msg.round) in batches:
+                raise Refused("duplicate_round")
+            by_task: dict[str, list[RolloutRecord]] = {}
+            for rec in msg.rollouts:
+                by_task.setdefault(rec.task_id, []).append(rec)
+            if len(by_task) > MAX_GROUPS_PER_BATCH:
+                raise Refused("too_many_groups", f"{len(by_task)} tasks")
+            if msg.round < current - self.max_round_lag:
+                raise Refused("stale", str(len(by_task)))  # could never be used: not checked further
+            token_level = same_tokenizer(msg.tokenizer_fingerprint, self.tokenizer_fingerprint)
+            by_task, dropped_long = self._usable(by_task, token_level)
+            groups = [  # the whole batch is refused if any record fails
+                AdmittedGroup(msg.sender, msg.round, msg.policy_version, msg.model_fingerprint,
+                              msg.tokenizer_fingerprint, task_id, tuple(records),
+                              task=self._check_group(task_id, records, token_level), token_level=token_level)
+                for task_id, records in by_task.items()]
+        except Refused as r:
+            return r
+        return Admitted(env, msg, groups, dropped_long)
+
+    def _usable(self, groups: dict[str, list[RolloutRecord]], token_level: bool
+                ) -> tuple[dict[str, list[RolloutRecord]], int]:
+        """Each group's first ``group_cap`` completions this node could train on, and how many
+        were left out for length: a longer one would be dropped by the learner (node/run/rollouts.py
+        external_samples), so it is neither checked nor kept. Another tokenizer's tokens cannot be
+        counted here: its text is bounded instead (the learner counts it exactly)."""
+        if self.max_tokens is None:
+            return {t: recs[:self.group_cap] for t, recs in groups.items()}, 0
+        text_limit = self.max_tokens * MAX_TEXT_BYTES_PER_TOKEN
+        kept, dropped = {}, 0
+        for t, recs in groups.items():
+            fits = [r for r in recs if (len(r.completion_ids) <= self.max_tokens if token_level
+                                        else len(r.completion_text.encode()) <= text_limit)]
+            dropped += len(recs) - len(fits)
+            if fits:
+                kept[t] = fits[:self.group_cap]
+        return kept, dropped
+
+    def _check_group(self, task_id: str, records: list[RolloutRecord], token_level: bool) -> Task:
+        """The group's task, regenerated from its id, once every record has passed; or ``Refused``."""
+        try:
+            task = make_task(task_id)
+        except TaskError as e:
+            raise Refused("bad_task", str(e)) from None
+        for rec in records:
+            if not rec.completion_ids or (token_level and max(rec.completion_ids) >= self.vocab_size):
+                raise Refused("bad_tokens", f"task {task_id}")
+            if token_level and not allowed_specials(rec.completion_ids, self.special_ids, self.eos_id):
+                raise Refused("special_tokens", f"task {task_id}")
+            if min(rec.behaviour_logprobs) < MIN_TOKEN_LOGPROB:
+                raise Refused("implausible_logprob",
+                              f"task {task_id}: {min(rec.behaviour_logprobs):g} < {MIN_TOKEN_LOGPROB:g}")
+            if token_level:
+                try:
+                    text = self.decode_text(rec.completion_ids)
+                except Exception:  # noqa: BLE001 - a tokenizer's error on hostile ids
+                    raise Refused("bad_tokens", f"task {task_id}: ids do not decode") from None
+                if text != rec.completion_text:
+                    raise Refused("text_mismatch", f"task {task_id}")
+        return task

@@ -1,0 +1,45 @@
+"""What the swarm exchange counts: refusals, envelopes and groups in and out, drops and errors,
+since start. The trainer copies them into metrics and the status display (SwarmExchange.status).
+
+Per-peer counters hold at most ``limits.MAX_TRACKED_PEERS`` peers (the rest are summed under
+``OTHER_PEERS``): peer ids cost an attacker nothing to make.
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass, field
+
+from node.swarm import limits
+
+__all__ = ["SwarmStats", "bump"]
+
+
+@dataclass
+class SwarmStats:
+    """Counters since start; the trainer copies them into metrics and the status display."""
+
+    rejected: collections.Counter = field(default_factory=collections.Counter)
+    envelopes_in: int = 0  # admitted envelopes
+    groups_in: collections.Counter = field(default_factory=collections.Counter)  # by sender
+    groups_used: collections.Counter = field(default_factory=collections.Counter)  # by sender
+    dropped_stale: int = 0  # admitted groups that aged out of the window before use
+    dropped_full: int = 0  # admitted groups evicted because the pool was full
+    dropped_long: int = 0  # completions longer than this node trains on: not checked, not kept
+    envelopes_out: int = 0
+    rollouts_out: int = 0
+    publish_errors: int = 0
+    heartbeat_errors: int = 0
+    poll_errors: int = 0
+    publish_skipped: int = 0  # rounds not published while the link was down
+    publish_timeouts: int = 0  # publishes abandoned after publish_timeout
+    internal_errors: int = 0  # a check itself failed: a bug, logged with its traceback
+
+
+def bump(counter: collections.Counter, key: str, n: int = 1) -> None:
+    """Count per peer, with bounded memory: peer ids cost an attacker nothing to make."""
+    # limits.MAX_TRACKED_PEERS is read at call time, so a test can lower it in one place.
+    if key in counter or len(counter) < limits.MAX_TRACKED_PEERS:
+        counter[key] += n
+    else:
+        counter[limits.OTHER_PEERS] += n

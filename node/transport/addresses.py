@@ -1,0 +1,50 @@
+"""Addresses that name their peer: ``<where>/p2p/<libp2p peer id>``, the one spelling of them.
+
+A bootstrap peer, a large body's pointer, a weight carrier's address and a peer-exchange reply
+all name a host this way (hivemind and py-libp2p alike); the id is what a dial authenticates, the
+part before it only where to dial. Pure string work: a multiaddr library still parses what is
+dialled. ``dialable_addrs``: the addresses a host gives its peers.
+"""
+
+from __future__ import annotations
+
+__all__ = ["P2P", "names_peer", "peer_id_of", "without_peer", "with_peer", "dialable_addrs"]
+
+P2P = "/p2p/"
+
+
+def names_peer(addr: str) -> bool:
+    """Whether ``addr`` names a peer (has a ``/p2p/`` part)."""
+    return P2P in addr
+
+
+def peer_id_of(addr: str) -> str | None:
+    """The peer id after the last ``/p2p/`` of ``addr``, or None if it names no peer."""
+    return addr.rsplit(P2P, 1)[1] if P2P in addr else None
+
+
+def without_peer(addr: str) -> str:
+    """Where ``addr`` dials: what comes before its first ``/p2p/`` (all of it if none)."""
+    return addr.split(P2P)[0]
+
+
+def with_peer(addr: str, peer_id: object) -> str:
+    """``addr`` naming ``peer_id``: unchanged if it names a peer already, else with ``/p2p/<id>``
+    added (``with_peer("", id)`` is the bare ``/p2p/<id>``: the peer by id, wherever it is)."""
+    return addr if P2P in addr else f"{addr}{P2P}{peer_id}"
+
+
+_WILDCARDS = ("/ip4/0.0.0.0/", "/ip6/::/")
+
+
+def dialable_addrs(listening: list[str], announce: list[str], peer_id: str) -> list[str]:
+    """The addresses a host gives peers (pointers, peer exchange), each ending in /p2p/<id>:
+    ``announce`` if given; else the listen addresses that are not wildcards; else the wildcard
+    ones with loopback put in (only a peer on this machine can use those: say ``announce``)."""
+    if announce:
+        return [with_peer(a, peer_id) for a in announce]
+    real = [a for a in listening if not a.startswith(_WILDCARDS)]
+    if real:
+        return [with_peer(a, peer_id) for a in real]
+    return [with_peer(a.replace("/ip4/0.0.0.0/", "/ip4/127.0.0.1/").replace("/ip6/::/", "/ip6/::1/"), peer_id)
+            for a in listening]
