@@ -65,12 +65,12 @@ demo-solo: $(VENV)/.installed
 	$(VENV)/bin/swarm-node train --config docs/examples/demo.toml
 
 test: $(VENV)/.installed $(VLLM_VENV)/.installed mosquitto
-	SWARM_NODE_VLLM_PYTHON=$(VLLM_VENV)/bin/python $(PY) -m pytest
+	SWARM_NODE_VLLM_PYTHON=$(VLLM_VENV)/bin/python $(PY) -m pytest --durations=30
 
 # Pure in-process tests: nothing that starts a daemon, a broker or another process
 # (tests/helpers/process_guard.py fails a test that does so without its marker).
 test-fast: $(VENV)/.installed
-	$(PY) -m pytest -m "not slow and not daemon and not broker and not subprocess"
+	$(PY) -m pytest -m "not slow and not daemon and not broker and not subprocess" --durations=30
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) runs .pytest_cache
