@@ -48,6 +48,7 @@ __all__ = [
     "canonical_bytes",
     "envelope_from_bytes",
     "envelope_to_bytes",
+    "next_seq",
     "sign",
 ]
 
@@ -139,6 +140,13 @@ def canonical_bytes(sender: str, public_key: bytes, seq: int, nonce: bytes, time
                     payload: bytes) -> bytes:
     """The exact bytes an envelope's signature covers (fields assumed already validated)."""
     return DOMAIN_PREFIX + _header(sender, public_key, seq, nonce, timestamp, len(payload)) + payload
+
+
+def next_seq(prev: int) -> int:
+    """The sequence number to sign with after ``prev``: time-based (microseconds), so a restarted
+    node (same key, fresh process) never reuses one its peers remember and see as a replay. The one
+    rule for every signer (the exchange, and the adversary that must look honest)."""
+    return max(prev + 1, time.time_ns() // 1000)
 
 
 def sign(payload: bytes, identity: Identity, seq: int, now: float | None = None) -> Envelope:

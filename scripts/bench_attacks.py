@@ -10,7 +10,7 @@ peer and ``--nodes`` honest ``swarm-node join`` processes over the real hivemind
 model and the default config (8 prompt groups a step, 4 of them from peers, 8 completions of at
 most 16 tokens), ``--steps`` steps, ``--round-seconds`` rounds. An attack scenario adds one
 ``swarm-node adversary`` process (a ``[[malicious]]`` fault) that runs the scenario's attacks
-every round (node/sim/adversary.py: what each does, and where honest nodes count it). The clean
+every round (node/sim/adversary/: what each does, and where honest nodes count it). The clean
 baseline is the same run without it (``--clean-runs`` times, to show run-to-run noise: rounds are
 wall-clock, so two runs of one seed differ).
 
@@ -535,7 +535,7 @@ def markdown(result: dict) -> list[str]:
           f"`{setup['model']}`, default config: 8 groups a step, 4 from peers, G = 8, 16 tokens; "
           f"{setup['steps']} steps, {setup['round_seconds']:g} s rounds, seed {setup['seed']} + i) and, but "
           f"for `clean`, one `swarm-node adversary` process running the attack every round "
-          f"(node/sim/adversary.py). Numbers are what the honest nodes measured: means over the "
+          f"(node/sim/adversary/). Numbers are what the honest nodes measured: means over the "
           f"{setup['nodes']} nodes (RSS: the largest). *clean* in a cell is the mean of the "
           f"{base['runs']} clean runs (rows `clean-1`...; their spread is the run-to-run noise: rounds "
           f"are wall-clock). `≥` marks a lower bound (see below).", "",

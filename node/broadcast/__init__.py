@@ -10,6 +10,7 @@
     store.py               chunks and manifests on disk, so a restart resumes
     follow.py              a source publishing its policy's versions; a follower keeping up
     roles.py               what a node does with it (``broadcast.role``: full, learner, worker)
+    context.py             what a role may read and call of its node (RoleContext)
 
 The bytes move through a carrier and a directory that each transport hands out
 (node/transport/carrier.py and directory.py define them; each carrier folder implements them):

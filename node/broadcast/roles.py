@@ -17,8 +17,8 @@
   announced.
 
 The trainer calls a role at fixed points (``start``, ``before_step``, ``rollout_version``,
-``admit_groups``, ``learns``, ``after_step``, ``status``, ``close``); the broadcast's own code
-lives in node/broadcast/.
+``admit_groups``, ``learns``, ``after_step``, ``status``, ``close``), each with the node's
+``RoleContext`` (node/broadcast/context.py): what a role may read and call, nothing more.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import collections
 import dataclasses
 import logging
 import time
-from pathlib import Path
+from node.broadcast.context import RoleContext
 
 log = logging.getLogger(__name__)
 
@@ -46,20 +46,20 @@ class Role:
     name = "full"
     learns = True
 
-    async def start(self, node) -> None:
+    async def start(self, ctx: RoleContext) -> None:
         pass
 
-    async def before_step(self, node) -> None:
+    async def before_step(self, ctx: RoleContext) -> None:
         pass
 
-    def rollout_version(self, node) -> int | None:
+    def rollout_version(self, ctx: RoleContext) -> int | None:
         """The policy version this step's rollouts are labelled with (None: the trainer's own)."""
         return None
 
-    def admit_groups(self, node, groups: list) -> tuple[list, dict]:
+    def admit_groups(self, ctx: RoleContext, groups: list) -> tuple[list, dict]:
         return groups, {}
 
-    async def after_step(self, node, record: dict) -> None:
+    async def after_step(self, ctx: RoleContext, record: dict) -> None:
         pass
 
     def status(self) -> dict:
@@ -69,7 +69,7 @@ class Role:
         pass
 
 
-async def _broadcast_parts(node, follow: str | None):
+async def _broadcast_parts(ctx: RoleContext, follow: str | None):
     """The broadcast peer of this node and its weights directory, on the connection its transport
     already holds (``Transport.broadcast_parts``: hivemind's p2p daemon, the MQTT broker
     connection, the libp2p host)."""
@@ -77,11 +77,11 @@ async def _broadcast_parts(node, follow: str | None):
     from node.broadcast.peer import BroadcastPeer
     from node.broadcast.store import ChunkStore
 
-    bc, sw = node.cfg.broadcast, node.swarm
+    bc = ctx.settings
     upload = TokenBucket(bc.upload_mbps * 1e6) if bc.upload_mbps > 0 else None
-    carrier, directory = await sw.transport.broadcast_parts(sw.identity, follow or sw.peer_id, upload)
-    store = ChunkStore(Path(node.run_dir) / "broadcast")  # a follower's chunks; a source's last manifest
-    peer = BroadcastPeer(sw.identity, carrier, swarm=node.cfg.swarm.name, directory={}, follow=follow,
+    carrier, directory = await ctx.transport.broadcast_parts(ctx.identity, follow or ctx.peer_id, upload)
+    store = ChunkStore(ctx.run_dir / "broadcast")  # a follower's chunks; a source's last manifest
+    peer = BroadcastPeer(ctx.identity, carrier, swarm=ctx.swarm_name, directory={}, follow=follow,
                          store=store if follow else None)
     return peer, directory, store
 
@@ -99,27 +99,27 @@ class LearnerRole(Role):
         self.dropped_stale = 0
         self._task: asyncio.Task | None = None
 
-    async def start(self, node) -> None:
+    async def start(self, ctx: RoleContext) -> None:
         from node.broadcast.follow import WeightSource
 
-        peer, directory, store = await _broadcast_parts(node, None)
+        peer, directory, store = await _broadcast_parts(ctx, None)
         await peer.start()
-        self.source = WeightSource(node.policy, peer, directory, fanout=node.cfg.broadcast.fanout, store=store)
+        self.source = WeightSource(ctx.policy, peer, directory, fanout=ctx.settings.fanout, store=store)
         free = await self.source.next_free_version()
-        self.offset = max(0, free - node.learner.version)
+        self.offset = max(0, free - ctx.learner_version())
         if self.offset:
             log.warning("version %d was already signed (this learner restarted behind it): broadcast versions "
                         "are learner versions + %d from now on", free - 1, self.offset)
-        await self._publish(node)  # the weights it starts with: workers can begin at once
+        await self._publish(ctx)  # the weights it starts with: workers can begin at once
         self._task = asyncio.ensure_future(self._refresh())
 
-    async def _publish(self, node) -> None:
-        version = node.learner.version + self.offset
-        m = await self.source.publish(version=version, step=node.step, vouched=self.vouched_at(node.step))
+    async def _publish(self, ctx: RoleContext) -> None:
+        version, step = ctx.learner_version() + self.offset, ctx.step()
+        m = await self.source.publish(version=version, step=step, vouched=self.vouched_at(step))
         self.published = m.version
-        self.published_versions[m.version] = node.learner.version
+        self.published_versions[m.version] = ctx.learner_version()
         self.followers = set(m.relays) | self.followers
-        log.info("published weights version %d (step %d, %d bytes, %d relays)", m.version, node.step,
+        log.info("published weights version %d (step %d, %d bytes, %d relays)", m.version, step,
                  m.total_size, len(m.relays))
 
     async def _refresh(self) -> None:
@@ -133,8 +133,8 @@ class LearnerRole(Role):
             except (ConnectionError, OSError, asyncio.TimeoutError) as e:
                 log.warning("weights directory: %s: %s", type(e).__name__, e)
 
-    def admit_groups(self, node, groups: list) -> tuple[list, dict]:
-        s, v_now = node.cfg.broadcast.max_staleness, node.learner.version
+    def admit_groups(self, ctx: RoleContext, groups: list) -> tuple[list, dict]:
+        s, v_now = ctx.settings.max_staleness, ctx.learner_version()
         kept, lags, dropped = [], [], 0
         for g in groups:
             if g.sender not in self.followers:
@@ -146,7 +146,7 @@ class LearnerRole(Role):
                 # metrics read is the learner's version, whatever the broadcast offset
                 kept.append(dataclasses.replace(g, policy_version=made_at))
                 lags.append(v_now - made_at)
-                self._worked(g.sender, getattr(node, "step", 0))
+                self._worked(g.sender, ctx.step())
             else:
                 dropped += 1
         self.dropped_stale += dropped
@@ -170,12 +170,12 @@ class LearnerRole(Role):
     def vouched(self) -> set[str]:
         return {p for p, steps in self._work.items() if len(steps) >= VOUCH_STEPS}
 
-    async def after_step(self, node, record: dict) -> None:
-        k = node.cfg.broadcast.publish_every
-        if node.learner.version + self.offset != self.published and node.step % k == 0:
-            await self._publish(node)
+    async def after_step(self, ctx: RoleContext, record: dict) -> None:
+        k = ctx.settings.publish_every
+        if ctx.learner_version() + self.offset != self.published and ctx.step() % k == 0:
+            await self._publish(ctx)
             # versions past the staleness bound can no longer be admitted: forget them
-            floor = node.learner.version - node.cfg.broadcast.max_staleness
+            floor = ctx.learner_version() - ctx.settings.max_staleness
             self.published_versions = {b: v for b, v in self.published_versions.items() if v >= floor}
         record["published_version"] = self.published
 
@@ -203,34 +203,34 @@ class WorkerRole(Role):
         self._task: asyncio.Task | None = None
         self._version: int | None = None
 
-    async def start(self, node) -> None:
+    async def start(self, ctx: RoleContext) -> None:
         from node.broadcast.follow import WeightFollower
 
-        bc = node.cfg.broadcast
-        peer, directory, _ = await _broadcast_parts(node, bc.follow)
-        self.follower = WeightFollower(node.policy, peer, directory, max_staleness=bc.max_staleness, poll_s=1.0)
-        if node.vllm is not None:  # the engine samples: every applied version goes into it too
-            self.follower.after_apply = lambda: node.vllm.sync(node.policy)
+        bc = ctx.settings
+        peer, directory, _ = await _broadcast_parts(ctx, bc.follow)
+        self.follower = WeightFollower(ctx.policy, peer, directory, max_staleness=bc.max_staleness, poll_s=1.0)
+        if ctx.after_apply is not None:  # the vLLM engine samples: every applied version goes into it too
+            self.follower.after_apply = ctx.after_apply
         await self.follower.start()
         self._task = asyncio.ensure_future(self.follower.run())
 
-    async def before_step(self, node) -> None:
+    async def before_step(self, ctx: RoleContext) -> None:
         f = self.follower
         since = time.monotonic()
-        while not f.fresh_enough() and not node.stop_requested:
+        while not f.fresh_enough() and not ctx.stop_requested():
             what = ("no version yet" if f.applied is None
                     else f"version {f.applied} applied, the learner announced {f.newest_seen}")
             t = f.peer.status().get("transfer")
             if t:
                 what += f"; receiving version {t['version']}: {t['bytes'] / 1e6:.1f} of {t['total'] / 1e6:.1f} MB"
-            node.status.phase("waiting for the learner's weights",
-                              f"{what} (following {f.directory.source}, {time.monotonic() - since:.0f} s)")
+            ctx.set_phase("waiting for the learner's weights",
+                          f"{what} (following {f.directory.source}, {time.monotonic() - since:.0f} s)")
             await asyncio.sleep(0.2)
 
-    def rollout_version(self, node) -> int | None:
+    def rollout_version(self, ctx: RoleContext) -> int | None:
         return self.follower.label  # set under the weights lock with the weights themselves
 
-    async def after_step(self, node, record: dict) -> None:
+    async def after_step(self, ctx: RoleContext, record: dict) -> None:
         st = self.follower.status()
         record.update({"applied_version": st["applied_version"], "version_lag": st["lag"],
                        "versions_applied": st["applied_versions"]})

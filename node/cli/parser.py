@@ -179,7 +179,7 @@ def _add_adversary(sub) -> None:
                     "round, cycling through --attacks. Honest nodes must reject them all. It trains "
                     "nothing; RUN_DIR/status.json counts what it sent.")
     adv.add_argument("--bootstrap", action="append", default=[], metavar="MADDR", help="as for join")
-    adv.add_argument("--attacks", default="all", help="comma-separated attacks, or all (see node/sim/adversary.py)")
+    adv.add_argument("--attacks", default="all", help="comma-separated attacks, or all (see node/sim/adversary/)")
     _add_config_flags(adv)
 
 

@@ -15,7 +15,7 @@ from typing import Sequence
 from node.swarm.admission import allowed_specials
 from node.swarm.pool import AdmittedGroup
 from policies.learner import TrainSample
-from protocol.messages import RolloutRecord
+from protocol.messages import RolloutRecord, same_tokenizer
 from policies.policy import Completion, Policy, SamplingParams
 from rewards.registry import make_task, sample_task_ids
 from rewards.scoring import Reward, RewardConfig, score
@@ -86,9 +86,12 @@ def external_samples(groups: list[AdmittedGroup], policy: Policy, reward_cfg: Re
     """Learner samples from peers' admitted groups, scored here against the task admission
     regenerated from the id.
 
-    Admission (node/swarm/admission.py) decided the rest once: the task, each group's first
-    ``group_cap`` completions (this node's group size; the argument is no longer read here), and
-    whether the peer's tokenizer is this node's (``token_level``). Same tokenizer: the peer's token
+    Admission (node/swarm/admission.py) decided the rest once: the task, the group's records (cut
+    to the exchange's group cap) and whether the peer's tokenizer is this node's (``token_level``).
+    Two cheap guards stay here, because an exchange is built apart from the learner and may be
+    built with other settings (a script's exchange with the default cap of 64): at most
+    ``group_cap`` completions per group (the learner's own group size), and token ids only when
+    the recorded verdict also holds against this policy's fingerprint. Same tokenizer: the peer's token
     ids and per-token behaviour log-probs are used as sent (admission checked the text is their
     decoding). Another tokenizer: the text is re-tokenized for this policy and only the sequence
     log-prob Σ log μ transfers, so the learner applies the sequence-level ratio. Completions longer
@@ -100,8 +103,9 @@ def external_samples(groups: list[AdmittedGroup], policy: Policy, reward_cfg: Re
     samples, correct, too_long = [], [], 0
     for g in groups:
         prompt_ids = policy.encode_prompts([g.task.prompt])[0]
-        for rec in g.records:
-            if g.token_level:
+        token_level = g.token_level and same_tokenizer(g.tokenizer_fingerprint, policy.tokenizer_fingerprint)
+        for rec in g.records[:group_cap]:
+            if token_level:
                 ids, lps = rec.completion_ids, rec.behaviour_logprobs
             else:
                 ids, lps = policy.encode_completion(rec.completion_text), None

@@ -149,7 +149,7 @@ async def start_node(node_cls: type["TrainingNode"], cfg: NodeConfig,
         if cfg.broadcast.role != "full":
             status.phase("starting the weight broadcast", f"role {cfg.broadcast.role}")
             try:
-                await node.role.start(node)
+                await node.role.start(node.role_ctx)
             except BaseException:
                 await node.role.close()
                 raise

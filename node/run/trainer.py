@@ -33,6 +33,7 @@ from node.observe.endpoint import MetricsEndpoint
 from node.observe.metrics import MetricsWriter
 from node.observe.progress import Progress
 from node.observe.status import StatusFile
+from node.broadcast.context import RoleContext, RoleSettings
 from node.broadcast.roles import make_role
 from node.run.behaviour_lag import LaggedBehaviour
 from node.run.checkpoint import save_checkpoint
@@ -94,6 +95,20 @@ class TrainingNode:
         self._coincide_steps = 0  # consecutive steps in which this node took every peer group
         self.status = status or StatusFile(run_dir, cfg.train.steps, cfg.model.name, start_step)
         self.role = make_role(cfg.broadcast.role)  # node/broadcast/roles.py: full, learner or worker
+        self.role_ctx = self._role_context()
+
+    def _role_context(self) -> RoleContext:
+        """What the role may read and call of this node (node/broadcast/context.py)."""
+        bc, swarm, vllm = self.cfg.broadcast, self.swarm, self.vllm
+        return RoleContext(
+            settings=RoleSettings(follow=bc.follow, publish_every=bc.publish_every, max_staleness=bc.max_staleness,
+                                  fanout=bc.fanout, upload_mbps=bc.upload_mbps),
+            swarm_name=self.cfg.swarm.name, run_dir=Path(self.run_dir), policy=self.policy,
+            transport=swarm.transport if swarm is not None else None,
+            identity=swarm.identity if swarm is not None else None,
+            learner_version=lambda: self.learner.version, step=lambda: self.step,
+            stop_requested=lambda: self.stop_requested, set_phase=self.status.phase,
+            after_apply=(lambda: vllm.sync(self.policy)) if vllm is not None else None)
 
     @classmethod
     async def create(cls, cfg: NodeConfig, transport: Transport | None = None) -> "TrainingNode":
@@ -121,7 +136,7 @@ class TrainingNode:
         # The version label and the weights are read under one lock: a follower applying a new
         # version (node/broadcast/roles.py) waits for this step's generation, so the label is exact.
         with self.policy.weights_lock:
-            role_version = self.role.rollout_version(self)
+            role_version = self.role.rollout_version(self.role_ctx)
             version = (role_version if role_version is not None
                        else self.learner.version if behaviour_version < 0 else behaviour_version)
             rollouts = generate_rollouts(sampler, task_ids, self.group_size, self.sampling, version,
@@ -147,7 +162,7 @@ class TrainingNode:
         too_long = 0
         role_info: dict = {}
         if groups:
-            groups, role_info = self.role.admit_groups(self, groups)  # a learner's bound on its workers' lag
+            groups, role_info = self.role.admit_groups(self.role_ctx, groups)  # a learner's bound on its workers' lag
         if groups:
             ext, ext_correct, too_long = external_samples(
                 groups, self.policy, self.reward_cfg, self.group_size, cfg.generation.max_completion_length)
@@ -209,7 +224,7 @@ class TrainingNode:
             record = await self._swarm_step()
             if record is None:
                 return None
-        await self.role.after_step(self, record)
+        await self.role.after_step(self.role_ctx, record)
         record["step_time"] = time.perf_counter() - t0
         return record
 
@@ -217,8 +232,8 @@ class TrainingNode:
         """One SAPO step in the current round of the shared clock: generate I groups, publish
         them, collect J peer groups (until the round ends at most), learn from all of them."""
         sw, clock, scfg = self.swarm, self.clock, self.cfg.swarm
-        await self.role.before_step(self)  # a worker waits for weights fresh enough to share
-        if self.stop_requested and self.role.rollout_version(self) is None:
+        await self.role.before_step(self.role_ctx)  # a worker waits for weights fresh enough to share
+        if self.stop_requested and self.role.rollout_version(self.role_ctx) is None:
             return None  # stopped before it had any weights to generate with
         r = clock.current()
         if self.last_round is not None and r <= self.last_round:

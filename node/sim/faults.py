@@ -47,7 +47,7 @@ class LatencyFault(_Strict):
 
 
 class MaliciousFault(_Strict):
-    attacks: list[str] = Field(default_factory=lambda: list(DEFAULT_ATTACKS), min_length=1, description="attacks to cycle through (default: the envelope attacks every honest node must refuse; node/sim/adversary.py lists all, including the DHT, flood and admitted-by-design ones)")
+    attacks: list[str] = Field(default_factory=lambda: list(DEFAULT_ATTACKS), min_length=1, description="attacks to cycle through (default: the envelope attacks every honest node must refuse; node/sim/adversary/ lists all, including the DHT, flood and admitted-by-design ones)")
 
 
 class SimFaults(_Strict):

@@ -1,7 +1,7 @@
 """What ``swarm-node sim`` says before anything starts: what an earlier run in the folder means, and
 warnings about this one.
 
-node/cli.py calls both before launching: a finished earlier run is a message and exit 0, a
+node/cli/sim.py calls both before launching: a finished earlier run is a message and exit 0, a
 folder of checkpoints without ``--resume`` is refused, and a warning (a kill before the first
 checkpoint, batches that will coincide) is logged but the run goes ahead.
 """

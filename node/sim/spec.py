@@ -1,6 +1,6 @@
 """What one ``swarm-node sim`` run is: its nodes, transport, folder, flags and faults.
 
-Every other module of the simulator reads a ``SimSpec``; node/cli.py builds it from the command line.
+Every other module of the simulator reads a ``SimSpec``; node/cli/sim.py builds it from the command line.
 """
 
 from __future__ import annotations

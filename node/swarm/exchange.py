@@ -28,7 +28,7 @@ from typing import Callable, Sequence
 from node.clock import RoundClock
 from node.swarm import limits
 from node.swarm.admission import SENDER_FAULTS, Admission, Admitted, Refused, open_message
-from node.swarm.limits import usable_envelope_bytes
+from node.swarm.limits import envelope_ttl, heartbeat_ttl, usable_envelope_bytes
 from node.swarm.link import SwarmLink
 from node.swarm.pool import AdmittedGroup, PeerPool
 from node.swarm.stats import SwarmStats, bump
@@ -37,7 +37,7 @@ from node.transport.hivemind.index import envelopes_wanted
 from protocol.codec import encode
 from protocol.identity import Identity
 from protocol.messages import Announcement, RolloutBatch, RolloutRecord
-from protocol.signing import Verifier, envelope_to_bytes, sign
+from protocol.signing import Verifier, envelope_to_bytes, next_seq, sign
 
 log = logging.getLogger(__name__)
 
@@ -118,9 +118,7 @@ class SwarmExchange:
 
     # -- outgoing -------------------------------------------------------------------------------
     def _next_seq(self) -> int:
-        # Time-based so a restarted node (same key, fresh process) never reuses a sequence number
-        # that peers remember: they would reject its envelopes as replays.
-        self._seq = max(self._seq + 1, time.time_ns() // 1000)
+        self._seq = next_seq(self._seq)
         return self._seq
 
     def _seal(self, msg: RolloutBatch | Announcement) -> bytes:
@@ -136,7 +134,7 @@ class SwarmExchange:
         """Sign and publish this round's rollouts; a failure is logged and counted, not raised:
         the node keeps training on its own rollouts while the swarm is unreachable."""
         data = self.make_envelope(round, policy_version, records)
-        expires_in = (self.max_round_lag + 2) * self.clock.round_seconds
+        expires_in = envelope_ttl(self.max_round_lag, self.clock.round_seconds)
         if not self.link.up:  # rejoining: nothing to publish into; never wait for the link
             self.stats.publish_skipped += 1
             return False
@@ -157,7 +155,7 @@ class SwarmExchange:
 
     @property
     def heartbeat_ttl(self) -> float:
-        return 3 * self.clock.round_seconds
+        return heartbeat_ttl(self.clock.round_seconds)
 
     async def announce(self, round: int, policy_version: int) -> None:
         """Publish a signed heartbeat: alive, at this round and policy version, at these addresses."""

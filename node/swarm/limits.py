@@ -10,7 +10,7 @@ from protocol.messages import MAX_ROLLOUTS, MAX_TASK_ID_CHARS
 from protocol.signing import MAX_ENVELOPE_SIZE
 
 __all__ = ["MAX_GROUPS_PER_BATCH", "MAX_TEXT_BYTES_PER_TOKEN", "MAX_CREATED_DRIFT_S", "MAX_TRACKED_PEERS",
-           "OTHER_PEERS", "usable_envelope_bytes"]
+           "OTHER_PEERS", "usable_envelope_bytes", "envelope_ttl", "heartbeat_ttl"]
 
 MAX_GROUPS_PER_BATCH = 64  # tasks in one peer batch (an honest node publishes prompts_per_step - J)
 # A completion's text bytes per token, from above (the longest tokens of common vocabularies are
@@ -19,6 +19,16 @@ MAX_TEXT_BYTES_PER_TOKEN = 32
 MAX_CREATED_DRIFT_S = 5.0  # a message's created_at vs its signed (clock-checked) envelope time
 MAX_TRACKED_PEERS = 1024  # per-peer counters and heartbeats kept; the rest are summed under "(other)"
 OTHER_PEERS = "(other)"
+
+
+def envelope_ttl(max_round_lag: int, round_seconds: float) -> float:
+    """How long a published round's envelope stays up: the rounds a reader may lag, plus two."""
+    return (max_round_lag + 2) * round_seconds
+
+
+def heartbeat_ttl(round_seconds: float) -> float:
+    """How long a heartbeat stays up, and how old a peer's may be and still count it alive."""
+    return 3 * round_seconds
 
 
 def usable_envelope_bytes(max_tokens: int | None, records: int = MAX_ROLLOUTS) -> int:

@@ -68,7 +68,7 @@ class Transport(abc.ABC):
         ``want``: envelopes a round worth fetching (about J groups' worth); a carrier that pays
         per fetch (hivemind) fetches about that many, publishers with a verified history first
         (``vouch``). None: everything. ``max_size``: bodies larger than this (all the node could
-        use, node/swarm/exchange.py ``usable_envelope_bytes``) are not taken, counted ``oversized``; None:
+        use, node/swarm/limits.py ``usable_envelope_bytes``) are not taken, counted ``oversized``; None:
         the message limit."""
 
     async def broadcast_parts(self, identity, source: str, upload):

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.wait import wait_until  # noqa: F401 - tests import it from here with Procs
+from tests.helpers.paths import ROOT
+from tests.helpers.wait import wait_until
+
 
 LOOPBACK_FLAGS = [
     "--swarm.host_maddrs", '["/ip4/127.0.0.1/tcp/0"]',
@@ -38,7 +40,7 @@ class Procs:
     def _spawn(self, args: list[str], log: Path) -> subprocess.Popen:
         f = log.open("ab")
         p = subprocess.Popen([sys.executable, "-m", "node.cli", *args], stdout=f, stderr=subprocess.STDOUT,
-                             env=_env(), cwd=Path(__file__).resolve().parents[2])
+                             env=_env(), cwd=ROOT)
         f.close()
         self.procs.append(p)
         return p

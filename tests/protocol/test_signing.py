@@ -316,3 +316,14 @@ def test_verify_and_commit_from_many_threads_lose_nothing() -> None:
     assert results.count(VerifyResult.REPLAY) == 7 * 400
     assert verifier.counts == {VerifyResult.ACCEPTED.value: 400, VerifyResult.REPLAY.value: 2800}
     assert verifier.remembered() == 400
+
+
+def test_next_seq_grows_and_follows_the_clock():
+    import time
+
+    from protocol.signing import next_seq
+
+    now_us = time.time_ns() // 1000
+    assert next_seq(0) >= now_us  # a fresh process starts at the clock, past any number it used before
+    far = now_us + 10**9
+    assert next_seq(far) == far + 1  # and never goes back, even when the clock is behind

@@ -14,7 +14,7 @@ import msgpack
 from protocol.codec import encode
 from protocol.identity import Identity
 from protocol.messages import RolloutBatch, RolloutRecord
-from protocol.signing import envelope_to_bytes, sign
+from protocol.signing import envelope_to_bytes, next_seq, sign
 from rewards.registry import make_task
 
 
@@ -52,8 +52,7 @@ class Forger:
     seq: int = 0
 
     def next_seq(self) -> int:
-        # The exchange's rule (node/swarm/exchange.py _next_seq): time-based, never reused.
-        self.seq = max(self.seq + 1, time.time_ns() // 1000)
+        self.seq = next_seq(self.seq)  # the honest rule (protocol/signing.py)
         return self.seq
 
     def ids(self, text: str, eos: bool = True) -> tuple[int, ...]:

@@ -18,6 +18,7 @@ from node.sim.adversary.client import RawClient
 from node.sim.adversary.forge import Forger
 from node.sim.adversary.registry import ATTACK_FUNCTIONS, ATTACKS
 from node.sim.adversary.sybil import SybilNode
+from node.swarm.limits import envelope_ttl, heartbeat_ttl
 from node.transport import Transport
 from protocol.codec import decode
 from protocol.identity import Identity
@@ -59,12 +60,12 @@ class Adversary:
     @property
     def publish_ttl(self) -> float:
         """How long an attack's envelope or heartbeat stays published."""
-        return 3 * self.clock.round_seconds
+        return heartbeat_ttl(self.clock.round_seconds)
 
     @property
     def entry_ttl(self) -> float:
         """How long a Sybil's index entry lives: as long as an honest node's (max_round_lag + 2 rounds)."""
-        return (self.cfg.swarm.max_round_lag + 2) * self.clock.round_seconds
+        return envelope_ttl(self.cfg.swarm.max_round_lag, self.clock.round_seconds)
 
     async def publish(self, r: int, data: bytes) -> bool:
         """Publish ``data`` as this peer's envelope for round ``r``."""

@@ -1,22 +1,15 @@
 """A Sybil: one DHT node that signs index entries for many keys and serves their bodies.
 
 The flood, honest-address, oversized and far-expiry attacks write through it; it answers body
-requests as an honest node's transport does (node/transport/hivemind/transport.py ``_serve``).
+requests in the transport's own framing (node/transport/hivemind/rollout_stream.py), for many keys.
 """
 
 from __future__ import annotations
 
 import asyncio
-import struct
 
+from node.transport.hivemind.rollout_stream import handler_name, read_request, write_body
 from protocol.identity import Identity
-
-_U64 = struct.Struct(">Q")
-
-
-def _handler_name(swarm: str) -> str:
-    # The transport's stream protocol name (node/transport/hivemind/transport.py _handler_name).
-    return f"/swarm-node/{swarm}/rollouts"
 
 
 class SybilNode:
@@ -71,7 +64,7 @@ class SybilNode:
         # As an honest replica checks records (it is one): only owner-signed entries, in shape.
         self.node = await start_dht_node(record_validator=CompositeValidator([self.signer, schema]), retries=2,
                                          **self.dht_kwargs)
-        await self.node.p2p.add_binary_stream_handler(_handler_name(self.swarm), self._serve)
+        await self.node.p2p.add_binary_stream_handler(handler_name(self.swarm), self._serve)
 
     @property
     def p2p_id(self) -> str:
@@ -82,17 +75,13 @@ class SybilNode:
 
     async def _serve(self, info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            (r,) = _U64.unpack(await asyncio.wait_for(reader.readexactly(_U64.size), 10))
-            (n,) = await asyncio.wait_for(reader.readexactly(1), 10)
-            asked = (await asyncio.wait_for(reader.readexactly(n), 10)).decode("ascii", "replace")
+            r, asked = await read_request(reader)  # the transport's own framing (rollout_stream.py)
             data = self.outbox.get((r, asked))
             if data is None and (r, asked) in self.junk:
                 data = b"\0" * self.junk[(r, asked)]  # the declared size, not the announced sha256
             if data is None:
                 return
-            writer.write(_U64.pack(len(data)))
-            writer.write(data)
-            await asyncio.wait_for(writer.drain(), 10)
+            await write_body(writer, data)
             self.served += 1
         except (asyncio.TimeoutError, asyncio.IncompleteReadError, ConnectionError):
             pass

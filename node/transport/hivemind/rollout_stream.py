@@ -20,8 +20,8 @@ from typing import Callable, Iterator
 from node.transport.base import MAX_ENVELOPE_SIZE
 from node.transport.hivemind.records import PEER_ID_RE
 
-__all__ = ["handler_name", "Outbox", "answer", "download", "Oversized", "NotAnnounced", "ServesAnother",
-           "FETCH_TIMEOUT_S"]
+__all__ = ["handler_name", "Outbox", "answer", "download", "read_request", "write_body", "Oversized",
+           "NotAnnounced", "ServesAnother", "FETCH_TIMEOUT_S"]
 
 _U64 = struct.Struct(">Q")
 FETCH_TIMEOUT_S = 10.0
@@ -75,13 +75,26 @@ class Outbox:
         return len(self._rounds)
 
 
+async def read_request(reader: asyncio.StreamReader) -> tuple[int, str]:
+    """A request as a host reads it: (round, the publisher id asked for)."""
+    (round,) = _U64.unpack(await asyncio.wait_for(reader.readexactly(_U64.size), FETCH_TIMEOUT_S))
+    (n,) = await asyncio.wait_for(reader.readexactly(1), FETCH_TIMEOUT_S)
+    asked = (await asyncio.wait_for(reader.readexactly(n), FETCH_TIMEOUT_S)).decode("ascii", "replace")
+    return round, asked
+
+
+async def write_body(writer: asyncio.StreamWriter, data: bytes) -> None:
+    """A reply with a body: its length, then the bytes (no concatenated copy of up to 4 MiB)."""
+    writer.write(_U64.pack(len(data)))
+    writer.write(data)
+    await asyncio.wait_for(writer.drain(), FETCH_TIMEOUT_S)
+
+
 async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, publisher: str, outbox: Outbox,
                  on_refused: Callable[[], None]) -> None:
     """Answer one request on a stream opened to us: our envelope of the round asked for (length 0
     if we no longer hold it), or, when it names another publisher, ``on_refused()`` and whom we serve."""
-    (round,) = _U64.unpack(await asyncio.wait_for(reader.readexactly(_U64.size), FETCH_TIMEOUT_S))
-    (n,) = await asyncio.wait_for(reader.readexactly(1), FETCH_TIMEOUT_S)
-    asked = (await asyncio.wait_for(reader.readexactly(n), FETCH_TIMEOUT_S)).decode("ascii", "replace")
+    round, asked = await read_request(reader)
     if asked != publisher:
         # An index entry (someone else's, signed by them) pointing at our address: we never serve
         # our body for it, so junk entries cannot spend our upload. The reply says whom we serve:
@@ -92,10 +105,7 @@ async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, pub
         writer.write(_U64.pack(0) + bytes([len(me)]) + me)
         await asyncio.wait_for(writer.drain(), FETCH_TIMEOUT_S)
         return
-    data = outbox.envelope(round)
-    writer.write(_U64.pack(len(data)))
-    writer.write(data)  # no concatenated copy of a body of up to 4 MiB
-    await asyncio.wait_for(writer.drain(), FETCH_TIMEOUT_S)
+    await write_body(writer, outbox.envelope(round))
     # Close once the reader has closed its end: p2pd drops what is still in flight when the
     # server closes first (seen with the weight broadcast's 256 KiB replies under load).
     await asyncio.wait_for(reader.read(1), FETCH_TIMEOUT_S)

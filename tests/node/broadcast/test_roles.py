@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from tests.helpers.procs import metrics, procs, status, wait_until  # noqa: F401 - procs is a fixture
+from tests.helpers.procs import metrics, procs, status  # noqa: F401 - procs is a fixture
+from tests.helpers.wait import wait_until
 from protocol.identity import load_or_create_identity
 
 pytestmark = [pytest.mark.slow, pytest.mark.subprocess]

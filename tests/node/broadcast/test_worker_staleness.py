@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from types import SimpleNamespace
+from pathlib import Path
 
 import pytest
 
 from node.transport.carrier import MemoryCarrier, MemoryHub
 from node.transport.hivemind.directory import WeightDirectory
+from node.broadcast.context import RoleContext, RoleSettings
 from node.broadcast.follow import WeightFollower, WeightSource
 from node.broadcast.peer import BroadcastPeer
 from node.broadcast.roles import WorkerRole
@@ -18,6 +19,14 @@ from policies.policy import Policy
 from protocol.identity import Identity
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def _ctx(max_staleness=2, learner_version=0, step=0, status=None, stop=False) -> RoleContext:
+    """A role's view of a node that has no swarm connection (the roles here never start one)."""
+    return RoleContext(settings=RoleSettings(max_staleness=max_staleness), swarm_name="s", run_dir=Path("."),
+                       policy=None, transport=None, identity=None,
+                       learner_version=lambda: learner_version, step=lambda: step, stop_requested=lambda: stop,
+                       set_phase=status.phase if status is not None else (lambda *a: None))
 
 
 class _NoDHT:
@@ -48,7 +57,8 @@ def test_a_worker_waits_until_its_weights_are_within_the_bound(tiny_model_dir, t
         await follower.start()
         role = WorkerRole()
         role.follower = follower
-        node = SimpleNamespace(stop_requested=False, status=StatusFile(tmp_path, 10, "m"))
+        status = StatusFile(tmp_path, 10, "m")
+        node = _ctx(status=status)
 
         async def publish(v):
             await source.publish(version=v, step=v)
@@ -60,7 +70,7 @@ def test_a_worker_waits_until_its_weights_are_within_the_bound(tiny_model_dir, t
         waiting = asyncio.ensure_future(role.before_step(node))
         await asyncio.sleep(0.5)
         blocked = not waiting.done()
-        phase = node.status.phase_name
+        phase = status.phase_name
         await publish(3)  # 5 - 3 = 2 = S: fresh enough again
         await asyncio.wait_for(waiting, 5)
         version = role.rollout_version(node)
@@ -83,8 +93,7 @@ def test_a_learner_keeps_only_its_workers_groups_of_versions_it_published_within
 
     role = LearnerRole()
     role.followers, role.published, role.published_versions = {"sn1w", "sn1x"}, 10, {6: 6, 8: 8, 10: 10}
-    node = SimpleNamespace(cfg=SimpleNamespace(broadcast=SimpleNamespace(max_staleness=2)),
-                           learner=SimpleNamespace(version=10))
+    node = _ctx(max_staleness=2, learner_version=10)
     g = lambda sender, v: PeerGroup(sender, 1, v, "mf", "tf", "t", ())  # noqa: E731
     kept, info = role.admit_groups(node, [g("sn1w", 10), g("sn1w", 8), g("sn1w", 9), g("sn1w", 6),
                                           g("sn1w", 11), g("sn1full", 3)])
@@ -93,8 +102,7 @@ def test_a_learner_keeps_only_its_workers_groups_of_versions_it_published_within
     assert info == {"worker_groups": 2, "worker_lag_mean": 1.0, "worker_dropped_stale": 3}
     assert kept[0].policy_version == 10 and role.vouched == set()  # one step's work is not yet a record
     for step in (1, 2):
-        node.step = step
-        role.admit_groups(node, [g("sn1w", 10)])
+        role.admit_groups(_ctx(max_staleness=2, learner_version=10, step=step), [g("sn1w", 10)])
     assert role.vouched_at(2) == {"sn1w"}  # admitted at 3 steps: it relays first next time
     assert role.vouched_at(200) == set()  # ... until it has not worked for VOUCH_IDLE_STEPS
 
@@ -107,8 +115,7 @@ def test_a_learner_restarted_behind_a_signed_version_maps_new_numbers_to_its_own
     role = LearnerRole()
     role.offset = 5  # the old life signed up to version 14; it resumed at update 10
     role.followers, role.published, role.published_versions = {"sn1w"}, 15, {15: 10}
-    node = SimpleNamespace(cfg=SimpleNamespace(broadcast=SimpleNamespace(max_staleness=2)),
-                           learner=SimpleNamespace(version=11))
+    node = _ctx(max_staleness=2, learner_version=11)
     g = lambda v: PeerGroup("sn1w", 1, v, "mf", "tf", "t", ())  # noqa: E731
     kept, info = role.admit_groups(node, [g(15), g(12), g(11)])
     assert [x.policy_version for x in kept] == [10]  # 15 = update 10 (relabelled), one behind; 12, 11: another life's

@@ -1,4 +1,4 @@
-"""The attack suite (scripts/bench_attacks.py, node/sim/adversary.py).
+"""The attack suite (scripts/bench_attacks.py, node/sim/adversary/).
 
 Fast, in one process: each envelope attack, as the adversary builds it, admitted by a node's
 exchange or refused under the reason the adversary's docstring table gives.

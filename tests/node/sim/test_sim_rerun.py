@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.procs import metrics, wait_until
-from test_sim import ROOT, SMALL, node_step
+from tests.helpers.procs import metrics
+from tests.helpers.wait import wait_until
+from tests.helpers.paths import ROOT
+from tests.helpers.sim_procs import SMALL, node_step
 
 pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
 

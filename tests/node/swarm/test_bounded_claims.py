@@ -16,7 +16,7 @@ from policies.offpolicy import ess_fraction, token_log_ratios
 from protocol.codec import encode
 from protocol.identity import Identity
 from protocol.messages import MIN_TOKEN_LOGPROB, RolloutRecord
-from test_exchange import batch, clock_at, decode_text, envelope, make_exchange
+from tests.helpers.exchange import batch, clock_at, decode_text, envelope, make_exchange
 from node.transport.memory import MemoryHub
 
 EOS, PAD = 1, 0

@@ -19,6 +19,7 @@ from node.transport.hivemind.index_records import swarm_validator
 from node.transport.hivemind.daemon import start_dht_node, stop_dht_node
 from policies.policy import Policy
 from protocol.identity import Identity
+from tests.helpers.wait import wait_for
 
 pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.daemon]
 LOOPBACK = dict(host_maddrs=["/ip4/127.0.0.1/tcp/0"], use_relay=False, nat_port_map=False)
@@ -75,12 +76,6 @@ def _same(a: Policy, b: Policy) -> bool:
 
 
 def test_versions_reach_the_followers_policies_through_the_dht_and_streams(tiny_model_dir, tmp_path):
-    async def wait_for(cond, timeout=60.0):
-        async def loop():
-            while not cond():
-                await asyncio.sleep(0.05)
-        await asyncio.wait_for(loop(), timeout)
-
     async def go():
         boot = await start_dht_node(initial_peers=[], retries=0, record_validator=bootstrap_validator(), **LOOPBACK)
         maddrs = [str(m) for m in await boot.p2p.get_visible_maddrs()]

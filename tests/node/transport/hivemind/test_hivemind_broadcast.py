@@ -15,6 +15,7 @@ from node.transport.hivemind.carrier import HivemindCarrier
 from node.broadcast.peer import BroadcastPeer
 from node.broadcast.wire import OK
 from protocol.identity import Identity
+from tests.helpers.wait import wait_for
 
 pytestmark = pytest.mark.daemon
 
@@ -49,13 +50,6 @@ async def network(n: int, upload: float | None = None, liar: int | None = None):
         await p.start()
         directory[p.me] = p.carrier.address
     return peers, got
-
-
-async def wait_for(cond, timeout=60.0):
-    async def loop():
-        while not cond():
-            await asyncio.sleep(0.02)
-    await asyncio.wait_for(loop(), timeout)
 
 
 async def close_all(peers):

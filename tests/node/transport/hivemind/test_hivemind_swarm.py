@@ -13,7 +13,8 @@ import time
 import msgpack
 import pytest
 
-from tests.helpers.procs import metrics, p2pd_children_of, procs, status, wait_until  # noqa: F401 - procs is a fixture
+from tests.helpers.procs import metrics, p2pd_children_of, procs, status  # noqa: F401 - procs is a fixture
+from tests.helpers.wait import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.daemon, pytest.mark.subprocess]
 

@@ -22,7 +22,7 @@ from protocol.manifest import build_manifest, decode_manifest, encode_manifest
 from protocol.records import sign_record
 from node.transport.mqtt.parts import split
 from tests.helpers.mqtt_fixtures import broker, certs, idents  # noqa: F401 - fixtures
-from test_mqtt_transport import transport, until
+from tests.helpers.mqtt_fixtures import transport, until
 
 pytestmark = pytest.mark.broker
 

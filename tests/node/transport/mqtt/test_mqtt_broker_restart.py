@@ -9,7 +9,7 @@ import pytest
 import asyncio
 
 from tests.helpers.mqtt_fixtures import broker_for, certs, idents  # noqa: F401 - fixtures
-from test_mqtt_transport import collect, transport, until
+from tests.helpers.mqtt_fixtures import collect, transport, until
 
 pytestmark = pytest.mark.broker
 

@@ -10,7 +10,8 @@ import pytest
 
 from tests.helpers.mqtt_fixtures import broker_for, certs  # noqa: F401 - fixtures
 
-from tests.helpers.procs import metrics, procs, status, wait_until  # noqa: E402,F401 - procs is a fixture
+from tests.helpers.procs import metrics, procs, status  # noqa: E402,F401 - procs is a fixture
+from tests.helpers.wait import wait_until
 from protocol.identity import load_or_create_identity  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.broker, pytest.mark.subprocess]
@@ -108,7 +109,7 @@ def test_a_broker_restart_mid_run_delays_rollouts_and_loses_nothing_accepted(pro
         assert st.get("mqtt_dropped", 0) + st.get("mqtt_expired", 0) + st.get("mqtt_failed", 0) < st["mqtt_queued"]
 
 
-ENVELOPE_ATTACKS = {  # what an honest node counts for each (node/sim/adversary.py's table)
+ENVELOPE_ATTACKS = {  # what an honest node counts for each (node/sim/adversary/registry.py's table)
     "garbage": "malformed_envelope", "bad_signature": "bad_signature", "forged_reward": "unknown_field",
     "forged_truth": "unknown_field", "text_mismatch": "text_mismatch", "impersonation": "sender_mismatch",
     "logprob_1e300": "implausible_logprob", "logprob_1e4": "implausible_logprob",

@@ -21,37 +21,9 @@ from protocol.identity import Identity
 from protocol.messages import RolloutBatch, RolloutRecord
 from protocol.signing import envelope_to_bytes, sign
 
+from tests.helpers.mqtt_fixtures import collect, transport, until
+
 pytestmark = pytest.mark.broker
-
-
-def transport(broker, ident, n, kind="password", password=None, swarm="s", **kw) -> MqttTransport:
-    user = ident.peer_id if kind != "anonymous" else None
-    extra = {k: kw.pop(k) for k in ("ca_file", "cert_file", "key_file") if k in kw}
-    settings = parse_broker_url(broker.url(kind, user), password=f"pw-{n}" if password is None else password, **extra)
-    return MqttTransport(swarm=swarm, publisher=ident.peer_id, broker=settings, join_retries=0,
-                         connect_timeout=5.0, **kw)
-
-
-async def until(cond, timeout=10.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        got = await cond()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
-
-
-async def collect(t, rounds, n, timeout=10.0):
-    got = []
-
-    async def enough():
-        got.extend(await t.poll(rounds))
-        return len(got) >= n
-
-    await until(enough, timeout, f"{n} deliveries")
-    return got
 
 
 def test_envelopes_and_heartbeats_reach_peers_split_under_the_broker_limit(broker, idents, certs):

@@ -1,0 +1,53 @@
+"""What a broadcast role may read and call of its node: one typed context the trainer builds once.
+
+A role (node/broadcast/roles.py) publishes or follows weights around the trainer's steps; it
+needs a few of the node's settings, its policy and its connection, and to read (never set) the
+learner's version, the step and whether a stop was asked. Handing it this instead of the node
+keeps the role from reaching into anything else, and lets a test build a role's world directly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from node.transport.base import Transport
+from policies.policy import Policy
+from protocol.identity import Identity
+
+__all__ = ["RoleSettings", "RoleContext"]
+
+
+@dataclass(frozen=True)
+class RoleSettings:
+    """The node's ``[broadcast]`` section, as a role reads it (node/run/config.py validates it)."""
+
+    follow: str = ""  # worker: the learner's peer id
+    publish_every: int = 1  # learner: steps between versions
+    max_staleness: int = 2  # versions a worker's rollouts may lag
+    fanout: int = 1  # learner: children per node in the relay tree
+    upload_mbps: float = 0.0  # cap on uploaded chunks, MB/s (0: none)
+
+
+@dataclass(frozen=True)
+class RoleContext:
+    """Everything a role reads or calls: settings and parts by value, the node's changing state
+    through read-only callables."""
+
+    settings: RoleSettings
+    swarm_name: str
+    run_dir: Path
+    policy: Policy | None
+    transport: Transport | None  # the swarm's connection, which the broadcast shares
+    identity: Identity | None
+    learner_version: Callable[[], int]
+    step: Callable[[], int]
+    stop_requested: Callable[[], bool]
+    set_phase: Callable[[str, str], None]  # status.json's phase and its detail
+    after_apply: Callable[[], None] | None = None  # a worker: after each applied version (vLLM's sync)
+
+    @property
+    def peer_id(self) -> str:
+        assert self.identity is not None, "a broadcast role runs in a swarm"
+        return self.identity.peer_id
