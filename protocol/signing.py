@@ -302,6 +302,23 @@ class Verifier:
             self._remember(env, now)
             return True
 
+    def verify_fresh(self, env: Envelope, now: float | None = None) -> VerifyResult:
+        """``verify(env, now, commit=False)`` without the signature, for an envelope this verifier
+        already accepted (a caller that cached its verdict on the exact bytes, e.g. a gossip gate's):
+        the clock and replay checks run again, since they change with time and with what was
+        remembered since; form, key and signature cannot. Passing an envelope ``verify`` never
+        accepted skips its signature check: that is the caller's bug. Counted in ``counts`` as
+        ``verify`` counts, so ``counts`` stay one per verdict given (a message checked twice counts
+        twice whether or not its signature was checked twice). Remembers nothing."""
+        now = time.time() if now is None else now
+        with self._lock:  # never raises, as verify: a malformed one is counted and refused
+            result = self._check_fresh(env, now) if _well_formed(env) else VerifyResult.MALFORMED
+            self.counts[result.value] += 1
+        if result is not VerifyResult.ACCEPTED:
+            sender = env.sender if isinstance(env, Envelope) else None
+            logger.debug("rejected envelope from %.64r: %s", sender, result.value)
+        return result
+
     def remembered(self) -> int:
         """(seq, nonce) pairs held, over every sender."""
         with self._lock:

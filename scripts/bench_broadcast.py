@@ -43,8 +43,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hashlib
-import json
-import os
 import platform
 import random
 import sys
@@ -53,7 +51,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench_common import in_own_process  # noqa: E402
+from common.processes import hand_back, in_own_process  # noqa: E402
+from common.report import machine, write_results  # noqa: E402
 
 CARRIERS = ("hivemind", "libp2p")
 CARRIER_TEXT = {"hivemind": "hivemind p2p streams, a p2pd daemon per node",
@@ -208,8 +207,8 @@ async def run(args, kind: str) -> dict:
         rows.append(await _flood_trial(kind, n, upload, args.window, rng.randbytes(size), version + 1, chunk, limit))
     return {"size_bytes": size, "upload_bytes_per_s": upload, "chunk_bytes": chunk, "window": args.window,
             "limit_s": limit, "rows": [{"carrier": kind, **r} for r in rows],
-            "environment": {"python": platform.python_version(), "machine": f"{platform.machine()}, "
-                            f"{os.cpu_count()} CPUs", "carriers": {kind: CARRIER_TEXT[kind]}}}
+            "environment": {"python": platform.python_version(), "machine": machine(),
+                            "carriers": {kind: CARRIER_TEXT[kind]}}}
 
 
 async def _flood_trial(kind: str, n: int, upload: float, window: int, data: bytes, version: int, chunk: int,
@@ -293,11 +292,7 @@ def report(result: dict, out: Path) -> str:
         md += ["", f"Not measured: {', '.join(result['missing'])} (its process failed; see the run's output)."]
     md += ["", "Command: `python scripts/bench_broadcast.py --out docs/results` "
                f"(--size-mb {S:g} --upload-mbps {U:g} --carriers {' '.join(carriers)})."]
-    table = "\n".join(md) + "\n"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "bench_broadcast.json").write_text(json.dumps(result, indent=2) + "\n")
-    (out / "bench_broadcast.md").write_text(table)
-    return table
+    return write_results(out, "bench_broadcast", result, md)
 
 
 def main() -> int:
@@ -331,7 +326,7 @@ def main() -> int:
               "missing": [k for k, p in parts.items() if p is None]}
     result["environment"]["carriers"] = {k: v for p in done for k, v in p["environment"]["carriers"].items()}
     if args.json_out is not None:
-        args.json_out.write_text(json.dumps(result))
+        hand_back(args.json_out, result)
         return 0
     print(report(result, args.out))
     return 1 if result["missing"] else 0

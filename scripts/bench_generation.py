@@ -55,7 +55,8 @@ from node.run.config import NodeConfig  # noqa: E402
 from node.run.rollouts import round_task_ids  # noqa: E402
 from policies.policy import Policy, SamplingParams, TokenBatch  # noqa: E402
 from rewards.registry import make_task  # noqa: E402
-from bench_common import add_common_args, environment, setup, write_report  # noqa: E402
+from common.flags import add_common_args, setup  # noqa: E402
+from common.report import command_line, environment, write_bench_report  # noqa: E402
 
 
 def generated_tokens(new: torch.Tensor, eos: int) -> int:
@@ -142,7 +143,7 @@ def main() -> int:
     ratio = med_tps["policy"] / med_tps["bare"]
     result = {
         "benchmark": "generation throughput: Policy.generate vs bare model.generate",
-        "command": " ".join(["python scripts/bench_generation.py", *sys.argv[1:]]),
+        "command": command_line(),
         "model": args.model,
         "n_params": sum(p.numel() for p in model.parameters()),
         "device": args.device,
@@ -187,7 +188,7 @@ def main() -> int:
                   f"{med_tps[n] / med_tps['bare']:.3f} |")
     md += ["", f"Median paired ratio policy / bare: {paired:.3f}. Target policy / bare >= 0.9 -> "
                f"{'met' if result['target_met'] else 'NOT met'} ({ratio:.3f})."]
-    write_report(args.out, "bench_generation" + (f"-{args.tag}" if args.tag else ""), result, md, times)
+    write_bench_report(args.out, "bench_generation" + (f"-{args.tag}" if args.tag else ""), result, md, times)
     return 0
 
 

@@ -34,15 +34,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from common.proc import Memory, memory, reset_peak  # noqa: E402
+from common.report import command_line, environment, write_results  # noqa: E402
+
 VARIANTS = ("bare", "recorder", "full_logits")
 QWEN2_VOCAB = 151_936
 
 
-def _proc_kb(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise RuntimeError(f"/proc/self/status has no {field}")
+def _own_memory() -> Memory:
+    """This process's resident memory and peak (the CPU measurement: Linux's /proc)."""
+    m = memory()
+    if m is None or not m.rss:
+        raise RuntimeError("/proc/self/status has no VmRSS")
+    return m
 
 
 def child(args) -> dict:
@@ -84,15 +88,15 @@ def child(args) -> dict:
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
     else:
-        Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
-        base = _proc_kb("VmRSS") * 1024
+        reset_peak()  # VmHWM := VmRSS
+        base = _own_memory().rss
     torch.manual_seed(1)
     t0 = time.perf_counter()
     seqs, logp = generate(args.new_tokens)
     if cuda:
         torch.cuda.synchronize()
     dt = time.perf_counter() - t0
-    peak = torch.cuda.max_memory_allocated() if cuda else _proc_kb("VmHWM") * 1024
+    peak = torch.cuda.max_memory_allocated() if cuda else _own_memory().peak
     return {"variant": args.variant, "base_bytes": base, "peak_bytes": peak, "extra_bytes": peak - base,
             "seconds": dt, "generated": int(seqs.shape[1] - args.prompt_len),
             "logprobs_shape": list(logp.shape) if logp is not None else None,
@@ -117,8 +121,6 @@ def main() -> int:
         print(json.dumps(child(args)))
         return 0
 
-    from bench_common import environment
-
     rows = []
     for v in args.variants:
         cmd = [sys.executable, __file__, "--variant", v, *sys.argv[1:]]
@@ -130,7 +132,7 @@ def main() -> int:
     by = {r["variant"]: r for r in rows}
     full_logits_bytes = args.rows * args.new_tokens * args.vocab * 4
     result = {"benchmark": "generation peak memory on a real vocabulary",
-              "command": " ".join(["python scripts/bench_generation_memory.py", *sys.argv[1:]]),
+              "command": command_line(),
               "rows": args.rows, "prompt_len": args.prompt_len, "new_tokens": args.new_tokens,
               "vocab": args.vocab, "hidden": args.hidden, "device": args.device,
               "one_logits_tensor_bytes": full_logits_bytes, "variants": by, **environment()}
@@ -163,12 +165,8 @@ def main() -> int:
                    f"known only at the next step): {step / mib:,.1f} MiB here, the same at any number of new "
                    f"tokens; the allocator's run-to-run spread is of that order (earlier runs: 92 vs 112 MiB)."]
     md += ["", f"{result.get('machine', '')}, Python {result.get('python', '')}, torch {result.get('torch', '')}."]
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     stem = "bench_generation_memory" + (f"-{args.tag}" if args.tag else "")
-    (out / f"{stem}.json").write_text(json.dumps(result, indent=2) + "\n")
-    (out / f"{stem}.md").write_text("\n".join(md) + "\n")
-    print("\n".join(md))
+    print(write_results(Path(args.out), stem, result, md), end="")
     return 0
 
 

@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import json
 import random
 import sys
 import time
@@ -48,6 +47,7 @@ import node.transport.hivemind.transport as hd  # noqa: E402
 from node.transport.hivemind.index import envelopes_wanted, shard_prefix, write_levels  # noqa: E402
 from node.transport.hivemind.records import OwnerSignatureValidator  # noqa: E402
 from protocol.identity import Identity  # noqa: E402
+from common.report import command_line, write_json, write_markdown  # noqa: E402
 
 SER = DHTProtocol.serializer
 
@@ -197,13 +197,12 @@ def main() -> None:
                       window=args.window)
             print(f"  {res['ratio_to_j_groups']:.1f}x the J groups' bytes ({time.time() - t0:.0f} s)", flush=True)
             rows.append(res)
-    args.out.mkdir(parents=True, exist_ok=True)
-    cmd = "python scripts/bench_index_scale.py " + " ".join(sys.argv[1:])
-    (args.out / "bench_index_scale.json").write_text(json.dumps({"command": cmd.strip(), "args": {
+    cmd = command_line()
+    write_json(args.out / "bench_index_scale.json", {"command": cmd, "args": {
         k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}, "envelope_bytes": len(body),
-        "results": rows}, indent=1))
+        "results": rows}, indent=1, end="")
     md = ["# Index scale: bytes a node reads and fetches per round", "",
-          f"`{cmd.strip()}` (simulated replica, real signing, validator, shard choice and fetch budget; "
+          f"`{cmd}` (simulated replica, real signing, validator, shard choice and fetch budget; "
           "see the script's docstring). Steady state: the mean of the second half of "
           f"{args.rounds} rounds, the reader starting as a newcomer. J = {args.j} groups a step; an honest "
           f"envelope holds {args.groups} groups of {args.group_size} ({len(body)} bytes), so the J groups a "
@@ -219,8 +218,7 @@ def main() -> None:
            "round at 10,000 peers is over hivemind's 2 MiB reply limit, so it could not work at all there.",
            "", "Size estimate of the reader (peers) by round, sharded index: " + "; ".join(
         f"N={r['n']}: " + ", ".join(str(x['estimate']) for x in r['per_round']) for r in rows if r['design'] == 'sharded')]
-    (args.out / "bench_index_scale.md").write_text("\n".join(md) + "\n")
-    print("\n".join(md))
+    print(write_markdown(args.out / "bench_index_scale.md", md), end="")
 
 
 if __name__ == "__main__":

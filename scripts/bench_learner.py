@@ -57,7 +57,8 @@ from node.run.wiring import build_learner  # noqa: E402
 from policies.learner import TrainSample  # noqa: E402
 from policies.policy import Policy, SamplingParams, TokenBatch  # noqa: E402
 from rewards.scoring import RewardConfig  # noqa: E402
-from bench_common import add_common_args, environment, setup, write_report  # noqa: E402
+from common.flags import add_common_args, setup  # noqa: E402
+from common.report import command_line, environment, write_bench_report  # noqa: E402
 
 PLAIN_EPSILON = 0.2
 
@@ -177,7 +178,7 @@ def main() -> int:
     m = first_metrics["corrected"]
     result = {
         "benchmark": "learner step: corrected vs plain GRPO",
-        "command": " ".join(["python scripts/bench_learner.py", *sys.argv[1:]]),
+        "command": command_line(),
         "model": args.model,
         "n_params": sum(p.numel() for p in policy.model.parameters()),
         "device": args.device,
@@ -219,7 +220,7 @@ def main() -> int:
     md += ["", f"Target: corrected / plain <= 1.05 -> "
                f"{'met' if result['target_met'] else 'NOT met'} "
                f"({med['corrected'] / med['plain']:.3f})."]
-    write_report(args.out, "bench_learner" + (f"-{args.tag}" if args.tag else ""), result, md, times)
+    write_bench_report(args.out, "bench_learner" + (f"-{args.tag}" if args.tag else ""), result, md, times)
     return 0
 
 

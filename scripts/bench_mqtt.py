@@ -42,6 +42,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from common.report import machine, write_results  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 LOOPBACK = dict(host_maddrs=["/ip4/127.0.0.1/tcp/0"], use_relay=False, nat_port_map=False)
 META = dict(model_fingerprint="bench", tokenizer_fingerprint="bench", format="safetensors-full")
@@ -282,11 +284,7 @@ def report(result: dict, out: Path) -> str:
             hs = (f"{hm[(n, 'pipelined')]:.1f} s / {hm[(n, 'source_to_all')]:.1f} s"
                   if (n, "pipelined") in hm and (n, "source_to_all") in hm else "-")
             md.append(f"| {r['followers']} | {p:.1f} s | {s:.1f} s | {p / lim:.2f} / {s / lim:.2f} | {hs} |")
-    table = "\n".join(md) + "\n"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "bench_mqtt.json").write_text(json.dumps(result, indent=1))
-    (out / "bench_mqtt.md").write_text(table)
-    return table
+    return write_results(out, "bench_mqtt", result, md, indent=1, json_end="")
 
 
 def main() -> None:
@@ -315,7 +313,7 @@ def main() -> None:
     ver = subprocess.run([mosquitto_binary(), "-h"], capture_output=True, text=True).stdout.splitlines()[:1]
     result.update(args={k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
                   command="python scripts/bench_mqtt.py " + " ".join(sys.argv[1:]),
-                  env={"python": platform.python_version(), "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
+                  env={"python": platform.python_version(), "machine": machine(),
                        "mosquitto": ver[0].split()[-1] if ver else "?", "commit": commit, "wall_s": time.time() - t0})
     print(report(result, args.out))
 

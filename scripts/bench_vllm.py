@@ -31,6 +31,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from common.report import write_json, write_markdown  # noqa: E402
+
 SHAPES = {
     # head size 32 / 64: vLLM's CPU attention supports 32, 64, 80, 96, 112, 128, ... only
     "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
@@ -180,13 +182,13 @@ def main() -> None:
             res["node"] = run_node(model, Path(tmp) / "node", args.node_steps)
             print(f"bench_vllm: node: {json.dumps(res['node'])}", flush=True)
     if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "bench_vllm.json").write_text(json.dumps(res, indent=2))
-        (args.out / "bench_vllm.md").write_text(report(res, " ".join(sys.argv[1:])))
+        write_json(args.out / "bench_vllm.json", res, end="")
+        write_markdown(args.out / "bench_vllm.md", report(res, " ".join(sys.argv[1:])))
     print(json.dumps(res, indent=2))
 
 
-def report(res: dict, argv: str) -> str:
+def report(res: dict, argv: str) -> list[str]:
+    """The report's lines: the two backends side by side, full weights and LoRA, then the node."""
     rows = []
     for key in ("full", "lora"):
         r = res[key]
@@ -195,7 +197,7 @@ def report(res: dict, argv: str) -> str:
                     f"| {r['reload_s']['min'] * 1e3:.0f}-{r['reload_s']['max'] * 1e3:.0f} ms "
                     f"| {r['gap_after_update']['max']:.1e} | {r['sampled_changed']} | {r['engine_startup_s']} s |")
     node = res.get("node", {})
-    return "\n".join([
+    return [
         "# vLLM backend vs transformers backend",
         "",
         f"`python scripts/bench_vllm.py {argv}` (run with vLLM {res['vllm']}, torch {res['torch']}, "
@@ -208,8 +210,7 @@ def report(res: dict, argv: str) -> str:
         "",
         f"A node with `generation.backend vllm`: {node.get('steps')} steps, weight sync per step "
         f"{node.get('weight_sync_s')} s, finite loss: {node.get('loss_finite')}.",
-        "",
-    ])
+    ]
 
 
 if __name__ == "__main__":

@@ -24,9 +24,12 @@ import statistics
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from exp_common import ROOT, command_line, correctness, final, plot_panels, run_cli, write_report
+from common import ROOT
+from common.curves import correctness, final, plot_panels
+from common.processes import run_cli
+from common.report import command_line, write_experiment_report
 
-from node.observe.metrics import read_metrics  # importable: exp_common puts the repo root on sys.path
+from node.observe.metrics import read_metrics  # importable: common puts the repo root on sys.path
 
 BATCH = 32
 BASELINES = ["mean", "median", "opob", "opob_approx"]
@@ -96,7 +99,7 @@ def main() -> None:
         md.append(f"| {r['G']} | {r['baseline']} | {r['final']:.3f} ± {r['final_sd']:.3f} | {r['cumulative']:.1f} | "
                   f"{vs} | {r['zero_adv']:.2f} | {r['grad_norm']:.3f} | {r['learn_ms']:.0f} |")
     plot_panels(curves, args.out / f"exp_baselines{tag}.png", "correctness, mean over seeds")
-    write_report(args.out, f"exp_baselines{tag}", md, result, "correctness per G and baseline")
+    write_experiment_report(args.out, f"exp_baselines{tag}", md, result, "correctness per G and baseline")
 
 
 if __name__ == "__main__":

@@ -27,10 +27,12 @@ import statistics
 from dataclasses import replace
 from pathlib import Path
 
-from exp_common import (ROOT, WINDOW, command_line, correctness,
-                        final, plot_mean_curves, run_cli, worst_dip, write_report)
+from common import ROOT
+from common.curves import WINDOW, correctness, final, plot_mean_curves, worst_dip
+from common.processes import run_cli
+from common.report import command_line, write_experiment_report
 
-from node.observe.metrics import read_metrics  # importable: exp_common puts the repo root on sys.path
+from node.observe.metrics import read_metrics  # importable: common puts the repo root on sys.path
 
 VARIANTS = {
     "naive": ["--learner.off_policy_correction", "false", "--learner.lr_rule", "none"],
@@ -123,7 +125,7 @@ def main() -> None:
     for v, r in result["variants"].items():
         md.append(f"| {v} | " + " | ".join(f"{r['final_by_role'][role]:.3f}" for role in ROLES) + " |")
     plot_mean_curves(curves, args.out / f"exp_correction{tag}.png", "correctness of node0/node1")
-    write_report(args.out, f"exp_correction{tag}", md, result, "correctness per variant")
+    write_experiment_report(args.out, f"exp_correction{tag}", md, result, "correctness per variant")
 
 
 if __name__ == "__main__":

@@ -30,7 +30,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from exp_common import command_line, plot_mean_curves, write_report  # noqa: E402
+from common.curves import plot_mean_curves  # noqa: E402
+from common.report import command_line, write_experiment_report  # noqa: E402
 
 LOOPBACK = ["--swarm.host_maddrs", '["/ip4/127.0.0.1/tcp/0"]', "--swarm.use_relay", "false",
             "--swarm.nat_port_map", "false"]
@@ -158,7 +159,7 @@ def main() -> None:
                      f"{w['served_bytes'] / 1e6:.0f} | {sum(w['bad_chunks'].values())} |")
     plot_mean_curves({"learner": [res["curve"]]}, args.out / "exp_roles.png", "correctness (rolling mean)",
                      "learner with 3 workers")
-    write_report(args.out, "exp_roles", lines, res, "the learner's correctness")
+    write_experiment_report(args.out, "exp_roles", lines, res, "the learner's correctness")
 
 
 if __name__ == "__main__":

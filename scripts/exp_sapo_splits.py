@@ -29,10 +29,12 @@ import statistics
 from dataclasses import replace
 from pathlib import Path
 
-from exp_common import (ROOT, command_line, correctness, final,
-                        first_reach, plot_mean_curves, run_cli, write_report)
+from common import ROOT
+from common.curves import correctness, final, first_reach, plot_mean_curves
+from common.processes import run_cli
+from common.report import command_line, write_experiment_report
 
-from node.observe.metrics import read_metrics  # importable: exp_common puts the repo root on sys.path
+from node.observe.metrics import read_metrics  # importable: common puts the repo root on sys.path
 
 
 def distinct_models(args) -> Path:
@@ -138,7 +140,7 @@ def main() -> None:
                       for s, by_seed in curves.items()},
                      args.out / f"exp_sapo_splits{tag}.png", "correctness",
                      f"SAPO splits: {args.nodes} nodes, mean over nodes and seeds")
-    write_report(args.out, f"exp_sapo_splits{tag}", md, result, "correctness per split")
+    write_experiment_report(args.out, f"exp_sapo_splits{tag}", md, result, "correctness per split")
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 from node.observe.metrics import read_metrics  # noqa: E402
 from node.observe.plots import rolling_mean  # noqa: E402
+from common.report import command_line, write_json, write_markdown  # noqa: E402
 
 WINDOW = 20
 
@@ -78,11 +79,11 @@ def main() -> None:
     fig.tight_layout()
     fig.savefig(args.out / "solo_learning.png", dpi=100)
 
-    cmd = "python scripts/exp_solo_learning.py " + " ".join(sys.argv[1:])
+    cmd = command_line()
     lines = [
         "# Solo learning on the embedded default",
         "",
-        f"Command: `{cmd.strip()}`",
+        f"Command: `{cmd}`",
         "",
         f"Mean correctness reward of the training rollouts, first vs last {WINDOW} steps "
         f"({args.steps} steps per seed, default config).",
@@ -96,10 +97,9 @@ def main() -> None:
     mean_ratio = sum(r["ratio"] for r in results) / len(results)
     lines += ["", f"Mean ratio over seeds: **{mean_ratio:.2f}x**; worst seed {min(r['ratio'] for r in results):.2f}x.",
               "", "![reward curves](solo_learning.png)", ""]
-    (args.out / "solo_learning.md").write_text("\n".join(lines))
-    (args.out / "solo_learning.json").write_text(json.dumps(
-        {"command": cmd.strip(), "results": [{k: v for k, v in r.items() if k != "correct"} for r in results]},
-        indent=2))
+    write_markdown(args.out / "solo_learning.md", lines, end="")
+    write_json(args.out / "solo_learning.json",
+               {"command": cmd, "results": [{k: v for k, v in r.items() if k != "correct"} for r in results]}, end="")
     print("\n".join(lines))
 
 

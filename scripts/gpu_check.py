@@ -34,6 +34,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from common.report import write_json  # noqa: E402
+
 OPTIONS = {
     "mean": {"learner.baseline": "mean"},
     "median": {"learner.baseline": "median"},
@@ -211,13 +213,13 @@ def main() -> None:
             recs = train(node_config(model, work / name, args.device, args.steps, args.quick, **micro, **over))
             report["runs"][name] = {**summarise(recs), "wall_s": round(time.time() - t, 1)}
             print(f"gpu_check: {name}: {json.dumps(report['runs'][name])}", flush=True)
-            args.out.write_text(json.dumps(report, indent=2))  # what finished survives a timeout
+            write_json(args.out, report, end="")  # what finished survives a timeout
         report["oom_recovery"] = oom_run(model, work, args.device, max(2, args.steps // 2), args.quick)
         print(f"gpu_check: out-of-memory run: {json.dumps(report['oom_recovery'])}", flush=True)
     report["total_s"] = round(time.time() - t0, 1)
     report["verdicts"] = verdicts(report)
     print(f"gpu_check: verdicts {json.dumps(report['verdicts'])}", flush=True)
-    args.out.write_text(json.dumps(report, indent=2))
+    write_json(args.out, report, end="")
     print(f"gpu_check: wrote {args.out} in {report['total_s']} s")
 
 

@@ -1,9 +1,11 @@
-"""The experiment and benchmark scripts stay runnable: each answers --help, and the statistics the
-experiment reports are built from give hand-computed numbers."""
+"""The experiment and benchmark scripts stay runnable: each answers --help, the statistics the
+experiment reports are built from give hand-computed numbers, and the /proc readers they share
+(scripts/common/proc.py) parse sample text to hand-computed numbers."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -11,10 +13,10 @@ import pytest
 
 from tests.helpers.paths import ROOT
 
-import exp_common  # noqa: E402
+from common import curves, proc  # scripts/ is on pytest's pythonpath
+from common.report import write_bench_report, write_experiment_report
 
-SCRIPTS = sorted(p.name for p in (ROOT / "scripts").glob("*.py") if p.stem.startswith(("exp_", "bench_"))
-                 and p.stem not in ("exp_common", "bench_common"))
+SCRIPTS = sorted(p.name for p in (ROOT / "scripts").glob("*.py") if p.stem.startswith(("exp_", "bench_")))
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
@@ -26,30 +28,87 @@ def test_script_answers_help(script):
 
 
 def test_final_and_first_reach_use_the_rolling_window(monkeypatch):
-    monkeypatch.setattr(exp_common, "WINDOW", 2)
+    monkeypatch.setattr(curves, "WINDOW", 2)
     curve = [0.0, 0.0, 1.0, 1.0, 0.0]
-    assert exp_common.final(curve) == pytest.approx(0.5)  # the mean of the last WINDOW steps
+    assert curves.final(curve) == pytest.approx(0.5)  # the mean of the last WINDOW steps
     # 2-step rolling means: -, 0, 0.5, 1, 0.5 → 0.5 first reached at step 3, 1.0 at step 4
-    assert exp_common.first_reach(curve, 0.5) == 3
-    assert exp_common.first_reach(curve, 1.0) == 4
-    assert exp_common.first_reach(curve, 1.1) is None
+    assert curves.first_reach(curve, 0.5) == 3
+    assert curves.first_reach(curve, 1.0) == 4
+    assert curves.first_reach(curve, 1.1) is None
 
 
 def test_worst_dip_is_the_largest_fall_below_the_running_peak(monkeypatch):
-    monkeypatch.setattr(exp_common, "WINDOW", 1)
-    assert exp_common.worst_dip([0.1, 0.5, 0.2, 0.4, 0.1, 0.6]) == pytest.approx(0.4)
-    assert exp_common.worst_dip([0.1, 0.2, 0.3]) == 0.0  # never falls
+    monkeypatch.setattr(curves, "WINDOW", 1)
+    assert curves.worst_dip([0.1, 0.5, 0.2, 0.4, 0.1, 0.6]) == pytest.approx(0.4)
+    assert curves.worst_dip([0.1, 0.2, 0.3]) == 0.0  # never falls
 
 
 def test_rerunning_a_report_keeps_its_hand_written_reading(tmp_path, capsys):
     report = tmp_path / "exp.md"
-    exp_common.write_report(tmp_path, "exp", ["# old", "| 1 |"], {"x": 1}, "plot")
+    write_experiment_report(tmp_path, "exp", ["# old", "| 1 |"], {"x": 1}, "plot")
     report.write_text(report.read_text() + "\n## What this shows\n\n- a reading\n")
-    exp_common.write_report(tmp_path, "exp", ["# new", "| 2 |"], {"x": 2}, "plot")
+    write_experiment_report(tmp_path, "exp", ["# new", "| 2 |"], {"x": 2}, "plot")
     text = report.read_text()
     assert text.startswith("# new\n| 2 |\n\n![plot](exp.png)\n") and "| 1 |" not in text
     assert text.count("## What this shows") == 1 and text.endswith("- a reading\n")
     assert json.loads((tmp_path / "exp.json").read_text()) == {"x": 2}
+
+
+def test_a_benchmark_report_notes_an_oversubscribed_cpu(tmp_path, capsys):
+    result, md = {"x": 1}, ["# bench", "| 1 |"]
+    write_bench_report(tmp_path, "b", result, md, {"a": [1.0, 2.0], "b": [4.0]})  # 4.0 / 1.0: over 3x
+    assert result["max_over_min_time"] == 4.0
+    text = (tmp_path / "b.md").read_text()
+    assert text.startswith("# bench\n| 1 |\n\nNote: round times vary 4x") and text.endswith("avoids the stalls.\n")
+    assert json.loads((tmp_path / "b.json").read_text()) == {"x": 1, "max_over_min_time": 4.0}
+    write_bench_report(tmp_path, "c", {}, ["# calm"], {"a": [1.0, 3.0]})  # 3x: no note
+    assert (tmp_path / "c.md").read_text() == "# calm\n"
+
+
+STATUS = """Name:\tpython3
+State:\tS (sleeping)
+PPid:\t1
+VmPeak:\t  900000 kB
+VmSize:\t  850000 kB
+VmHWM:\t  204800 kB
+VmRSS:\t  102400 kB
+Threads:\t3
+"""
+
+
+def test_resident_memory_and_its_peak_are_read_in_bytes():
+    assert proc.parse_memory(STATUS) == proc.Memory(rss=102400 * 1024, peak=204800 * 1024)
+    # a zombie's status has no memory lines: nothing resident
+    assert proc.parse_memory("Name:\tx\nState:\tZ (zombie)\nThreads:\t1\n") == proc.Memory(rss=0, peak=0)
+
+
+def test_parent_and_cpu_ticks_are_counted_from_the_last_parenthesis():
+    # the command name may hold spaces and parentheses; utime 250 + stime 50 ticks
+    stat = "4242 (py (x) y) S 17 4242 4242 0 -1 4194304 100 0 0 0 250 50 3 1 20 0 3 0 12345 0 0\n"
+    assert proc.parse_stat(stat) == proc.Stat(ppid=17, cpu_ticks=300)
+
+
+def test_a_process_tree_is_its_root_and_every_descendant():
+    procs = [proc.Process(1, 0, b"init\0"), proc.Process(10, 1, b"node\0"), proc.Process(11, 10, b"dht\0"),
+             proc.Process(12, 11, b"p2pd\0"), proc.Process(20, 1, b"other\0")]
+    assert sorted(proc.family(10, procs)) == [10, 11, 12]
+    assert proc.family(12, procs) == [12]
+
+
+def test_machine_cpu_is_busy_over_total_between_two_readings():
+    # user 100, nice 20, system 30, idle 400, iowait 50, irq 6, softirq 7, steal 8 (guest time not added)
+    text = "cpu  100 20 30 400 50 6 7 8 0 0\ncpu0 50 10 15 200 25 3 3 4 0 0\n"
+    assert proc.parse_machine_jiffies(text) == (171, 621)  # busy: total 621 less idle and iowait
+    assert proc.busy_share((171, 621), (271, 821)) == 0.5
+    assert proc.busy_share(None, (271, 821)) is None and proc.busy_share((171, 621), (171, 621)) is None
+
+
+def test_a_process_that_is_not_there_reads_as_nothing():
+    gone = 4_194_305  # above Linux's largest pid_max (2**22): no process has it
+    assert proc.memory(gone) is None and proc.cpu_seconds(gone) == 0.0 and proc.threads(gone) == []
+    me = proc.memory()  # and this one, read for real
+    assert me is not None and 0 < me.rss <= me.peak
+    assert os.getpid() in proc.threads(os.getpid()) and proc.machine_jiffies() is not None
 
 
 @pytest.mark.parametrize("argv, says", [

@@ -15,7 +15,7 @@ def run_adversary(args: argparse.Namespace, unknown: list[str]) -> int:
 
     overrides = config_overrides(args, unknown)
     if args.bootstrap:
-        overrides["swarm.transport"] = "hivemind"
+        overrides.setdefault("swarm.transport", "hivemind")  # the public swarm's carrier unless named
         overrides["swarm.initial_peers"] = list(overrides.get("swarm.initial_peers", [])) + args.bootstrap
     cfg = load_config(args.config, overrides)
     setup_logging(cfg.run.log_level, cfg.run.log_format)

@@ -8,17 +8,13 @@ import asyncio
 
 def run_bootstrap(args: argparse.Namespace, unknown: list[str]) -> int:
     from node.observe.logs import setup_logging
+    from node.transport.carriers import carrier
 
     setup_logging()
-    if args.transport == "libp2p":
-        from node.transport.libp2p.bootstrap import run_libp2p_bootstrap
-
-        return asyncio.run(run_libp2p_bootstrap(
-            host=args.host, port=args.port, initial_peers=args.initial_peers, identity=args.identity,
-            startup_timeout=args.startup_timeout, announce=args.announce, maddr_file=args.maddr_file))
-    from node.transport.hivemind.bootstrap import run_bootstrap as run_hivemind_bootstrap
-
-    return asyncio.run(run_hivemind_bootstrap(
-        host=args.host, port=args.port, announce=args.announce,
-        initial_peers=args.initial_peers, identity=args.identity, relay=not args.no_relay,
-        nat=not args.no_nat, startup_timeout=args.startup_timeout, maddr_file=args.maddr_file))
+    swarm_carrier = carrier(args.transport)
+    serve = swarm_carrier.load_bootstrap()
+    # --no-relay and --no-nat are hivemind's daemon's; py-libp2p's host has neither.
+    nat = dict(relay=not args.no_relay, nat=not args.no_nat) if swarm_carrier.uses_nat_traversal else {}
+    return asyncio.run(serve(
+        host=args.host, port=args.port, announce=args.announce, initial_peers=args.initial_peers,
+        identity=args.identity, startup_timeout=args.startup_timeout, maddr_file=args.maddr_file, **nat))

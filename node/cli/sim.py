@@ -15,6 +15,7 @@ from pathlib import Path
 from node.cli.flags import overrides as config_overrides, raw_flags
 from node.errors import ConfigError
 from node.run.config import load_config
+from node.transport.carriers import carrier
 
 log = logging.getLogger("swarm_node")
 
@@ -46,21 +47,23 @@ def run_simulation(args: argparse.Namespace, unknown: list[str]) -> int:
     sim_keys = {k: overrides.pop(k) for k in ("run.dir", "train.seed", "run.progress") if k in overrides}
     # Fail here, before anything starts, on a config no node would accept. (Over mqtt the broker is
     # the simulator's own, on a port it picks at start: any URL checks the rest.)
-    carrier = {"swarm.transport": args.transport, **({"swarm.broker": "mqtt://127.0.0.1"} if args.transport == "mqtt" else {})}
-    base = load_config(args.config, {**overrides, **carrier})
+    swarm_carrier = carrier(args.transport)
+    joining = {"swarm.transport": args.transport,
+               **({"swarm.broker": "mqtt://127.0.0.1"} if swarm_carrier.needs_broker else {})}
+    base = load_config(args.config, {**overrides, **joining})
     run_dir = Path(str(sim_keys.get("run.dir", base.run.dir if args.config and base.run.dir != "runs/solo" else "runs/sim")))
     seed = int(sim_keys.get("train.seed", base.train.seed))
     progress = str(sim_keys.get("run.progress", base.run.progress))
     faults = load_faults(args.faults)
     faults.check(args.nodes, args.transport)
-    if args.roles != "full" and (args.transport == "memory" or args.nodes < 2):
+    if args.roles != "full" and (swarm_carrier.in_process or args.nodes < 2):
         raise ConfigError(f"--roles {args.roles} needs --transport hivemind, mqtt or libp2p and at least 2 nodes (a learner "
                           f"and a worker)")
     # Each node's own config (every node's flags plus its [[node]] overrides), valid or refused here;
     # a worker's learner id is not made yet: any well-formed one checks the rest.
     from node.sim.argv import role_flags
 
-    node_cfgs = [load_config(args.config, {**overrides, **carrier,
+    node_cfgs = [load_config(args.config, {**overrides, **joining,
                                            **role_flags(args.roles, i, "sn1" + "a" * 32),
                                            **{k: v for o in faults.node if o.index == i for k, v in o.flags.items()}})
                  for i in range(args.nodes)]
@@ -73,7 +76,7 @@ def run_simulation(args: argparse.Namespace, unknown: list[str]) -> int:
     from node.run.preflight import check_device, check_resume_matches, check_run_dir
 
     check_run_dir(run_dir)
-    if args.transport == "mqtt":
+    if swarm_carrier.needs_broker:
         from node.transport.mqtt.broker import mosquitto_binary
 
         mosquitto_binary()  # installed? (the simulator starts its own broker)

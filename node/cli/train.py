@@ -16,10 +16,11 @@ from node.cli.flags import flat_keys, overrides as config_overrides
 from node.cli.parser import JOIN_RUN_DIR
 from node.errors import ConfigError
 from node.run.config import load_config, read_toml
+from node.transport.carriers import CARRIERS, carrier
 
 log = logging.getLogger("swarm_node")
 
-JOIN_TRANSPORTS = ("hivemind", "mqtt", "libp2p")
+JOIN_TRANSPORTS = tuple(name for name, c in CARRIERS.items() if not c.in_process)  # hivemind, mqtt, libp2p
 
 
 def join_transport(flag: str | None, overrides: dict, file_swarm: dict) -> str:
@@ -30,7 +31,9 @@ def join_transport(flag: str | None, overrides: dict, file_swarm: dict) -> str:
     transport = flag or overrides.get("swarm.transport") or file_swarm.get("transport")
     if transport in JOIN_TRANSPORTS:
         return transport
-    return "mqtt" if overrides.get("swarm.broker") or file_swarm.get("broker") else "hivemind"
+    if overrides.get("swarm.broker") or file_swarm.get("broker"):
+        return next(name for name in JOIN_TRANSPORTS if CARRIERS[name].needs_broker)
+    return next(name for name in JOIN_TRANSPORTS if CARRIERS[name].join_default)
 
 
 def run_train(args: argparse.Namespace, unknown: list[str]) -> int:
@@ -63,10 +66,11 @@ def _common_overrides(args: argparse.Namespace, unknown: list[str]) -> dict:
 
 def _check_swarm(cfg, new_swarm: bool) -> None:
     """Refuse a join that names no swarm to join, or bootstrap peers where there are none."""
-    if cfg.swarm.transport == "mqtt" and (cfg.swarm.initial_peers or new_swarm):
-        raise ConfigError("--bootstrap and --new-swarm are for the hivemind transport; over mqtt every node "
+    c = carrier(cfg.swarm.transport)  # join names one (join_transport)
+    if c.needs_broker and (cfg.swarm.initial_peers or new_swarm):
+        raise ConfigError(f"--bootstrap and --new-swarm are for the hivemind transport; over {c.name} every node "
                           "meets at the broker (--broker)")
-    if cfg.swarm.transport in ("hivemind", "libp2p") and not cfg.swarm.initial_peers and not new_swarm:
+    if c.joins_through_bootstrap and not cfg.swarm.initial_peers and not new_swarm:
         raise ConfigError("join needs a swarm to join: pass --bootstrap MADDR (the address `swarm-node "
                           "bootstrap` prints, e.g. /ip4/1.2.3.4/tcp/31337/p2p/QmWyMy...) or set "
                           "swarm.initial_peers; to start a new swarm with this node as its first peer, "

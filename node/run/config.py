@@ -191,10 +191,12 @@ class SwarmConfig(_Section):
 
     @model_validator(mode="after")
     def _broker(self) -> "SwarmConfig":
+        from node.transport.carriers import CARRIERS
         from node.transport.mqtt.url import parse_broker_url
 
-        if self.transport == "mqtt" and not self.broker:
-            raise ValueError("swarm.transport mqtt needs swarm.broker (--broker mqtts://user@host:8883)")
+        c = CARRIERS.get(self.transport)  # None: "none"
+        if c is not None and c.needs_broker and not self.broker:
+            raise ValueError(f"swarm.transport {self.transport} needs swarm.broker (--broker mqtts://user@host:8883)")
         if self.broker:
             parse_broker_url(self.broker)  # a clear error now, not at join
         if self.broker_key_file and not self.broker_cert_file:

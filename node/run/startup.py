@@ -29,6 +29,7 @@ from node.run.preflight import check_context, check_device, check_resume_matches
 from node.run.resume import resume_latest
 from node.run.wiring import build_exchange, build_learner, generation_backend, load_policy, start_vllm
 from node.transport import Transport
+from node.transport.carriers import CARRIERS
 from node.transport.mqtt.url import parse_broker_url
 
 if TYPE_CHECKING:
@@ -94,12 +95,12 @@ def _check_before_loading(cfg: NodeConfig, transport: Transport | None) -> str:
 def _joining(cfg: NodeConfig, transport: Transport | None) -> str:
     """What "joining the swarm" does first, for status.json."""
     sc = cfg.swarm
-    if sc.transport == "hivemind" and transport is None and sc.initial_peers:
-        return "starting the p2p daemon, then contacting " + ", ".join(sc.initial_peers)
-    if sc.transport == "libp2p" and transport is None and sc.initial_peers:
-        return "starting the libp2p host, then contacting " + ", ".join(sc.initial_peers)
-    if sc.transport == "mqtt" and transport is None:
-        return "connecting to the broker at " + parse_broker_url(sc.broker).url
+    c = CARRIERS.get(sc.transport)  # None: "none", training alone
+    if c is not None and transport is None:
+        if c.joins_through_bootstrap and sc.initial_peers:
+            return f"starting {c.local_peer}, then contacting " + ", ".join(sc.initial_peers)
+        if c.needs_broker:
+            return "connecting to the broker at " + parse_broker_url(sc.broker).url
     return sc.transport
 
 

@@ -10,9 +10,10 @@ import json
 from typing import Any
 
 from node.sim.spec import SimSpec
+from node.transport.carriers import carrier
 
-LOOPBACK = ["--swarm.host_maddrs", '["/ip4/127.0.0.1/tcp/0"]', "--swarm.use_relay", "false",
-            "--swarm.nat_port_map", "false"]
+LISTEN_LOOPBACK = ["--swarm.host_maddrs", '["/ip4/127.0.0.1/tcp/0"]']
+NO_NAT_TRAVERSAL = ["--swarm.use_relay", "false", "--swarm.nat_port_map", "false"]
 ROLE_LAYOUTS = ("full", "learner-workers")
 
 
@@ -71,12 +72,13 @@ def node_args(spec: SimSpec, i: int) -> list[str]:
 
 def join_flags(transport: str, maddr: str | None, broker_url: str | None) -> list[str]:
     """How every node joins: the bootstrap peer's address over hivemind and libp2p (listening on
-    loopback only), the simulator's broker over mqtt."""
-    if transport == "hivemind":
-        return ["--bootstrap", maddr, *LOOPBACK]
-    if transport == "libp2p":
-        return ["--transport", "libp2p", "--bootstrap", maddr, "--swarm.host_maddrs", '["/ip4/127.0.0.1/tcp/0"]']
-    return ["--transport", "mqtt", "--broker", broker_url]
+    loopback only, no relays or port mapping), the simulator's broker over mqtt. ``join``'s
+    default carrier goes unnamed."""
+    c = carrier(transport)
+    named = [] if c.join_default else ["--transport", transport]
+    if c.joins_through_bootstrap:
+        return [*named, "--bootstrap", maddr, *LISTEN_LOOPBACK, *(NO_NAT_TRAVERSAL if c.uses_nat_traversal else [])]
+    return [*named, "--broker", broker_url]
 
 
 def adversary_args(spec: SimSpec, j: int, how: list[str], broker_url: str | None) -> list[str]:
@@ -84,8 +86,11 @@ def adversary_args(spec: SimSpec, j: int, how: list[str], broker_url: str | None
     ``join_flags``."""
     m = spec.faults.malicious[j]
     base = ["--config", str(spec.config)] if spec.config else []
-    adv_how = (["--swarm.transport", "mqtt", "--swarm.broker", broker_url] if spec.transport == "mqtt"
-               else ["--swarm.transport", "libp2p", *how[1:]] if spec.transport == "libp2p" else how)
+    c = carrier(spec.transport)
+    # The adversary has no --transport flag: its carrier is named as a config override.
+    joined = how[2:] if how[:2] == ["--transport", spec.transport] else how
+    adv_how = (["--swarm.transport", spec.transport, "--swarm.broker", broker_url] if c.needs_broker
+               else ["--swarm.transport", spec.transport, *joined])
     return ["adversary", *adv_how, *base, *flag_list(spec.overrides), "--run.dir",
             str(spec.run_dir / f"adversary{j}"), "--attacks", ",".join(m.attacks)]
 

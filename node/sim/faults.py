@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from node.errors import ConfigError
 from node.run.config import read_toml
 from node.sim.adversary import ATTACKS, DEFAULT_ATTACKS, RAW_ATTACKS, SYBIL_ATTACKS
+from node.transport.carriers import carrier
 
 
 class _Strict(BaseModel):
@@ -75,11 +76,12 @@ class SimFaults(_Strict):
             members = [i for g in p.groups for i in g]
             if len(p.groups) < 2 or len(members) != len(set(members)):
                 raise ConfigError(f"[[partition]] groups {p.groups}: at least two groups, no node in two")
-        if (self.kill or self.malicious or self.node or self.partition or self.latency) and transport == "memory":
+        swarm_carrier = carrier(transport)
+        if (self.kill or self.malicious or self.node or self.partition or self.latency) and swarm_carrier.in_process:
             raise ConfigError("faults need --transport hivemind, mqtt or libp2p (the memory simulation runs every node in "
                               "one process)")
         dht = sorted({a for m in self.malicious for a in m.attacks if a in RAW_ATTACKS + SYBIL_ATTACKS})
-        if dht and transport != "hivemind":
+        if dht and not swarm_carrier.has_dht_index:
             raise ConfigError(f"attacks {dht} write into the hivemind DHT: use them with --transport hivemind")
 
 

@@ -12,6 +12,7 @@ import time
 from node.errors import NodeError
 from node.sim.children import Children, die_with_parent
 from node.sim.spec import SimSpec
+from node.transport.carriers import carrier
 
 log = logging.getLogger(__name__)
 
@@ -21,7 +22,7 @@ async def start_bootstrap(spec: SimSpec, kids: Children, stop: asyncio.Event) ->
     maddr_file = spec.run_dir / "bootstrap.maddr"
     # An earlier run's file names that run's port: wait for this bootstrap peer's own.
     maddr_file.unlink(missing_ok=True)
-    key = "bootstrap.p2p.key" if spec.transport == "hivemind" else "bootstrap.libp2p.pem"
+    key = carrier(spec.transport).bootstrap_key
     p = kids.spawn("bootstrap", ["bootstrap", "--transport", spec.transport, "--host", "127.0.0.1", "--port", "0",
                                  "--no-nat", "--no-relay", "--identity", str(spec.run_dir / key),
                                  "--maddr-file", str(maddr_file)], spec.run_dir / "bootstrap.log")

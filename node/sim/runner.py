@@ -38,6 +38,7 @@ from node.sim.kills import KillFaults
 from node.sim.spec import SimSpec, node_log, processes
 from node.sim.summary import write_summary
 from node.sim.table import plain_line, render_table, status_rows
+from node.transport.carriers import carrier
 
 
 log = logging.getLogger(__name__)
@@ -52,7 +53,7 @@ class _Stopped(Exception):
 async def _start_join_point(spec: SimSpec, kids: Children, stop: asyncio.Event):
     """The bootstrap peer (hivemind, libp2p) or the broker (mqtt) the nodes join through:
     (their ``join_flags``, the broker or None)."""
-    if spec.transport in ("hivemind", "libp2p"):
+    if carrier(spec.transport).joins_through_bootstrap:
         maddr = await start_bootstrap(spec, kids, stop)
         if maddr is None:  # Ctrl-C while the bootstrap peer was starting
             raise _Stopped()

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from node.sim.faults import SimFaults
+from node.transport.carriers import carrier
 
 
 @dataclass
@@ -31,9 +32,9 @@ class SimSpec:
 def node_log(spec: SimSpec, i: int) -> Path:
     """Where node i's output goes: its own node.log over hivemind, the one worker's nodes.log
     over memory (every node runs in that one process)."""
-    return spec.run_dir / ("nodes.log" if spec.transport == "memory" else f"node{i}/node.log")
+    return spec.run_dir / (f"node{i}/node.log" if processes(spec) else "nodes.log")
 
 
 def processes(spec: SimSpec) -> bool:
     """Whether the nodes are processes of their own (hivemind, mqtt, libp2p) or one worker's (memory)."""
-    return spec.transport != "memory"
+    return not carrier(spec.transport).in_process

@@ -6,6 +6,8 @@
                    verdict (``same_tokenizer``), decided once for the learner
     pool.py        PeerGroup / AdmittedGroup, the pool of admitted groups, its memory bounds, ``take``
     limits.py      the bounds on what a peer's messages can make the node read or remember
+    verdicts.py    what the gossip gate found on a message that passed, until it is polled: a
+                   message is checked once (bounded by entries, bytes and age; each used once)
     stats.py       the exchange's counters (per-peer ones bounded)
     link.py        a transport wrapped with reconnect and back-off (the exchange's one way out)
 

@@ -5,7 +5,8 @@ rollout batch, and turns what passes into ``AdmittedGroup``s (node/swarm/pool.py
 was decided here, once: the group's first ``group_cap`` completions this node could train on, its
 task regenerated from the id, and whether the peer's tokenizer is this node's (``same_tokenizer``).
 None of it changes state: it may run in a worker thread, and the exchange (node/swarm/exchange.py)
-remembers and pools what passed.
+remembers and pools what passed. Bytes already admitted by the gossip gate are not checked twice:
+``Admission.recheck`` and ``still_fresh`` re-run only what time or state may have changed.
 
 Admission, in order; each rejection is counted under the reason shown (``stats.rejected``)::
 
@@ -54,7 +55,7 @@ from rewards.registry import make_task
 from rewards.task import Task
 
 __all__ = ["REJECT_REASONS", "SENDER_FAULTS", "Refused", "Admitted", "Admission", "open_message",
-           "allowed_specials"]
+           "still_fresh", "allowed_specials"]
 
 REJECT_REASONS = (
     "malformed_envelope", "bad_signature", "sender_mismatch", "stale_clock", "replay", "oversized",
@@ -142,6 +143,14 @@ def open_message(d: Delivery, kind: type, verifier: Verifier) -> tuple[Envelope,
     return env, msg
 
 
+def still_fresh(env: Envelope, verifier: Verifier, now: float | None = None) -> None:
+    """What of ``open_message`` can change once it passed on the same bytes: the envelope's clock
+    and replay (read, not remembered). Raises ``Refused`` as ``open_message`` would now."""
+    verdict = verifier.verify_fresh(env, now)
+    if verdict is not VerifyResult.ACCEPTED:
+        raise Refused(_VERIFY_REASON[verdict])
+
+
 @dataclass(frozen=True)
 class Admission:
     """This node's rules for a peer's rollout batch, from its own tokenizer and limits."""
@@ -186,6 +195,26 @@ class Admission:
         except Refused as r:
             return r
         return Admitted(env, msg, groups, dropped_long)
+
+    def recheck(self, admitted: Admitted, verifier: Verifier, current: int, batches: set[tuple[str, int]],
+                now: float | None = None) -> Admitted | Refused:
+        """``check_batch`` again on the exact bytes it admitted (a verdict the gossip gate cached,
+        node/swarm/verdicts.py), at round ``current`` with ``batches`` admitted: only what depends
+        on time or state runs, in ``check_batch``'s order, so the outcome is the one it would give
+        now. What the bytes alone decide (signature, decoding, records, tasks, the tokenizer
+        verdict) is reused; replay is decided again when the exchange commits."""
+        msg = admitted.batch
+        try:
+            still_fresh(admitted.envelope, verifier, now)
+            if msg.round > current + 1:  # the round it names was checked; the clock may have stepped back
+                raise Refused("wrong_round", f"batch says round {msg.round}")
+            if (msg.sender, msg.round) in batches:
+                raise Refused("duplicate_round")
+            if msg.round < current - self.max_round_lag:
+                raise Refused("stale", str(len({rec.task_id for rec in msg.rollouts})))
+        except Refused as r:
+            return r
+        return admitted
 
     def _usable(self, groups: dict[str, list[RolloutRecord]], token_level: bool
                 ) -> tuple[dict[str, list[RolloutRecord]], int]:

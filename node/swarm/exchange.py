@@ -9,7 +9,9 @@ admission checks (node/swarm/admission.py: the checks, their order, the reasons 
 passes is pooled (node/swarm/pool.py), and ``take`` hands a step up to J groups.
 
 The checks run in a worker thread (``admit_off_loop``), so a 4 MiB batch does not stall
-heartbeats, the trainer or the status display; state changes on the event loop (``_commit``). An
+heartbeats, the trainer or the status display; state changes on the event loop (``_commit``). Over
+a carrier that forwards (gossipsub), ``gate`` checks a message before it is passed on and keeps
+its verdict (node/swarm/verdicts.py): polling it re-runs only what time or state may have changed. An
 envelope is remembered for replay detection only once every check has passed, so a copy of an
 honest envelope that fails a later check (re-published under another round) cannot get the honest
 delivery refused as a replay. Groups older than ``max_round_lag`` rounds are dropped and counted
@@ -27,17 +29,18 @@ from typing import Callable, Sequence
 
 from node.clock import RoundClock
 from node.swarm import limits
-from node.swarm.admission import SENDER_FAULTS, Admission, Admitted, Refused, open_message
+from node.swarm.admission import SENDER_FAULTS, Admission, Admitted, Refused, open_message, still_fresh
 from node.swarm.limits import envelope_ttl, heartbeat_ttl, usable_envelope_bytes
 from node.swarm.link import SwarmLink
 from node.swarm.pool import AdmittedGroup, PeerPool
 from node.swarm.stats import SwarmStats, bump
+from node.swarm.verdicts import VerdictCache
 from node.transport.base import Delivery, Transport
 from node.transport.hivemind.index import envelopes_wanted
 from protocol.codec import encode
 from protocol.identity import Identity
 from protocol.messages import Announcement, RolloutBatch, RolloutRecord
-from protocol.signing import Verifier, envelope_to_bytes, next_seq, sign
+from protocol.signing import Envelope, Verifier, envelope_to_bytes, next_seq, sign
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +74,10 @@ class SwarmExchange:
         # An honest envelope may be fetched up to the whole window after it was signed, so the
         # clock check allows the window on top of the configured skew.
         self.verifier = Verifier(max_skew_s=max_clock_skew + (max_round_lag + 1) * clock.round_seconds)
+        # What ``gate`` found on a message that passed, so that polling it checks it once (node/swarm/verdicts.py).
+        self.verdicts: VerdictCache[Admitted] = VerdictCache.for_rollouts(clock.round_seconds)
+        self.heartbeat_verdicts: VerdictCache[tuple[Envelope, Announcement]] = VerdictCache.for_heartbeats(
+            clock.round_seconds)
         self.stats = SwarmStats()
         self.pool = PeerPool(random.Random(f"swarm-exchange:{seed}:{identity.peer_id}"))
         self._batches: set[tuple[str, int]] = set()  # (sender, round) admitted, inside the window
@@ -194,6 +201,8 @@ class SwarmExchange:
         groups were admitted. Never raises: the network comes and goes, and a failing check is
         counted and logged rather than ending the receive task."""
         admitted = 0
+        for cache in (self.verdicts, self.heartbeat_verdicts):
+            cache.expire()  # verdicts on messages never polled go, even if no new one comes
         self.link.check()
         if not await self.link.maybe_rejoin():
             return 0  # down: the node trains on its own rollouts until the link is back
@@ -242,9 +251,15 @@ class SwarmExchange:
         return 0
 
     def admit_announcement(self, d: Delivery) -> bool:
-        """Verify a heartbeat (same signature, replay and schema rules as rollouts)."""
+        """Verify a heartbeat (same signature, replay and schema rules as rollouts); one ``gate``
+        opened is checked again only for what time may have changed (its clock and replay)."""
         try:
-            env, msg = open_message(d, Announcement, self.verifier)
+            opened = self.heartbeat_verdicts.pop(d)
+            if opened is None:
+                env, msg = open_message(d, Announcement, self.verifier)
+            else:
+                env, msg = opened
+                still_fresh(env, self.verifier)
         except Refused as r:
             return bool(self._reject(r.reason, d, r.detail))
         if not self.verifier.commit(env):
@@ -260,16 +275,20 @@ class SwarmExchange:
         """Every check a message must pass that needs no change of state, for a carrier that
         forwards messages (gossipsub's validator): False stops it here, counted as ``admit``
         would count it (on the loop: this runs in the carrier's worker thread). A message passed
-        on still goes through ``admit`` when polled; only that one remembers it."""
+        on still goes through ``admit`` when polled; only that one remembers it, and it reuses
+        what was found here on the same bytes (``verdicts``)."""
         if d.round < 0:
             try:
-                open_message(d, Announcement, self.verifier)
+                self.heartbeat_verdicts.put(d, open_message(d, Announcement, self.verifier))
                 return True
             except Refused as r:
                 checked = r
         else:
-            checked = self._check(d)
-            if not isinstance(checked, Refused) or checked.reason == "stale":
+            checked = self.admission.check_batch(d, self.verifier, self.clock.current(), self._batches)
+            if isinstance(checked, Admitted):
+                self.verdicts.put(d, checked)
+                return True
+            if checked.reason == "stale":
                 return True  # a stale batch is honest, only late: ``admit`` counts it
         self._loop.call_soon_threadsafe(self._commit, d, checked)
         return False
@@ -286,6 +305,11 @@ class SwarmExchange:
         return self._guarded(lambda d: self._commit(d, checked), d)
 
     def _check(self, d: Delivery) -> Admitted | Refused:
+        """Every check of a rollout batch that needs no change of state; on bytes ``gate`` passed,
+        only those that time or state may have changed since (``Admission.recheck``)."""
+        cached = self.verdicts.pop(d)
+        if cached is not None:
+            return self.admission.recheck(cached, self.verifier, self.clock.current(), self._batches)
         return self.admission.check_batch(d, self.verifier, self.clock.current(), self._batches)
 
     def _commit(self, d: Delivery, checked: Admitted | Refused) -> int:
@@ -358,6 +382,7 @@ class SwarmExchange:
                 "batches": len(self._batches), "peers": len(self.peers), "groups_in": len(self.stats.groups_in),
                 "groups_used": len(self.stats.groups_used), "rejected": len(self.stats.rejected),
                 "verifier_senders": len(v._senders), "verifier_entries": v.remembered(),
+                "verdicts": len(self.verdicts), "heartbeat_verdicts": len(self.heartbeat_verdicts),
                 **{f"transport.{k}": n for k, n in self.transport.buffer_sizes().items()}}
 
     def status(self) -> dict:
@@ -387,6 +412,8 @@ class SwarmExchange:
             "publish_skipped": s.publish_skipped,
             "publish_timeouts": s.publish_timeouts,
             "internal_errors": s.internal_errors,
+            # checked once over gossip: hits are polled messages whose gate verdict was reused
+            "verdicts": {"rollouts": dict(self.verdicts.counts), "heartbeats": dict(self.heartbeat_verdicts.counts)},
             **self.link.status(),
             **self.transport.info(),
         }

@@ -9,10 +9,12 @@
     addresses.py      addresses that name their peer (``.../p2p/<id>``)
     carrier.py        what the weight broadcast asks of a carrier (one request, one reply)
     directory.py      what a weights directory is (the source's pointer, its followers)
-    from_config.py    the selected carrier's arguments from the ``[swarm]`` config
+    carriers.py       what each carrier is (in one process, through a bootstrap peer, at a broker...):
+                      the table callers ask instead of comparing names, with its lazy loaders
+    from_config.py    the selected carrier's transport, built from the ``[swarm]`` config
     bootstrap_serve.py  what every bootstrap peer does once up, whatever its carrier
     hivemind/ libp2p/ mqtt/   one folder per carrier: its transport, host or link, broadcast
-                      carrier and directory, bootstrap
+                      carrier and directory, bootstrap, and its arguments from the config (settings.py)
 
 A carrier is imported only when selected (``create_transport``): hivemind and py-libp2p register
 the same protobuf symbols and cannot share one process, and MQTT needs neither. No carrier imports
@@ -25,23 +27,8 @@ __all__ = ["Delivery", "Transport", "TransportError", "create_transport"]
 
 
 def create_transport(kind: str, **kwargs) -> Transport:
-    """A transport by config name (``swarm.transport``), imported lazily."""
-    if kind == "memory":
-        from node.transport.memory import MemoryTransport
+    """A transport by config name (``swarm.transport``), imported lazily (node/transport/carriers.py)."""
+    # Imported here: a package-level name ``carrier`` would be the submodule carrier.py once imported.
+    from node.transport.carriers import carrier
 
-        return MemoryTransport(**kwargs)
-    if kind == "hivemind":
-        from node.transport.hivemind.transport import HivemindTransport
-
-        return HivemindTransport(**kwargs)
-    if kind == "mqtt":
-        from node.transport.mqtt.transport import MqttTransport
-
-        return MqttTransport(**kwargs)
-    if kind == "libp2p":
-        try:
-            from node.transport.libp2p.transport import Libp2pTransport
-        except ImportError as e:
-            raise TransportError(f"the libp2p transport needs py-libp2p: pip install 'swarm-node[libp2p]' ({e})") from None
-        return Libp2pTransport(**kwargs)
-    raise ValueError(f"unknown transport {kind!r}; choose memory, hivemind, mqtt or libp2p")
+    return carrier(kind).load_transport()(**kwargs)

@@ -327,3 +327,24 @@ def test_next_seq_grows_and_follows_the_clock():
     assert next_seq(0) >= now_us  # a fresh process starts at the clock, past any number it used before
     far = now_us + 10**9
     assert next_seq(far) == far + 1  # and never goes back, even when the clock is behind
+
+
+def test_verify_fresh_rechecks_clock_and_replay_but_not_the_signature(alice: Identity) -> None:
+    """For an envelope whose signature was accepted before (a cached gossip verdict): the clock
+    and replay checks run again, counted as verify counts them; the signature is not re-checked
+    and nothing is remembered."""
+    v = Verifier(max_skew_s=30.0)
+    env = sign(b"x", alice, 1, NOW)
+    assert v.verify(env, now=NOW, commit=False) is VerifyResult.ACCEPTED
+    checked = []
+    real = v._check_signed
+    v._check_signed = lambda e: checked.append(e) or real(e)  # type: ignore[method-assign]
+    assert v.verify_fresh(env, now=NOW + 30.0) is VerifyResult.ACCEPTED  # at the clock window's edge
+    assert v.verify_fresh(env, now=NOW + 30.5) is VerifyResult.STALE_CLOCK  # past it: as verify says
+    assert v.verify(env, now=NOW + 30.5, commit=False) is VerifyResult.STALE_CLOCK
+    assert len(checked) == 1  # only verify checked the signature
+    assert v.remembered() == 0  # verify_fresh remembers nothing
+    assert v.commit(env, now=NOW)
+    assert v.verify_fresh(env, now=NOW) is VerifyResult.REPLAY  # remembered since the first verdict
+    assert v.verify_fresh(replace(env, nonce=b"")) is VerifyResult.MALFORMED  # never raises
+    assert v.counts == {"ACCEPTED": 2, "STALE_CLOCK": 2, "REPLAY": 1, "MALFORMED": 1}

@@ -14,6 +14,7 @@ from node.sim.adversary.client import RawClient
 from node.sim.adversary.peer import Adversary
 from node.sim.adversary.registry import ATTACKS, RAW_ATTACKS, SYBIL_ATTACKS
 from node.sim.adversary.sybil import SybilNode
+from node.transport.carriers import CARRIERS
 from node.transport.from_config import transport_from_config
 from protocol.identity import load_or_create_identity
 
@@ -28,7 +29,8 @@ async def run_adversary(cfg: NodeConfig, attacks: list[str]) -> int:
         raise ConfigError(f"unknown attacks {unknown}; choose from {', '.join(ATTACKS)}")
     sc = cfg.swarm
     needs_dht = [a for a in attacks if a in RAW_ATTACKS + SYBIL_ATTACKS]
-    if needs_dht and sc.transport != "hivemind":
+    has_dht = sc.transport in CARRIERS and CARRIERS[sc.transport].has_dht_index  # "none": refused at build
+    if needs_dht and not has_dht:
         raise ConfigError(f"attacks {needs_dht} write into the hivemind DHT: join with --bootstrap "
                           f"(over {sc.transport}, the envelope attacks apply: {', '.join(a for a in ATTACKS if a not in RAW_ATTACKS + SYBIL_ATTACKS)})")
     out = Path(cfg.run.dir)

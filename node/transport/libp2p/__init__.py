@@ -9,6 +9,7 @@
     carrier.py        the weight broadcast's request/reply over libp2p streams
     directory.py      the weight broadcast's owner-signed records over gossip
     bootstrap.py      ``swarm-node bootstrap --transport libp2p``
+    settings.py       the transport's arguments from the ``[swarm]`` config (imports no py-libp2p)
 
 Imported only when selected: hivemind and py-libp2p cannot share a process.
 """

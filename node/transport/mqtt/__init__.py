@@ -7,4 +7,5 @@
     carrier.py        the weight broadcast's request/reply over topics
     directory.py      the weight broadcast's manifest directory (retained)
     broker.py         ``swarm-node broker``: a mosquitto started with this project's settings
+    settings.py       the transport's arguments from the ``[swarm]`` config
 """

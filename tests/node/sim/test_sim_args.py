@@ -110,3 +110,34 @@ def test_roles_in_the_simulator_need_hivemind(tmp_path, capsys):
     assert main(["sim", "--nodes", "3", "--roles", "learner-workers", "--transport", "memory",
                  "--run.dir", str(tmp_path / "s")]) == 2
     assert "needs --transport hivemind" in capsys.readouterr().err
+
+
+def test_the_adversary_joins_the_carrier_the_simulated_swarm_runs_on(tmp_path, monkeypatch):
+    """``[[malicious]]``'s command, parsed as ``swarm-node adversary`` parses it, names the swarm's
+    carrier and where to join it (over libp2p it once named ``libp2p`` twice and was refused)."""
+    import node.cli.adversary as cli_adversary
+    from node.cli.parser import build_parser
+    from node.sim.argv import adversary_args, join_flags
+
+    faults = SimFaults.model_validate({"malicious": [{"attacks": ["garbage"]}]})
+    seen = {}
+
+    async def fake_adversary(cfg, attacks):  # the process's entry point, past argument handling
+        seen.update(transport=cfg.swarm.transport, peers=cfg.swarm.initial_peers, broker=cfg.swarm.broker,
+                    attacks=attacks)
+        return 0
+
+    monkeypatch.setattr("node.sim.adversary.run_adversary", fake_adversary)
+    maddr, broker = "/ip4/127.0.0.1/tcp/4001/p2p/12D3KooWBootstrap", "mqtt://127.0.0.1:1883"
+    for transport in ("hivemind", "libp2p", "mqtt"):
+        spec = SimSpec(nodes=2, transport=transport, run_dir=tmp_path, overrides={}, faults=faults,
+                       peer_ids=["a", "b"], partition_start=0.0)
+        argv = adversary_args(spec, 0, join_flags(transport, maddr, broker), broker)
+        args, unknown = build_parser().parse_known_args(argv)
+        seen.clear()
+        assert cli_adversary.run_adversary(args, unknown) == 0, argv
+        assert seen["transport"] == transport and seen["attacks"] == ["garbage"], (argv, seen)
+        if transport == "mqtt":
+            assert seen["broker"] == broker
+        else:
+            assert seen["peers"] == [maddr], (argv, seen)

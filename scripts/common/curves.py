@@ -1,43 +1,15 @@
-"""What the experiment scripts share: running one `swarm-node` command per configuration (skipped
-when its folder is complete), reading correctness curves back, the curve statistics the reports
-use, and the plot of mean curves per variant."""
+"""The correctness curves the experiment reports are built from: a run's curve from its metrics,
+the statistics over a WINDOW-step rolling mean (final reward, first step reaching a target, worst
+dip), and the plot of mean curves per variant."""
 
 from __future__ import annotations
 
-import json
-import os
 import statistics
-import subprocess
-import sys
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from node.observe.plots import rolling_mean  # noqa: E402
+from node.observe.plots import rolling_mean  # importable: the package puts the repository root on sys.path
 
 WINDOW = 20  # steps in the rolling mean and in "final" (the last WINDOW steps)
-
-
-def command_line() -> str:
-    """How this report was made: ``python scripts/NAME.py ARGS``."""
-    return " ".join(["python", f"scripts/{Path(sys.argv[0]).name}", *sys.argv[1:]])
-
-
-def run_cli(args: list[str], run_dir: Path, done_file: str, rerun: bool = False) -> Path:
-    """Run ``swarm-node ARGS --run.dir RUN_DIR`` (one torch thread, output to the log) unless
-    ``RUN_DIR/DONE_FILE`` exists already, which a finished run leaves behind."""
-    if (run_dir / done_file).exists() and not rerun:
-        print(f"{run_dir}: done already (--rerun to redo)", flush=True)
-        return run_dir
-    cmd = [sys.executable, "-m", "node.cli", *args, "--run.dir", str(run_dir), "--run.checkpoint_every", "0"]
-    t0 = time.time()
-    print(f"{run_dir.name}: swarm-node {' '.join(args)}", flush=True)
-    subprocess.run(cmd, check=True, cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1"),
-                   stdout=subprocess.DEVNULL)
-    print(f"  {time.time() - t0:.0f} s", flush=True)
-    return run_dir
 
 
 def correctness(recs: list[dict]) -> list[float]:
@@ -66,24 +38,6 @@ def worst_dip(curve: list[float]) -> float:
             peak = max(peak, v)
             dip = max(dip, peak - v)
     return dip
-
-
-NOTES = "## What this shows"
-
-
-def write_report(out: Path, stem: str, lines: list[str], result: dict, plot_alt: str) -> None:
-    """Write ``STEM.json`` (the numbers) and ``STEM.md`` (the report's lines, then the plot
-    ``STEM.png`` the script drew). A hand-written "## What this shows" section already at the end
-    of the markdown file (the reading of the numbers) is kept, so rerunning a script does not
-    erase it."""
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{stem}.json").write_text(json.dumps(result, indent=2))
-    lines = [*lines, f"\n![{plot_alt}]({stem}.png)"]
-    path, notes = out / f"{stem}.md", ""
-    if path.exists() and NOTES in (old := path.read_text()):
-        notes = "\n" + old[old.index(NOTES):]
-    path.write_text("\n".join(lines) + "\n" + notes)
-    print("\n".join(lines))
 
 
 def plot_mean_curves(curves: dict[str, list[list[float]]], path: Path, ylabel: str, title: str = "") -> None:

@@ -1,0 +1,117 @@
+"""What each carrier is: the one table the node, the simulator and the CLI ask, instead of
+comparing ``swarm.transport`` names.
+
+A ``Carrier`` holds the traits those callers decide by (whether its swarm runs in one process,
+joins through a bootstrap peer or meets at a broker, has a DHT index to attack, ...), how its
+transport's arguments come from the ``[swarm]`` config (each carrier folder's ``settings.py``), and
+loaders for its transport class and bootstrap peer. The loaders import on call: hivemind and
+py-libp2p register the same protobuf symbols and cannot share one process, so importing this table
+imports neither.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Awaitable, Callable
+
+from node.transport.base import Transport, TransportError
+from node.transport.hivemind import settings as hivemind_settings
+from node.transport.libp2p import settings as libp2p_settings
+from node.transport.mqtt import settings as mqtt_settings
+
+__all__ = ["CARRIERS", "Carrier", "carrier"]
+
+# (sc, ident, *, p2p_identity_path, on_retry) -> the transport's keyword arguments
+TransportKwargs = Callable[..., dict]
+# ``swarm-node bootstrap``'s options, as keywords -> its exit status
+BootstrapServer = Callable[..., Awaitable[int]]
+
+
+@dataclass(frozen=True)
+class Carrier:
+    """One carrier: its name in ``swarm.transport``, how to build its transport, and its traits."""
+
+    name: str
+    load_transport: Callable[[], type[Transport]]  # its transport class, imported when called
+    transport_kwargs: TransportKwargs  # that class's arguments from the [swarm] config
+    # Every node in one process, meeting at one hub: no faults, no roles, one log (memory).
+    in_process: bool = False
+    # Peer to peer: a joining node names initial peers, or starts a new swarm (hivemind, libp2p).
+    joins_through_bootstrap: bool = False
+    # Every node meets at swarm.broker; initial peers mean nothing (mqtt).
+    needs_broker: bool = False
+    # Rollouts are found through a DHT index: the raw and sybil attacks write into it (hivemind).
+    has_dht_index: bool = False
+    # Reads swarm.use_relay and swarm.nat_port_map, and its bootstrap peer --no-relay, --no-nat (hivemind).
+    uses_nat_traversal: bool = False
+    # ``join``'s carrier when neither a carrier nor a broker is named: the public swarm (hivemind).
+    join_default: bool = False
+    # What a joining node starts before it contacts its initial peers (status.json).
+    local_peer: str = ""
+    # The file name of its bootstrap peer's key.
+    bootstrap_key: str = ""
+    # Its bootstrap peer's run function (``swarm-node bootstrap``), imported when called.
+    load_bootstrap: Callable[[], BootstrapServer] | None = None
+
+
+def _memory() -> type[Transport]:
+    from node.transport.memory import MemoryTransport
+
+    return MemoryTransport
+
+
+def _memory_kwargs(sc, ident, *, p2p_identity_path: str | None, on_retry) -> dict:
+    return {}  # the process's hub: nothing to read from [swarm] but its name
+
+
+def _hivemind() -> type[Transport]:
+    from node.transport.hivemind.transport import HivemindTransport
+
+    return HivemindTransport
+
+
+def _hivemind_bootstrap() -> BootstrapServer:
+    from node.transport.hivemind.bootstrap import run_bootstrap
+
+    return run_bootstrap
+
+
+def _mqtt() -> type[Transport]:
+    from node.transport.mqtt.transport import MqttTransport
+
+    return MqttTransport
+
+
+def _libp2p() -> type[Transport]:
+    try:
+        from node.transport.libp2p.transport import Libp2pTransport
+    except ImportError as e:  # an optional extra
+        raise TransportError(f"the libp2p transport needs py-libp2p: pip install 'swarm-node[libp2p]' ({e})") from None
+    return Libp2pTransport
+
+
+def _libp2p_bootstrap() -> BootstrapServer:
+    from node.transport.libp2p.bootstrap import run_libp2p_bootstrap
+
+    return run_libp2p_bootstrap
+
+
+CARRIERS: dict[str, Carrier] = {c.name: c for c in (
+    Carrier(name="memory", load_transport=_memory, transport_kwargs=_memory_kwargs, in_process=True),
+    Carrier(name="hivemind", load_transport=_hivemind, transport_kwargs=hivemind_settings.transport_kwargs,
+            joins_through_bootstrap=True, has_dht_index=True, uses_nat_traversal=True, join_default=True,
+            local_peer="the p2p daemon", bootstrap_key="bootstrap.p2p.key", load_bootstrap=_hivemind_bootstrap),
+    Carrier(name="mqtt", load_transport=_mqtt, transport_kwargs=mqtt_settings.transport_kwargs, needs_broker=True),
+    Carrier(name="libp2p", load_transport=_libp2p, transport_kwargs=libp2p_settings.transport_kwargs,
+            joins_through_bootstrap=True, local_peer="the libp2p host", bootstrap_key="bootstrap.libp2p.pem",
+            load_bootstrap=_libp2p_bootstrap),
+)}
+
+
+def carrier(name: str) -> Carrier:
+    """The carrier ``swarm.transport`` names; ValueError for any other name."""
+    try:
+        return CARRIERS[name]
+    except KeyError:
+        *rest, last = CARRIERS
+        raise ValueError(f"unknown transport {name!r}; choose {', '.join(rest)} or {last}") from None
