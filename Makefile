@@ -64,13 +64,18 @@ demo: $(VENV)/.installed
 demo-solo: $(VENV)/.installed
 	$(VENV)/bin/swarm-node train --config docs/examples/demo.toml
 
+# Two test processes (pytest-xdist): most of the long tests are swarms paced by their round clock,
+# which leave a core idle; TEST_WORKERS=0 runs everything in one process.
+TEST_WORKERS ?= 2
+XDIST = $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist worksteal,)
+
 test: $(VENV)/.installed $(VLLM_VENV)/.installed mosquitto
-	SWARM_NODE_VLLM_PYTHON=$(VLLM_VENV)/bin/python $(PY) -m pytest --durations=30
+	SWARM_NODE_VLLM_PYTHON=$(VLLM_VENV)/bin/python $(PY) -m pytest $(XDIST) --durations=30
 
 # Pure in-process tests: nothing that starts a daemon, a broker or another process
 # (tests/helpers/process_guard.py fails a test that does so without its marker).
 test-fast: $(VENV)/.installed
-	$(PY) -m pytest -m "not slow and not daemon and not broker and not subprocess" --durations=30
+	$(PY) -m pytest $(XDIST) -m "not slow and not daemon and not broker and not subprocess" --durations=30
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) runs .pytest_cache

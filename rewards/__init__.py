@@ -17,6 +17,7 @@ families/base_conversion.py 'base'       '13 to base 2' -> '1101'
 families/boolean.py        'boolean'     'not t or f' -> 'f'
 families/counting.py       'counting'    'count a in abca' -> '2'
 registry.py                FAMILIES, all_families, get_family, make_task, sample_task_ids
+held_out.py                the held-out seed space (evaluation only): is_held_out, held_out_ids
 answer.py                  answer format <answer>X</answer>: format_answer, extract_answer,
                            is_well_formed
 scoring.py                 Reward, RewardConfig, score, score_batch

@@ -14,6 +14,7 @@ from rewards.errors import TaskError, UnknownTaskFamily
 from rewards.families import arithmetic, base_conversion, boolean, counting, lists
 from rewards.families.family import Family
 from protocol.task_id import MAX_SEED, TaskId
+from rewards.held_out import is_held_out
 from rewards.task import Task
 
 __all__ = ["FAMILIES", "all_families", "get_family", "make_task", "sample_task_ids"]
@@ -68,18 +69,27 @@ def sample_task_ids(
 ) -> list[TaskId]:
     """``n`` task ids with family and difficulty drawn uniformly from the given choices.
 
-    Seeds are fresh 63-bit draws from ``rng``, so ids are reproducible from ``rng``'s state.
-    Repeating a family or difficulty in the sequences weights it more.
+    Seeds are fresh 63-bit draws from ``rng``, so ids are reproducible from ``rng``'s state,
+    outside the held-out seed space (rewards/held_out.py). Repeating a family or difficulty in
+    the sequences weights it more.
     """
     if type(n) is not int or n < 0:
         raise TaskError(f"n must be a non-negative int, got {n!r}")
     names = all_families() if families is None else _checked_families(families)
     levels = _checked_difficulties(difficulties, [FAMILIES[name] for name in names])
-    ids = [
-        TaskId(rng.choice(names), rng.randint(0, MAX_SEED), rng.choice(levels)) for _ in range(n)
-    ]
+    ids = [TaskId(rng.choice(names), _training_seed(rng), rng.choice(levels)) for _ in range(n)]
     logger.debug("sampled %d task ids over %s at difficulties %s", n, names, levels)
     return ids
+
+
+def _training_seed(rng: random.Random) -> int:
+    """A seed outside the held-out space: a draw that lands in it is drawn again. That happens
+    with probability 2**-43 a draw, so every id drawn before the space was reserved is unchanged
+    (tests pin such ids), and no node's training ever asks an evaluation question."""
+    seed = rng.randint(0, MAX_SEED)
+    while is_held_out(seed):
+        seed = rng.randint(0, MAX_SEED)
+    return seed
 
 
 def _checked_families(families: Sequence[str]) -> list[str]:

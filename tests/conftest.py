@@ -49,18 +49,33 @@ def _isolated_home(tmp_path_factory, monkeypatch):
     yield
 
 
+def _built_once(tmp_path_factory, name: str, recipe: DefaultModelRecipe) -> Path:
+    """``recipe`` built into one folder the whole run shares: with ``pytest -n`` (xdist) the workers'
+    base folders sit side by side, and the first worker to get here builds it for all of them."""
+    from filelock import FileLock
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    out = root / name
+    with FileLock(str(out) + ".lock"):
+        if not (out / ".built").exists():
+            build_default_model(out, recipe)
+            (out / ".built").touch()
+    return out
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
     """A saved HF checkpoint (tokenizer + random tiny Qwen2) that Policy.load reads from disk."""
-    return build_default_model(tmp_path_factory.mktemp("tiny-model"), TINY_RECIPE)
+    return _built_once(tmp_path_factory, "tiny-model", TINY_RECIPE)
 
 
 @pytest.fixture(scope="session")
 def warm_tiny_model_dir(tmp_path_factory) -> Path:
     """The tiny model after a short warm start: it emits the answer format, so rewards vary."""
-    return build_default_model(tmp_path_factory.mktemp("warm-tiny-model"),
-                               replace(TINY_RECIPE, hidden_size=64, intermediate_size=128, sft_steps=60,
-                                       sft_lr=3e-3))
+    return _built_once(tmp_path_factory, "warm-tiny-model",
+                       replace(TINY_RECIPE, hidden_size=64, intermediate_size=128, sft_steps=60, sft_lr=3e-3))
 
 
 @pytest.fixture(scope="module")

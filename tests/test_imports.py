@@ -35,26 +35,36 @@ def _modules() -> list[str]:
 _PROBE = r"""
 import json, os, sys, traceback
 import torch, transformers  # noqa: F401
-results = {}
-for module in sys.argv[1:]:
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(r)
-        try:
-            __import__(module)
-            out = b""
-        except BaseException:
-            out = traceback.format_exc().encode()
-        os.write(w, out)
-        os._exit(0)
-    os.close(w)
+results, running = {}, {}  # running: pid -> (module, read end)
+pending = list(sys.argv[1:])
+
+def reap():
+    pid, status = os.wait()
+    module, r = running.pop(pid)
     chunks = []
     while chunk := os.read(r, 65536):
         chunks.append(chunk)
     os.close(r)
-    _, status = os.waitpid(pid, 0)
     results[module] = b"".join(chunks).decode() or ("" if status == 0 else f"child exited with {status}")
+
+while pending or running:
+    # As many children at once as there are cores: each one mostly imports, on its own core.
+    while pending and len(running) < (os.cpu_count() or 1):
+        module = pending.pop(0)
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(r)
+            try:
+                __import__(module)
+                out = b""
+            except BaseException:
+                out = traceback.format_exc().encode()
+            os.write(w, out[-60000:])  # within a pipe's buffer: the parent reads only once it exits
+            os._exit(0)
+        os.close(w)
+        running[pid] = (module, r)
+    reap()
 print(json.dumps(results))
 """
 

@@ -8,6 +8,7 @@
     adversary.py   adversary (a malicious peer, for testing a swarm)
     bootstrap.py   bootstrap (the peer nodes join through)
     tools.py       id, build-model and plot
+    eval.py        eval (a checkpoint's held-out correctness, after the fact)
 
 Heavy libraries (torch, transformers) are imported only after arguments parse, inside the
 command that needs them, so ``--help`` and config errors answer at once (tests/test_imports.py

@@ -17,6 +17,7 @@ from typing import Callable
 
 from node.cli.adversary import run_adversary
 from node.cli.bootstrap import run_bootstrap
+from node.cli.eval import run_eval
 from node.cli.parser import build_parser
 from node.cli.sim import run_sim_worker, run_simulation
 from node.cli.tools import run_build_model, run_id, run_plot
@@ -43,6 +44,7 @@ COMMANDS: dict[str, Command] = {
     "id": Command(run_id),
     "build-model": Command(run_build_model),
     "plot": Command(run_plot),
+    "eval": Command(run_eval),
 }
 
 

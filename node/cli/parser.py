@@ -25,6 +25,7 @@ examples:
   swarm-node join --bootstrap /ip4/1.2.3.4/tcp/31337/p2p/QmWyMy...   # train in a public swarm
   swarm-node build-model                             # build/cache the embedded default model
   swarm-node plot runs/solo                          # (re)draw reward_curve.png (or a sim folder's plots)
+  swarm-node eval runs/solo --step 500               # held-out correctness of a checkpoint, per family
 
 Every [section] key of the config file is also a flag --section.key (values in TOML syntax).
 """
@@ -39,15 +40,20 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for add in (_add_train, _add_join, _add_bootstrap, _add_sim, _add_adversary, _add_sim_worker, _add_id,
-                _add_build_model, _add_plot):
+                _add_build_model, _add_plot, _add_eval):
         add(sub)
     return parser
 
 
-def _add_config_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", type=Path, help="TOML config file (flags override it)")
+def _add_config_flags(p: argparse.ArgumentParser, only: tuple[str, ...] = ()) -> None:
+    """Every config field as a flag, and --config; with ``only``, just those sections' fields and
+    ``section.key`` names (and no --config)."""
+    if not only:
+        p.add_argument("--config", type=Path, help="TOML config file (flags override it)")
     groups: dict[str, argparse._ArgumentGroup] = {}
     for section, name, default, help_, choices in flag_fields():
+        if only and section not in only and f"{section}.{name}" not in only:
+            continue
         g = groups.get(section) or groups.setdefault(section, p.add_argument_group(f"[{section}]"))
         allowed = f"; one of: {', '.join(map(show_value, choices))}" if choices else ""
         g.add_argument(f"--{section}.{name}", dest=f"{section}.{name}", metavar="V",
@@ -212,3 +218,23 @@ def _add_plot(sub) -> None:
                           description="Redraw a run folder's reward_curve.png from its metrics.jsonl; for a "
                                       "`swarm-node sim` folder, its reward.png and ess.png and each node's curve.")
     plot.add_argument("run_dir", type=Path, help="a run folder (--run.dir) or a sim folder")
+
+
+def _add_eval(sub) -> None:
+    ev = sub.add_parser(
+        "eval", allow_abbrev=False, help="evaluate a run's checkpoint on the held-out tasks (per family)",
+        description="Evaluate a run's checkpoint on the held-out tasks: eval.tasks_per_family fixed task ids per\n"
+                    "family, from a seed space training never draws (and peers may not send), each with one\n"
+                    "greedy completion and eval.samples sampled ones, scored by the run's own reward. Prints\n"
+                    "greedy and sampled pass@1 per family and overall, and writes RUN/eval/step_N.json.\n\n"
+                    "It is the evaluation the node runs while training (same tasks and seed): the settings are\n"
+                    "those of the run's config.json ([eval], [tasks], [generation]); the flags below override\n"
+                    "them (their defaults are a new run's). docs/running.md, \"Held-out evaluation\".",
+        epilog="example: swarm-node eval runs/solo --step 500 --eval.tasks_per_family 64",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    ev.add_argument("run_dir", type=Path, metavar="RUN", help="a run folder (the --run.dir of a train or join run, "
+                                                              "or one node's folder of a sim)")
+    ev.add_argument("--step", type=int, default=None, metavar="N",
+                    help="evaluate the checkpoint of step N (default: the newest valid one)")
+    _add_config_flags(ev, only=("eval.tasks_per_family", "eval.samples", "eval.greedy", "eval.pass_k",
+                                "eval.max_completion_length", "model.device", "model.dtype"))

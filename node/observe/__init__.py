@@ -4,7 +4,8 @@
     status.py      status.json (written atomically each step)
     endpoint.py    the Prometheus metrics endpoint
     progress.py    live progress (rich panel or log lines), start-up included
-    plots.py       reward-curve PNGs
+    plots.py       reward-curve and held-out PNGs
+    held_out.py    how a held-out evaluation is shown (latest, headline number, one line)
     logs.py        text or JSON (structured) logs
 
 Nothing here imports the rest of ``node``: every layer may report through it.

@@ -9,6 +9,7 @@ Exposed (prefix ``swarm_node_``; totals are counters, the rest gauges)::
 
     node_info{peer_id, model, transport} 1   step, total_steps, policy_version
     reward, correct, rho, lr_factor, lr, tokens_per_second, step_seconds     (last step)
+    held_out_correct{family, mode}, held_out_step, held_out_seconds          (after an evaluation)
     round, rounds_skipped_total, peers_alive, peers_heard, pool_groups       (in a swarm)
     rollouts_out_total, groups_in_total, groups_used_total, groups_dropped_total{why}
     rejected_total{reason}, errors_total{kind}
@@ -66,6 +67,8 @@ class _Collector(Collector):
         for name, key, help_ in _LAST_STEP:
             if last.get(key) is not None:
                 yield GaugeMetricFamily(_PREFIX + name, help_, value=last[key])
+        if isinstance(snap.get("eval"), dict):
+            yield from _held_out(snap["eval"])
         if swarm is None:
             return
         for name, value, help_ in (("round", last.get("round"), "round of the shared clock of the last step"),
@@ -105,6 +108,22 @@ class _Collector(Collector):
             for fate in ("queued", "published", "dropped", "expired", "replaced", "failed"):
                 out.add_metric([fate], swarm.get(f"mqtt_{fate}", 0))
             yield out
+
+
+def _held_out(ev: dict) -> Iterator:
+    """The latest held-out evaluation (node/run/evaluate.py): correctness by family ("all" for
+    every family together) and mode (greedy, sampled, pass_at_k), its step and its duration."""
+    correct = GaugeMetricFamily(_PREFIX + "held_out_correct", "held-out pass@1 (greedy or sampled) or pass@k, "
+                                "latest evaluation, by family (all = overall) and mode", labels=["family", "mode"])
+    for family, stats in (("all", ev), *(ev.get("families") or {}).items()):
+        for mode in ("greedy", "sampled", "pass_at_k"):
+            if stats.get(mode) is not None:
+                correct.add_metric([family, mode], stats[mode])
+    yield correct
+    for name, key, help_ in (("held_out_step", "step", "step after which the latest held-out evaluation ran"),
+                             ("held_out_seconds", "seconds", "wall time of the latest held-out evaluation")):
+        if ev.get(key) is not None:
+            yield GaugeMetricFamily(_PREFIX + name, help_, value=ev[key])
 
 
 class MetricsEndpoint:

@@ -1,13 +1,14 @@
-"""Reward-curve plots from a run's metrics.jsonl (PNG, matplotlib's headless Agg backend)."""
+"""Reward-curve and held-out plots from a run's metrics.jsonl (PNG, matplotlib's headless Agg backend)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from node.errors import NodeError
+from node.observe.held_out import held_out_score, last_eval
 from node.observe.metrics import read_metrics
 
-__all__ = ["plot_folder", "plot_reward_curve", "plot_swarm", "rolling_mean"]
+__all__ = ["plot_folder", "plot_held_out", "plot_reward_curve", "plot_swarm", "rolling_mean"]
 
 
 def rolling_mean(xs: list[float], window: int) -> list[float]:
@@ -56,9 +57,52 @@ def plot_reward_curve(metrics_path: Path, out_path: Path, title: str = "", windo
     return out_path
 
 
+def _evals(recs: list[dict]) -> list[dict]:
+    return [{"step": r["step"], **r["eval"]} for r in recs if "step" in r and isinstance(r.get("eval"), dict)]
+
+
+def plot_held_out(metrics_path: Path, out_path: Path, title: str = "") -> Path:
+    """Held-out correctness at each evaluation: greedy pass@1 per family (thin) and overall
+    (thick), and sampled pass@1 overall (dashed); a node that evaluates without greedy shows
+    sampled per family."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    evals = _evals(read_metrics(metrics_path))
+    if not evals:
+        raise NodeError(f"no held-out evaluation in {metrics_path}: nothing to plot (eval.every 0?)")
+    steps = [e["step"] for e in evals]
+    key = "greedy" if evals[-1].get("greedy") is not None else "sampled"
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for family in evals[-1]["families"]:
+        ax.plot(steps, [_nan(e["families"].get(family, {}).get(key)) for e in evals], marker=".",
+                linewidth=0.9, alpha=0.7, label=family)
+    ax.plot(steps, [_nan(e.get(key)) for e in evals], color="black", linewidth=2, marker="o", label=f"all ({key})")
+    if key == "greedy" and evals[-1].get("sampled") is not None:
+        ax.plot(steps, [_nan(e.get("sampled")) for e in evals], color="black", linestyle="--", label="all (sampled)")
+    ax.set_xlabel("step")
+    ax.set_ylabel(f"held-out pass@1 ({key})")
+    ax.set_ylim(0, 1.05)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper left", fontsize="small")
+    ax.set_title(title or f"{metrics_path.parent.name}: held-out correctness ({evals[-1]['n']} tasks)")
+    fig.tight_layout()
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out_path, dpi=100)
+    plt.close(fig)
+    return out_path
+
+
+def _nan(v: float | None) -> float:
+    return float("nan") if v is None else v
+
+
 def plot_swarm(run_dir: Path, n_nodes: int, window: int = 10) -> list[Path]:
-    """``reward.png`` (correctness per node, rolling mean) and ``ess.png`` (ESS/B per node) for a
-    simulated swarm's run folder; nodes without metrics are skipped."""
+    """``reward.png`` (correctness per node, rolling mean), ``ess.png`` (ESS/B per node) and, when
+    the nodes evaluated, ``held_out.png`` (held-out correctness per node) for a simulated swarm's
+    run folder; nodes without metrics are skipped."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -91,6 +135,22 @@ def plot_swarm(run_dir: Path, n_nodes: int, window: int = 10) -> list[Path]:
         fig.savefig(path, dpi=100)
         plt.close(fig)
         out.append(path)
+    evals = {name: _evals(recs) for name, recs in series.items()}
+    if any(evals.values()):
+        fig, ax = plt.subplots(figsize=(8, 4))
+        for name, ev in evals.items():
+            if ev:
+                ax.plot([e["step"] for e in ev], [_nan(held_out_score(e)) for e in ev], marker="o", label=name)
+        ax.set_xlabel("step")
+        ax.set_ylabel("held-out pass@1 (greedy, or sampled)")
+        ax.set_ylim(0, 1.05)
+        ax.grid(alpha=0.3)
+        ax.legend(loc="upper left", fontsize="small")
+        ax.set_title(f"{run_dir.name}: held-out correctness per node")
+        fig.tight_layout()
+        fig.savefig(run_dir / "held_out.png", dpi=100)
+        plt.close(fig)
+        out.append(run_dir / "held_out.png")
     return out
 
 
@@ -114,7 +174,7 @@ def plot_folder(run_dir: Path) -> list[Path]:
         for i in range(n):
             node = run_dir / f"node{i}"
             if read_metrics(node / "metrics.jsonl"):
-                out.append(plot_reward_curve(node / "metrics.jsonl", node / "reward_curve.png"))
+                out += _run_plots(node)
         if not out:
             raise NodeError(f"{run_dir} is a simulation folder whose nodes ({run_dir}/node0 ... node{n - 1}) "
                             f"have no step records yet: nothing to plot")
@@ -122,4 +182,12 @@ def plot_folder(run_dir: Path) -> list[Path]:
     if not (run_dir / "metrics.jsonl").exists():
         raise NodeError(f"{run_dir} has no metrics.jsonl: it is not a run folder (pass the --run.dir of "
                         f"a train or join run, a node's folder such as runs/demo/node0, or a sim's folder)")
-    return [plot_reward_curve(run_dir / "metrics.jsonl", run_dir / "reward_curve.png")]
+    return _run_plots(run_dir)
+
+
+def _run_plots(run_dir: Path) -> list[Path]:
+    """One run folder's plots: its reward curve, and its held-out plot when it evaluated."""
+    out = [plot_reward_curve(run_dir / "metrics.jsonl", run_dir / "reward_curve.png")]
+    if last_eval(read_metrics(run_dir / "metrics.jsonl")) is not None:
+        out.append(plot_held_out(run_dir / "metrics.jsonl", run_dir / "held_out.png"))
+    return out

@@ -10,6 +10,8 @@ import logging
 import sys
 import time
 
+from node.observe.held_out import held_out_score
+
 log = logging.getLogger(__name__)
 
 __all__ = ["Progress"]
@@ -35,6 +37,7 @@ class Progress:
         self.title = title
         self.t0 = time.monotonic()
         self._last_plain = 0.0
+        self.held_out: dict | None = None  # the latest held-out evaluation (a record's "eval")
         self._live = None
         if mode == "rich":
             from rich.console import Console
@@ -55,14 +58,16 @@ class Progress:
 
         t = Table(title=self.title, expand=False)
         swarm = "round" in m
-        cols = ["step", "reward", "correct", "ESS/B", "LR (x ESS factor)", "tok/s", "s/step", "ETA"]
+        cols = ["step", "reward", "correct", "held-out", "ESS/B", "LR (x ESS factor)", "tok/s", "s/step", "ETA"]
         if swarm:
             cols += ["round", "peers", "groups in/used", "out", "rejected", "link"]
         for col in cols:
             t.add_column(col, justify="right")
         if m:
+            held = held_out_score(self.held_out)
             row = [f"{m['step']}/{self.total}", f"{m.get('reward', 0):.3f}", f"{m.get('correct', 0):.3f}",
-                   f"{m.get('rho', 1):.3f}", f"{m.get('lr', 0):.2e} (x{m.get('lr_factor', 1):.2f})",
+                   "-" if held is None else f"{held:.3f}", f"{m.get('rho', 1):.3f}",
+                   f"{m.get('lr', 0):.2e} (x{m.get('lr_factor', 1):.2f})",
                    f"{m.get('tokens_per_s', 0):.0f}", f"{m.get('step_time', 0):.2f}",
                    _fmt_eta(self._eta(m["step"]))]
             if swarm:
@@ -75,6 +80,8 @@ class Progress:
         return t
 
     def update(self, m: dict) -> None:
+        if isinstance(m.get("eval"), dict):  # logged by the evaluation itself (node/run/evaluate.py)
+            self.held_out = m["eval"]
         if self.mode == "rich" and self._live is not None:
             self._live.update(self._render(m))
         elif self.mode == "plain":

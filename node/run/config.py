@@ -17,26 +17,19 @@ import sys
 from pathlib import Path
 from typing import Any, Literal, Optional, get_args, get_origin
 
-from pydantic import (BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, ValidationError,
-                      field_validator, model_validator)
+from pydantic import Field, NonNegativeFloat, PositiveFloat, ValidationError, field_validator, model_validator
 
 from node.errors import ConfigError
+from node.run.config_section import Section as _Section, none_words as _none_words
+from node.run.eval_config import EvalConfig
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["NodeConfig", "batch_overlap", "load_config", "read_toml", "parse_flag_value", "flag_fields", "show_value", "string_keys"]
-
-
-class _Section(BaseModel):
-    # strict: a TOML string "8" is not silently an int; forbid: a typo is an error, not ignored.
-    model_config = ConfigDict(extra="forbid", strict=True, validate_default=True)
-
-
-def _none_words(v: Any) -> Any:
-    return None if isinstance(v, str) and v.lower() in ("none", "off", "null") else v
+__all__ = ["NodeConfig", "EvalConfig", "batch_overlap", "load_config", "config_from_data", "read_toml",
+           "parse_flag_value", "flag_fields", "show_value", "string_keys"]
 
 
 class ModelConfig(_Section):
@@ -258,6 +251,7 @@ class NodeConfig(_Section):
     swarm: SwarmConfig = SwarmConfig()
     faults: FaultsConfig = FaultsConfig()
     broadcast: BroadcastConfig = BroadcastConfig()
+    eval: EvalConfig = EvalConfig()
 
     @model_validator(mode="after")
     def _roles_need_a_network_swarm(self) -> "NodeConfig":
@@ -404,11 +398,14 @@ def _merge(base: dict, override: dict) -> dict:
 
 def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> NodeConfig:
     """Defaults < TOML file < overrides (``{"learner.learning_rate": 1e-3}``)."""
-    data: dict = {}
-    source = "defaults"
-    if path is not None:
-        source = str(path)
-        data = read_toml(path)
+    if path is None:
+        return config_from_data({}, overrides, "defaults")
+    return config_from_data(read_toml(path), overrides, str(path))
+
+
+def config_from_data(data: dict, overrides: dict[str, Any] | None, source: str) -> NodeConfig:
+    """A config from sections already read (a TOML file's, a run's config.json) < overrides;
+    ``source`` names where they came from in an error."""
     for dotted, value in (overrides or {}).items():
         section, _, key = dotted.partition(".")
         if not key:

@@ -1,5 +1,6 @@
 """The end of a run: ``summary.json`` (correctness over the first and last steps, steps done,
-wall time, what the swarm contributed) and ``reward_curve.png``, read back from metrics.jsonl.
+wall time, what the swarm contributed, the last held-out evaluation) and ``reward_curve.png``
+(and ``held_out.png`` when the run evaluated), read back from metrics.jsonl.
 """
 
 from __future__ import annotations
@@ -9,8 +10,9 @@ from pathlib import Path
 
 import numpy as np
 
+from node.observe.held_out import last_eval
 from node.observe.metrics import read_metrics, summary_window
-from node.observe.plots import plot_reward_curve
+from node.observe.plots import plot_held_out, plot_reward_curve
 
 __all__ = ["write_summary", "SWARM_SUMMARY_KEYS"]
 
@@ -41,7 +43,12 @@ def write_summary(run_dir: Path, *, steps: int, stopped_early: bool, wall_s: flo
         summary["swarm"]["rounds_skipped"] = rounds_skipped
     if summary["correct_first"]:
         summary["improvement"] = summary["correct_last"] / summary["correct_first"]
+    held_out = last_eval(recs)  # the last held-out evaluation (node/run/evaluate.py), per family too
+    if held_out is not None:
+        summary["eval"] = held_out
     if plot and recs:
         summary["plot"] = str(plot_reward_curve(run_dir / "metrics.jsonl", run_dir / "reward_curve.png"))
+        if held_out is not None:
+            summary["plot_held_out"] = str(plot_held_out(run_dir / "metrics.jsonl", run_dir / "held_out.png"))
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary

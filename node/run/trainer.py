@@ -38,9 +38,11 @@ from node.broadcast.roles import make_role
 from node.run.behaviour_lag import LaggedBehaviour
 from node.run.checkpoint import save_checkpoint
 from node.run.config import NodeConfig, batch_overlap
+from node.run.evaluate import HeldOut
 from node.run.resume import node_state
 from node.run.rollouts import external_samples, generate_rollouts, round_task_ids, to_records, to_train_samples
 from node.run.startup import start_node
+from node.run.stopping import StopRequest
 from node.run.summary import write_summary
 from node.swarm.exchange import SwarmExchange
 from node.swarm.pool import PeerGroup
@@ -74,6 +76,7 @@ class TrainingNode:
         self.step = start_step
         self.start_step = start_step
         self.stop_requested = False
+        self._stop = StopRequest()  # cuts the waits for a round or for peers short (node/run/stopping.py)
         self.lagged = LaggedBehaviour(policy, cfg.train.behaviour_lag, learner.version)
         self.metrics = MetricsWriter(run_dir / "metrics.jsonl",
                                      resume_from_step=start_step if start_step > 0 else None)
@@ -96,6 +99,7 @@ class TrainingNode:
         self.status = status or StatusFile(run_dir, cfg.train.steps, cfg.model.name, start_step)
         self.role = make_role(cfg.broadcast.role)  # node/broadcast/roles.py: full, learner or worker
         self.role_ctx = self._role_context()
+        self.held_out = HeldOut(cfg, policy, self.status, vllm)  # node/run/evaluate.py
 
     def _role_context(self) -> RoleContext:
         """What the role may read and call of this node (node/broadcast/context.py)."""
@@ -139,14 +143,10 @@ class TrainingNode:
             role_version = self.role.rollout_version(self.role_ctx)
             version = (role_version if role_version is not None
                        else self.learner.version if behaviour_version < 0 else behaviour_version)
-            rollouts = generate_rollouts(sampler, task_ids, self.group_size, self.sampling, version,
+            rollouts = generate_rollouts(sampler, task_ids, cfg.group_size, self.sampling, version,
                                          self.reward_cfg)
         self._gen_halvings = sampler.generation_oom_halvings - before
         return rollouts, version, time.perf_counter() - t0
-
-    @property
-    def group_size(self) -> int:
-        return self.cfg.group_size
 
     def _learn(self, step: int, rollouts: list, version: int, t_gen: float,
                groups: list[PeerGroup] | None = None) -> dict:
@@ -165,7 +165,7 @@ class TrainingNode:
             groups, role_info = self.role.admit_groups(self.role_ctx, groups)  # a learner's bound on its workers' lag
         if groups:
             ext, ext_correct, too_long = external_samples(
-                groups, self.policy, self.reward_cfg, self.group_size, cfg.generation.max_completion_length)
+                groups, self.policy, self.reward_cfg, cfg.group_size, cfg.generation.max_completion_length)
             samples += ext
         updates = bool(samples) and self.role.learns
         stepped = False
@@ -237,7 +237,8 @@ class TrainingNode:
             return None  # stopped before it had any weights to generate with
         r = clock.current()
         if self.last_round is not None and r <= self.last_round:
-            await clock.wait_for(self.last_round + 1)  # one step per round: wait for the next
+            if not await self._stop.unless_requested(clock.wait_for(self.last_round + 1)):  # one step a round
+                return None  # stopped before this step began
             r = clock.current()
         # A node that fell behind joins the current round; the rounds it missed are counted.
         skipped = 0 if self.last_round is None else r - self.last_round - 1
@@ -257,7 +258,7 @@ class TrainingNode:
             until = (f"for at most {scfg.collect_seconds:g} s" if scfg.collect_seconds > 0
                      else f"at most until round {r} ends")
             self.status.phase("waiting for peers", f"{j} peer groups, {until}")
-        await sw.wait_for(j, deadline)
+        await self._stop.unless_requested(sw.wait_for(j, deadline))  # stopped: learn from what came
         groups = sw.take(j, r)
         st_now = sw.status()
         # Peers: those alive now, or ever heard from (heartbeats arrive over the first rounds).
@@ -305,6 +306,7 @@ class TrainingNode:
         if not self.stop_requested:
             log.warning("stop requested: finishing step %d, then checkpointing", self.step + 1)
         self.stop_requested = True
+        self._stop.request()
 
     async def run(self, handle_signals: bool = True) -> dict:
         """Train to ``train.steps``. With ``handle_signals`` (one node per process), SIGINT and
@@ -335,6 +337,7 @@ class TrainingNode:
                 if record is None:  # stopped while waiting (a worker without weights yet)
                     break
                 self.step += 1
+                await self.held_out.after_step(self.step, record, self.stop_requested)  # record["eval"] when due
                 self.metrics.write(record)
                 # Checkpoint before the status says "step N": whoever acts on that status (the
                 # simulator's kill fault, a user) then finds step N's checkpoint on disk.

@@ -1,6 +1,6 @@
 """The end of a ``swarm-node sim`` run: summary.json and summary.md (one row per node: steps,
-correctness first/last, peer groups used, rejections, faults; each adversary's tally), the plots,
-and the end time in sim.json.
+correctness first/last, the last held-out evaluation, peer groups used, rejections, faults; each
+adversary's tally), the plots, and the end time in sim.json.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ def fault_text(n: dict) -> str:
 
 def write_summary(spec: SimSpec, wall_s: float, interrupted: bool, failed: dict,
                   faults: KillFaults | None = None) -> dict:
+    from node.observe.held_out import held_out_score, last_eval
     from node.observe.metrics import read_metrics, summary_window
     from node.observe.plots import plot_swarm
 
@@ -49,6 +50,7 @@ def write_summary(spec: SimSpec, wall_s: float, interrupted: bool, failed: dict,
             "node": f"node{i}", "peer_id": sw.get("peer_id"), "steps": len(recs),
             "correct_first": sum(correct[:w]) / w if correct else None,
             "correct_last": sum(correct[-w:]) / w if correct else None,
+            "held_out": last_eval(recs),  # the last held-out evaluation, per family too (or None)
             "groups_used": sum(by_peer.values()), "peers_used": len(by_peer),
             "rollouts_out": sw.get("rollouts_out"), "rejected": sw.get("rejected", {}),
             "rejected_total": sw.get("rejected_total"), "rounds_skipped": (st.get("last") or {}).get("rounds_skipped"),
@@ -72,11 +74,13 @@ def write_summary(spec: SimSpec, wall_s: float, interrupted: bool, failed: dict,
                "run_dir": str(spec.run_dir), "window": w}
     summary["plots"] = [str(p) for p in plot_swarm(spec.run_dir, spec.nodes)]
     lines = [f"# swarm-node sim: {spec.nodes} nodes over {spec.transport}", "",
-             f"| node | steps | correct first {w} | correct last {w} | peer groups used | peers used | rollouts out | rejected | faults |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+             f"| node | steps | correct first {w} | correct last {w} | held-out | peer groups used | peers used | "
+             f"rollouts out | rejected | faults |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for n in nodes:
         rej = ", ".join(f"{k} {v}" for k, v in sorted(n["rejected"].items()))
         lines.append(f"| {n['node']} | {n['steps']} | {fmt(n['correct_first'], '.3f')} | {fmt(n['correct_last'], '.3f')} | "
+                     f"{fmt(held_out_score(n['held_out']), '.3f')} | "
                      f"{fmt(n['groups_used'])} | {fmt(n['peers_used'])} | {fmt(n['rollouts_out'])} | "
                      f"{fmt(n['rejected_total'])}{f' ({rej})' if rej else ''} | {fault_text(n)} |")
     roles = [n for n in nodes if n.get("broadcast")]

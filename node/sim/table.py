@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from node.observe.held_out import held_out_score
 from node.observe.status import describe_phase
 from node.sim.spec import SimSpec, processes
 
@@ -44,6 +45,7 @@ def status_rows(spec: SimSpec, faults: KillFaults | None = None, kids: Children 
         rows.append({
             "node": f"node{i}", "round": last.get("round"), "step": st.get("step", 0),
             "total": st.get("total_steps"), "reward": last.get("reward"), "correct": last.get("correct"),
+            "held_out": held_out_score(st.get("eval")),  # the latest held-out evaluation's (status.json)
             "ess": last.get("rho"), "lr_factor": last.get("lr_factor"),
             "in": sw.get("groups_used"), "out": sw.get("rollouts_out"), "peers": sw.get("peers_alive"),
             "rejected": sw.get("rejected_total"), "rejected_by": sw.get("rejected") or {},
@@ -86,6 +88,7 @@ def plain_line(rows: list[dict]) -> str:
     """The rows as one log line, for a terminal that cannot hold the live table."""
     return "; ".join(
         f"{r['node']} {r['phase']} step {r['step']} correct {fmt(r['correct'], '.3f')} "
+        f"held-out {fmt(r.get('held_out'), '.3f')} "
         f"ESS/B {fmt(r['ess'], '.3f')} in {fmt(r['in'])} rejected {fmt(r['rejected'])} "
         f"restarts {r['restarts']}" + (f" weights {r['weights']}" if r.get("weights", "-") != "-" else "")
         if not r.get("adversary") else f"{r['node']} sent {r['sent']}" for r in rows)
@@ -96,13 +99,13 @@ def render_table(rows: list[dict], title: str):
 
     t = Table(title=title)
     weights = any(r.get("weights", "-") != "-" for r in rows)
-    for col in ("node", "phase", "round", "step", "reward", "correct", "ESS/B", "LR factor", "groups in",
+    for col in ("node", "phase", "round", "step", "reward", "correct", "held-out", "ESS/B", "LR factor", "groups in",
                 "rollouts out", "peers", "rejected", "faults") + (("weights",) if weights else ()):
         t.add_column(col, justify="left" if col in ("phase", "weights") else "right")
     for r in rows:
         if r.get("adversary"):
             sent = ", ".join(f"{k} {v}" for k, v in sorted(r["sent"].items()) if v)
-            t.add_row(r["node"], "malicious", *["-"] * 10, f"sent {sum(r['sent'].values())} ({sent})",
+            t.add_row(r["node"], "malicious", *["-"] * 11, f"sent {sum(r['sent'].values())} ({sent})",
                       *(["-"] if weights else []))
             continue
         rej = ", ".join(f"{k} {v}" for k, v in sorted(r["rejected_by"].items()))
@@ -114,7 +117,8 @@ def render_table(rows: list[dict], title: str):
             f"+{r['delay']:g}s latency" if r["delay"] else "", f"stale {r['stale']:g}" if r["stale"] else "") if x)
         t.add_row(r["node"], "down" if r["down"] else r["phase"], fmt(r["round"]), f"{r['step']}/{fmt(r['total'])}",
                   fmt(r["reward"], ".3f"),
-                  fmt(r["correct"], ".3f"), fmt(r["ess"], ".3f"), fmt(r["lr_factor"], ".2f"), fmt(r["in"]),
+                  fmt(r["correct"], ".3f"), fmt(r.get("held_out"), ".3f"), fmt(r["ess"], ".3f"),
+                  fmt(r["lr_factor"], ".2f"), fmt(r["in"]),
                   fmt(r["out"]), fmt(r["peers"]), fmt(r["rejected"]) + (f" ({rej})" if rej else ""), fault,
                   *([r.get("weights", "-")] if weights else []))
     return t

@@ -20,6 +20,7 @@ Admission, in order; each rejection is counted under the reason shown (``stats.r
     a second batch from this sender this round    duplicate_round
     more than MAX_GROUPS_PER_BATCH tasks          too_many_groups
     task id names no task                         bad_task
+    task id in the held-out (evaluation) space    held_out_task
     token ids outside this vocabulary, empty      bad_tokens
     a special token but a final EOS (same tok.)   special_tokens
     a token log-prob below MIN_TOKEN_LOGPROB      implausible_logprob
@@ -51,6 +52,7 @@ from protocol.errors import MessageTooLarge, ProtocolError, UnknownField, Unsupp
 from protocol.messages import MIN_TOKEN_LOGPROB, Announcement, RolloutBatch, RolloutRecord, same_tokenizer
 from protocol.signing import Envelope, Verifier, VerifyResult, envelope_from_bytes
 from rewards.errors import TaskError
+from rewards.held_out import is_held_out
 from rewards.registry import make_task
 from rewards.task import Task
 
@@ -61,7 +63,8 @@ REJECT_REASONS = (
     "malformed_envelope", "bad_signature", "sender_mismatch", "stale_clock", "replay", "oversized",
     "malformed", "unknown_field", "unsupported_version", "wrong_kind", "wrong_round", "bad_task",
     "bad_tokens", "special_tokens", "implausible_logprob", "text_mismatch", "duplicate_round",
-    "too_many_groups", "created_at_mismatch", "hash_mismatch",  # counted by a transport: the body does not match its index record
+    "too_many_groups", "created_at_mismatch", "held_out_task",
+    "hash_mismatch",  # counted by a transport: the body does not match its index record
 )
 
 # Refusals that are the sender's own doing whatever its clock or restarts: the carrier backs it
@@ -240,6 +243,10 @@ class Admission:
             task = make_task(task_id)
         except TaskError as e:
             raise Refused("bad_task", str(e)) from None
+        # An honest node never draws a held-out seed (rewards/held_out.py): one sent here would
+        # train this node on the questions its evaluation asks. A sender fault.
+        if is_held_out(task.id.seed):
+            raise Refused("held_out_task", f"task {task_id}")
         for rec in records:
             if not rec.completion_ids or (token_level and max(rec.completion_ids) >= self.vocab_size):
                 raise Refused("bad_tokens", f"task {task_id}")

@@ -129,3 +129,12 @@ def p2pd_children_of(pids: list[int]) -> list[int]:
         if b"p2pd" in cmd and ppid in pids:
             out.append(int(d.name))
     return out
+
+
+def hostile_refusals(refused: dict[str, int], versions: int) -> dict[str, int]:
+    """A follower's ``manifests_refused`` without what an honest swarm causes: a relay (or the
+    directory) offering a version older than one the follower already took by another path. Those
+    are counted as ``old_version``, as a replayed manifest is (the two cannot be told apart), and on
+    a loaded machine they happen; more than one per version published would not be honest."""
+    assert refused.get("old_version", 0) <= versions, refused
+    return {k: n for k, n in refused.items() if k != "old_version"}

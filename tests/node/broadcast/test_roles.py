@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.helpers.procs import metrics, procs, status  # noqa: F401 - procs is a fixture
+from tests.helpers.procs import hostile_refusals, metrics, procs, status  # noqa: F401 - procs is a fixture
 from tests.helpers.wait import wait_until
 from protocol.identity import load_or_create_identity
 
@@ -43,7 +43,7 @@ def test_a_learner_and_three_workers(procs, warm_tiny_model_dir, tmp_path):
         w = status(tmp_path / f"w{i}")
         b = w["broadcast"]
         assert b["role"] == "worker" and b["following"] == learner_id
-        assert b["applied_versions"] >= 5 and b["bad_chunks"] == {} and b["manifests_refused"] == {}
+        assert b["applied_versions"] >= 5 and b["bad_chunks"] == {} and hostile_refusals(b["manifests_refused"], st["broadcast"]["published_version"]) == {}
         wrecs = metrics(tmp_path / f"w{i}")
         assert all(r["policy_version"] == 0 for r in wrecs)  # a worker trains nothing itself
         assert all(r["version_lag"] is not None and r["version_lag"] <= 2 for r in wrecs)

@@ -404,3 +404,18 @@ def test_every_learner_field_reaches_the_learner_by_its_name():
         "generation.max_completion_length": 7, "generation.temperature": 0.5}))
     assert (args["loss"].delta, args["loss"].loss_type, args["loss"].max_completion_length) == (2.5, "grpo", 7)
     assert (args["warmup_steps"], args["rho_ref"], args["temperature"]) == (3, 0.5, 0.5)
+
+
+def test_the_eval_section_defaults_and_its_checks():
+    ev = load_config().eval
+    assert (ev.every, ev.at_end, ev.tasks_per_family, ev.samples, ev.greedy, ev.pass_k) == (50, True, 16, 4, True, 0)
+    assert ev.max_completion_length is None  # generation.max_completion_length
+    assert load_config(None, {"eval.max_completion_length": "none", "eval.pass_k": 4}).eval.pass_k == 4
+    with pytest.raises(ConfigError, match="eval.pass_k .5. must be at most eval.samples .4."):
+        load_config(None, {"eval.pass_k": 5})
+    with pytest.raises(ConfigError, match="leave nothing to measure"):
+        load_config(None, {"eval.greedy": False, "eval.samples": 0})
+    # A run's config.json written before the section existed still loads (the defaults fill it in).
+    old = json.loads(NodeConfig().to_json())
+    del old["eval"]
+    assert NodeConfig.model_validate(old).eval == ev

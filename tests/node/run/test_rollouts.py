@@ -32,3 +32,11 @@ def test_families_are_stratified_within_and_across_rounds():
 def test_a_family_listed_twice_gets_twice_the_share():
     total = Counter(t.family for s in range(6) for t in round_task_ids(0, s, 6, ["boolean", "boolean", "lists"], [1]))
     assert total == {"boolean": 24, "lists": 12}
+
+
+def test_a_round_never_asks_a_held_out_task():
+    from rewards.held_out import held_out_ids, is_held_out
+
+    ids = [t for step in range(50) for t in round_task_ids(0, step, 8, FAMILIES, [1, 2])]
+    assert not any(is_held_out(t.seed) for t in ids)
+    assert not set(ids) & set(held_out_ids(FAMILIES, [1, 2], 64))

@@ -17,7 +17,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
 @pytest.mark.parametrize("transport", ["hivemind", "mqtt", "libp2p", "memory"])
 def test_sim_runs_a_swarm_to_the_end_and_writes_its_folder(transport, warm_tiny_model_dir, tmp_path):
     p = start_sim(tmp_path, warm_tiny_model_dir, "--nodes", "3", "--transport", transport,
-                  "--train.steps", "6", "--swarm.round_seconds", "1.5")
+                  "--train.steps", "6", "--swarm.round_seconds", "1.5", "--eval.at_end", "true",
+                  "--eval.tasks_per_family", "4")
     seen: set[int] = set()
     assert wait_watching(p, seen, 300) == 0, (tmp_path / "sim.log").read_text()[-3000:]
     run = tmp_path / "sim"
@@ -27,6 +28,7 @@ def test_sim_runs_a_swarm_to_the_end_and_writes_its_folder(transport, warm_tiny_
     assert (run / "reward.png").stat().st_size > 0 and (run / "ess.png").stat().st_size > 0
     assert "| node0 | 6 |" in (run / "summary.md").read_text()
     assert summary["transport"] == transport
+    assert all(n["held_out"]["step"] == 6 and 0 <= n["held_out"]["greedy"] <= 1 for n in summary["nodes"])
     assert len(seen) >= (1 if transport == "memory" else 4)  # it did start processes (mqtt: the broker too)...
     assert alive(seen) == set()  # ...and none is left
 

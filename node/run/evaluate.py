@@ -1,0 +1,219 @@
+"""Held-out evaluation: how often the policy answers tasks it never trains on, per family.
+
+The tasks are fixed ids from the held-out seed space (rewards/held_out.py): training never draws
+them and admission refuses a peer's group that names one, so the numbers measure generalisation,
+not memory, and two nodes' numbers are on the same questions. Each task gets one greedy completion
+(argmax at every token) and ``samples`` completions at the node's sampling temperature; a
+completion is correct when the training reward's correctness term says so (rewards/scoring.py,
+the same ``RewardConfig``). Reported per family and overall:
+
+- greedy pass@1: the fraction of tasks whose greedy completion is correct;
+- sampled pass@1: the mean correctness over the k samples of a task, averaged over tasks;
+- pass@k (optional): the unbiased estimate 1 - C(n-c, k) / C(n, k) from a task's n samples, c of
+  them correct, averaged over tasks.
+
+The statistics are pure functions. ``evaluate`` generates with the node's own sampler (the policy,
+or its vLLM engine) under the policy's weights lock, on a GPU in calls of no more rows than a
+training step generates, and with torch's random stream forked and seeded from (seed, step): an evaluation
+neither changes what training samples next nor depends on when it ran. ``HeldOut`` is the node's
+hook: it decides when an evaluation is due and puts its result in the step's record and in
+``status.json``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+import math
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from node.observe.held_out import describe_eval
+from node.observe.status import StatusFile
+from node.run.eval_config import EvalConfig
+from policies.policy import Policy, SamplingParams, TokenBatch
+from protocol.task_id import TaskId
+from rewards.held_out import held_out_ids
+from rewards.registry import make_task
+from rewards.scoring import RewardConfig, score
+
+if TYPE_CHECKING:
+    from node.run.config import NodeConfig
+    from policies.vllm_backend import VllmSampler
+
+log = logging.getLogger(__name__)
+
+CPU_ROWS_PER_CALL = 256  # the fewest rows an evaluation's generate call takes on a CPU (eval_settings)
+
+__all__ = ["TaskOutcome", "pass_at_k", "summarise", "greedy_texts", "EvalSettings", "eval_settings", "evaluate",
+           "HeldOut", "CPU_ROWS_PER_CALL"]
+
+
+# -- the statistics (pure) ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class TaskOutcome:
+    """One held-out task's completions, scored: the greedy one's correctness (None when not
+    asked) and each sample's."""
+
+    family: str
+    greedy: float | None
+    samples: tuple[float, ...]
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased pass@k estimate from n samples of which c are correct: the probability that
+    k of them drawn without replacement hold at least one correct, 1 - C(n-c, k) / C(n, k)."""
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"pass@k needs 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def _mean(xs: list[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None
+
+
+def _stats(outcomes: Sequence[TaskOutcome], k: int) -> dict:
+    greedy = [o.greedy for o in outcomes if o.greedy is not None]
+    sampled = [sum(o.samples) / len(o.samples) for o in outcomes if o.samples]
+    out = {"greedy": _mean(greedy), "sampled": _mean(sampled), "n": len(outcomes)}
+    if k:
+        out["pass_at_k"] = _mean([pass_at_k(len(o.samples), round(sum(o.samples)), k) for o in outcomes if o.samples])
+    return out
+
+
+def summarise(outcomes: Sequence[TaskOutcome], k: int = 0) -> dict:
+    """Overall and per-family greedy pass@1, sampled pass@1 (and pass@k when ``k``), each with
+    ``n``, its number of tasks; a statistic nothing was generated for is None."""
+    families: dict[str, list[TaskOutcome]] = {}
+    for o in outcomes:
+        families.setdefault(o.family, []).append(o)
+    out = _stats(outcomes, k)
+    if k:
+        out["k"] = k
+    out["families"] = {f: _stats(group, k) for f, group in families.items()}
+    return out
+
+
+# -- generation ---------------------------------------------------------------------------------
+def greedy_texts(policy: Policy, prompts: list[str], max_new_tokens: int, rows_per_call: int) -> list[str]:
+    """One greedy completion per prompt (do_sample off: the most likely token at every step), up
+    to and including EOS, decoded as ``Policy.generate`` decodes. The policy's sampler records
+    behaviour log-probs at a temperature > 0 and has no greedy mode, so this calls the model's
+    ``generate`` itself, on the policy's clean generation config (policies/sampling.py)."""
+    pad, eos = int(policy.tokenizer.pad_token_id), policy.eos_token_id
+    gen = copy.deepcopy(policy.model.generation_config)
+    gen.update(do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=pad)
+    rows = policy.encode_prompts(prompts)
+    texts: list[str] = []
+    with policy.weights_lock, torch.no_grad():
+        was_training = policy.model.training
+        policy.model.eval()
+        try:
+            for i in range(0, len(rows), rows_per_call):
+                batch = TokenBatch.build(rows[i:i + rows_per_call], [()] * len(rows[i:i + rows_per_call]), pad)
+                P = batch.prompt_len
+                seqs = policy.model.generate(input_ids=batch.input_ids[:, :P].to(policy.device),
+                                             attention_mask=batch.attention_mask[:, :P].to(policy.device),
+                                             generation_config=gen)
+                for new in seqs[:, P:].tolist():
+                    ids = new[:new.index(eos) + 1] if eos in new else new
+                    texts.append(policy.tokenizer.decode(ids, skip_special_tokens=True))
+        finally:
+            policy.model.train(was_training)
+    return texts
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """What one evaluation asks: its task ids and how to generate for them."""
+
+    task_ids: tuple[TaskId, ...]
+    greedy: bool
+    samples: int
+    pass_k: int
+    max_new_tokens: int
+    temperature: float
+    rows_per_call: int  # completions a generate call takes at most (eval_settings says how many)
+    reward: RewardConfig
+
+
+def eval_settings(cfg: "NodeConfig", ev: EvalConfig | None = None) -> EvalSettings:
+    """The evaluation a node with config ``cfg`` runs (``ev`` overrides its ``[eval]`` section).
+
+    Rows per generate call: ``generation.batch_size`` when set; else, on a GPU, the rows a training
+    step generates (I groups of G), so evaluation fits wherever training does; on a CPU, whose
+    memory does not bind at these sizes but whose cost per call does (a tiny model took 0.67 s in
+    calls of 16 rows, 0.2 s in calls of 320), at least ``CPU_ROWS_PER_CALL``."""
+    ev = ev or cfg.eval
+    g = cfg.generation
+    rows = g.batch_size or cfg.local_groups * cfg.group_size
+    if not g.batch_size and not cfg.model.device.startswith("cuda"):
+        rows = max(rows, CPU_ROWS_PER_CALL)
+    return EvalSettings(task_ids=tuple(held_out_ids(cfg.tasks.families, cfg.tasks.difficulties, ev.tasks_per_family)),
+                        greedy=ev.greedy, samples=ev.samples, pass_k=ev.pass_k,
+                        max_new_tokens=ev.max_completion_length or g.max_completion_length,
+                        temperature=g.temperature, rows_per_call=rows,
+                        reward=RewardConfig(format_weight=cfg.tasks.format_weight))
+
+
+def evaluate(policy: Policy, s: EvalSettings, seed: int | str, sampler: "Policy | VllmSampler | None" = None) -> dict:
+    """Evaluate ``policy`` on the held-out tasks of ``s``; ``summarise``'s dict plus ``seconds``.
+
+    ``sampler`` draws the samples (the node's own: its vLLM engine, which holds the policy's
+    weights; default the policy). Torch's random stream is forked and seeded from ``seed``, so
+    the samples depend on it alone and the caller's stream is left as it was."""
+    t0 = time.perf_counter()
+    sampler = sampler or policy
+    tasks = [make_task(t) for t in s.task_ids]
+    prompts = [t.prompt for t in tasks]
+    devices = [policy.device.index or 0] if policy.device.type == "cuda" else []
+    with policy.weights_lock, torch.random.fork_rng(devices=devices):
+        torch.manual_seed(random.Random(f"swarm-node:eval:{seed}").getrandbits(63))
+        greedy = greedy_texts(policy, prompts, s.max_new_tokens, s.rows_per_call) if s.greedy else None
+        groups: list[list] = []
+        if s.samples:
+            params = SamplingParams(max_new_tokens=s.max_new_tokens, temperature=s.temperature)
+            per_call = max(1, s.rows_per_call // s.samples)  # prompts a call, so its rows stay within a step's
+            for i in range(0, len(prompts), per_call):
+                groups += sampler.generate(prompts[i:i + per_call], s.samples, params)
+    outcomes = [TaskOutcome(task.id.family,
+                            score(task, greedy[i], s.reward).correctness if greedy is not None else None,
+                            tuple(score(task, c.text, s.reward).correctness for c in groups[i]) if groups else ())
+                for i, task in enumerate(tasks)]
+    return {**summarise(outcomes, s.pass_k), "seconds": time.perf_counter() - t0}
+
+
+# -- the node's hook ----------------------------------------------------------------------------
+class HeldOut:
+    """A training node's held-out evaluation: every ``eval.every`` steps and after the last step
+    (``eval.at_end``), not when the node is stopping (a stop must be prompt). The result goes into
+    that step's metrics record (``record["eval"]``) and, as the latest, into status.json
+    (``eval``, with its step), from which the metrics endpoint and the live tables read it."""
+
+    def __init__(self, cfg: "NodeConfig", policy: Policy, status: StatusFile, sampler: "VllmSampler | None" = None):
+        self.every, self.at_end, self.seed = cfg.eval.every, cfg.eval.at_end, cfg.train.seed
+        self.total = cfg.train.steps
+        self.settings = eval_settings(cfg) if self.every or self.at_end else None
+        self.policy, self.sampler, self.status = policy, sampler, status
+
+    def due(self, step: int, stopping: bool) -> bool:
+        if self.settings is None or stopping:
+            return False
+        return bool(self.every and step % self.every == 0) or (self.at_end and step == self.total)
+
+    async def after_step(self, step: int, record: dict, stopping: bool) -> None:
+        """Evaluate after ``step`` when due (in a worker thread, as generation runs), adding the
+        result to ``record`` and to the status."""
+        if not self.due(step, stopping):
+            return
+        self.status.phase("evaluating", f"held-out tasks after step {step}")
+        result = await asyncio.to_thread(evaluate, self.policy, self.settings, f"{self.seed}:{step}", self.sampler)
+        log.info("held-out evaluation after step %d: %s", step, describe_eval(result))
+        record["eval"] = result
+        self.status.extra["eval"] = {"step": step, **result}

@@ -1,0 +1,85 @@
+"""``swarm-node eval RUN``: a saved checkpoint of a tiny run evaluated after the fact reproduces the
+evaluation the run recorded at that step; folders that are not runs, runs without checkpoints and
+missing steps are clear errors."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from node.cli import main
+from node.observe.metrics import read_metrics
+from node.run.config import NodeConfig, load_config
+from node.run.trainer import TrainingNode
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+@pytest.fixture(scope="module")
+def tiny_run(warm_tiny_model_dir, tmp_path_factory):
+    run = tmp_path_factory.mktemp("eval-cli") / "run"
+    cfg = load_config(None, {"model.name": str(warm_tiny_model_dir), "run.dir": str(run), "run.progress": "off",
+                             "run.plot": False, "generation.prompts_per_step": 2, "generation.num_generations": 2,
+                             "generation.max_completion_length": 6, "train.steps": 4, "run.checkpoint_every": 2,
+                             "eval.every": 2, "eval.tasks_per_family": 2, "eval.samples": 2,
+                             "tasks.families": ["arithmetic", "boolean"]})
+
+    async def go():
+        node = await TrainingNode.create(cfg)
+        try:
+            await node.run()
+        finally:
+            await node.close()
+
+    asyncio.run(go())
+    return run
+
+
+def test_eval_reproduces_the_runs_own_evaluation_at_a_step(tiny_run, capsys):
+    assert main(["eval", str(tiny_run), "--step", "2"]) == 0
+    out = capsys.readouterr().out
+    written = json.loads((tiny_run / "eval" / "step_2.json").read_text())
+    recorded = next(r["eval"] for r in read_metrics(tiny_run / "metrics.jsonl") if r["step"] == 2)
+    for key in ("greedy", "sampled", "n", "families"):
+        assert written[key] == recorded[key], key
+    assert written["step"] == 2 and written["policy_version"] == 2 and written["checkpoint"].endswith("step_000002")
+    assert written["settings"]["tasks_per_family"] == 2
+    assert f"held-out evaluation of {tiny_run} at step 2 (policy v2): 2 tasks per family, greedy + 2 samples" in out
+    assert "greedy pass@1  sampled pass@1" in out and "\nboolean" in out and "\nall              4" in out
+    assert f"wrote {tiny_run / 'eval' / 'step_2.json'}" in out
+
+
+def test_eval_takes_the_newest_checkpoint_and_flags_override_the_runs_settings(tiny_run, capsys):
+    assert main(["eval", str(tiny_run), "--eval.tasks_per_family", "1", "--eval.greedy", "false",
+                 "--eval.pass_k", "2"]) == 0
+    written = json.loads((tiny_run / "eval" / "step_4.json").read_text())
+    assert written["step"] == 4 and written["n"] == 2 and written["greedy"] is None and written["k"] == 2
+    out = capsys.readouterr().out
+    assert "greedy pass@1" not in out and "pass@2" in out
+
+
+def test_eval_errors_say_what_is_wrong(tiny_run, tmp_path, capsys):
+    def fails(*argv) -> str:
+        assert main(["eval", *map(str, argv)]) == 2
+        return capsys.readouterr().err
+
+    assert "no such run folder" in fails(tmp_path / "nowhere")
+    assert "is not a run folder: it has no config.json" in fails(tmp_path)
+    (tmp_path / "sim.json").write_text("{}")
+    assert "pass one node's, e.g." in fails(tmp_path)
+    (tmp_path / "config.json").write_text(NodeConfig().to_json())
+    assert "has no checkpoint to evaluate" in fails(tmp_path)
+    assert "has no checkpoint of step 3: it has steps 2, 4" in fails(tiny_run, "--step", "3")
+    assert "eval.samples" in fails(tiny_run, "--eval.pass_k", "3")  # pass@3 from 2 samples
+    with pytest.raises(SystemExit) as stop:  # only the evaluation's flags: argparse refuses the others
+        main(["eval", str(tiny_run), "--train.steps", "3"])
+    assert stop.value.code == 2 and "unrecognized arguments: --train.steps" in capsys.readouterr().err
+
+
+def test_eval_help_explains(capsys):
+    with pytest.raises(SystemExit):
+        main(["eval", "--help"])
+    out = capsys.readouterr().out
+    assert "held-out" in out and "RUN/eval/step_N.json" in out and "--step N" in out and "--eval.samples" in out

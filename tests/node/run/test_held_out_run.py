@@ -1,0 +1,80 @@
+"""Held-out evaluation in a training run: every ``eval.every`` steps and after the last, in the
+step's metrics record, status.json and summary.json, without changing what the node trains."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from node.observe.metrics import read_metrics
+from node.run.config import load_config
+from node.run.evaluate import HeldOut
+from node.run.trainer import TrainingNode
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+SMALL_EVAL = {"eval.tasks_per_family": 2, "eval.samples": 2, "tasks.families": ["arithmetic", "boolean"]}
+
+
+def _cfg(model_dir: Path, run_dir: Path, **over):
+    base = {"model.name": str(model_dir), "run.dir": str(run_dir), "run.progress": "off",
+            "generation.prompts_per_step": 2, "generation.num_generations": 2,
+            "generation.max_completion_length": 6, "train.steps": 5, "run.checkpoint_every": 0,
+            "run.plot": False, **SMALL_EVAL}
+    return load_config(None, {**base, **over})
+
+
+def _train(cfg) -> dict:
+    async def go():
+        node = await TrainingNode.create(cfg)
+        try:
+            return await node.run()
+        finally:
+            await node.close()
+
+    return asyncio.run(go())
+
+
+def test_due_every_n_steps_and_at_the_end_but_not_when_stopping(tiny_model_dir, tmp_path):
+    due = HeldOut(_cfg(tiny_model_dir, tmp_path, **{"eval.every": 2}), None, None).due
+    assert [s for s in range(1, 6) if due(s, stopping=False)] == [2, 4, 5]
+    assert not due(4, stopping=True) and not due(5, stopping=True)
+    off = HeldOut(_cfg(tiny_model_dir, tmp_path, **{"eval.every": 0, "eval.at_end": False}), None, None)
+    assert off.settings is None and not any(off.due(s, False) for s in range(1, 6))
+    end_only = HeldOut(_cfg(tiny_model_dir, tmp_path, **{"eval.every": 0}), None, None).due
+    assert [s for s in range(1, 6) if end_only(s, False)] == [5]
+
+
+def test_a_run_evaluates_every_n_steps_and_at_the_end(warm_tiny_model_dir, tmp_path):
+    run = tmp_path / "run"
+    summary = _train(_cfg(warm_tiny_model_dir, run, **{"eval.every": 2, "run.plot": True}))
+    recs = read_metrics(run / "metrics.jsonl")
+    assert [r["step"] for r in recs] == [1, 2, 3, 4, 5]  # one record per step: the evaluation rides in it
+    assert [r["step"] for r in recs if "eval" in r] == [2, 4, 5]
+    ev = recs[-1]["eval"]
+    assert ev["n"] == 4 and set(ev["families"]) == {"arithmetic", "boolean"} and ev["seconds"] > 0
+    for stats in (ev, *ev["families"].values()):
+        assert 0 <= stats["greedy"] <= 1 and 0 <= stats["sampled"] <= 1
+    status = json.loads((run / "status.json").read_text())
+    assert status["eval"] == {"step": 5, **ev}
+    assert summary["eval"] == {"step": 5, **ev}
+    assert json.loads((run / "summary.json").read_text())["eval"]["families"] == ev["families"]
+    assert (run / "held_out.png").stat().st_size > 1000 and summary["plot_held_out"] == str(run / "held_out.png")
+
+
+def test_evaluating_does_not_change_what_the_node_trains(warm_tiny_model_dir, tmp_path):
+    on, off = tmp_path / "on", tmp_path / "off"
+    _train(_cfg(warm_tiny_model_dir, on, **{"eval.every": 1, "train.steps": 3}))
+    _train(_cfg(warm_tiny_model_dir, off, **{"eval.every": 0, "eval.at_end": False, "train.steps": 3}))
+    ra, rb = read_metrics(on / "metrics.jsonl"), read_metrics(off / "metrics.jsonl")
+    assert all("eval" in r for r in ra) and not any("eval" in r for r in rb)
+    assert [(r["reward"], r["loss"]) for r in ra] == [(r["reward"], r["loss"]) for r in rb]
+    latest = (on / "checkpoints" / "latest").read_text().strip()
+    a = load_file(on / "checkpoints" / latest / "model.safetensors")
+    b = load_file(off / "checkpoints" / latest / "model.safetensors")
+    assert all(torch.equal(a[k], b[k]) for k in a)

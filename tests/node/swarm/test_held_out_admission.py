@@ -1,0 +1,34 @@
+"""A peer cannot make a node train on its held-out evaluation tasks: a batch naming a task id of
+the held-out seed space is refused whole, as ``held_out_task``, a sender fault."""
+
+from __future__ import annotations
+
+from node.swarm.admission import REJECT_REASONS, SENDER_FAULTS
+from node.transport.base import Delivery
+from node.transport.memory import MemoryHub
+from protocol.codec import encode
+from protocol.identity import Identity
+from rewards.held_out import FIRST_HELD_OUT_SEED, held_out_ids
+from tests.helpers.exchange import batch, clock_at, envelope, make_exchange, record
+
+
+def test_a_batch_with_a_held_out_task_is_refused_whole_and_counted():
+    hub, me, peer = MemoryHub(), Identity.generate(), Identity.generate()
+    ex = make_exchange(hub, me, clock_at(10))
+    eval_id = str(held_out_ids(["arithmetic"], [1], 1)[0])  # the first task every node evaluates on
+    records = [record("arithmetic:1:1"), record(eval_id), record("lists:2:1")]
+    assert ex.admit(Delivery(10, peer.peer_id, envelope(peer, encode(batch(peer, 10, records))))) == 0
+    assert ex.stats.rejected == {"held_out_task": 1}
+    assert ex.available(10) == 0  # the honest-looking groups of the same batch are refused too
+    # The lowest seed of the space too, in a later round.
+    low = record(f"lists:{FIRST_HELD_OUT_SEED}:1")
+    assert ex.admit(Delivery(11, peer.peer_id, envelope(peer, encode(batch(peer, 11, [low])), seq=2))) == 0
+    assert ex.stats.rejected == {"held_out_task": 2}
+    # One seed below the space is a training task like any other.
+    ok = record(f"lists:{FIRST_HELD_OUT_SEED - 1}:1")
+    assert ex.admit(Delivery(10, peer.peer_id, envelope(peer, encode(batch(peer, 10, [ok])), seq=3))) == 1
+
+
+def test_held_out_task_is_a_sender_fault():
+    # An honest node never draws such a seed (rewards/registry.py redraws it), so the carrier may back off its sender.
+    assert "held_out_task" in REJECT_REASONS and "held_out_task" in SENDER_FAULTS
