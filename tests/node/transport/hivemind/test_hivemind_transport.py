@@ -365,7 +365,9 @@ def test_record_validator_refuses_what_could_censor_a_round():
     assert not ok(hk, x, hb, ttl=5.0 * 8 + 61)  # a heartbeat outliving 8 rounds (+ slack)
     assert not ok(hk, x, {**hb, "hb": b"x" * 9000})
     assert not ok(hk, None, b"junk")
-    assert not ok(peers_key("t", other[:1]), x, {**hb, "k": peers_key("t", other[:1])})
+    # Another level-1 prefix than its own (x is a fresh key each run: other[:1] may be its own).
+    other1 = "0" if shard_prefix(x, 1) != "0" else "1"
+    assert not ok(peers_key("t", other1), x, {**hb, "k": peers_key("t", other1)})
     assert not ok("someone/else", x, {"k": "someone/else"})  # not an index key
     assert not ok(k, x, good, ttl=MAX_RECORD_TTL_S * 3)  # nothing planted for later
     assert not ok(k, x, good, ttl=float("nan"))  # NaN passes every "too late" bound: refused first
