@@ -82,7 +82,7 @@ class Learner:
     def __init__(self, policy: Policy, *, learning_rate: float, weight_decay: float = 0.0,
                  max_grad_norm: float = 1.0, num_iterations: int = 1, baseline: str = "mean",
                  scale_rewards: str = "none", lr_rule: str = "sqrt", rho_ref: float = 1.0,
-                 lr_floor: float = 0.0, warmup_steps: int = 0, temperature: float = 1.0,
+                 lr_floor: float = 0.0, warmup_steps: int = 20, temperature: float = 1.0,
                  loss: LossConfig = LossConfig(), off_policy_correction: bool = True,
                  micro_batch_size: int = 0):
         self.policy = policy

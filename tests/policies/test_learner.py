@@ -66,7 +66,7 @@ def _snapshot(policy):
 
 def test_on_policy_step_has_full_ess(policy, rollouts):
     base_lr = 1e-3
-    learner = Learner(policy, learning_rate=base_lr)
+    learner = Learner(policy, warmup_steps=0, learning_rate=base_lr)
     m = learner.step(_samples(rollouts, [1, 0, 0, 0, 1, 1]))
     # π_θ = μ: every w = 1 → ESS = B = 6, ρ = 1, factor sqrt(1) = 1
     assert m["ess"] / m["batch_size"] == pytest.approx(1.0, abs=1e-3)
@@ -89,7 +89,7 @@ def test_shifted_behaviour_gives_hand_ess_and_applied_lr(policy, rollouts):
     s0 = samples[0]
     samples[0] = TrainSample(**{**s0.__dict__, "behaviour_seq_logprob": s0.behaviour_seq_logprob - math.log(4)})
     before = _snapshot(policy)
-    learner = Learner(policy, learning_rate=base_lr, weight_decay=0.0)
+    learner = Learner(policy, warmup_steps=0, learning_rate=base_lr, weight_decay=0.0)
     m = learner.step(samples)
     # w = [4, 1, 1, 1, 1, 1]: Σw = 9, Σw² = 16 + 5 = 21 → ESS = 81/21 = 3.857143, ρ = 3.857143/6
     # = 0.642857; sqrt rule factor = sqrt(0.642857) = 0.801784
@@ -112,7 +112,7 @@ def test_linear_rule_and_floor(policy, rollouts):
     # μ(y_0) reported 1000× smaller → log w_0 = log 1000 → truncated at c = 8
     samples[0] = TrainSample(**{**s0.__dict__,
                                 "behaviour_seq_logprob": s0.behaviour_seq_logprob - math.log(1000)})
-    learner = Learner(policy, learning_rate=1e-3, lr_rule="linear", lr_floor=0.5)
+    learner = Learner(policy, warmup_steps=0, learning_rate=1e-3, lr_rule="linear", lr_floor=0.5)
     m = learner.step(samples)
     # w = [8, 1, 1, 1, 1, 1]: Σw = 13, Σw² = 64 + 5 = 69 → ESS = 169/69 = 2.449275,
     # ρ = 169/414 = 0.408213 → linear factor 0.408213 < floor 0.5 → 0.5
@@ -162,7 +162,7 @@ def test_median_baseline_masks_one_pivot_per_group(policy, rollouts, monkeypatch
 def test_all_equal_rewards_give_zero_update(policy, rollouts, monkeypatch):
     adv_calls = _capture(monkeypatch, "group_advantages")
     before = _snapshot(policy)
-    learner = Learner(policy, learning_rate=1e-2, weight_decay=0.0)
+    learner = Learner(policy, warmup_steps=0, learning_rate=1e-2, weight_decay=0.0)
     m = learner.step(_samples(rollouts, [1, 1, 1, 1, 1, 1]))
     (_, _, adv), = adv_calls
     # R − mean(R) = 0 for every row
@@ -179,7 +179,7 @@ def test_all_equal_rewards_give_zero_update(policy, rollouts, monkeypatch):
 def test_all_equal_rewards_with_weight_decay_only_decays(policy, rollouts):
     before = _snapshot(policy)
     lr, wd = 1e-2, 0.1
-    learner = Learner(policy, learning_rate=lr, weight_decay=wd)
+    learner = Learner(policy, warmup_steps=0, learning_rate=lr, weight_decay=wd)
     learner.step(_samples(rollouts, [0, 0, 0, 0, 0, 0]))
     # zero gradient: AdamW applies only the decoupled decay p ← p · (1 − lr·wd) = p · 0.999
     for p, q in zip(policy.model.parameters(), before):
@@ -225,7 +225,7 @@ def test_num_iterations_keeps_scaled_lr(policy, rollouts):
     samples = _samples(rollouts, [1, 0, 0, 0, 1, 1])
     s0 = samples[0]
     samples[0] = TrainSample(**{**s0.__dict__, "behaviour_seq_logprob": s0.behaviour_seq_logprob - math.log(4)})
-    learner = Learner(policy, learning_rate=1e-3, num_iterations=2)
+    learner = Learner(policy, warmup_steps=0, learning_rate=1e-3, num_iterations=2)
     m = learner.step(samples)
     # two optimizer updates, both at base_lr · sqrt(81/126) (ESS from the first pass, as above)
     assert learner.version == 2 and m["policy_version"] == 2.0
