@@ -213,7 +213,12 @@ class HeldOut:
         if not self.due(step, stopping):
             return
         self.status.phase("evaluating", f"held-out tasks after step {step}")
-        result = await asyncio.to_thread(evaluate, self.policy, self.settings, f"{self.seed}:{step}", self.sampler)
+        try:
+            result = await asyncio.to_thread(evaluate, self.policy, self.settings, f"{self.seed}:{step}", self.sampler)
+        except Exception as e:  # noqa: BLE001 - out of memory, say: the step's record and checkpoint come first
+            log.exception("held-out evaluation after step %d failed; training goes on", step)
+            record["eval_error"] = f"{type(e).__name__}: {e}"[:300]
+            return
         log.info("held-out evaluation after step %d: %s", step, describe_eval(result))
         record["eval"] = result
         self.status.extra["eval"] = {"step": step, **result}

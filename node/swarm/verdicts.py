@@ -33,9 +33,11 @@ __all__ = ["VerdictCache", "MAX_VERDICTS", "MAX_VERDICT_BYTES", "MAX_HEARTBEAT_V
 
 # Between two polls (a quarter second) a handful of messages pass the gate; these bound a flood of
 # messages that pass but are never polled. A rollout verdict holds the decoded batch and its payload
-# (4.75 times the encoded size, measured on a 3.4 MiB batch): 32 MiB of messages stand for ~150 MiB.
+# (4.75 times the encoded size, measured on a 3.4 MiB batch; up to about 7 times for short token ids
+# and float log-probs): 16 MiB of messages stand for ~110 MiB at most. A verdict evicted early only
+# costs that message a second full check.
 MAX_VERDICTS = 256
-MAX_VERDICT_BYTES = 32 << 20
+MAX_VERDICT_BYTES = 16 << 20
 MAX_HEARTBEAT_VERDICTS = 1024  # heartbeats are polled every half round, one per peer
 MAX_HEARTBEAT_VERDICT_BYTES = 4 << 20
 # A batch of round current + 1 (the furthest ahead the gate passes) is polled once that round is

@@ -78,3 +78,24 @@ def test_evaluating_does_not_change_what_the_node_trains(warm_tiny_model_dir, tm
     a = load_file(on / "checkpoints" / latest / "model.safetensors")
     b = load_file(off / "checkpoints" / latest / "model.safetensors")
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_failed_evaluation_is_logged_and_training_keeps_its_records_and_checkpoints(
+        warm_tiny_model_dir, tmp_path, monkeypatch, caplog):
+    """An evaluation that raises (out of memory on a GPU, say) costs only that evaluation: the
+    step's record (with ``eval_error``), the periodic checkpoint due at the same step and the rest
+    of the run go on."""
+    import node.run.evaluate as evaluate_module
+
+    def out_of_memory(*args, **kwargs):
+        raise RuntimeError("CUDA out of memory (simulated)")
+
+    monkeypatch.setattr(evaluate_module, "evaluate", out_of_memory)
+    run = tmp_path / "run"
+    summary = _train(_cfg(warm_tiny_model_dir, run, **{"eval.every": 2, "run.checkpoint_every": 2}))
+    recs = read_metrics(run / "metrics.jsonl")
+    assert [r["step"] for r in recs] == [1, 2, 3, 4, 5] and summary["steps"] == 5
+    assert [r["step"] for r in recs if "eval_error" in r] == [2, 4, 5] and not any("eval" in r for r in recs)
+    assert recs[1]["eval_error"] == "RuntimeError: CUDA out of memory (simulated)"
+    assert {"step_000002", "step_000004", "step_000005"} <= {p.name for p in (run / "checkpoints").glob("step_*")}
+    assert "held-out evaluation after step 2 failed" in caplog.text
