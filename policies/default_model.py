@@ -34,6 +34,8 @@ from typing import Callable
 
 import torch
 
+from protocol.task_id import TaskId
+
 log = logging.getLogger(__name__)
 
 __all__ = ["DefaultModelRecipe", "default_home", "ensure_default_model", "build_default_model"]
@@ -56,7 +58,10 @@ class DefaultModelRecipe:
     sft_warmup: int = 30  # without warm-up Adam at this LR stalls at answer-token unigrams
     sft_difficulties: tuple[int, ...] = (1, 2)  # the default RL level (1) and the next one
     seed: int = 1234
-    format_version: int = 2  # bump when the build code changes meaning
+    # The node's eval.tasks_per_family default: the warm start never sees the held-out questions of
+    # a node that evaluates with it (rewards/reserved.py), at each warm-start level and at all of them.
+    held_out_tasks: int = 16
+    format_version: int = 3  # bump when the build code changes meaning (3: held-out questions left out)
 
     def digest(self) -> str:
         return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
@@ -129,6 +134,16 @@ def _train_tokenizer(recipe: DefaultModelRecipe):
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>", pad_token="<pad>")
 
 
+def _held_out(recipe: DefaultModelRecipe) -> Callable[[TaskId], bool]:
+    """Whether a task asks a question some node evaluating with this model holds out."""
+    from rewards.registry import all_families
+    from rewards.reserved import held_out_set
+
+    levels = {(d,) for d in recipe.sft_difficulties} | {tuple(recipe.sft_difficulties)}
+    sets = [held_out_set(all_families(), list(ls), recipe.held_out_tasks) for ls in sorted(levels)]
+    return lambda task_id: any(h.holds_id(task_id) for h in sets)
+
+
 def build_default_model(out_dir: Path, recipe: DefaultModelRecipe = DefaultModelRecipe(),
                         progress: Callable[[str], None] | None = None) -> Path:
     """Build tokenizer + model + supervised warm start into ``out_dir`` (a HF checkpoint dir)."""
@@ -162,7 +177,7 @@ def build_default_model(out_dir: Path, recipe: DefaultModelRecipe = DefaultModel
     log.info("default model: %.2fM parameters, vocab %d", n_params / 1e6, len(tokenizer))
 
     examples = supervised_examples(recipe.sft_steps * recipe.sft_batch_size, seed=recipe.seed,
-                                   difficulties=recipe.sft_difficulties)
+                                   difficulties=recipe.sft_difficulties, exclude=_held_out(recipe))
     opt = torch.optim.AdamW(model.parameters(), lr=recipe.sft_lr, weight_decay=0.0)
     model.train()
     for step in range(recipe.sft_steps):

@@ -18,6 +18,7 @@ families/boolean.py        'boolean'     'not t or f' -> 'f'
 families/counting.py       'counting'    'count a in abca' -> '2'
 registry.py                FAMILIES, all_families, get_family, make_task, sample_task_ids
 held_out.py                the held-out seed space (evaluation only): is_held_out, held_out_ids
+reserved.py                the held-out questions training and admission keep away from: HeldOutSet, held_out_set
 answer.py                  answer format <answer>X</answer>: format_answer, extract_answer,
                            is_well_formed
 scoring.py                 Reward, RewardConfig, score, score_batch

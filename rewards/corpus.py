@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 import logging
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from rewards.answer import format_answer
 from rewards.errors import TaskError
@@ -27,13 +27,15 @@ def supervised_examples(
     seed: int,
     families: Sequence[str] | None = None,
     difficulties: Sequence[int] = (1, 2, 3),
+    exclude: Callable[[TaskId], bool] | None = None,
 ) -> list[tuple[str, str]]:
     """``n`` ``(prompt, completion)`` pairs with ``completion = format_answer(answer)``.
 
-    Family and difficulty are drawn uniformly from the choices (all families by default).
+    Family and difficulty are drawn uniformly from the choices (all families by default); a task
+    ``exclude`` is true for (a held-out question) is drawn again.
     """
     _check_seed(seed)
-    task_ids = sample_task_ids(random.Random(seed), n, families, difficulties)
+    task_ids = sample_task_ids(random.Random(seed), n, families, difficulties, exclude)
     tasks = [make_task(task_id) for task_id in task_ids]
     return [(task.prompt, format_answer(task.answer)) for task in tasks]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from rewards.errors import TaskError, UnknownTaskFamily
 from rewards.families import arithmetic, base_conversion, boolean, counting, lists
@@ -20,6 +20,8 @@ from rewards.task import Task
 __all__ = ["FAMILIES", "all_families", "get_family", "make_task", "sample_task_ids"]
 
 logger = logging.getLogger(__name__)
+
+MAX_REDRAWS = 1000  # draws an excluded id may take before sampling gives up (a level is never mostly held out)
 
 # Insertion order is the canonical family order (sampling and corpora iterate it).
 FAMILIES: dict[str, Family] = {
@@ -66,20 +68,30 @@ def sample_task_ids(
     n: int,
     families: Sequence[str] | None = None,
     difficulties: Sequence[int] = (1, 2),
+    exclude: Callable[[TaskId], bool] | None = None,
 ) -> list[TaskId]:
     """``n`` task ids with family and difficulty drawn uniformly from the given choices.
 
     Seeds are fresh 63-bit draws from ``rng``, so ids are reproducible from ``rng``'s state,
     outside the held-out seed space (rewards/held_out.py). Repeating a family or difficulty in
-    the sequences weights it more.
+    the sequences weights it more. An id ``exclude`` is true for (a held-out question,
+    rewards/reserved.py) is drawn again.
     """
     if type(n) is not int or n < 0:
         raise TaskError(f"n must be a non-negative int, got {n!r}")
     names = all_families() if families is None else _checked_families(families)
     levels = _checked_difficulties(difficulties, [FAMILIES[name] for name in names])
-    ids = [TaskId(rng.choice(names), _training_seed(rng), rng.choice(levels)) for _ in range(n)]
+    ids = [_draw(rng, names, levels, exclude) for _ in range(n)]
     logger.debug("sampled %d task ids over %s at difficulties %s", n, names, levels)
     return ids
+
+
+def _draw(rng: random.Random, names: list[str], levels: list[int], exclude: Callable[[TaskId], bool] | None) -> TaskId:
+    for _ in range(MAX_REDRAWS):
+        task_id = TaskId(rng.choice(names), _training_seed(rng), rng.choice(levels))
+        if exclude is None or not exclude(task_id):
+            return task_id
+    raise TaskError(f"{MAX_REDRAWS} draws over {names} at difficulties {levels} were all excluded (held out)")
 
 
 def _training_seed(rng: random.Random) -> int:

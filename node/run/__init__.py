@@ -12,6 +12,7 @@
     evaluate.py           held-out evaluation: pass@1 greedy and sampled per family, when a node runs it
     eval_checkpoint.py    ``swarm-node eval``: a saved checkpoint's held-out evaluation, after the fact
     rollouts.py           a round's task ids, generating and scoring own rollouts, learner samples
+    own_groups.py         own zero-variance groups left out, replaced by informative peer groups
     preflight.py          checks before a run starts (model, tasks, disk) and the failed-start notes
     checkpoint.py         a run's checkpoint folder: atomic publish, retention, newest valid, resume
     checkpoint_format.py  one checkpoint's files: safetensors + JSON encoding, manifest, verify, read

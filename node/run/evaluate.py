@@ -39,7 +39,7 @@ from node.observe.status import StatusFile
 from node.run.eval_config import EvalConfig
 from policies.policy import Policy, SamplingParams, TokenBatch
 from protocol.task_id import TaskId
-from rewards.held_out import held_out_ids
+from rewards.reserved import held_out_set
 from rewards.registry import make_task
 from rewards.scoring import RewardConfig, score
 
@@ -155,7 +155,7 @@ def eval_settings(cfg: "NodeConfig", ev: EvalConfig | None = None) -> EvalSettin
     rows = g.batch_size or cfg.local_groups * cfg.group_size
     if not g.batch_size and not cfg.model.device.startswith("cuda"):
         rows = max(rows, CPU_ROWS_PER_CALL)
-    return EvalSettings(task_ids=tuple(held_out_ids(cfg.tasks.families, cfg.tasks.difficulties, ev.tasks_per_family)),
+    return EvalSettings(task_ids=held_out_set(cfg.tasks.families, cfg.tasks.difficulties, ev.tasks_per_family).ids,
                         greedy=ev.greedy, samples=ev.samples, pass_k=ev.pass_k,
                         max_new_tokens=ev.max_completion_length or g.max_completion_length,
                         temperature=g.temperature, rows_per_call=rows,
@@ -201,6 +201,9 @@ class HeldOut:
         self.total = cfg.train.steps
         self.settings = eval_settings(cfg) if self.every or self.at_end else None
         self.policy, self.sampler, self.status = policy, sampler, status
+        # The questions it evaluates on, kept out of training even when it never evaluates, so
+        # that turning evaluation on or off does not change what the node trains.
+        self.reserved = held_out_set(cfg.tasks.families, cfg.tasks.difficulties, cfg.eval.tasks_per_family)
 
     def due(self, step: int, stopping: bool) -> bool:
         if self.settings is None or stopping:

@@ -18,6 +18,7 @@ from policies.learner import TrainSample
 from protocol.messages import RolloutRecord, same_tokenizer
 from policies.policy import Completion, Policy, SamplingParams
 from rewards.registry import make_task, sample_task_ids
+from rewards.reserved import HeldOutSet
 from rewards.scoring import Reward, RewardConfig, score
 from protocol.task_id import TaskId
 
@@ -34,7 +35,7 @@ class Rollout:
 
 
 def round_task_ids(seed: int | str, step: int, n: int, families: Sequence[str],
-                   difficulties: Sequence[int]) -> list[TaskId]:
+                   difficulties: Sequence[int], held_out: HeldOutSet | None = None) -> list[TaskId]:
     """The ``n`` tasks of round ``step``: a pure function of its arguments (string seeds are
     hashed with sha512 by ``random``, so this is stable across processes and Python versions).
 
@@ -43,10 +44,12 @@ def round_task_ids(seed: int | str, step: int, n: int, families: Sequence[str],
     rounds, each gets its share exactly (a family listed twice gets twice the share). The families
     differ a lot in difficulty; independent draws made a round's mean reward swing with its family
     mix, which is noise in both the gradient and the reward curve. Seeds and levels stay random.
+    A task asking one of ``held_out``'s questions (rewards/reserved.py) is drawn again.
     """
     rng = random.Random(f"swarm-node:{seed}:{step}")
     k = len(families)
-    return [sample_task_ids(rng, 1, [families[(step * n + i) % k]], difficulties)[0] for i in range(n)]
+    exclude = held_out.holds_id if held_out is not None else None
+    return [sample_task_ids(rng, 1, [families[(step * n + i) % k]], difficulties, exclude)[0] for i in range(n)]
 
 
 def generate_rollouts(policy: Policy, task_ids: list[TaskId], num_generations: int,

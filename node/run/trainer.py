@@ -39,6 +39,7 @@ from node.run.behaviour_lag import LaggedBehaviour
 from node.run.checkpoint import save_checkpoint
 from node.run.config import NodeConfig, batch_overlap
 from node.run.evaluate import HeldOut
+from node.run.own_groups import FamilyCorrectness, OwnGroups, own_groups, take_replacing
 from node.run.resume import node_state
 from node.run.rollouts import external_samples, generate_rollouts, round_task_ids, to_records, to_train_samples
 from node.run.startup import start_node
@@ -99,6 +100,7 @@ class TrainingNode:
         self.status = status or StatusFile(run_dir, cfg.train.steps, cfg.model.name, start_step)
         self.role = make_role(cfg.broadcast.role)  # node/broadcast/roles.py: full, learner or worker
         self.role_ctx = self._role_context()
+        self.families = FamilyCorrectness()  # own running correctness per family: swarm.select = weakest
         self.held_out = HeldOut(cfg, policy, self.status, vllm)  # node/run/evaluate.py
 
     def _role_context(self) -> RoleContext:
@@ -132,7 +134,8 @@ class TrainingNode:
         t0 = time.perf_counter()
         if self.policy.device.type == "cuda":  # this step's peak, generation and learner together
             torch.cuda.reset_peak_memory_stats(self.policy.device)
-        task_ids = round_task_ids(task_seed, step, n_groups, cfg.tasks.families, cfg.tasks.difficulties)
+        task_ids = round_task_ids(task_seed, step, n_groups, cfg.tasks.families, cfg.tasks.difficulties,
+                                  self.held_out.reserved)
         sampler, behaviour_version = self.lagged.sampler()
         if self.vllm is not None:  # holds the weights of learner.version (synced after each update)
             sampler = self.vllm
@@ -149,13 +152,14 @@ class TrainingNode:
         return rollouts, version, time.perf_counter() - t0
 
     def _learn(self, step: int, rollouts: list, version: int, t_gen: float,
-               groups: list[PeerGroup] | None = None) -> dict:
+               groups: list[PeerGroup] | None = None, own: OwnGroups | None = None) -> dict:
         """Score peers' groups, update the policy, and build the step's metrics (worker thread)."""
         cfg = self.cfg
         t0 = time.perf_counter()
         staleness = self.learner.version - version
         # The staleness bound: rollouts from a policy too many versions old are dropped, counted.
-        local = to_train_samples(rollouts)
+        own = own or own_groups(rollouts, cfg.swarm.replace_uninformative)  # own zero-variance groups left out
+        local = own.keep(to_train_samples(rollouts))
         samples = [s for s in local if self.learner.version - s.policy_version <= cfg.learner.max_off_policy_steps]
         dropped = len(local) - len(samples)
         ext_correct: list[float] = []
@@ -211,6 +215,7 @@ class TrainingNode:
             record["external_correct"] = float(np.mean(ext_correct)) if ext_correct else None
             record["external_too_long"] = too_long
             record["external_by_peer"] = dict(collections.Counter(g.sender for g in groups))
+        record.update(own.metrics(groups))
         record.update(role_info)
         return record
 
@@ -259,11 +264,11 @@ class TrainingNode:
                      else f"at most until round {r} ends")
             self.status.phase("waiting for peers", f"{j} peer groups, {until}")
         await self._stop.unless_requested(sw.wait_for(j, deadline))  # stopped: learn from what came
-        groups = sw.take(j, r)
+        groups, own = take_replacing(sw, rollouts, j, r, scfg.replace_uninformative, self.families)  # own_groups.py
         st_now = sw.status()
         # Peers: those alive now, or ever heard from (heartbeats arrive over the first rounds).
         self._warn_if_batches_coincide(len(groups), max(st_now["peers_alive"], st_now["peers_heard"]))
-        record = await asyncio.to_thread(self._learn, self.step, rollouts, version, t_gen, groups)
+        record = await asyncio.to_thread(self._learn, self.step, rollouts, version, t_gen, groups, own)
         st = sw.status()
         record.update({
             "round": r,

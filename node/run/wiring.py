@@ -28,6 +28,8 @@ from policies.learner import Learner
 from policies.loss import LossConfig
 from policies.policy import Policy
 from protocol.identity import load_or_create_identity
+from rewards.reserved import held_out_set
+from rewards.scoring import RewardConfig
 
 if TYPE_CHECKING:
     from policies.vllm_backend import VllmSampler
@@ -144,7 +146,9 @@ async def build_exchange(cfg: NodeConfig, policy: Policy, transport: Transport |
         group_cap=cfg.group_size, max_round_lag=sc.max_round_lag, poll_seconds=sc.poll_seconds,
         max_clock_skew=sc.max_clock_skew, seed=cfg.train.seed, external_groups=sc.external_groups,
         max_sender_share=sc.max_sender_share, special_ids=frozenset(tok.all_special_ids), eos_id=tok.eos_token_id,
-        max_tokens=cfg.generation.max_completion_length)
+        max_tokens=cfg.generation.max_completion_length, select=sc.select,
+        reward_cfg=RewardConfig(format_weight=cfg.tasks.format_weight),
+        held_out=held_out_set(cfg.tasks.families, cfg.tasks.difficulties, cfg.eval.tasks_per_family).holds)
     await exchange.start()
     log.info("joined swarm %r over %s as %s", sc.name, type(transport).__name__, ident.peer_id)
     return exchange

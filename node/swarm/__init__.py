@@ -5,6 +5,7 @@
                    turns a batch into admitted groups carrying the task, the caps and the tokenizer
                    verdict (``same_tokenizer``), decided once for the learner
     pool.py        PeerGroup / AdmittedGroup, the pool of admitted groups, its memory bounds, ``take``
+    selection.py   which pooled groups a step takes: freshest or informative first, per-sender cap (pure)
     limits.py      the bounds on what a peer's messages can make the node read or remember
     verdicts.py    what the gossip gate found on a message that passed, until it is polled: a
                    message is checked once (bounded by entries, bytes and age; each used once)

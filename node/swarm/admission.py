@@ -36,7 +36,8 @@ what its index record announced).
 
 Nothing a peer claims about quality is used: the protocol has no reward or ground-truth fields
 (a message carrying one fails as ``unknown_field``) and the learner re-scores every admitted
-completion against the regenerated task.
+completion against the regenerated task. Admission scores them too, with this node's reward
+(``AdmittedGroup.rewards``), only to choose which groups a step takes (node/swarm/selection.py).
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ from protocol.signing import Envelope, Verifier, VerifyResult, envelope_from_byt
 from rewards.errors import TaskError
 from rewards.held_out import is_held_out
 from rewards.registry import make_task
+from rewards.scoring import RewardConfig, score
 from rewards.task import Task
 
 __all__ = ["REJECT_REASONS", "SENDER_FAULTS", "Refused", "Admitted", "Admission", "open_message",
@@ -117,6 +119,7 @@ class Admitted:
     batch: RolloutBatch
     groups: list[AdmittedGroup]
     dropped_long: int
+    dropped_held_out: int = 0  # groups asking a question this node evaluates on (rewards/reserved.py)
 
 
 def open_message(d: Delivery, kind: type, verifier: Verifier) -> tuple[Envelope, RolloutBatch | Announcement]:
@@ -170,6 +173,13 @@ class Admission:
     # (None: no bound).
     max_tokens: int | None
     max_round_lag: int
+    # This node's reward: each kept completion is scored here once, so the pool can prefer groups
+    # whose rewards vary (AdmittedGroup.rewards, node/swarm/selection.py). Text only: cheap.
+    reward_cfg: RewardConfig = RewardConfig()
+    # True for a task asking one of this node's held-out questions (rewards/reserved.py
+    # HeldOutSet.holds): such a group is dropped, the rest of the batch kept. No fault of the
+    # sender's: its node may evaluate on other questions. (A held-out *seed* is: held_out_task.)
+    held_out: Callable[[Task], bool] | None = None
 
     def check_batch(self, d: Delivery, verifier: Verifier, current: int,
                     batches: set[tuple[str, int]]) -> Admitted | Refused:
@@ -191,13 +201,11 @@ class Admission:
             token_level = same_tokenizer(msg.tokenizer_fingerprint, self.tokenizer_fingerprint)
             by_task, dropped_long = self._usable(by_task, token_level)
             groups = [  # the whole batch is refused if any record fails
-                AdmittedGroup(msg.sender, msg.round, msg.policy_version, msg.model_fingerprint,
-                              msg.tokenizer_fingerprint, task_id, tuple(records),
-                              task=self._check_group(task_id, records, token_level), token_level=token_level)
-                for task_id, records in by_task.items()]
+                self._admitted(msg, task_id, records, token_level) for task_id, records in by_task.items()]
         except Refused as r:
             return r
-        return Admitted(env, msg, groups, dropped_long)
+        kept = [g for g in groups if self.held_out is None or not self.held_out(g.task)]
+        return Admitted(env, msg, kept, dropped_long, len(groups) - len(kept))
 
     def recheck(self, admitted: Admitted, verifier: Verifier, current: int, batches: set[tuple[str, int]],
                 now: float | None = None) -> Admitted | Refused:
@@ -236,6 +244,15 @@ class Admission:
             if fits:
                 kept[t] = fits[:self.group_cap]
         return kept, dropped
+
+    def _admitted(self, msg: RolloutBatch, task_id: str, records: list[RolloutRecord],
+                  token_level: bool) -> AdmittedGroup:
+        """One group that passed ``_check_group``, with its completions scored by this node's reward
+        (a foreign tokenizer's text the same way: scoring reads text only)."""
+        task = self._check_group(task_id, records, token_level)
+        return AdmittedGroup(msg.sender, msg.round, msg.policy_version, msg.model_fingerprint,
+                             msg.tokenizer_fingerprint, task_id, tuple(records), task=task, token_level=token_level,
+                             rewards=tuple(score(task, r.completion_text, self.reward_cfg).total for r in records))
 
     def _check_group(self, task_id: str, records: list[RolloutRecord], token_level: bool) -> Task:
         """The group's task, regenerated from its id, once every record has passed; or ``Refused``."""

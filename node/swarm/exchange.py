@@ -25,7 +25,7 @@ import logging
 import math
 import random
 import time
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 from node.clock import RoundClock
 from node.swarm import limits
@@ -41,6 +41,8 @@ from protocol.codec import encode
 from protocol.identity import Identity
 from protocol.messages import Announcement, RolloutBatch, RolloutRecord
 from protocol.signing import Envelope, Verifier, envelope_to_bytes, next_seq, sign
+from rewards.scoring import RewardConfig
+from rewards.task import Task
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +56,8 @@ class SwarmExchange:
                  max_round_lag: int = 4, poll_seconds: float = 0.25, max_clock_skew: float = 30.0,
                  seed: int = 0, special_ids: frozenset[int] = frozenset(), eos_id: int | None = None,
                  external_groups: int | None = None, max_sender_share: float = 1.0,
-                 max_tokens: int | None = None):
+                 max_tokens: int | None = None, select: str = "fresh", reward_cfg: RewardConfig = RewardConfig(),
+                 held_out: Callable[[Task], bool] | None = None):
         self.transport = transport
         self.identity = identity
         self.clock = clock
@@ -62,7 +65,8 @@ class SwarmExchange:
         self.model_fingerprint = model_fingerprint
         self.admission = Admission(tokenizer_fingerprint=tokenizer_fingerprint, vocab_size=vocab_size,
                                    decode_text=decode_text, special_ids=frozenset(special_ids), eos_id=eos_id,
-                                   group_cap=group_cap, max_tokens=max_tokens, max_round_lag=max_round_lag)
+                                   group_cap=group_cap, max_tokens=max_tokens, max_round_lag=max_round_lag,
+                                   reward_cfg=reward_cfg, held_out=held_out)
         # Bodies bigger than all this node could use are not fetched (max_tokens None: no bound).
         self.max_body = usable_envelope_bytes(max_tokens)
         self.max_round_lag = max_round_lag
@@ -70,6 +74,7 @@ class SwarmExchange:
         # J: what the trainer takes a step, hence what is worth fetching a round (None: everything)
         self.external_groups = external_groups
         self.max_sender_share = max_sender_share
+        self.select = select  # which groups a step takes first (node/swarm/selection.py RULES)
         self._groups_per_envelope = 1.0  # running mean over admitted envelopes: sizes the fetch budget
         # An honest envelope may be fetched up to the whole window after it was signed, so the
         # clock check allows the window on top of the configured skew.
@@ -327,6 +332,7 @@ class SwarmExchange:
         if not self.verifier.commit(checked.envelope):
             return self._reject("replay", d)
         self.stats.dropped_long += checked.dropped_long
+        self.stats.dropped_held_out += checked.dropped_held_out
         self._batches.add((msg.sender, msg.round))
         self.stats.envelopes_in += 1
         if not groups:  # nothing this node can use: it earns no fetch slot, nor sizes the budget
@@ -365,12 +371,15 @@ class SwarmExchange:
                 pass
         return self.available()
 
-    def take(self, n: int, current: int | None = None) -> list[AdmittedGroup]:
-        """Up to ``n`` unused groups of the window at round ``current`` (PeerPool.take: freshest
-        first, spread across senders, at most ``max_sender_share`` of them from one)."""
+    def take(self, n: int, current: int | None = None, extra: int = 0,
+             weakness: Mapping[str, float] | None = None) -> list[AdmittedGroup]:
+        """Up to ``n`` unused groups of the window at round ``current`` (PeerPool.take by the
+        ``select`` rule, spread across senders, at most ``max_sender_share`` of ``n`` from one),
+        and up to ``extra`` informative ones more within the same per-sender bound (``weakness``:
+        the ``weakest`` rule's family -> this node's running correctness)."""
         r = self.clock.current() if current is None else current
         self._prune(r)
-        picked = self.pool.take(n, self.max_sender_share)
+        picked = self.pool.take(n, self.max_sender_share, self.select, extra, weakness)
         for g in picked:
             bump(self.stats.groups_used, g.sender)
         return picked
@@ -404,6 +413,7 @@ class SwarmExchange:
             "dropped_stale": s.dropped_stale,
             "dropped_full": s.dropped_full,
             "dropped_long": s.dropped_long,
+            "dropped_held_out": s.dropped_held_out,
             "rejected": dict(s.rejected + self.transport.rejected),
             "rejected_total": sum(s.rejected.values()) + sum(self.transport.rejected.values()),
             "publish_errors": s.publish_errors,

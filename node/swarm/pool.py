@@ -7,7 +7,8 @@ until a step takes them or they age out of the window.
 
 Memory is bounded whatever peers send: at most ``MAX_SENDER_BYTES`` pooled per sender (its own
 oldest evicted first) and ``MAX_POOL_GROUPS`` groups / ``MAX_POOL_BYTES`` in all (the largest
-holder's oldest first). ``take`` hands out up to J groups, freshest first and spread across peers.
+holder's oldest first). ``take`` hands out up to J groups, freshest first (or informative first,
+node/swarm/selection.py) and spread across peers, at most ⌈J × max_sender_share⌉ from one.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ import math
 import random
 import sys
 from dataclasses import dataclass
+from typing import Mapping
 
 from protocol.messages import RolloutRecord
+from node.swarm.selection import select as select_groups
 from rewards.task import Task
 
 __all__ = ["PeerGroup", "AdmittedGroup", "PeerPool", "group_bytes", "MAX_POOL_GROUPS", "MAX_POOL_BYTES",
@@ -56,6 +59,15 @@ class AdmittedGroup(PeerGroup):
     # Same tokenizer as this node (protocol.messages.same_tokenizer): the ids and per-token log-probs are
     # used as sent. Otherwise the text is re-tokenized and only the sequence log-prob transfers.
     token_level: bool
+    # Each kept completion's reward under this node's scoring (rewards/scoring.py), scored at
+    # admission: only to choose groups (node/swarm/selection.py). The learner scores again and
+    # trains on its own scores (node/run/rollouts.py external_samples).
+    rewards: tuple[float, ...] = ()
+
+    @property
+    def informative(self) -> bool:
+        """Rewards that vary: a group GRPO can learn from (all equal: every advantage is 0)."""
+        return len(set(self.rewards)) > 1
 
 
 def group_bytes(g: PeerGroup) -> int:
@@ -117,29 +129,26 @@ class PeerPool:
             self.drop(k)
         return len(stale)
 
-    def take(self, n: int, max_sender_share: float) -> list[AdmittedGroup]:
-        """Up to ``n`` groups, out of the pool: freshest round first, one sender at a time
-        round-robin, and at most ``ceil(n x max_sender_share)`` from any one sender (so one fast or
-        flooding key cannot fill a step; keys are free, so this is fairness between keys, and the
-        fetch budget and the per-source ρ bound what one operator with many can do), random within
-        a sender's round."""
-        by_sender: dict[str, list[AdmittedGroup]] = collections.defaultdict(list)
-        groups = list(self.groups.values())
-        self._rng.shuffle(groups)
-        for g in sorted(groups, key=lambda g: -g.round):
-            by_sender[g.sender].append(g)
+    def take(self, n: int, max_sender_share: float, select: str = "fresh", extra: int = 0,
+             weakness: Mapping[str, float] | None = None) -> list[AdmittedGroup]:
+        """Up to ``n`` groups, out of the pool, by the rule ``select`` (node/swarm/selection.py):
+        ``fresh``, freshest round first, one sender at a time round-robin, random within a
+        sender's round; ``informative``, the same but groups whose rewards vary under this node's
+        scoring first; ``weakest``, as informative, each sender's groups of the families this node
+        is worst at (``weakness``: family -> its running correctness) first. Then up to ``extra``
+        more informative ones (replacements for this node's own uninformative groups). At most
+        ``ceil(n x max_sender_share)`` from any one sender, counted on ``n`` over the whole call,
+        extras included (so one fast or flooding key cannot fill a step; keys are free, so this is
+        fairness between keys, and the fetch budget and the per-source ρ bound what one operator
+        with many can do).
+
+        What a hostile peer buys with a crafted "informative" group (copies of a right and a wrong
+        answer, with whatever log-probs admission allows): a place ahead of honest uninformative
+        groups, never more than its share of a step, never a group the fetch budget kept out of the
+        pool, and rows whose weight the learner bounds per source (policies/learner.py, the
+        per-source ρ and truncation)."""
         share = max(1, math.ceil(n * max_sender_share - 1e-9))
-        for s in by_sender:
-            del by_sender[s][share:]
-        senders = list(by_sender)
-        self._rng.shuffle(senders)
-        # Senders whose freshest group is newest go first.
-        senders.sort(key=lambda s: -by_sender[s][0].round)
-        picked: list[AdmittedGroup] = []
-        while len(picked) < n and any(by_sender.values()):
-            for s in senders:
-                if by_sender[s] and len(picked) < n:
-                    picked.append(by_sender[s].pop(0))
+        picked = select_groups(list(self.groups.values()), n, share, select, self._rng, extra, weakness)
         for g in picked:
             self.drop(g.key)
         return picked

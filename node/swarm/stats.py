@@ -26,6 +26,7 @@ class SwarmStats:
     dropped_stale: int = 0  # admitted groups that aged out of the window before use
     dropped_full: int = 0  # admitted groups evicted because the pool was full
     dropped_long: int = 0  # completions longer than this node trains on: not checked, not kept
+    dropped_held_out: int = 0  # groups asking a question this node evaluates on (rewards/reserved.py)
     envelopes_out: int = 0
     rollouts_out: int = 0
     publish_errors: int = 0

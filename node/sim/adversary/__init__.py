@@ -15,7 +15,7 @@ honest nodes measured with a run without it (docs/results/attacks.md).
     forge.py             Forger: batches, records and signed envelopes, before the lie
     attacks_envelope.py  garbage ... replay: the envelope attacks every node must refuse
     attacks_records.py   logprob_1e300, logprob_1e4, special_tokens, future_created_at
-    attacks_admitted.py  foreign_logprob_gap, zero_advantage: admitted by design
+    attacks_admitted.py  foreign_logprob_gap, zero_advantage, crafted_informative: admitted by design
     attacks_dht.py       displace, far_expiry: DHT writes around the index's rules
     attacks_sybil.py     flood, honest_address, oversized: many fresh keys a round
     client.py            RawClient: a plain hivemind DHT client with no validator
@@ -49,6 +49,11 @@ Envelope attacks, signed by the adversary's own key and published under its own 
                      tokens are claimed certain (log μ = 0, so w = π ≪ 1)
                                                                      admitted by design: rows with
                                                                      no gradient do not enter ρ
+    crafted_informative  each group alternates the right answer and a wrong one (half right
+                     by construction: "informative" to swarm.select = informative)
+                                                                     admitted by design: it is taken
+                                                                     ahead of uninformative groups,
+                                                                     never past its share of J
 
 DHT attacks. Index entries go where the transport writes them (``index_entries``: the writer's
 shard at levels 0 and 1, where readers of a swarm of up to ~500 peers read)::

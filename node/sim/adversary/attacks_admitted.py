@@ -1,5 +1,6 @@
 """The attacks admitted by design (``ADMITTED_BY_DESIGN``): batches a peer may send honestly,
-built to drag the learner's importance weights; what they must not do is move ρ or the LR.
+built to drag the learner's importance weights or to game group selection; what they must not do
+is move ρ or the LR, or take more than the sender's share of a step.
 """
 
 from __future__ import annotations
@@ -42,6 +43,28 @@ def zero_advantage_batch(adv: Adversary, r: int) -> RolloutBatch:
         rec = adv.forge.record(tid, adv.forge.ids(f"<answer>{make_task(tid).answer}</answer>"), 0.0)
         records += [rec] * g
     return adv.forge.batch_of(r, records)
+
+
+def crafted_informative_batch(adv: Adversary, r: int) -> RolloutBatch:
+    """Half right by construction: each task's G completions alternate the right answer and a
+    wrong one, so the receiver's own scoring finds the rewards vary ("informative",
+    node/swarm/selection.py), with every token claimed at log-prob -1. What it can buy under
+    ``swarm.select = informative``: a place ahead of honest uninformative groups, at most the
+    sender's ⌈J × max_sender_share⌉ of a step; its rows' weight stays bounded by ρ and truncation."""
+    g = adv.cfg.generation.num_generations
+    records = []
+    for tid in task_ids(r, GROUPS):
+        ans = make_task(tid).answer
+        right = adv.forge.record(tid, adv.forge.ids(f"<answer>{ans}</answer>"), -1.0)
+        wrong = adv.forge.record(tid, adv.forge.ids(f"<answer>{ans}1</answer>"), -1.0)
+        records += [right if k % 2 == 0 else wrong for k in range(g)]
+    return adv.forge.batch_of(r, records)
+
+
+async def crafted_informative(adv: Adversary, r: int) -> bool:
+    data = adv.forge.seal(encode(crafted_informative_batch(adv, r)))
+    adv.published_groups(r, GROUPS)
+    return await adv.publish(r, data)
 
 
 async def foreign_logprob_gap(adv: Adversary, r: int) -> bool:

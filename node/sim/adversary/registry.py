@@ -30,6 +30,7 @@ ATTACK_FUNCTIONS: dict[str, Attack] = {
     "future_created_at": attacks_records.future_created_at,
     "foreign_logprob_gap": attacks_admitted.foreign_logprob_gap,
     "zero_advantage": attacks_admitted.zero_advantage,
+    "crafted_informative": attacks_admitted.crafted_informative,
     "displace": attacks_dht.displace,
     "far_expiry": attacks_dht.far_expiry,
     "flood": attacks_sybil.flood,
@@ -41,4 +42,4 @@ DEFAULT_ATTACKS = ("garbage", "bad_signature", "forged_reward", "forged_truth", 
                    "impersonation", "replay")  # the envelope attacks every honest node must refuse
 RAW_ATTACKS = ("displace", "far_expiry")  # a raw hivemind client
 SYBIL_ATTACKS = ("far_expiry", "flood", "honest_address", "oversized")  # many keys, one DHT node
-ADMITTED_BY_DESIGN = ("foreign_logprob_gap", "zero_advantage")
+ADMITTED_BY_DESIGN = ("foreign_logprob_gap", "zero_advantage", "crafted_informative")

@@ -1,0 +1,91 @@
+"""The held-out questions: what a node keeps its training and its peers' groups away from.
+
+Reserving the held-out *seeds* (rewards/held_out.py) is not enough: two seeds can generate the
+same question, and the built-in families' easiest levels have few (at level 1: arithmetic about
+100, counting 56, base conversion 16, boolean 10), so training would meet most held-out questions
+under other seeds, and a peer could send them on purpose. A node therefore reserves the held-out
+*questions*: ``HeldOutSet.holds`` is true for any task, whatever its seed and level, whose
+(family, question) is one of them (some questions come up at two levels). Training redraws such a task (``registry.sample_task_ids``'s
+``exclude``), and admission drops such a peer group (node/swarm/admission.py, counted as
+``dropped_held_out``, no fault of the sender: its node may evaluate on other questions).
+
+The set is a pure function of (families, levels, tasks per family): the evaluation ids walk the
+held-out seeds in order (family f's i-th candidate: seed MAX_SEED - i, level cycling through the
+given ones), keep the first task of each question, and stop at ``n_per_family`` questions. A level
+never gives up more than ``MAX_RESERVED_SHARE`` of its questions (its size estimated from
+``PROBE_DRAWS`` draws), so a small family keeps most of its questions for training and is
+evaluated on fewer tasks (its ``n`` says how many).
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from protocol.task_id import MAX_SEED, TaskId
+from rewards.held_out import held_out_ids
+from rewards.registry import make_task
+from rewards.task import Task
+
+__all__ = ["HeldOutSet", "held_out_set", "level_size", "MAX_RESERVED_SHARE", "PROBE_DRAWS"]
+
+MAX_RESERVED_SHARE = 0.25  # of a level's questions, at most, held out of training
+PROBE_DRAWS = 512  # tasks drawn to estimate a level's number of questions (about 0.01 s)
+CANDIDATES_PER_TASK = 64  # held-out seeds tried per wanted task before a family settles for fewer
+
+
+@dataclass(frozen=True)
+class HeldOutSet:
+    """The evaluation's tasks (one per question) and the questions training and admission avoid."""
+
+    ids: tuple[TaskId, ...]
+    questions: frozenset[tuple[str, str]]  # (family, question)
+
+    def holds(self, task: Task) -> bool:
+        """True when ``task`` asks a held-out question (whatever its seed and level)."""
+        return (task.id.family, task.question) in self.questions
+
+    def holds_id(self, task_id: TaskId) -> bool:
+        """``holds`` for an id (regenerates its task)."""
+        return self.holds(make_task(task_id))
+
+
+@functools.lru_cache(maxsize=64)
+def level_size(family: str, difficulty: int) -> int | None:
+    """About how many distinct questions ``family`` asks at ``difficulty``: the number seen in
+    ``PROBE_DRAWS`` fixed draws (a lower bound), or None when every draw was new (too many to matter)."""
+    rng = random.Random(f"swarm-node:level-size:{family}:{difficulty}")
+    seen = {make_task(TaskId(family, rng.randint(0, MAX_SEED >> 1), difficulty)).question for _ in range(PROBE_DRAWS)}
+    return None if len(seen) == PROBE_DRAWS else len(seen)
+
+
+@functools.lru_cache(maxsize=16)
+def _held_out_set(families: tuple[str, ...], difficulties: tuple[int, ...], n_per_family: int) -> HeldOutSet:
+    ids: list[TaskId] = []
+    questions: set[tuple[str, str]] = set()
+    for family in dict.fromkeys(families):
+        caps = {d: (n_per_family if (size := level_size(family, d)) is None
+                    else max(1, int(size * MAX_RESERVED_SHARE))) for d in difficulties}
+        per_level: Counter = Counter()
+        candidates = held_out_ids([family], difficulties, min(n_per_family * CANDIDATES_PER_TASK, 2**20))
+        kept = 0
+        for task_id in candidates:
+            if kept == n_per_family:
+                break
+            key = (family, make_task(task_id).question)
+            if key in questions or per_level[task_id.difficulty] >= caps[task_id.difficulty]:
+                continue
+            questions.add(key)
+            per_level[task_id.difficulty] += 1
+            ids.append(task_id)
+            kept += 1
+    return HeldOutSet(tuple(ids), frozenset(questions))
+
+
+def held_out_set(families: Sequence[str], difficulties: Sequence[int], n_per_family: int) -> HeldOutSet:
+    """The held-out tasks and questions of a node that trains on ``families`` at ``difficulties``
+    and evaluates ``n_per_family`` tasks a family (computed once per arguments)."""
+    return _held_out_set(tuple(families), tuple(difficulties), int(n_per_family))

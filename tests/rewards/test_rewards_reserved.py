@@ -1,0 +1,64 @@
+"""The held-out questions (rewards/reserved.py): one evaluation task per question, never more than
+a quarter of a level's questions, and neither training nor a seed outside the held-out space can
+reach one."""
+
+from __future__ import annotations
+
+import random
+
+from node.run.rollouts import round_task_ids
+from protocol.task_id import TaskId
+from rewards.held_out import is_held_out
+from rewards.registry import make_task
+from rewards.reserved import MAX_RESERVED_SHARE, held_out_set, level_size
+
+FAMILIES = ["arithmetic", "lists", "base", "boolean", "counting"]
+
+
+def test_one_task_per_question_and_the_set_holds_exactly_their_questions():
+    h = held_out_set(FAMILIES, [1], 16)
+    keys = [(t.family, make_task(t).question) for t in h.ids]
+    assert len(keys) == len(set(keys)) and set(keys) == h.questions
+    assert all(is_held_out(t.seed) for t in h.ids)
+    assert held_out_set(FAMILIES, [1], 16) is h  # computed once
+
+
+def test_a_small_level_gives_up_at_most_a_quarter_of_its_questions():
+    # boolean and base conversion at level 1 have 10 and 16 questions: 2 and 4 are held out
+    assert (level_size("boolean", 1), level_size("base", 1)) == (10, 16)
+    h = held_out_set(["boolean", "base", "arithmetic"], [1], 16)
+    per = {f: sum(t.family == f for t in h.ids) for f in ("boolean", "base", "arithmetic")}
+    assert per == {"boolean": int(10 * MAX_RESERVED_SHARE), "base": int(16 * MAX_RESERVED_SHARE), "arithmetic": 16}
+
+
+def test_a_held_out_question_is_held_out_under_any_seed():
+    h = held_out_set(["arithmetic"], [1], 16)
+    rng = random.Random(0)
+    other = next(t for t in (TaskId("arithmetic", rng.randint(0, 2**62), 1) for _ in range(100_000)) if h.holds_id(t))
+    assert not is_held_out(other.seed) and h.holds(make_task(other))
+
+
+def test_training_never_draws_a_held_out_question():
+    h = held_out_set(["arithmetic", "boolean"], [1], 16)
+    def drawn(held_out):
+        return [t for step in range(200) for t in round_task_ids(7, step, 8, ["arithmetic", "boolean"], [1], held_out)]
+
+    plain, kept_out = drawn(None), drawn(h)
+    assert sum(map(h.holds_id, plain)) > 100  # without the reservation training meets them often...
+    assert not any(map(h.holds_id, kept_out))  # ...with it, never
+    assert {t.family for t in kept_out} == {"arithmetic", "boolean"} and len(kept_out) == 1600
+
+
+def test_the_embedded_models_warm_start_leaves_out_the_default_evaluations_questions():
+    from policies.default_model import DefaultModelRecipe, _held_out
+    from rewards.corpus import supervised_examples
+    from rewards.registry import all_families
+
+    recipe = DefaultModelRecipe()
+    excluded = _held_out(recipe)
+    default_eval = held_out_set(all_families(), [1], 16)  # the node's defaults: every family, level 1
+    assert all(excluded(t) for t in default_eval.ids)
+    prompts = {make_task(t).prompt for t in default_eval.ids}
+    plain = supervised_examples(3000, seed=recipe.seed, difficulties=recipe.sft_difficulties)
+    kept = supervised_examples(3000, seed=recipe.seed, difficulties=recipe.sft_difficulties, exclude=excluded)
+    assert any(p in prompts for p, _ in plain) and not any(p in prompts for p, _ in kept)
