@@ -48,3 +48,16 @@ async def run_all(nodes: list[TrainingNode], *extra) -> list:
     finally:
         for n in nodes:
             await n.close()
+
+
+def train_to_end(cfg: NodeConfig) -> dict:
+    """One node built from ``cfg`` (its own transport, if any), trained to the end in this process
+    and closed; its summary."""
+    async def go():
+        node = await TrainingNode.create(cfg)
+        try:
+            return await node.run()
+        finally:
+            await node.close()
+
+    return asyncio.run(go())

@@ -4,7 +4,6 @@ missing steps are clear errors."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 import pytest
@@ -12,7 +11,7 @@ import pytest
 from node.cli import main
 from node.observe.metrics import read_metrics
 from node.run.config import NodeConfig, load_config
-from node.run.trainer import TrainingNode
+from tests.helpers.swarm_helpers import train_to_end
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -26,14 +25,7 @@ def tiny_run(warm_tiny_model_dir, tmp_path_factory):
                              "eval.every": 2, "eval.tasks_per_family": 2, "eval.samples": 2,
                              "tasks.families": ["arithmetic", "boolean"]})
 
-    async def go():
-        node = await TrainingNode.create(cfg)
-        try:
-            await node.run()
-        finally:
-            await node.close()
-
-    asyncio.run(go())
+    train_to_end(cfg)
     return run
 
 

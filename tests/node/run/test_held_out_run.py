@@ -3,7 +3,6 @@ step's metrics record, status.json and summary.json, without changing what the n
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 
@@ -14,7 +13,7 @@ from safetensors.torch import load_file
 from node.observe.metrics import read_metrics
 from node.run.config import load_config
 from node.run.evaluate import HeldOut
-from node.run.trainer import TrainingNode
+from tests.helpers.swarm_helpers import train_to_end
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -29,15 +28,6 @@ def _cfg(model_dir: Path, run_dir: Path, **over):
     return load_config(None, {**base, **over})
 
 
-def _train(cfg) -> dict:
-    async def go():
-        node = await TrainingNode.create(cfg)
-        try:
-            return await node.run()
-        finally:
-            await node.close()
-
-    return asyncio.run(go())
 
 
 def test_due_every_n_steps_and_at_the_end_but_not_when_stopping(tiny_model_dir, tmp_path):
@@ -52,7 +42,7 @@ def test_due_every_n_steps_and_at_the_end_but_not_when_stopping(tiny_model_dir, 
 
 def test_a_run_evaluates_every_n_steps_and_at_the_end(warm_tiny_model_dir, tmp_path):
     run = tmp_path / "run"
-    summary = _train(_cfg(warm_tiny_model_dir, run, **{"eval.every": 2, "run.plot": True}))
+    summary = train_to_end(_cfg(warm_tiny_model_dir, run, **{"eval.every": 2, "run.plot": True}))
     recs = read_metrics(run / "metrics.jsonl")
     assert [r["step"] for r in recs] == [1, 2, 3, 4, 5]  # one record per step: the evaluation rides in it
     assert [r["step"] for r in recs if "eval" in r] == [2, 4, 5]
@@ -69,8 +59,8 @@ def test_a_run_evaluates_every_n_steps_and_at_the_end(warm_tiny_model_dir, tmp_p
 
 def test_evaluating_does_not_change_what_the_node_trains(warm_tiny_model_dir, tmp_path):
     on, off = tmp_path / "on", tmp_path / "off"
-    _train(_cfg(warm_tiny_model_dir, on, **{"eval.every": 1, "train.steps": 3}))
-    _train(_cfg(warm_tiny_model_dir, off, **{"eval.every": 0, "eval.at_end": False, "train.steps": 3}))
+    train_to_end(_cfg(warm_tiny_model_dir, on, **{"eval.every": 1, "train.steps": 3}))
+    train_to_end(_cfg(warm_tiny_model_dir, off, **{"eval.every": 0, "eval.at_end": False, "train.steps": 3}))
     ra, rb = read_metrics(on / "metrics.jsonl"), read_metrics(off / "metrics.jsonl")
     assert all("eval" in r for r in ra) and not any("eval" in r for r in rb)
     assert [(r["reward"], r["loss"]) for r in ra] == [(r["reward"], r["loss"]) for r in rb]
@@ -92,7 +82,7 @@ def test_a_failed_evaluation_is_logged_and_training_keeps_its_records_and_checkp
 
     monkeypatch.setattr(evaluate_module, "evaluate", out_of_memory)
     run = tmp_path / "run"
-    summary = _train(_cfg(warm_tiny_model_dir, run, **{"eval.every": 2, "run.checkpoint_every": 2}))
+    summary = train_to_end(_cfg(warm_tiny_model_dir, run, **{"eval.every": 2, "run.checkpoint_every": 2}))
     recs = read_metrics(run / "metrics.jsonl")
     assert [r["step"] for r in recs] == [1, 2, 3, 4, 5] and summary["steps"] == 5
     assert [r["step"] for r in recs if "eval_error" in r] == [2, 4, 5] and not any("eval" in r for r in recs)

@@ -20,6 +20,7 @@ from node.run.config import load_config
 from node.errors import ConfigError
 from node.observe.metrics import read_metrics
 from node.run.trainer import TrainingNode
+from tests.helpers.swarm_helpers import train_to_end
 
 from tests.helpers.paths import ROOT
 
@@ -42,15 +43,6 @@ def _cfg(model_dir: Path, run_dir: Path, **over):
     return load_config(None, base)
 
 
-def _train(cfg) -> dict:
-    async def go():
-        node = await TrainingNode.create(cfg)
-        try:
-            return await node.run()
-        finally:
-            await node.close()
-
-    return asyncio.run(go())
 
 
 def _final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
@@ -59,7 +51,7 @@ def _final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
 
 
 def test_run_writes_metrics_plot_summary_and_checkpoint(warm_tiny_model_dir, tmp_path):
-    summary = _train(_cfg(warm_tiny_model_dir, tmp_path / "run", **{"run.plot": True}))
+    summary = train_to_end(_cfg(warm_tiny_model_dir, tmp_path / "run", **{"run.plot": True}))
     recs = read_metrics(tmp_path / "run" / "metrics.jsonl")
     assert [r["step"] for r in recs] == [1, 2, 3, 4, 5, 6]
     for key in ("reward", "correct", "ess", "rho", "lr_factor", "lr", "loss", "tokens_per_s", "policy_version"):
@@ -75,10 +67,10 @@ def test_run_writes_metrics_plot_summary_and_checkpoint(warm_tiny_model_dir, tmp
 
 def test_resume_continues_exactly(warm_tiny_model_dir, tmp_path):
     straight = tmp_path / "straight"
-    _train(_cfg(warm_tiny_model_dir, straight))
+    train_to_end(_cfg(warm_tiny_model_dir, straight))
     split = tmp_path / "split"
-    _train(_cfg(warm_tiny_model_dir, split, **{"train.steps": 3}))
-    _train(_cfg(warm_tiny_model_dir, split, **{"run.resume": True}))
+    train_to_end(_cfg(warm_tiny_model_dir, split, **{"train.steps": 3}))
+    train_to_end(_cfg(warm_tiny_model_dir, split, **{"run.resume": True}))
     a, b = _final_weights(straight), _final_weights(split)
     assert a.keys() == b.keys()
     for k in a:
@@ -90,18 +82,18 @@ def test_resume_continues_exactly(warm_tiny_model_dir, tmp_path):
 
 
 def test_existing_run_without_resume_is_refused(warm_tiny_model_dir, tmp_path):
-    _train(_cfg(warm_tiny_model_dir, tmp_path / "run", **{"train.steps": 2}))
+    train_to_end(_cfg(warm_tiny_model_dir, tmp_path / "run", **{"train.steps": 2}))
     with pytest.raises(ConfigError, match="resume"):
-        _train(_cfg(warm_tiny_model_dir, tmp_path / "run", **{"train.steps": 2}))
+        train_to_end(_cfg(warm_tiny_model_dir, tmp_path / "run", **{"train.steps": 2}))
 
 
 def test_corrupt_latest_checkpoint_falls_back_to_previous(warm_tiny_model_dir, tmp_path, caplog):
     run = tmp_path / "run"
-    _train(_cfg(warm_tiny_model_dir, run, **{"train.steps": 4, "run.checkpoint_every": 2}))
+    train_to_end(_cfg(warm_tiny_model_dir, run, **{"train.steps": 4, "run.checkpoint_every": 2}))
     model_file = run / "checkpoints" / "step_000004" / "model.safetensors"
     model_file.write_bytes(model_file.read_bytes()[:100])  # truncated, as by a full disk
     with caplog.at_level("WARNING"):
-        summary = _train(_cfg(warm_tiny_model_dir, run, **{"train.steps": 5, "run.resume": True}))
+        summary = train_to_end(_cfg(warm_tiny_model_dir, run, **{"train.steps": 5, "run.resume": True}))
     assert "step_000004" in caplog.text and "truncated" in caplog.text
     recs = read_metrics(run / "metrics.jsonl")
     assert [r["step"] for r in recs] == [1, 2, 3, 4, 5]  # steps 3-4 redone from the step-2 checkpoint
@@ -134,7 +126,7 @@ def test_sigint_stops_cleanly_with_a_checkpoint_and_resumes(warm_tiny_model_dir,
     latest = (run / "checkpoints" / "latest").read_text().strip()
     assert latest == f"step_{steps:06d}"  # the checkpoint holds exactly the steps in the metrics
     assert not list((run / "checkpoints").glob("*.tmp-*"))
-    summary = _train(_cfg(warm_tiny_model_dir, run, **{
+    summary = train_to_end(_cfg(warm_tiny_model_dir, run, **{
         "train.steps": steps + 2, "run.resume": True, "generation.prompts_per_step": 2,
         "generation.num_generations": 2, "generation.max_completion_length": 6,
         "learner.learning_rate": 3e-4}))
@@ -147,7 +139,7 @@ def test_staler_behaviour_policy_lowers_ess_and_lr_factor(warm_tiny_model_dir, t
     late = {}
     for k in (0, 4, 16):
         run = tmp_path / f"lag{k}"
-        _train(_cfg(warm_tiny_model_dir, run, **{"train.steps": 24, "train.behaviour_lag": k,
+        train_to_end(_cfg(warm_tiny_model_dir, run, **{"train.steps": 24, "train.behaviour_lag": k,
                                                   "learner.learning_rate": 1e-2,
                                                   "learner.max_off_policy_steps": 32}))
         recs = read_metrics(run / "metrics.jsonl")
@@ -164,7 +156,7 @@ def test_staler_behaviour_policy_lowers_ess_and_lr_factor(warm_tiny_model_dir, t
 
 def test_staleness_bound_drops_old_rollouts(warm_tiny_model_dir, tmp_path):
     run = tmp_path / "run"
-    _train(_cfg(warm_tiny_model_dir, run, **{"train.steps": 6, "train.behaviour_lag": 4,
+    train_to_end(_cfg(warm_tiny_model_dir, run, **{"train.steps": 6, "train.behaviour_lag": 4,
                                               "learner.max_off_policy_steps": 2}))
     recs = read_metrics(run / "metrics.jsonl")
     # Staleness 0, 1, 2 train; at steps 4-5 the sampler is 3 versions behind: everything is
@@ -176,7 +168,7 @@ def test_staleness_bound_drops_old_rollouts(warm_tiny_model_dir, tmp_path):
 
 def test_resume_applies_this_runs_weight_decay(warm_tiny_model_dir, tmp_path):
     run = tmp_path / "run"
-    _train(_cfg(warm_tiny_model_dir, run, **{"train.steps": 2}))
+    train_to_end(_cfg(warm_tiny_model_dir, run, **{"train.steps": 2}))
 
     async def reopen():
         node = await TrainingNode.create(_cfg(warm_tiny_model_dir, run, **{
@@ -193,9 +185,9 @@ def test_resume_applies_this_runs_weight_decay(warm_tiny_model_dir, tmp_path):
 def test_lora_run_checkpoints_and_resumes_exactly(warm_tiny_model_dir, tmp_path):
     lora = {"model.lora_rank": 4, "train.steps": 4}
     straight, split = tmp_path / "straight", tmp_path / "split"
-    _train(_cfg(warm_tiny_model_dir, straight, **lora))
-    _train(_cfg(warm_tiny_model_dir, split, **{**lora, "train.steps": 2}))
-    _train(_cfg(warm_tiny_model_dir, split, **{**lora, "run.resume": True}))
+    train_to_end(_cfg(warm_tiny_model_dir, straight, **lora))
+    train_to_end(_cfg(warm_tiny_model_dir, split, **{**lora, "train.steps": 2}))
+    train_to_end(_cfg(warm_tiny_model_dir, split, **{**lora, "run.resume": True}))
     a, b = _final_weights(straight), _final_weights(split)
     # The checkpoint holds the adapter only: the frozen base is read from model.name again.
     assert a and all("lora_" in k for k in a), sorted(a)[:5]
@@ -219,12 +211,12 @@ def test_lora_resume_on_other_base_weights_is_refused(warm_tiny_model_dir, tmp_p
     weights = load_file(other / "model.safetensors")
     save_file({k: v + 0.01 for k, v in weights.items()}, str(other / "model.safetensors"), metadata={"format": "pt"})
     lora = {"model.lora_rank": 4, "train.steps": 2}
-    _train(_cfg(warm_tiny_model_dir, tmp_path / "run", **lora))
+    train_to_end(_cfg(warm_tiny_model_dir, tmp_path / "run", **lora))
     with pytest.raises(CheckpointError, match="LoRA adapter trained on other base weights"):
-        _train(_cfg(other, tmp_path / "run", **{**lora, "train.steps": 3, "run.resume": True}))
+        train_to_end(_cfg(other, tmp_path / "run", **{**lora, "train.steps": 3, "run.resume": True}))
     # Another alpha is not a tensor: the adapter would load and scale its update differently.
     with pytest.raises(ConfigError, match="--model.lora_alpha 16, this run asks for 64"):
-        _train(_cfg(warm_tiny_model_dir, tmp_path / "run", **{**lora, "train.steps": 3, "run.resume": True,
+        train_to_end(_cfg(warm_tiny_model_dir, tmp_path / "run", **{**lora, "train.steps": 3, "run.resume": True,
                                                              "model.lora_alpha": 64}))
 
 
@@ -249,7 +241,7 @@ def test_out_of_memory_in_a_step_is_recovered_and_recorded(warm_tiny_model_dir, 
     monkeypatch.setattr(Policy, "_sample", sample)
     monkeypatch.setattr(Policy, "completion_logprobs", logprobs)
     run = tmp_path / "run"
-    _train(_cfg(warm_tiny_model_dir, run, **{"train.steps": 3}))
+    train_to_end(_cfg(warm_tiny_model_dir, run, **{"train.steps": 3}))
     recs = read_metrics(run / "metrics.jsonl")
     assert [(r["gen_oom_halvings"], r["gen_batch"]) for r in recs] == [(1, 8), (0, 8), (0, 8)]
     assert [(r["oom_halvings"], r["micro_batch"]) for r in recs] == [(2, 4), (0, 4), (0, 4)]
@@ -270,7 +262,7 @@ def test_generation_batch_size_applies_to_the_lagged_sampler(warm_tiny_model_dir
 
     monkeypatch.setattr(Policy, "_sample", sample)
     run = tmp_path / "run"
-    _train(_cfg(warm_tiny_model_dir, run, **{"train.steps": 2, "train.behaviour_lag": 1,
+    train_to_end(_cfg(warm_tiny_model_dir, run, **{"train.steps": 2, "train.behaviour_lag": 1,
                                             "generation.batch_size": 4}))
     assert rows and set(rows) == {4}  # 16 completions a step, 4 a call, by the lagged copy too
     assert [r["gen_batch"] for r in read_metrics(run / "metrics.jsonl")] == [4, 4]
