@@ -14,7 +14,7 @@ and the counts are still recorded.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Sequence
 
 from node.run.rollouts import Rollout
@@ -89,7 +89,7 @@ def take_replacing(swarm: SwarmExchange, rollouts: Sequence[Rollout], j: int, cu
     them, plus, when ``enabled`` and J > 0, up to one informative peer group per uninformative own
     group (never more than that many extra: I + J does not grow). ``families``, updated with this
     step's rollouts, is what the ``weakest`` rule reads."""
-    k = len(uninformative_groups(rollouts)) if enabled and j > 0 else 0
+    own = own_groups(rollouts, enabled)  # dropped only when enabled: then one replacement each
     weakness = families.update(rollouts) if families is not None else None
-    groups = swarm.take(j, current, extra=k, weakness=weakness)
-    return groups, own_groups(rollouts, enabled, replaced=max(0, len(groups) - j))
+    groups = swarm.take(j, current, extra=len(own.drop) if j > 0 else 0, weakness=weakness)
+    return groups, replace(own, replaced=max(0, len(groups) - j))
