@@ -30,7 +30,8 @@ from dataclasses import dataclass
 import torch
 
 from policies.advantages import Advantages, group_advantages
-from policies.loss import LossConfig, LossInputs, loss_plan, policy_loss, row_caps, sequence_weights
+from policies.loss import (ZERO_ADVANTAGE, LossConfig, LossInputs, loss_plan, policy_loss, row_caps,
+                           sequence_weights)
 from policies.oom import OutOfMemory, fit_by_halving, is_out_of_memory
 from policies.offpolicy import ess_fraction, ess_fraction_by_source, lr_factor
 from policies.policy import Policy, TokenBatch
@@ -39,7 +40,6 @@ log = logging.getLogger(__name__)
 
 __all__ = ["TrainSample", "Learner", "LOCAL_SOURCE", "sample_source"]
 
-_ZERO_ADV = 1e-9  # |advantage| at or below this carries no gradient (a group whose rewards agree)
 _OOM_HINT = ("lower generation.prompts_per_step, generation.num_generations or "
              "generation.max_completion_length, train a LoRA adapter (model.lora_rank), or use a smaller model")
 
@@ -193,7 +193,7 @@ class Learner:
                                 hint=_OOM_HINT, device=self.policy.device, on_halve=halved)
         return out
 
-    def step(self, samples: list[TrainSample]) -> dict[str, float]:
+    def step(self, samples: list[TrainSample]) -> dict[str, float | None]:
         """Apply ``num_iterations`` updates from ``samples``; return the step's metrics.
 
         ``OutOfMemory`` (one row a pass does not fit) raised in iteration k > 1 leaves the first
@@ -207,7 +207,7 @@ class Learner:
         self.policy.learning_mode()
         g2 = self._fit(lambda rows: self._grad_sq_norms(batch, rows), len(batch)) if self.baseline == "opob" else None
         rows = _Rows(batch, beh, seq_beh, foreign, rewards, gids, caps, local, sources, g2)
-        metrics: dict[str, float] = {}
+        metrics: dict[str, float | None] = {}
         first = None
         for it in range(self.num_iterations):
             # Gradients of this iteration, accumulated over micro-batches (all of the batch's in
@@ -232,7 +232,7 @@ class Learner:
             reward_mean=float(rewards.mean()),
             adv_abs_mean=float(adv.advantages.abs().mean()),
             # trained samples whose advantage is 0 carry no gradient (a group whose rewards agree)
-            zero_adv_frac=float((adv.advantages[adv.loss_mask].abs() <= _ZERO_ADV).float().mean()),
+            zero_adv_frac=float((adv.advantages[adv.loss_mask].abs() <= ZERO_ADVANTAGE).float().mean()),
             completion_len=float(batch.completion_mask.sum(-1).mean()),
             batch_size=float(len(samples)),
             policy_version=float(self.version),
@@ -272,7 +272,7 @@ class Learner:
                                    seq_weights=w, grad_sq_norms=r.g2)
             # Over the rows that carry gradient only (docs/algorithm.md, "ESS"): a pivot or
             # a zero-advantage row does not move the update, so it must not move the LR.
-            carry = adv.loss_mask & (adv.advantages.abs() > _ZERO_ADV)
+            carry = adv.loss_mask & (adv.advantages.abs() > ZERO_ADVANTAGE)
             # Per source, summed: one peer lowers ρ by at most its share of these rows.
             rho = ess_fraction_by_source(w, r.sources, carry)
             factor = lr_factor(rho, self.lr_rule, self.rho_ref, self.lr_floor)

@@ -11,6 +11,11 @@ chosen by ``LossConfig``:
   sequence weight w̄ = min(π_θ(y)/μ(y), c) is a constant factor on A·∇log π_θ(y) (VCPO's truncated
   importance sampling); token ratios are meaningless there because tokens do not align.
 
+With ``external_success_floor = f`` a peer's row with a positive advantage (a completion this
+node's own scoring found right) weighs at least f: the token ratio or w̄ that multiplies
+A·∇log π_θ is max(weight, f), never above the trust region's upper bound (docs/algorithm.md,
+section 10). Off by default.
+
 Aggregation (TRL's ``loss_type`` names): ``grpo`` averages tokens per sequence then sequences,
 ``dapo`` averages over all tokens of the batch, ``dr_grpo`` divides the token sum by
 B · max_completion_length.
@@ -24,12 +29,15 @@ from typing import Literal
 
 import torch
 
-from policies.offpolicy import m2po_mask, sequence_log_weights, token_log_ratios, truncated_weights
+from policies.offpolicy import (ess_fraction, m2po_mask, sequence_log_weights, success_floor, token_log_ratios,
+                                truncated_weights)
 
-__all__ = ["LossConfig", "LossInputs", "LossOutputs", "LossPlan", "loss_plan", "policy_loss", "row_caps", "sequence_weights"]
+__all__ = ["LossConfig", "LossInputs", "LossOutputs", "LossPlan", "ZERO_ADVANTAGE", "loss_plan", "policy_loss",
+           "row_caps", "sequence_weights"]
 
 _MAX_LOG_RATIO = 80.0  # e^80 ≈ 5.5e34 < float32 max ≈ 3.4e38
 EXTERNAL_DELTA = 4.0  # the ratio clamp on peers' rows when learner.delta is off (INTELLECT-2's 4)
+ZERO_ADVANTAGE = 1e-9  # |A| at or below this carries no gradient (a group whose rewards agree, up to rounding)
 
 
 @dataclass(frozen=True)
@@ -45,6 +53,12 @@ class LossConfig:
     weight_cap: float = 8.0  # c, truncation of sequence importance weights (VCPO)
     loss_type: Literal["grpo", "dapo", "dr_grpo"] = "dapo"
     max_completion_length: int = 16  # only for dr_grpo's constant normaliser
+    external_success_floor: float | None = None  # f: least weight of a peer's row with A > 0; None = off
+
+    def __post_init__(self):
+        f = self.external_success_floor
+        if f is not None and not 0 < f <= 1:
+            raise ValueError(f"external_success_floor must be in (0, 1] (none = off), got {f}")
 
 
 @dataclass
@@ -68,7 +82,7 @@ class LossInputs:
 @dataclass(frozen=True)
 class LossOutputs:
     loss: torch.Tensor  # scalar
-    metrics: dict[str, float]
+    metrics: dict[str, float | None]
 
 
 def sequence_weights(logp: torch.Tensor, mask: torch.Tensor, behaviour_seq_logp: torch.Tensor,
@@ -107,7 +121,7 @@ class LossPlan:
 
     m2po_keep: torch.Tensor | None  # (B, T) tokens M2PO keeps on the token path; None = no M2PO
     denominator: torch.Tensor  # scalar: dapo Σ used tokens, grpo the sequences used, dr_grpo B·L
-    metrics: dict[str, float]
+    metrics: dict[str, float | None]
 
     def rows(self, sl: slice) -> "LossPlan":
         keep = None if self.m2po_keep is None else self.m2po_keep[sl]
@@ -137,6 +151,57 @@ def _terms(x: LossInputs, cfg: LossConfig):
         unclipped = torch.where(ext, torch.clamp(ratio, max=EXTERNAL_DELTA), ratio)
     token_mask = mask * (1 - seq_f)
     return mask, adv, seq_rows, seq_f, log_r, ratio, unclipped, token_mask
+
+
+def _successes(x: LossInputs) -> torch.Tensor:
+    """(B,) bool: peers' successes, the rows from a peer that the loss uses with A > 0."""
+    if x.external is None:
+        return torch.zeros_like(x.sample_mask)
+    return x.external & x.sample_mask & (x.advantages > ZERO_ADVANTAGE)
+
+
+def _floored(x: LossInputs, cfg: LossConfig, ratio: torch.Tensor, seq_rows: torch.Tensor):
+    """``external_success_floor`` on peers' successes: (token weights, tokens lifted, sequence
+    weights, rows lifted), or None when it is off. The floor never exceeds what a
+    positive-advantage weight can reach anyway: the δ clamp (a peer's rows keep EXTERNAL_DELTA
+    with δ off) and, with PPO clipping, 1 + ε_high on the token path; the row's cap c_i on the
+    sequence path."""
+    f = cfg.external_success_floor
+    if f is None or x.external is None:
+        return None
+    rows = _successes(x)
+    top = cfg.delta if cfg.delta is not None else EXTERNAL_DELTA
+    if cfg.m2po_tau is None:
+        top = min(top, 1 + (cfg.epsilon if cfg.epsilon_high is None else cfg.epsilon_high))
+    tok_w, tok_lifted = success_floor(ratio.detach(), min(f, top), (rows & ~seq_rows).unsqueeze(-1))
+    caps = row_caps(cfg, x.sequence_level, ~x.external)
+    seq_w, seq_lifted = success_floor(x.seq_weights, torch.clamp(caps, max=f), rows & seq_rows)
+    return tok_w, tok_lifted, seq_w, seq_lifted
+
+
+def _success_metrics(x: LossInputs, cfg: LossConfig, ratio, seq_f, token_mask, floored) -> dict:
+    """What the correction does to peers' successes (docs/metrics.md): their share of the rows,
+    the mean weight of their tokens (r_t, or w̄ on every token of a sequence-level row), the
+    share of those below 1 − ε, the share the floor lifted, and the ESS fraction of their w̄.
+    None where they have no rows (tokens)."""
+    pos = _successes(x)
+    n = int(pos.sum())
+    out: dict[str, float | None] = {"ext_pos_rows": float(n), "ext_pos_frac": n / max(1, pos.numel()),
+                                    "ext_pos_weight_mean": None, "ext_pos_low_frac": None,
+                                    "ext_pos_floored_frac": None, "ext_pos_ess": None}
+    if n == 0:
+        return out
+    out["ext_pos_ess"] = ess_fraction(x.seq_weights[pos])
+    toks = (x.mask > 0) & pos.unsqueeze(-1)
+    if not bool(toks.any()):
+        return out
+    w = torch.where(seq_f > 0, x.seq_weights.unsqueeze(-1).to(ratio.dtype).expand_as(ratio), ratio)[toks]
+    lifted = torch.zeros_like(toks)
+    if floored is not None:
+        lifted = torch.where(seq_f > 0, floored[3].unsqueeze(-1), floored[1] & (token_mask > 0))
+    out.update(ext_pos_weight_mean=float(w.mean()), ext_pos_low_frac=float((w < 1 - cfg.epsilon).float().mean()),
+               ext_pos_floored_frac=float(lifted[toks].float().mean()))
+    return out
 
 
 def loss_plan(inputs: LossInputs, cfg: LossConfig) -> LossPlan:
@@ -172,6 +237,7 @@ def loss_plan(inputs: LossInputs, cfg: LossConfig) -> LossPlan:
         "ratio_mean": float((ratio * x.mask).sum() / x.mask.sum()) if live else 1.0,
         "weight_mean": float(w.mean()) if w.numel() else 0.0,
         "seq_level_frac": float(seq_rows.float().mean()) if seq_rows.numel() else 0.0,
+        **_success_metrics(x, cfg, ratio, seq_f, token_mask, _floored(x, cfg, ratio, seq_rows)),
     }
     return LossPlan(keep, denominator, metrics)
 
@@ -195,10 +261,16 @@ def policy_loss(inputs: LossInputs, cfg: LossConfig, plan: LossPlan | None = Non
         eps_hi = cfg.epsilon if cfg.epsilon_high is None else cfg.epsilon_high
         clipped = torch.clamp(ratio, 1 - cfg.epsilon, 1 + eps_hi)
         token_obj = torch.minimum(unclipped * adv, clipped * adv)
+    seq_w = x.seq_weights
+    floored = _floored(x, cfg, ratio, seq_rows)
+    if floored is not None:
+        # A lifted token's weight is the constant f, as w̄ is below: gradient f·A·∇log π_θ.
+        tok_w, lifted, seq_w, _ = floored
+        token_obj = torch.where(lifted, tok_w * torch.exp(x.logp - x.logp.detach()) * adv, token_obj)
 
     # Sequence level: w̄ · A · ∇log π_θ(y_t), written so the value is w̄·A and the gradient flows
     # through log π_θ only.
-    seq_obj = x.seq_weights.unsqueeze(-1) * torch.exp(x.logp - x.logp.detach()) * adv
+    seq_obj = seq_w.unsqueeze(-1) * torch.exp(x.logp - x.logp.detach()) * adv
 
     zero = torch.zeros_like(x.logp)
     per_token = -(torch.where(token_mask > 0, token_obj, zero) + torch.where(mask * seq_f > 0, seq_obj, zero))

@@ -28,6 +28,7 @@ __all__ = [
     "ess_fraction_by_source",
     "lr_factor",
     "m2po_mask",
+    "success_floor",
 ]
 
 
@@ -183,3 +184,20 @@ def m2po_mask(
     keep = torch.zeros_like(live)
     keep[live.nonzero(as_tuple=True)[0]] = keep_live
     return (keep.view_as(mask)).to(mask.dtype)
+
+
+def success_floor(
+    weight: torch.Tensor,  # importance weights (r_t per token, or w̄ per row), detached
+    floor: float | torch.Tensor,  # f, or per-element floors already bounded by the caller's caps
+    rows: torch.Tensor,  # bool, broadcastable to ``weight``: a peer's rows with A > 0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(max(weight, f) on ``rows`` and ``weight`` elsewhere, where the floor lifted it).
+
+    A peer's verified-correct completion that this node would rarely sample has a tiny ratio,
+    so the correction all but drops what it teaches; the floor keeps its weight at f at least
+    (docs/algorithm.md, "Peers' successes"). Bounding f by the trust region's upper bounds is
+    the caller's job: only it knows them.
+    """
+    floor = torch.as_tensor(floor, dtype=weight.dtype, device=weight.device)
+    lifted = rows & (weight < floor)
+    return torch.where(lifted, floor, weight), lifted

@@ -116,8 +116,9 @@ class LearnerConfig(_Section):
     lr_floor: float = Field(0.0, ge=0, le=1, description="lowest LR factor the ESS rule may give")
     max_off_policy_steps: int = Field(32, ge=0, description="drop rollouts from policies more than this many versions old")
     off_policy_correction: bool = Field(True, description="false = treat every rollout as sampled by the current policy (naive sharing, as rl-swarm does): no importance ratios, ESS = B; for comparison experiments only")
+    external_success_floor: Optional[float] = Field(None, gt=0, le=1, description="f in (0, 1]: a peer's completion that this node scored right (advantage > 0) weighs at least f in the loss (its token ratio or sequence weight is max(weight, f), never above the clip or cap), so a correct answer this node would rarely sample still teaches; none = off (docs/algorithm.md, section 10)")
 
-    @field_validator("epsilon_high", "delta", "m2po_tau", mode="before")
+    @field_validator("epsilon_high", "delta", "m2po_tau", "external_success_floor", mode="before")
     @classmethod
     def _nullable(cls, v: Any) -> Any:
         return _none_words(v)

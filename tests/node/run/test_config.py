@@ -406,6 +406,17 @@ def test_every_learner_field_reaches_the_learner_by_its_name():
     assert (args["warmup_steps"], args["rho_ref"], args["temperature"]) == (3, 0.5, 0.5)
 
 
+
+def test_the_external_success_floor_is_off_by_default_and_in_0_1():
+    from node.run.wiring import learner_arguments
+
+    assert load_config().learner.external_success_floor is None
+    assert learner_arguments(load_config(None, {"learner.external_success_floor": 0.25}))["loss"].external_success_floor == 0.25
+    assert load_config(None, {"learner.external_success_floor": "off"}).learner.external_success_floor is None
+    for bad, words in ((0, "greater than 0"), (1.5, "less than or equal to 1")):
+        with pytest.raises(ConfigError, match=f"learner.external_success_floor: Input should be {words}"):
+            load_config(None, {"learner.external_success_floor": bad})
+
 def test_the_eval_section_defaults_and_its_checks():
     ev = load_config().eval
     assert (ev.every, ev.at_end, ev.tasks_per_family, ev.samples, ev.greedy, ev.pass_k) == (50, True, 16, 4, True, 0)
