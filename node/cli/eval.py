@@ -14,7 +14,8 @@ def run_eval(args: argparse.Namespace, unknown: list[str]) -> int:
 
     overrides = config_overrides(args, unknown)  # --eval.* and --model.device: the parser knows no others
     setup_logging()
-    from node.run.eval_checkpoint import eval_file, evaluate_checkpoint, find_checkpoint, run_config
+    from node.observe.held_out import eval_file
+    from node.run.eval_checkpoint import evaluate_checkpoint, find_checkpoint, run_config
 
     cfg = run_config(args.run_dir, overrides)
     path = find_checkpoint(args.run_dir, args.step)

@@ -160,7 +160,11 @@ def _add_sim(sub) -> None:
                     "--train.seed + i and the folder RUN_DIR/node<i>.",
         epilog="example: swarm-node sim --nodes 4 --train.steps 200 --swarm.round_seconds 1.5",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    sim.add_argument("--nodes", type=int, default=4, help="number of nodes (default 4)")
+    sim.add_argument("--nodes", type=int, default=4, help="number of nodes that share (default 4)")
+    sim.add_argument("--control", type=int, default=0,
+                     help="also run this many control nodes: the same recipe trained alone, on the groups a sharing "
+                          "node generates itself per step (its I), so the summary and held_out.png show whether "
+                          "sharing paid off (they are the last node folders; default 0)")
     sim.add_argument("--transport", choices=["hivemind", "mqtt", "libp2p", "memory"], default="hivemind",
                      help="hivemind: real processes and daemons on loopback (default); mqtt: real processes "
                           "through a local Mosquitto the simulator starts (apt-get install mosquitto); libp2p: "
@@ -195,6 +199,8 @@ def _add_sim_worker(sub) -> None:
     worker.add_argument("--run-dir", type=Path, required=True)
     worker.add_argument("--seed", type=int, default=0)
     worker.add_argument("--config", type=Path)
+    worker.add_argument("--control", type=int, default=0)
+    worker.add_argument("--control-flags", default="{}")  # JSON: the control nodes' own flags
 
 
 def _add_id(sub) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import sys
 from pathlib import Path
@@ -23,11 +24,14 @@ log = logging.getLogger("swarm_node")
 def run_sim_worker(args: argparse.Namespace, unknown: list[str]) -> int:
     """The memory simulation's one process (started by ``sim --transport memory``)."""
     from node.observe.logs import setup_logging
+    from node.sim.argv import flag_list
     from node.sim.worker import run_worker
 
     overrides = config_overrides(argparse.Namespace(), unknown)
+    control_flags = config_overrides(argparse.Namespace(), flag_list(json.loads(args.control_flags)))
     setup_logging()
-    return asyncio.run(run_worker(args.nodes, args.run_dir, args.seed, args.config, overrides))
+    return asyncio.run(run_worker(args.nodes, args.run_dir, args.seed, args.config, overrides,
+                                  args.control, control_flags))
 
 
 def run_simulation(args: argparse.Namespace, unknown: list[str]) -> int:
@@ -40,6 +44,12 @@ def run_simulation(args: argparse.Namespace, unknown: list[str]) -> int:
     overrides = config_overrides(argparse.Namespace(), unknown)
     if args.nodes < 1:
         raise ConfigError("--nodes must be at least 1")
+    if args.control < 0:
+        raise ConfigError("--control must be 0 or more")
+    if args.control and args.roles != "full":
+        raise ConfigError(f"--control compares sharing nodes with a node alone; with --roles {args.roles} the "
+                          f"workers train nothing to compare (use --roles full)")
+    total = args.nodes + args.control
     # The simulator's own keys (from the flags, else the config file): its folder, the base seed
     # (node i gets seed + i) and its display. Everything else goes to every node.
     if args.resume:
@@ -55,18 +65,23 @@ def run_simulation(args: argparse.Namespace, unknown: list[str]) -> int:
     seed = int(sim_keys.get("train.seed", base.train.seed))
     progress = str(sim_keys.get("run.progress", base.run.progress))
     faults = load_faults(args.faults)
-    faults.check(args.nodes, args.transport)
+    faults.check(total, args.transport)
     if args.roles != "full" and (swarm_carrier.in_process or args.nodes < 2):
         raise ConfigError(f"--roles {args.roles} needs --transport hivemind, mqtt or libp2p and at least 2 nodes (a learner "
                           f"and a worker)")
     # Each node's own config (every node's flags plus its [[node]] overrides), valid or refused here;
     # a worker's learner id is not made yet: any well-formed one checks the rest.
-    from node.sim.argv import role_flags
+    from node.sim.argv import flag_text, role_flags
+    from node.sim.control import control_flags
 
-    node_cfgs = [load_config(args.config, {**overrides, **joining,
-                                           **role_flags(args.roles, i, "sn1" + "a" * 32),
-                                           **{k: v for o in faults.node if o.index == i for k, v in o.flags.items()}})
-                 for i in range(args.nodes)]
+    def node_config(i: int, extra: dict):
+        return load_config(args.config, {**overrides, **joining, **role_flags(args.roles, i, "sn1" + "a" * 32),
+                                         **extra, **{k: v for o in faults.node if o.index == i for k, v in o.flags.items()}})
+
+    node_cfgs = [node_config(i, {}) for i in range(args.nodes)]
+    # A control node trains a sharing node's own I groups a step, alone (node/sim/control.py).
+    alone = control_flags(node_cfgs[0]) if args.control else {}
+    node_cfgs += [node_config(i, alone) for i in range(args.nodes, total)]
     for k in faults.kill:
         if k.at_step > node_cfgs[k.node].train.steps:
             raise ConfigError(f"[[kill]] node {k.node} at_step {k.at_step}: the run has only "
@@ -90,7 +105,8 @@ def run_simulation(args: argparse.Namespace, unknown: list[str]) -> int:
     raw = {k: v for k, v in raw_flags(unknown).items() if k not in sim_keys}
     if args.resume:
         raw["run.resume"] = "true"
-    spec = SimSpec(nodes=args.nodes, transport=args.transport, run_dir=run_dir.resolve(),
+    spec = SimSpec(nodes=total, control=args.control, control_flags={k: flag_text(v) for k, v in alone.items()},
+                   transport=args.transport, run_dir=run_dir.resolve(),
                    config=args.config.resolve() if args.config else None,
                    overrides=raw, seed=seed, progress=progress, faults=faults, roles=args.roles,
                    build_default_model=any(c.model.name == "default" for c in node_cfgs))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from node.errors import NodeError
-from node.observe.held_out import held_out_score, last_eval
+from node.observe.held_out import evaluations, held_out_score, last_eval
 from node.observe.metrics import read_metrics
 
 __all__ = ["plot_folder", "plot_held_out", "plot_reward_curve", "plot_swarm", "rolling_mean"]
@@ -57,10 +57,6 @@ def plot_reward_curve(metrics_path: Path, out_path: Path, title: str = "", windo
     return out_path
 
 
-def _evals(recs: list[dict]) -> list[dict]:
-    return [{"step": r["step"], **r["eval"]} for r in recs if "step" in r and isinstance(r.get("eval"), dict)]
-
-
 def plot_held_out(metrics_path: Path, out_path: Path, title: str = "") -> Path:
     """Held-out correctness at each evaluation: greedy pass@1 per family (thin) and overall
     (thick), and sampled pass@1 overall (dashed); a node that evaluates without greedy shows
@@ -70,7 +66,7 @@ def plot_held_out(metrics_path: Path, out_path: Path, title: str = "") -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    evals = _evals(read_metrics(metrics_path))
+    evals = evaluations(read_metrics(metrics_path), metrics_path.parent)
     if not evals:
         raise NodeError(f"no held-out evaluation in {metrics_path}: nothing to plot (eval.every 0?)")
     steps = [e["step"] for e in evals]
@@ -99,22 +95,29 @@ def _nan(v: float | None) -> float:
     return float("nan") if v is None else v
 
 
-def plot_swarm(run_dir: Path, n_nodes: int, window: int = 10) -> list[Path]:
+def plot_swarm(run_dir: Path, n_nodes: int, window: int = 10, control: int = 0) -> list[Path]:
     """``reward.png`` (correctness per node, rolling mean), ``ess.png`` (ESS/B per node) and, when
-    the nodes evaluated, ``held_out.png`` (held-out correctness per node) for a simulated swarm's
-    run folder; nodes without metrics are skipped."""
+    the nodes evaluated, ``held_out.png`` (held-out correctness per node, from the evaluation before
+    training on) for a simulated swarm's run folder; nodes without metrics are skipped. The last
+    ``control`` nodes are the simulation's isolated controls (node/sim/control.py): drawn black and
+    dashed, so the swarm's lines read against them."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    series = {}
+    series, dirs = {}, {}
     for i in range(n_nodes):
         recs = [r for r in read_metrics(run_dir / f"node{i}" / "metrics.jsonl") if "step" in r]
         if recs:
-            series[f"node{i}"] = recs
+            name = f"node{i}" + (" (control)" if i >= n_nodes - control else "")
+            series[name], dirs[name] = recs, run_dir / f"node{i}"
     if not series:
         return []
+
+    def style(name: str) -> dict:
+        return {"color": "black", "linestyle": "--", "linewidth": 2.0} if name.endswith("(control)") else {}
+
     out = []
     for key, fname, label, smooth in (("correct", "reward.png", f"correctness ({window}-step mean)", True),
                                       ("rho", "ess.png", "ESS / B", False)):
@@ -122,7 +125,7 @@ def plot_swarm(run_dir: Path, n_nodes: int, window: int = 10) -> list[Path]:
         for name, recs in series.items():
             ys = [r.get(key) if r.get(key) is not None else float("nan") for r in recs]
             ax.plot([r["step"] for r in recs], rolling_mean([0.0 if y != y else y for y in ys], window) if smooth else ys,
-                    label=name, linewidth=1.2)
+                    label=name, **({"linewidth": 1.2} | style(name)))
         ax.set_xlabel("step")
         ax.set_ylabel(label)
         top = max((y for recs in series.values() for y in (r.get(key) for r in recs) if y is not None), default=1.0)
@@ -135,18 +138,19 @@ def plot_swarm(run_dir: Path, n_nodes: int, window: int = 10) -> list[Path]:
         fig.savefig(path, dpi=100)
         plt.close(fig)
         out.append(path)
-    evals = {name: _evals(recs) for name, recs in series.items()}
+    evals = {name: evaluations(recs, dirs[name]) for name, recs in series.items()}
     if any(evals.values()):
         fig, ax = plt.subplots(figsize=(8, 4))
         for name, ev in evals.items():
             if ev:
-                ax.plot([e["step"] for e in ev], [_nan(held_out_score(e)) for e in ev], marker="o", label=name)
+                ax.plot([e["step"] for e in ev], [_nan(held_out_score(e)) for e in ev], marker="o", label=name,
+                        **style(name))
         ax.set_xlabel("step")
         ax.set_ylabel("held-out pass@1 (greedy, or sampled)")
         ax.set_ylim(0, 1.05)
         ax.grid(alpha=0.3)
         ax.legend(loc="upper left", fontsize="small")
-        ax.set_title(f"{run_dir.name}: held-out correctness per node")
+        ax.set_title(f"{run_dir.name}: held-out correctness per node" + (", swarm against control" if control else ""))
         fig.tight_layout()
         fig.savefig(run_dir / "held_out.png", dpi=100)
         plt.close(fig)
@@ -167,10 +171,11 @@ def plot_folder(run_dir: Path) -> list[Path]:
     sim = run_dir / "sim.json"
     if sim.exists():
         try:
-            n = int(json.loads(sim.read_text())["nodes"])
-        except (OSError, ValueError, KeyError, TypeError) as e:
+            meta = json.loads(sim.read_text())
+            n, control = int(meta["nodes"]), int(meta.get("control", 0))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             raise NodeError(f"{sim} is unreadable ({e}): cannot tell how many nodes the simulation had") from None
-        out = plot_swarm(run_dir, n)
+        out = plot_swarm(run_dir, n, control=control)
         for i in range(n):
             node = run_dir / f"node{i}"
             if read_metrics(node / "metrics.jsonl"):

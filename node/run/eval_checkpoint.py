@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from node.errors import CheckpointError, ConfigError
+from node.observe.held_out import eval_file
 from node.run.checkpoint import checkpoint_step, list_checkpoints, load_checkpoint, newest_valid
 from node.run.config import NodeConfig, config_from_data
 from node.run.evaluate import eval_settings, evaluate
@@ -24,7 +25,7 @@ from node.run.wiring import load_policy
 
 log = logging.getLogger(__name__)
 
-__all__ = ["run_config", "find_checkpoint", "evaluate_checkpoint", "eval_file"]
+__all__ = ["run_config", "find_checkpoint", "evaluate_checkpoint"]
 
 
 def run_config(run_dir: Path, overrides: dict[str, Any] | None = None) -> NodeConfig:
@@ -91,8 +92,3 @@ def evaluate_checkpoint(run_dir: Path, cfg: NodeConfig, path: Path) -> dict:
     written.parent.mkdir(exist_ok=True)
     written.write_text(json.dumps(out, indent=2))
     return out
-
-
-def eval_file(run_dir: Path, step: int) -> Path:
-    """Where ``swarm-node eval`` writes the evaluation of step ``step``'s checkpoint."""
-    return Path(run_dir) / "eval" / f"step_{step}.json"

@@ -17,6 +17,7 @@ __all__ = ["EvalConfig"]
 
 class EvalConfig(Section):
     every: int = Field(50, ge=0, description="evaluate on the held-out tasks every this many steps (0 = off; docs/running.md): greedy and sampled pass@1 per family on fixed task ids from a seed space training never draws")
+    at_start: bool = Field(True, description="also evaluate before the first step of a run that starts from scratch and evaluates at all (eval.every or eval.at_end), kept in RUN/eval/step_0.json: the point every later evaluation is compared with")
     at_end: bool = Field(True, description="also evaluate after the last step of a run that completes its steps")
     tasks_per_family: int = Field(16, ge=1, le=1024, description="held-out tasks per family (the same ids on every node and at every evaluation)")
     samples: int = Field(4, ge=0, description="sampled completions per task, at generation.temperature, for sampled pass@1 (0 = none)")

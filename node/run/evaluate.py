@@ -24,17 +24,19 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 import logging
 import math
 import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
 
-from node.observe.held_out import describe_eval
+from node.observe.held_out import describe_eval, eval_file
 from node.observe.status import StatusFile
 from node.run.eval_config import EvalConfig
 from policies.policy import Policy, SamplingParams, TokenBatch
@@ -198,6 +200,7 @@ class HeldOut:
 
     def __init__(self, cfg: "NodeConfig", policy: Policy, status: StatusFile, sampler: "VllmSampler | None" = None):
         self.every, self.at_end, self.seed = cfg.eval.every, cfg.eval.at_end, cfg.train.seed
+        self.at_start, self.run_dir = cfg.eval.at_start, Path(cfg.run.dir)
         self.total = cfg.train.steps
         self.settings = eval_settings(cfg) if self.every or self.at_end else None
         self.policy, self.sampler, self.status = policy, sampler, status
@@ -210,18 +213,38 @@ class HeldOut:
             return False
         return bool(self.every and step % self.every == 0) or (self.at_end and step == self.total)
 
+    async def before_training(self, step: int, stopping: bool) -> None:
+        """The evaluation before the first step (``eval.at_start``), written to
+        ``RUN/eval/step_0.json``: only for a run starting from scratch (a resumed run made its own)."""
+        if not (self.at_start and self.settings is not None and step == 0 and not stopping):
+            return
+        result = await self._evaluate(0)
+        if result is not None:
+            path = eval_file(self.run_dir, 0)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({"step": 0, **result}, indent=2))
+
     async def after_step(self, step: int, record: dict, stopping: bool) -> None:
         """Evaluate after ``step`` when due (in a worker thread, as generation runs), adding the
         result to ``record`` and to the status."""
         if not self.due(step, stopping):
             return
-        self.status.phase("evaluating", f"held-out tasks after step {step}")
+        result = await self._evaluate(step, record)
+        if result is not None:
+            record["eval"] = result
+
+    async def _evaluate(self, step: int, record: dict | None = None) -> dict | None:
+        """Evaluate now (in a worker thread, as generation runs); the result, also the status's
+        latest, or None when it failed (said in the log and in ``record["eval_error"]``)."""
+        when = f"after step {step}" if step else "before training"
+        self.status.phase("evaluating", f"held-out tasks {when}")
         try:
             result = await asyncio.to_thread(evaluate, self.policy, self.settings, f"{self.seed}:{step}", self.sampler)
         except Exception as e:  # noqa: BLE001 - out of memory, say: the step's record and checkpoint come first
-            log.exception("held-out evaluation after step %d failed; training goes on", step)
-            record["eval_error"] = f"{type(e).__name__}: {e}"[:300]
-            return
-        log.info("held-out evaluation after step %d: %s", step, describe_eval(result))
-        record["eval"] = result
+            log.exception("held-out evaluation %s failed; training goes on", when)
+            if record is not None:
+                record["eval_error"] = f"{type(e).__name__}: {e}"[:300]
+            return None
+        log.info("held-out evaluation %s: %s", when, describe_eval(result))
         self.status.extra["eval"] = {"step": step, **result}
+        return result

@@ -335,8 +335,9 @@ class TrainingNode:
         if self.step >= total:
             log.info("%s has already trained %d of %d steps: nothing to do (raise --train.steps to "
                      "continue it)", self.run_dir, self.step, total)
-        self.status.phase("training" if self.swarm is None else "training (first step)")
         try:
+            await self.held_out.before_training(self.step, self.stop_requested)  # eval/step_0.json
+            self.status.phase("training" if self.swarm is None else "training (first step)")
             while self.step < total and not self.stop_requested:
                 record = await self._step()
                 if record is None:  # stopped while waiting (a worker without weights yet)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from node.sim.spec import SimSpec
+from node.sim.spec import SimSpec, is_control
 from node.transport.carriers import carrier
 
 LISTEN_LOOPBACK = ["--swarm.host_maddrs", '["/ip4/127.0.0.1/tcp/0"]']
@@ -52,6 +52,8 @@ def node_args(spec: SimSpec, i: int) -> list[str]:
     if spec.config is not None:
         args = ["--config", str(spec.config), *args]
     per_node = role_flags(spec.roles, i, spec.peer_ids[0] if spec.peer_ids else "")
+    if is_control(spec, i):  # trains alone (node/sim/control.py)
+        per_node |= spec.control_flags
     per_node |= {k: flag_text(v) for o in spec.faults.node if o.index == i for k, v in o.flags.items()}
     port = spec.overrides.get("run.metrics_port")
     if port and port.lower() not in ("0", "none", "off", "null"):  # one port per node
@@ -96,6 +98,9 @@ def adversary_args(spec: SimSpec, j: int, how: list[str], broker_url: str | None
 
 
 def worker_args(spec: SimSpec) -> list[str]:
-    """The one ``swarm-node sim-worker`` process that runs every node over memory."""
+    """The one ``swarm-node sim-worker`` process that runs every node over memory (its control
+    nodes' flags as JSON: the other flags are every node's)."""
+    control = (["--control", str(spec.control), "--control-flags", json.dumps(spec.control_flags)]
+               if spec.control else [])
     return ["sim-worker", "--nodes", str(spec.nodes), "--run-dir", str(spec.run_dir), "--seed", str(spec.seed),
-            *(["--config", str(spec.config)] if spec.config else []), *flag_list(spec.overrides)]
+            *control, *(["--config", str(spec.config)] if spec.config else []), *flag_list(spec.overrides)]

@@ -61,11 +61,12 @@ def startup_warnings(spec: SimSpec, cfgs: list) -> list[str]:
                        f"(run.checkpoint_every = {every}), so it restarts from step 0 and redoes "
                        f"{k.at_step} steps; to resume where it was killed, pass --run.checkpoint_every "
                        f"{k.at_step} or less")
-    c = cfgs[0]
-    advice = batch_overlap(spec.nodes - 1, c.generation.prompts_per_step, c.swarm.external_groups,
+    sharing = cfgs[:spec.nodes - spec.control]  # the control nodes share nothing
+    c = sharing[0]
+    advice = batch_overlap(len(sharing) - 1, c.generation.prompts_per_step, c.swarm.external_groups,
                            c.swarm.max_sender_share)
     if advice is not None and all(x.generation.prompts_per_step == c.generation.prompts_per_step
                                   and x.swarm.external_groups == c.swarm.external_groups
-                                  and x.swarm.max_sender_share == c.swarm.max_sender_share for x in cfgs):
-        out.append(f"with {spec.nodes} nodes, {advice[0].lower()}{advice[1:]}")
+                                  and x.swarm.max_sender_share == c.swarm.max_sender_share for x in sharing):
+        out.append(f"with {len(sharing)} nodes, {advice[0].lower()}{advice[1:]}")
     return out

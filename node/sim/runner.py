@@ -35,7 +35,7 @@ from node.sim.argv import adversary_args, join_flags, node_args, worker_args
 from node.sim.children import Children
 from node.sim.infra import build_default_model, start_bootstrap, start_broker
 from node.sim.kills import KillFaults
-from node.sim.spec import SimSpec, node_log, processes
+from node.sim.spec import SimSpec, is_control, node_log, processes
 from node.sim.summary import write_summary
 from node.sim.table import plain_line, render_table, status_rows
 from node.transport.carriers import carrier
@@ -66,6 +66,8 @@ def _launch_nodes(spec: SimSpec, kids: Children, how: list[str], broker_url: str
     """Start the N nodes and the adversaries; returns what carries out the ``[[kill]]`` faults."""
 
     def node_cmd(i: int) -> tuple[list[str], Path]:
+        if is_control(spec, i):  # alone: no join point to name
+            return ["train", *node_args(spec, i)], node_log(spec, i)
         return ["join", *how, *node_args(spec, i)], node_log(spec, i)
 
     # Identities up front: a partition names the peers on the other side by peer id.
@@ -128,7 +130,7 @@ async def run_sim(spec: SimSpec) -> dict:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     t0 = time.time()
-    meta = {"nodes": spec.nodes, "transport": spec.transport, "argv": sys.argv, "started_at": t0,
+    meta = {"nodes": spec.nodes, "control": spec.control, "transport": spec.transport, "argv": sys.argv, "started_at": t0,
             "overrides": spec.overrides, "config": str(spec.config) if spec.config else None,
             "faults": spec.faults.model_dump()}
     (spec.run_dir / "sim.json").write_text(json.dumps(meta, indent=2))

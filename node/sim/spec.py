@@ -14,7 +14,7 @@ from node.transport.carriers import carrier
 
 @dataclass
 class SimSpec:
-    nodes: int
+    nodes: int  # every node, the control nodes included
     transport: str  # "hivemind" | "mqtt" | "libp2p" | "memory"
     run_dir: Path
     config: Path | None = None
@@ -27,6 +27,13 @@ class SimSpec:
     peer_ids: list[str] = field(default_factory=list)  # node i's peer id (identities made up front)
     roles: str = "full"  # "full", or "learner-workers": node0 a learner, the others its workers
     partition_start: float | None = None  # unix time the nodes were launched
+    control: int = 0  # the last `control` nodes train alone (node/sim/control.py)
+    control_flags: dict[str, str] = field(default_factory=dict)  # their flags on top of every node's
+
+
+def is_control(spec: SimSpec, i: int) -> bool:
+    """Whether node i is one of the simulation's isolated control nodes (the last ``control``)."""
+    return i >= spec.nodes - spec.control
 
 
 def node_log(spec: SimSpec, i: int) -> Path:

@@ -1,6 +1,7 @@
 """The end of a ``swarm-node sim`` run: summary.json and summary.md (one row per node: steps,
-correctness first/last, the last held-out evaluation, peer groups used, rejections, faults; each
-adversary's tally), the plots, and the end time in sim.json.
+correctness first/last, held-out before training and at the last evaluation, peer groups used,
+rejections, faults; each adversary's tally; the sharing nodes against the control nodes), the
+plots, and the end time in sim.json.
 """
 
 from __future__ import annotations
@@ -9,7 +10,8 @@ import json
 import time
 from typing import TYPE_CHECKING
 
-from node.sim.spec import SimSpec
+from node.sim.control import comparison, comparison_lines
+from node.sim.spec import SimSpec, is_control
 from node.sim.table import fmt, read_status
 
 if TYPE_CHECKING:
@@ -26,7 +28,7 @@ def fault_text(n: dict) -> str:
 
 def write_summary(spec: SimSpec, wall_s: float, interrupted: bool, failed: dict,
                   faults: KillFaults | None = None) -> dict:
-    from node.observe.held_out import held_out_score, last_eval
+    from node.observe.held_out import evaluations, held_out_score, last_eval
     from node.observe.metrics import read_metrics, summary_window
     from node.observe.plots import plot_swarm
 
@@ -46,10 +48,13 @@ def write_summary(spec: SimSpec, wall_s: float, interrupted: bool, failed: dict,
         for r in recs:
             for peer, n in (r.get("external_by_peer") or {}).items():
                 by_peer[peer] = by_peer.get(peer, 0) + n
+        evals = evaluations(recs, d)
         nodes.append({
-            "node": f"node{i}", "peer_id": sw.get("peer_id"), "steps": len(recs),
+            "node": f"node{i}", "role": "control" if is_control(spec, i) else "swarm",
+            "peer_id": sw.get("peer_id"), "steps": len(recs),
             "correct_first": sum(correct[:w]) / w if correct else None,
             "correct_last": sum(correct[-w:]) / w if correct else None,
+            "held_out_first": evals[0] if evals else None,  # before training (eval.at_start), else the first
             "held_out": last_eval(recs),  # the last held-out evaluation, per family too (or None)
             "groups_used": sum(by_peer.values()), "peers_used": len(by_peer),
             "rollouts_out": sw.get("rollouts_out"), "rejected": sw.get("rejected", {}),
@@ -69,18 +74,21 @@ def write_summary(spec: SimSpec, wall_s: float, interrupted: bool, failed: dict,
                    for i in range(spec.nodes) for r in read_metrics(spec.run_dir / f"node{i}" / "metrics.jsonl"))
         adversaries.append({"name": f"adversary{j}", "peer_id": pid, "sent": st.get("sent", {}),
                             "refused": st.get("refused", {}), "used_by_honest": used})
-    summary = {"nodes": nodes, "adversaries": adversaries, "transport": spec.transport,
+    versus = comparison(nodes)
+    summary = {"nodes": nodes, "adversaries": adversaries, "transport": spec.transport, "versus_control": versus,
                "wall_s": round(wall_s, 1), "interrupted": interrupted, "failed": failed,
                "run_dir": str(spec.run_dir), "window": w}
-    summary["plots"] = [str(p) for p in plot_swarm(spec.run_dir, spec.nodes)]
-    lines = [f"# swarm-node sim: {spec.nodes} nodes over {spec.transport}", "",
-             f"| node | steps | correct first {w} | correct last {w} | held-out | peer groups used | peers used | "
-             f"rollouts out | rejected | faults |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    summary["plots"] = [str(p) for p in plot_swarm(spec.run_dir, spec.nodes, control=spec.control)]
+    title = f"{spec.nodes - spec.control} nodes" + (f" and {spec.control} control" if spec.control else "")
+    lines = [f"# swarm-node sim: {title} over {spec.transport}", "",
+             f"| node | steps | correct first {w} | correct last {w} | held-out before | held-out last | peer groups used | "
+             f"peers used | rollouts out | rejected | faults |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for n in nodes:
         rej = ", ".join(f"{k} {v}" for k, v in sorted(n["rejected"].items()))
-        lines.append(f"| {n['node']} | {n['steps']} | {fmt(n['correct_first'], '.3f')} | {fmt(n['correct_last'], '.3f')} | "
-                     f"{fmt(held_out_score(n['held_out']), '.3f')} | "
+        name = n["node"] + (" (control)" if n["role"] == "control" else "")
+        lines.append(f"| {name} | {n['steps']} | {fmt(n['correct_first'], '.3f')} | {fmt(n['correct_last'], '.3f')} | "
+                     f"{fmt(held_out_score(n['held_out_first']), '.3f')} | {fmt(held_out_score(n['held_out']), '.3f')} | "
                      f"{fmt(n['groups_used'])} | {fmt(n['peers_used'])} | {fmt(n['rollouts_out'])} | "
                      f"{fmt(n['rejected_total'])}{f' ({rej})' if rej else ''} | {fault_text(n)} |")
     roles = [n for n in nodes if n.get("broadcast")]
@@ -94,6 +102,7 @@ def write_summary(spec: SimSpec, wall_s: float, interrupted: bool, failed: dict,
                     f"{b.get('lag')}), forwarded {b.get('served_bytes', 0) / 1e6:.1f} MB, bad chunks "
                     f"{sum((b.get('bad_chunks') or {}).values())}, fallbacks {b.get('fallbacks', 0)}")
             lines.append(f"| {n['node']} | {b.get('role')} | {what} |")
+    lines += comparison_lines(versus)
     notes = {n["node"]: n["note"] for n in nodes if n.get("note")}
     for name, note in notes.items():
         lines += ["", f"{name}: {note}"]

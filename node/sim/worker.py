@@ -1,5 +1,6 @@
 """``swarm-node sim-worker``: the one child process of a memory simulation, running all N nodes over
-a shared in-memory hub (the memory transport cannot cross processes).
+a shared in-memory hub (the memory transport cannot cross processes); its control nodes (the last
+``control``, node/sim/control.py) train in the same process without a transport.
 """
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 
-async def run_worker(n: int, run_dir: Path, seed: int, config: Path | None, overrides: dict) -> int:
-    """``sim-worker``: N nodes in this one process over a shared in-memory hub."""
+async def run_worker(n: int, run_dir: Path, seed: int, config: Path | None, overrides: dict,
+                     control: int = 0, control_flags: dict | None = None) -> int:
+    """``sim-worker``: N nodes in this one process over a shared in-memory hub, the last ``control``
+    of them alone (with ``control_flags`` on top of ``overrides``)."""
     from node.run.config import load_config
     from node.run.trainer import TrainingNode
     from node.run.wiring import identity_path
@@ -39,10 +42,14 @@ async def run_worker(n: int, run_dir: Path, seed: int, config: Path | None, over
                               "train.seed": seed + i, "run.progress": "off", "run.plot": False, "train.threads": 1}
             if overrides.get("run.metrics_port"):  # one port per node
                 node_overrides["run.metrics_port"] = int(overrides["run.metrics_port"]) + i
-            cfg = load_config(config, node_overrides)
-            ident = load_or_create_identity(identity_path(cfg))
-            t = MemoryTransport(swarm=cfg.swarm.name, publisher=ident.peer_id, hub=hub)
-            nodes.append(await TrainingNode.create(cfg, transport=t))
+            if i >= n - control:
+                cfg = load_config(config, {**node_overrides, **(control_flags or {})})
+                nodes.append(await TrainingNode.create(cfg))
+            else:
+                cfg = load_config(config, node_overrides)
+                ident = load_or_create_identity(identity_path(cfg))
+                t = MemoryTransport(swarm=cfg.swarm.name, publisher=ident.peer_id, hub=hub)
+                nodes.append(await TrainingNode.create(cfg, transport=t))
             if stopping:  # a stop that came while this node was being built
                 nodes[-1].request_stop()
         results = await asyncio.gather(*(node.run(handle_signals=False) for node in nodes), return_exceptions=True)

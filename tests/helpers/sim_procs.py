@@ -16,7 +16,7 @@ from tests.helpers.wait import wait_until
 SMALL = ["--generation.prompts_per_step", "4", "--generation.num_generations", "4",
          "--generation.max_completion_length", "8", "--swarm.external_groups", "2",
          "--learner.learning_rate", "3e-3", "--run.progress", "plain",
-         "--eval.at_end", "false"]  # on in test_sim_runs_a_swarm_to_the_end only
+         "--eval.at_end", "false", "--eval.at_start", "false"]  # on in test_sim_runs_a_swarm_to_the_end only
 
 
 def descendants(pid: int) -> set[int]:

@@ -25,6 +25,7 @@ def swarm_cfg(model_dir: Path, run_dir: Path, **over) -> NodeConfig:
         "learner.learning_rate": 3e-3,
         "train.steps": 4,
         "eval.at_end": False,  # the held-out evaluation has tests of its own (tests/node/run/test_held_out_run.py)
+        "eval.at_start": False,
         "train.threads": 1,
         "swarm.transport": "memory",
         "swarm.external_groups": 2,

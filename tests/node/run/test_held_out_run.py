@@ -57,6 +57,28 @@ def test_a_run_evaluates_every_n_steps_and_at_the_end(warm_tiny_model_dir, tmp_p
     assert (run / "held_out.png").stat().st_size > 1000 and summary["plot_held_out"] == str(run / "held_out.png")
 
 
+def test_the_evaluation_before_training_is_the_start_every_later_one_compares_with(warm_tiny_model_dir, tmp_path):
+    """``eval.at_start``: evaluated once before step 1, into eval/step_0.json (not a metrics record:
+    no step made it), read back first by ``evaluations``; a resumed run does not redo it, and a
+    run that evaluates nothing makes none."""
+    from node.observe.held_out import evaluations, start_eval
+
+    run = tmp_path / "run"
+    train_to_end(_cfg(warm_tiny_model_dir, run, **{"eval.every": 0, "train.steps": 2, "run.checkpoint_every": 1}))
+    start = json.loads((run / "eval" / "step_0.json").read_text())
+    assert start["step"] == 0 and start["n"] == 4 and 0 <= start["greedy"] <= 1 and set(start["families"]) == {
+        "arithmetic", "boolean"}
+    recs = read_metrics(run / "metrics.jsonl")
+    assert [r["step"] for r in recs] == [1, 2] and [e["step"] for e in evaluations(recs, run)] == [0, 2]
+    assert start_eval(run) == start
+    before = (run / "eval" / "step_0.json").stat().st_mtime_ns
+    train_to_end(_cfg(warm_tiny_model_dir, run, **{"eval.every": 0, "train.steps": 3, "run.resume": True}))
+    assert (run / "eval" / "step_0.json").stat().st_mtime_ns == before  # resumed at step 2: not redone
+    quiet = tmp_path / "quiet"
+    train_to_end(_cfg(warm_tiny_model_dir, quiet, **{"eval.every": 0, "eval.at_end": False, "train.steps": 1}))
+    assert not (quiet / "eval").exists()
+
+
 def test_evaluating_does_not_change_what_the_node_trains(warm_tiny_model_dir, tmp_path):
     on, off = tmp_path / "on", tmp_path / "off"
     train_to_end(_cfg(warm_tiny_model_dir, on, **{"eval.every": 1, "train.steps": 3}))
@@ -89,3 +111,4 @@ def test_a_failed_evaluation_is_logged_and_training_keeps_its_records_and_checkp
     assert recs[1]["eval_error"] == "RuntimeError: CUDA out of memory (simulated)"
     assert {"step_000002", "step_000004", "step_000005"} <= {p.name for p in (run / "checkpoints").glob("step_*")}
     assert "held-out evaluation after step 2 failed" in caplog.text
+    assert "held-out evaluation before training failed" in caplog.text and not (run / "eval").exists()

@@ -38,6 +38,7 @@ def _cfg(model_dir: Path, run_dir: Path, **over):
         "train.steps": 6,
         "run.checkpoint_every": 0,
         "run.plot": False,
+        "eval.at_start": False,  # held-out evaluation has its own tests (test_held_out_run.py)
     }
     base.update(over)
     return load_config(None, base)

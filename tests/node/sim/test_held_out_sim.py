@@ -42,5 +42,5 @@ def test_table_summary_and_plot_show_held_out_correctness(tmp_path):
     n0, n1 = summary["nodes"]
     assert n0["held_out"] == {"step": 4, **EVAL} and n1["held_out"] is None
     md = (tmp_path / "summary.md").read_text()
-    assert "| held-out |" in md and "| 0.375 |" in md
+    assert "| held-out last |" in md and "| 0.375 |" in md
     assert str(tmp_path / "held_out.png") in summary["plots"]

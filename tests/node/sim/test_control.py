@@ -1,0 +1,99 @@
+"""The simulator's control nodes (node/sim/control.py): their flags (alone, on a sharing node's own
+groups per step), how they are launched, and the summary's swarm-against-control comparison.
+The end-to-end runs are in test_control_sim.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from node.run.config import load_config
+from node.sim.argv import node_args, worker_args
+from node.sim.control import comparison, comparison_lines, control_flags
+from node.sim.spec import SimSpec, is_control
+from node.sim.summary import write_summary
+from node.sim.table import status_rows
+
+
+def _flags(args: list[str]) -> dict[str, str]:
+    return {args[i][2:]: args[i + 1] for i in range(0, len(args), 2) if args[i].startswith("--")}
+
+
+def test_a_control_node_trains_alone_on_a_sharing_nodes_own_groups():
+    sharing = load_config(None, {"swarm.transport": "memory", "generation.prompts_per_step": 8,
+                                 "swarm.external_groups": 3})
+    flags = control_flags(sharing)
+    assert flags == {"swarm.transport": "none", "generation.prompts_per_step": 5}  # I = 8 - 3
+    alone = load_config(None, {"swarm.transport": "memory", "generation.prompts_per_step": 8,
+                               "swarm.external_groups": 3, **flags})
+    assert alone.local_groups == sharing.local_groups == 5  # the same own generation per step
+
+
+def test_only_the_last_nodes_are_controls_and_get_the_control_flags():
+    spec = SimSpec(nodes=3, transport="hivemind", run_dir=Path("/r"), control=1,
+                   control_flags={"swarm.transport": "none", "generation.prompts_per_step": "4"},
+                   overrides={"swarm.external_groups": "4"})
+    assert [is_control(spec, i) for i in range(3)] == [False, False, True]
+    a = [_flags(node_args(spec, i)) for i in range(3)]
+    assert "swarm.transport" not in a[0] and a[1]["run.dir"] == "/r/node1"
+    assert a[2]["swarm.transport"] == "none" and a[2]["generation.prompts_per_step"] == "4"
+    assert a[2]["train.seed"] == "2" and a[2]["run.dir"] == "/r/node2"
+    memory = SimSpec(nodes=3, transport="memory", run_dir=Path("/r"), control=1,
+                     control_flags={"generation.prompts_per_step": "4"})
+    w = worker_args(memory)
+    assert w[w.index("--control") + 1] == "1"
+    assert json.loads(w[w.index("--control-flags") + 1]) == {"generation.prompts_per_step": "4"}
+    assert "--control" not in worker_args(SimSpec(nodes=2, transport="memory", run_dir=Path("/r")))
+
+
+def _ev(score: float, step: int) -> dict:
+    return {"step": step, "greedy": score, "sampled": score / 2, "n": 10, "families": {}}
+
+
+def test_comparison_of_swarm_and_control_held_out_by_hand():
+    nodes = [{"role": "swarm", "held_out_first": _ev(0.1, 0), "held_out": _ev(0.4, 60)},
+             {"role": "swarm", "held_out_first": _ev(0.2, 0), "held_out": _ev(0.3, 60)},
+             {"role": "control", "held_out_first": _ev(0.1, 0), "held_out": _ev(0.2, 60)}]
+    c = comparison(nodes)
+    assert abs(c["swarm_first"] - 0.15) < 1e-12 and abs(c["swarm_last"] - 0.35) < 1e-12
+    assert c["control_first"] == 0.1 and c["control_last"] == 0.2
+    assert c["swarm_range"] == [0.3, 0.4] and c["control_range"] == [0.2, 0.2]
+    assert abs(c["margin"] - 0.15) < 1e-12 and c["steps"] == 60
+    text = "\n".join(comparison_lines(c))
+    assert "from 0.150 before training to 0.350 at step 60" in text and "0.150 above the control" in text
+    below = comparison([{**nodes[0], "held_out": _ev(0.1, 60)}, nodes[2]])
+    assert "0.100 below the control" in "\n".join(comparison_lines(below))
+    assert comparison(nodes[:2]) is None and comparison_lines(None) == []  # no control: nothing to compare
+    assert comparison([*nodes[:2], {"role": "control", "held_out": None}]) is None  # it never evaluated
+
+
+def _node(d: Path, score: float, groups: int) -> None:
+    d.mkdir(parents=True)
+    recs = [{"step": s, "correct": 0.1, "rho": 1.0, "external_by_peer": {"p": groups} if groups else {},
+             **({"eval": {"greedy": score, "sampled": score, "n": 4, "families": {}}} if s == 4 else {})}
+            for s in range(1, 5)]
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    (d / "eval").mkdir()
+    (d / "eval" / "step_0.json").write_text(json.dumps({"step": 0, "greedy": 0.1, "sampled": 0.1, "n": 4,
+                                                        "families": {}}))
+    (d / "status.json").write_text(json.dumps({"step": 4, "total_steps": 4, "phase": "finished",
+                                               "last": recs[-1], "swarm": {}}))
+
+
+def test_summary_table_and_plot_set_the_swarm_against_the_control(tmp_path):
+    _node(tmp_path / "node0", 0.5, 2)
+    _node(tmp_path / "node1", 0.3, 2)
+    _node(tmp_path / "node2", 0.2, 0)
+    (tmp_path / "sim.json").write_text("{}")
+    spec = SimSpec(nodes=3, transport="memory", run_dir=tmp_path, control=1)
+    assert [r["node"] for r in status_rows(spec)] == ["node0", "node1", "node2 (control)"]
+    summary = write_summary(spec, 1.0, False, {})
+    assert [n["role"] for n in summary["nodes"]] == ["swarm", "swarm", "control"]
+    assert [n["held_out_first"]["step"] for n in summary["nodes"]] == [0, 0, 0]  # from eval/step_0.json
+    v = summary["versus_control"]
+    assert abs(v["swarm_last"] - 0.4) < 1e-12 and v["control_last"] == 0.2 and abs(v["margin"] - 0.2) < 1e-12
+    md = (tmp_path / "summary.md").read_text()
+    assert "2 nodes and 1 control" in md and "| node2 (control) | 4 |" in md
+    assert "| 0.100 | 0.500 |" in md  # held-out before training, then last
+    assert "0.200 above the control" in md
+    assert str(tmp_path / "held_out.png") in summary["plots"]
