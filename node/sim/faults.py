@@ -3,7 +3,8 @@
 A faults file holds ``[[node]]`` (per-node flags), ``[[kill]]``, ``[[malicious]]``,
 ``[[partition]]`` and ``[[latency]]`` tables (docs/running.md). Per-node flags, partitions and
 latency become each node's own flags (node/sim/argv.py); kills are carried out by the simulator
-(node/sim/kills.py); each malicious entry is one ``swarm-node adversary`` process.
+(node/sim/kills.py); each malicious entry is one ``swarm-node adversary`` process. Over the memory
+transport only ``[[node]]`` flags apply (the one worker process gives each node its own).
 """
 
 from __future__ import annotations
@@ -77,9 +78,11 @@ class SimFaults(_Strict):
             if len(p.groups) < 2 or len(members) != len(set(members)):
                 raise ConfigError(f"[[partition]] groups {p.groups}: at least two groups, no node in two")
         swarm_carrier = carrier(transport)
-        if (self.kill or self.malicious or self.node or self.partition or self.latency) and swarm_carrier.in_process:
-            raise ConfigError("faults need --transport hivemind, mqtt or libp2p (the memory simulation runs every node in "
-                              "one process)")
+        # [[node]] flags are only each node's config, which the memory simulation's one worker applies
+        # too (node/sim/worker.py); the rest act on processes and on what crosses a real carrier.
+        if (self.kill or self.malicious or self.partition or self.latency) and swarm_carrier.in_process:
+            raise ConfigError("kills, malicious peers, partitions and latency need --transport hivemind, mqtt or libp2p "
+                              "(the memory simulation runs every node in one process; [[node]] flags work over it)")
         dht = sorted({a for m in self.malicious for a in m.attacks if a in RAW_ATTACKS + SYBIL_ATTACKS})
         if dht and not swarm_carrier.has_dht_index:
             raise ConfigError(f"attacks {dht} write into the hivemind DHT: use them with --transport hivemind")

@@ -13,10 +13,25 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 
+def node_overrides(i: int, n: int, run_dir: Path, seed: int, overrides: dict, control: int = 0,
+                   control_flags: dict | None = None, node_flags: dict[int, dict] | None = None) -> dict:
+    """Node i's config flags in the worker: every node's, then its own folder, seed and display, a
+    control node's flags (the last ``control``), then its ``[[node]]`` flags, in the order a node
+    process gets them (node/sim/argv.py's ``node_args``)."""
+    own = {**overrides, "swarm.transport": "memory", "run.dir": str(run_dir / f"node{i}"),
+           "train.seed": seed + i, "run.progress": "off", "run.plot": False, "train.threads": 1}
+    if overrides.get("run.metrics_port"):  # one port per node
+        own["run.metrics_port"] = int(overrides["run.metrics_port"]) + i
+    if i >= n - control:
+        own |= control_flags or {}
+    return own | (node_flags or {}).get(i, {})
+
+
 async def run_worker(n: int, run_dir: Path, seed: int, config: Path | None, overrides: dict,
-                     control: int = 0, control_flags: dict | None = None) -> int:
+                     control: int = 0, control_flags: dict | None = None,
+                     node_flags: dict[int, dict] | None = None) -> int:
     """``sim-worker``: N nodes in this one process over a shared in-memory hub, the last ``control``
-    of them alone (with ``control_flags`` on top of ``overrides``)."""
+    of them alone, each with its ``node_overrides``."""
     from node.run.config import load_config
     from node.run.trainer import TrainingNode
     from node.run.wiring import identity_path
@@ -38,15 +53,10 @@ async def run_worker(n: int, run_dir: Path, seed: int, config: Path | None, over
         loop.add_signal_handler(sig, stop_all)
     try:
         for i in range(n):
-            node_overrides = {**overrides, "swarm.transport": "memory", "run.dir": str(run_dir / f"node{i}"),
-                              "train.seed": seed + i, "run.progress": "off", "run.plot": False, "train.threads": 1}
-            if overrides.get("run.metrics_port"):  # one port per node
-                node_overrides["run.metrics_port"] = int(overrides["run.metrics_port"]) + i
+            cfg = load_config(config, node_overrides(i, n, run_dir, seed, overrides, control, control_flags, node_flags))
             if i >= n - control:
-                cfg = load_config(config, {**node_overrides, **(control_flags or {})})
                 nodes.append(await TrainingNode.create(cfg))
             else:
-                cfg = load_config(config, node_overrides)
                 ident = load_or_create_identity(identity_path(cfg))
                 t = MemoryTransport(swarm=cfg.swarm.name, publisher=ident.peer_id, hub=hub)
                 nodes.append(await TrainingNode.create(cfg, transport=t))

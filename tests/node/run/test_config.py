@@ -317,6 +317,11 @@ def test_example_configs_validate(name):
     path = REPO_ROOT / "docs" / "examples" / name
     cfg = load_config(path, {"swarm.transport": "hivemind"} if name == "swarm_demo.toml" else None)
     assert cfg.model.name == "default" and cfg.run.resume
+    from policies.default_model import DefaultModelRecipe
+
+    # The embedded model's warm start left out every question these evaluate on.
+    assert cfg.eval.tasks_per_family <= DefaultModelRecipe().held_out_tasks
+    assert set(cfg.tasks.difficulties) <= set(DefaultModelRecipe().sft_difficulties)
 
 
 def test_every_config_key_is_in_the_running_docs():

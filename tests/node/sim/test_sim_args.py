@@ -60,6 +60,38 @@ def test_bad_faults_files_are_refused_with_a_reason(tmp_path):
     f.write_text("[[kill]]\nnode = 0\nat_step = 3\n")
     with pytest.raises(ConfigError, match="hivemind"):
         load_faults(f).check(3, "memory")
+    f.write_text('[[node]]\nindex = 1\nflags = { "train.behaviour_lag" = 8 }\n')
+    load_faults(f).check(3, "memory")  # per-node flags are only config: the memory worker applies them
+
+
+def test_per_node_flags_reach_each_node_of_the_memory_worker(tmp_path, monkeypatch):
+    """Over memory every node runs in one ``sim-worker``: node i's ``[[node]]`` flags travel to it as
+    JSON and go on top of every node's flags (and of a control node's), as a node process's do."""
+    from node.cli import main
+    from node.sim.argv import worker_args
+    from node.sim.worker import node_overrides
+
+    faults = SimFaults.model_validate({"node": [{"index": 1, "flags": {"model.name": "/m1", "train.behaviour_lag": 2}},
+                                                {"index": 2, "flags": {"generation.prompts_per_step": 2}}]})
+    spec = SimSpec(nodes=3, transport="memory", run_dir=tmp_path, overrides={"generation.prompts_per_step": "8"},
+                   faults=faults, control=1, control_flags={"swarm.transport": "none", "generation.prompts_per_step": "4"})
+    seen = {}
+
+    async def fake_worker(n, run_dir, seed, config, overrides, control, control_flags, node_flags):
+        seen.update(n=n, overrides=overrides, control=control, control_flags=control_flags, node_flags=node_flags)
+        return 0
+
+    monkeypatch.setattr("node.sim.worker.run_worker", fake_worker)
+    assert main(worker_args(spec)) == 0  # parsed as the worker process parses its command line
+    assert seen["node_flags"] == {1: {"model.name": "/m1", "train.behaviour_lag": 2},
+                                  2: {"generation.prompts_per_step": 2}}
+    a = [node_overrides(i, 3, tmp_path, 0, seen["overrides"], seen["control"], seen["control_flags"],
+                        seen["node_flags"]) for i in range(3)]
+    assert "model.name" not in a[0] and a[0]["generation.prompts_per_step"] == 8
+    assert (a[1]["model.name"], a[1]["train.behaviour_lag"], a[1]["run.dir"]) == ("/m1", 2, str(tmp_path / "node1"))
+    assert a[1]["swarm.transport"] == "memory"
+    assert a[2]["swarm.transport"] == "none" and a[2]["generation.prompts_per_step"] == 2  # its own beats the control's
+    assert "--node-flags" not in worker_args(SimSpec(nodes=2, transport="memory", run_dir=tmp_path))
 
 
 def test_the_summary_counts_what_a_restarted_node_used_over_its_whole_run(tmp_path):
