@@ -1,15 +1,19 @@
-"""The correctness curves the experiment reports are built from: a run's curve from its metrics,
+"""The curves the experiment reports are built from: a run's correctness curve from its metrics,
 the statistics over a WINDOW-step rolling mean (final reward, first step reaching a target, worst
-dip), and the plot of mean curves per variant."""
+dip), a node's held-out curve (one point per evaluation: sparse, so read as it is, without a
+rolling mean), and the plot of mean curves per variant."""
 
 from __future__ import annotations
 
 import statistics
 from pathlib import Path
 
-from node.observe.plots import rolling_mean  # importable: the package puts the repository root on sys.path
+from node.observe.held_out import held_out_score  # importable: the package puts the repository root on sys.path
+from node.observe.plots import rolling_mean
 
 WINDOW = 20  # steps in the rolling mean and in "final" (the last WINDOW steps)
+
+Curve = list[tuple[int, float]]  # (step, held-out score) at each evaluation, step 0 (before training) first
 
 
 def correctness(recs: list[dict]) -> list[float]:
@@ -40,12 +44,32 @@ def worst_dip(curve: list[float]) -> float:
     return dip
 
 
-def plot_mean_curves(curves: dict[str, list[list[float]]], path: Path, ylabel: str, title: str = "") -> None:
-    """One line per label: the rolling mean of the step-wise mean over that label's curves."""
-    plot_panels({title: curves}, path, ylabel)
+def held_out_curve(evals: list[dict]) -> Curve:
+    """A node's held-out score at each of its evaluations (node/observe/held_out.py's
+    ``evaluations``): greedy pass@1, or sampled where it made no greedy completions."""
+    return [(ev["step"], score) for ev in evals if (score := held_out_score(ev)) is not None]
 
 
-def plot_panels(panels: dict[str, dict[str, list[list[float]]]], path: Path, ylabel: str) -> None:
+def first_reach_at(curve: Curve, target: float) -> int | None:
+    """The first evaluated step whose score reaches ``target``, or None."""
+    return next((step for step, score in curve if score >= target), None)
+
+
+def mean_at_steps(curves: list[Curve]) -> Curve:
+    """The mean of sparse curves at the steps every one of them evaluated."""
+    steps = sorted(set.intersection(*(set(s for s, _ in c) for c in curves)))
+    by_step = [dict(c) for c in curves]
+    return [(s, statistics.mean(c[s] for c in by_step)) for s in steps]
+
+
+def plot_mean_curves(curves: dict[str, list[list[float]]] | dict[str, list[Curve]], path: Path, ylabel: str,
+                     title: str = "", sparse: bool = False) -> None:
+    """One line per label: the rolling mean of the step-wise mean over that label's curves, or with
+    ``sparse`` (held-out curves) their mean at the evaluated steps, a marker per evaluation."""
+    plot_panels({title: curves}, path, ylabel, sparse)
+
+
+def plot_panels(panels: dict[str, dict], path: Path, ylabel: str, sparse: bool = False) -> None:
     """Side-by-side panels (title → label → curves), each drawn as in ``plot_mean_curves``, on a
     shared y axis so the panels compare."""
     import matplotlib
@@ -57,6 +81,10 @@ def plot_panels(panels: dict[str, dict[str, list[list[float]]]], path: Path, yla
                              sharey=True, squeeze=False)
     for ax, (title, curves) in zip(axes[0], panels.items()):
         for label, cs in curves.items():
+            if sparse:
+                m = mean_at_steps(cs)
+                ax.plot([s for s, _ in m], [v for _, v in m], marker="o", label=label)
+                continue
             n = min(len(c) for c in cs)
             mean = [statistics.mean(c[i] for c in cs) for i in range(n)]
             ax.plot(range(1, n + 1), rolling_mean(mean, WINDOW), label=label)
@@ -65,7 +93,7 @@ def plot_panels(panels: dict[str, dict[str, list[list[float]]]], path: Path, yla
             ax.set_title(title)
         ax.grid(alpha=0.3)
         ax.legend()
-    axes[0][0].set_ylabel(f"{ylabel} ({WINDOW}-step mean)")
+    axes[0][0].set_ylabel(ylabel if sparse else f"{ylabel} ({WINDOW}-step mean)")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
