@@ -57,6 +57,9 @@ class TrainSample:
     policy_version: int = 0  # version of the behaviour policy
     local: bool = True  # sampled by this node (vs. received from a peer)
     source: str | None = None  # the peer that sent it (its peer id); see ``sample_source``
+    # This node's scoring found it right and exactly one answer block (the best a completion can
+    # score): the only rows learner.external_success_floor may lift (docs/algorithm.md, section 10).
+    verified: bool = False
 
     @property
     def foreign_tokens(self) -> bool:
@@ -111,7 +114,7 @@ class Learner:
         self.micro_batch_size = micro_batch_size
         self.oom_halvings = 0
 
-    def _batch(self, samples: list[TrainSample]):
+    def _batch(self, samples: list[TrainSample]) -> "_Rows":
         pad = int(self.policy.tokenizer.pad_token_id)
         batch = TokenBatch.build([s.prompt_ids for s in samples],
                                  [s.completion_ids for s in samples], pad)
@@ -127,6 +130,7 @@ class Learner:
         seq_beh = torch.tensor([s.behaviour_seq_logprob for s in samples], dtype=torch.float32, **host)
         foreign = torch.tensor([s.foreign_tokens for s in samples], dtype=torch.bool, **host)
         local = torch.tensor([s.local for s in samples], dtype=torch.bool, **host)
+        verified = torch.tensor([s.verified for s in samples], dtype=torch.bool, **host)
         rewards = torch.tensor([s.reward for s in samples], dtype=torch.float32, **host)
         ids = {g: i for i, g in enumerate(dict.fromkeys(s.group for s in samples))}
         gids = torch.tensor([ids[s.group] for s in samples], dtype=torch.long, **host)
@@ -135,8 +139,8 @@ class Learner:
         dev = self.policy.device
         batch.completion_mask = batch.completion_mask.to(dev)
         caps = row_caps(self.loss_cfg, foreign, local)
-        return (batch, beh.to(dev), seq_beh.to(dev), foreign.to(dev), rewards.to(dev), gids.to(dev),
-                caps.to(dev), local.to(dev), sources.to(dev))
+        return _Rows(batch, beh.to(dev), seq_beh.to(dev), foreign.to(dev), rewards.to(dev), gids.to(dev),
+                     caps.to(dev), local.to(dev), sources.to(dev), verified.to(dev))
 
     def _grad_sq_norms(self, batch: TokenBatch, rows: int) -> torch.Tensor:
         """‖∇_θ log π(y_i)‖² per sample (exact OPOB): one backward per sample, costly by design;
@@ -200,13 +204,14 @@ class Learner:
         k - 1 updates applied; the node stops on it, so nothing is trained on half a step."""
         if not samples:
             raise ValueError("empty batch")
-        batch, beh, seq_beh, foreign, rewards, gids, caps, local, sources = self._batch(samples)
+        rows = self._batch(samples)
+        batch = rows.batch
         halvings = self.oom_halvings
         # eval mode: μ was recorded in eval mode (no dropout), so π_θ must be too, or ratios
         # drift from 1 on-policy for any model with dropout. Gradients flow either way.
         self.policy.learning_mode()
-        g2 = self._fit(lambda rows: self._grad_sq_norms(batch, rows), len(batch)) if self.baseline == "opob" else None
-        rows = _Rows(batch, beh, seq_beh, foreign, rewards, gids, caps, local, sources, g2)
+        if self.baseline == "opob":
+            rows.g2 = self._fit(lambda n: self._grad_sq_norms(batch, n), len(batch))
         metrics: dict[str, float | None] = {}
         first = None
         for it in range(self.num_iterations):
@@ -229,7 +234,7 @@ class Learner:
                 metrics.update(first.metrics, loss=done.loss, grad_norm=float(grad_norm), **done.loss_metrics)
         adv = first.adv
         metrics.update(
-            reward_mean=float(rewards.mean()),
+            reward_mean=float(rows.rewards.mean()),
             adv_abs_mean=float(adv.advantages.abs().mean()),
             # trained samples whose advantage is 0 carry no gradient (a group whose rewards agree)
             zero_adv_frac=float((adv.advantages[adv.loss_mask].abs() <= ZERO_ADVANTAGE).float().mean()),
@@ -290,7 +295,7 @@ class Learner:
             adv, factor, stats = first.adv, first.factor, first.metrics
         inputs = LossInputs(logp=logp, behaviour_logp=beh, behaviour_seq_logp=seq_beh, mask=mask,
                             advantages=adv.advantages, sample_mask=adv.loss_mask, sequence_level=r.foreign,
-                            seq_weights=w, external=~r.local)
+                            seq_weights=w, external=~r.local, verified=r.verified)
         plan = loss_plan(inputs, self.loss_cfg)
         if whole:
             out = policy_loss(dataclasses.replace(inputs, logp=logp_graph), self.loss_cfg, plan)
@@ -321,7 +326,8 @@ class _Rows:
     caps: torch.Tensor
     local: torch.Tensor
     sources: torch.Tensor
-    g2: torch.Tensor | None
+    verified: torch.Tensor  # (B,) bool: TrainSample.verified
+    g2: torch.Tensor | None = None  # per-row squared gradient norms (the opob baseline only)
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,8 @@ chosen by ``LossConfig``:
   sequence weight w̄ = min(π_θ(y)/μ(y), c) is a constant factor on A·∇log π_θ(y) (VCPO's truncated
   importance sampling); token ratios are meaningless there because tokens do not align.
 
-With ``external_success_floor = f`` a peer's row with a positive advantage (a completion this
-node's own scoring found right) weighs at least f: the token ratio or w̄ that multiplies
+With ``external_success_floor = f`` a peer's row that this node's own scoring verified (right, and
+exactly one answer block) and that has a positive advantage weighs at least f: the token ratio or w̄ that multiplies
 A·∇log π_θ is max(weight, f), never above the trust region's upper bound (docs/algorithm.md,
 section 10). Off by default.
 
@@ -53,7 +53,7 @@ class LossConfig:
     weight_cap: float = 8.0  # c, truncation of sequence importance weights (VCPO)
     loss_type: Literal["grpo", "dapo", "dr_grpo"] = "dapo"
     max_completion_length: int = 16  # only for dr_grpo's constant normaliser
-    external_success_floor: float | None = None  # f: least weight of a peer's row with A > 0; None = off
+    external_success_floor: float | None = None  # f: least weight of a peer's verified row with A > 0; None = off
 
     def __post_init__(self):
         f = self.external_success_floor
@@ -72,6 +72,9 @@ class LossInputs:
     sequence_level: torch.Tensor  # (B,) bool, True = must use the sequence ratio (foreign tokenizer)
     seq_weights: torch.Tensor  # (B,) truncated sequence weights w̄, detached (see sequence_weights)
     external: torch.Tensor | None = None  # (B,) bool, True = a peer's row (its log μ is a claim)
+    # (B,) bool, True = this node's scoring found the row right and exactly one answer block
+    # (TrainSample.verified); None = no row is (the floor lifts nothing)
+    verified: torch.Tensor | None = None
 
     def rows(self, sl: slice) -> "LossInputs":
         """These rows only (a micro-batch): every per-row tensor sliced alike."""
@@ -154,10 +157,13 @@ def _terms(x: LossInputs, cfg: LossConfig):
 
 
 def _successes(x: LossInputs) -> torch.Tensor:
-    """(B,) bool: peers' successes, the rows from a peer that the loss uses with A > 0."""
-    if x.external is None:
+    """(B,) bool: peers' successes, the rows from a peer that this node's scoring verified (right,
+    exactly one answer block) and that the loss uses with A > 0. A positive advantage alone is not
+    enough: the sender composes its group, so a wrong but well-formed answer among malformed ones,
+    or a right answer wrapped in other text, has one too."""
+    if x.external is None or x.verified is None:
         return torch.zeros_like(x.sample_mask)
-    return x.external & x.sample_mask & (x.advantages > ZERO_ADVANTAGE)
+    return x.external & x.verified & x.sample_mask & (x.advantages > ZERO_ADVANTAGE)
 
 
 def _floored(x: LossInputs, cfg: LossConfig, ratio: torch.Tensor, seq_rows: torch.Tensor):

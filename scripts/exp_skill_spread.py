@@ -126,7 +126,8 @@ def row(label: str, r: dict, isolated: bool) -> str:
     s = r["speedup"]
     speed = "-" if isolated else ("n/a" if s is None else f"{s:.2f}x")
     met = "-" if isolated or s is None else ("yes" if s >= 2 else "no")
-    return (f"| {label} | {r['mean_reach']:.1f} | {r['reached']}/{r['pairs']} | {speed} | {met} | "
+    reach = "-" if r["mean_reach"] is None else f"{r['mean_reach']:.1f}"
+    return (f"| {label} | {reach} | {r['reached']}/{r['pairs']} | {speed} | {met} | "
             + " | ".join(f"{r['nonholder_final'][f]:.3f}" for f in FAMILIES) + " | "
             + " | ".join(f"{r['holder_final'][f]:.3f}" for f in FAMILIES) + f" | {r['collapsed']}/{r['nodes']} |")
 

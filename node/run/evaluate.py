@@ -216,7 +216,11 @@ class HeldOut:
     async def before_training(self, step: int, stopping: bool) -> None:
         """The evaluation before the first step (``eval.at_start``), written to
         ``RUN/eval/step_0.json``: only for a run starting from scratch (a resumed run made its own)."""
-        if not (self.at_start and self.settings is not None and step == 0 and not stopping):
+        if step != 0:
+            return
+        # A run starting over in a reused folder: an earlier run's start is not this one's.
+        eval_file(self.run_dir, 0).unlink(missing_ok=True)
+        if not (self.at_start and self.settings is not None and not stopping):
             return
         result = await self._evaluate(0)
         if result is not None:

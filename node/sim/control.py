@@ -7,7 +7,9 @@ itself per step: the same own generation per step, without the J groups the swar
 summary and the held-out plot answer the question a person joining asks: did sharing pay off
 against what this machine would have reached alone?
 
-The flags are pure (``control_flags``); ``comparison`` reads the summary's node rows.
+The flags are pure (``control_flags``); ``comparison`` reads the nodes' evaluations. A control
+node is not paced by the swarm's rounds, and a run can be stopped or resumed, so the two sides
+are compared at the last step every one of them evaluated, on the same questions.
 """
 
 from __future__ import annotations
@@ -29,28 +31,48 @@ def control_flags(swarm_node: NodeConfig) -> dict[str, object]:
     return {"swarm.transport": "none", "generation.prompts_per_step": swarm_node.local_groups}
 
 
-def _scores(rows: list[dict], key: str) -> list[float]:
-    return [v for v in (held_out_score(r.get(key)) for r in rows) if v is not None]
+def _questions(ev: dict) -> tuple:
+    """What an evaluation asked: its families and number of tasks (equal on equal settings)."""
+    return tuple(sorted((f, d.get("n")) for f, d in (ev.get("families") or {}).items())), ev.get("n")
 
 
-def comparison(nodes: list[dict]) -> dict | None:
-    """Held-out correctness of the sharing nodes against the control nodes, from the summary's
-    rows (``role``, ``held_out_first``, ``held_out``): the means at the first and the last
-    evaluation, each side's range at the last, and the margin (swarm mean - control mean). None
-    unless both sides evaluated."""
-    swarm = [n for n in nodes if n.get("role") == "swarm"]
-    control = [n for n in nodes if n.get("role") == "control"]
-    s_last, c_last = _scores(swarm, "held_out"), _scores(control, "held_out")
-    if not s_last or not c_last:
+def comparison(roles: dict[str, str], series: dict[str, list[dict]]) -> dict | None:
+    """Held-out correctness of the sharing nodes against the control nodes. ``roles`` maps each
+    node to "swarm" or "control", ``series`` each node to its evaluations (node/observe/held_out.py
+    ``evaluations``: step 0 first when made). None without both sides; ``{"incomparable": why}``
+    when they share no evaluated step or evaluated different questions. Otherwise, at the last
+    step every node evaluated: each side's mean and range, the margin (swarm mean − control mean),
+    and the means before training when every node evaluated at step 0."""
+    swarm = [n for n, r in roles.items() if r == "swarm"]
+    control = [n for n, r in roles.items() if r == "control"]
+    if not swarm or not control:
         return None
-    s_first, c_first = _scores(swarm, "held_out_first"), _scores(control, "held_out_first")
+    nodes = swarm + control
+    if any(not series.get(n) for n in nodes):
+        return {"incomparable": "not every node evaluated: " + ", ".join(n for n in nodes if not series.get(n))}
+    by_step = {n: {e["step"]: e for e in series[n]} for n in nodes}
+    common = set.intersection(*(set(s) for s in by_step.values()))
+    if not common:
+        return {"incomparable": "the nodes share no evaluated step"}
+    step = max(common)
+    asked = {_questions(by_step[n][step]) for n in nodes}
+    if len(asked) > 1:
+        return {"incomparable": f"the nodes evaluated different questions at step {step} (different "
+                                f"tasks or eval settings: a run folder resumed under another config?)"}
+
+    def scores(side: list[str], at: int) -> list[float]:
+        return [held_out_score(by_step[n][at]) or 0.0 for n in side]
+
     mean = statistics.fmean
+    s_last, c_last = scores(swarm, step), scores(control, step)
+    start = 0 in common and step != 0
     return {
-        "swarm_first": mean(s_first) if s_first else None, "control_first": mean(c_first) if c_first else None,
+        "step": step,
+        "swarm_start": mean(scores(swarm, 0)) if start else None,
+        "control_start": mean(scores(control, 0)) if start else None,
         "swarm_last": mean(s_last), "control_last": mean(c_last),
         "swarm_range": [min(s_last), max(s_last)], "control_range": [min(c_last), max(c_last)],
         "margin": mean(s_last) - mean(c_last),
-        "steps": max((n["held_out"] or {}).get("step") or 0 for n in swarm + control),
     }
 
 
@@ -58,14 +80,16 @@ def comparison_lines(c: dict | None) -> list[str]:
     """The summary's paragraph on it (empty when there is nothing to compare)."""
     if c is None:
         return []
+    if "incomparable" in c:
+        return ["", f"Swarm against control: not compared ({c['incomparable']})."]
 
-    def first(v: float | None) -> str:
-        return "-" if v is None else f"{v:.3f}"
+    def start(v: float | None) -> str:
+        return "" if v is None else f"from {v:.3f} before training "
 
     verdict = (f"{abs(c['margin']):.3f} above" if c["margin"] > 0 else
                f"{abs(c['margin']):.3f} below" if c["margin"] < 0 else "level with")
-    return ["", f"Swarm against control (held-out pass@1, greedy): the sharing nodes went from "
-                f"{first(c['swarm_first'])} before training to {c['swarm_last']:.3f} at step {c['steps']} "
+    return ["", f"Swarm against control (held-out pass@1, greedy, at step {c['step']}, the last every node "
+                f"evaluated): the sharing nodes went {start(c['swarm_start'])}to {c['swarm_last']:.3f} "
                 f"(nodes {c['swarm_range'][0]:.3f}-{c['swarm_range'][1]:.3f}); the control node(s), training alone "
-                f"on the same own generation per step, from {first(c['control_first'])} to {c['control_last']:.3f}. "
+                f"on the same own generation per step, {start(c['control_start'])}to {c['control_last']:.3f}. "
                 f"The swarm ended {verdict} the control."]

@@ -28,11 +28,11 @@ def fault_text(n: dict) -> str:
 
 def write_summary(spec: SimSpec, wall_s: float, interrupted: bool, failed: dict,
                   faults: KillFaults | None = None) -> dict:
-    from node.observe.held_out import evaluations, held_out_score, last_eval
+    from node.observe.held_out import evaluations, held_out_score, last_eval, start_eval
     from node.observe.metrics import read_metrics, summary_window
     from node.observe.plots import plot_swarm
 
-    nodes = []
+    nodes, series = [], {}
     records = [read_metrics(spec.run_dir / f"node{i}" / "metrics.jsonl") for i in range(spec.nodes)]
     # One window for every node, so their first/last columns compare like with like.
     w = summary_window(min((len(r) for r in records if r), default=0))
@@ -48,13 +48,13 @@ def write_summary(spec: SimSpec, wall_s: float, interrupted: bool, failed: dict,
         for r in recs:
             for peer, n in (r.get("external_by_peer") or {}).items():
                 by_peer[peer] = by_peer.get(peer, 0) + n
-        evals = evaluations(recs, d)
+        series[f"node{i}"] = evaluations(recs, d)
         nodes.append({
             "node": f"node{i}", "role": "control" if is_control(spec, i) else "swarm",
             "peer_id": sw.get("peer_id"), "steps": len(recs),
             "correct_first": sum(correct[:w]) / w if correct else None,
             "correct_last": sum(correct[-w:]) / w if correct else None,
-            "held_out_first": evals[0] if evals else None,  # before training (eval.at_start), else the first
+            "held_out_start": start_eval(d),  # before training (eval.at_start), or None
             "held_out": last_eval(recs),  # the last held-out evaluation, per family too (or None)
             "groups_used": sum(by_peer.values()), "peers_used": len(by_peer),
             "rollouts_out": sw.get("rollouts_out"), "rejected": sw.get("rejected", {}),
@@ -74,7 +74,7 @@ def write_summary(spec: SimSpec, wall_s: float, interrupted: bool, failed: dict,
                    for i in range(spec.nodes) for r in read_metrics(spec.run_dir / f"node{i}" / "metrics.jsonl"))
         adversaries.append({"name": f"adversary{j}", "peer_id": pid, "sent": st.get("sent", {}),
                             "refused": st.get("refused", {}), "used_by_honest": used})
-    versus = comparison(nodes)
+    versus = comparison({n["node"]: n["role"] for n in nodes}, series)
     summary = {"nodes": nodes, "adversaries": adversaries, "transport": spec.transport, "versus_control": versus,
                "wall_s": round(wall_s, 1), "interrupted": interrupted, "failed": failed,
                "run_dir": str(spec.run_dir), "window": w}
@@ -88,7 +88,7 @@ def write_summary(spec: SimSpec, wall_s: float, interrupted: bool, failed: dict,
         rej = ", ".join(f"{k} {v}" for k, v in sorted(n["rejected"].items()))
         name = n["node"] + (" (control)" if n["role"] == "control" else "")
         lines.append(f"| {name} | {n['steps']} | {fmt(n['correct_first'], '.3f')} | {fmt(n['correct_last'], '.3f')} | "
-                     f"{fmt(held_out_score(n['held_out_first']), '.3f')} | {fmt(held_out_score(n['held_out']), '.3f')} | "
+                     f"{fmt(held_out_score(n['held_out_start']), '.3f')} | {fmt(held_out_score(n['held_out']), '.3f')} | "
                      f"{fmt(n['groups_used'])} | {fmt(n['peers_used'])} | {fmt(n['rollouts_out'])} | "
                      f"{fmt(n['rejected_total'])}{f' ({rej})' if rej else ''} | {fault_text(n)} |")
     roles = [n for n in nodes if n.get("broadcast")]

@@ -19,11 +19,10 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
+from common.curves import Curve, first_reach_at, mean_at_steps
 from node.observe.held_out import held_out_score
 
 FAMILIES = ("counting", "boolean")  # the two families the embedded model learns at level 2
-
-Curve = list[tuple[int, float]]  # (step, held-out score)
 
 
 def held_family(node: int) -> str:
@@ -42,11 +41,6 @@ def family_curve(evals: list[dict], family: str) -> Curve:
     return out
 
 
-def first_reach(curve: Curve, bar: float) -> int | None:
-    """The first evaluated step whose score is ``bar`` or above, or None."""
-    return next((step for step, score in curve if score >= bar), None)
-
-
 def bars(isolated: list[list[dict]]) -> dict[str, float]:
     """Per family, half the mean last score of its holders in the isolated run."""
     return {f: statistics.mean(family_curve(evals, f)[-1][1] for k, evals in enumerate(isolated)
@@ -60,9 +54,11 @@ def node_rows(run: list[list[dict]], bar: dict[str, float]) -> list[dict]:
     for k, evals in enumerate(run):
         own = family_curve(evals, held_family(k))
         lacked = {f: family_curve(evals, f) for f in FAMILIES if f != held_family(k)}
+        if not own or not all(lacked.values()):  # a node that died before evaluating: say so, not IndexError
+            raise ValueError(f"node {k} has no held-out evaluation of every family (did it fail? see its log)")
         rows.append({"node": k, "holds": held_family(k), "own_start": own[0][1], "own_final": own[-1][1],
                      "collapsed": own[-1][1] < own[0][1] / 2,
-                     "lacks": {f: {"start": c[0][1], "final": c[-1][1], "reach": first_reach(c, bar[f]),
+                     "lacks": {f: {"start": c[0][1], "final": c[-1][1], "reach": first_reach_at(c, bar[f]),
                                    "there_at_start": c[0][1] >= bar[f]} for f, c in lacked.items()}})
     return rows
 
@@ -73,24 +69,18 @@ def reaches(rows: list[dict]) -> list[int | None]:
     return [v["reach"] for r in rows for v in r["lacks"].values() if not v["there_at_start"]]
 
 
-def mean_reach(reach: list[int | None], horizon: int) -> float:
-    """The mean reach, one that never got there counted as the whole run (``horizon`` steps)."""
-    return statistics.mean(horizon if r is None else r for r in reach)
+def mean_reach(reach: list[int | None], horizon: int) -> float | None:
+    """The mean reach, one that never got there counted as the whole run (``horizon`` steps); None
+    when there is no pair to measure (every non-holder was at the bar before training)."""
+    return statistics.mean(horizon if r is None else r for r in reach) if reach else None
 
 
 def speedup(alone: list[int | None], sharing: list[int | None], horizon: int) -> float | None:
     """How many times sooner the nodes reach the bar sharing than alone: mean reach alone over mean
     reach sharing (a miss counts as the whole run, so with misses it is a bound); None when the
     sharing nodes were there at their first evaluation (nothing to divide by)."""
-    share = mean_reach(sharing, horizon)
-    return mean_reach(alone, horizon) / share if share > 0 else None
-
-
-def mean_curve(curves: list[Curve]) -> Curve:
-    """The mean of curves at the steps they all evaluated."""
-    steps = sorted(set.intersection(*(set(s for s, _ in c) for c in curves)))
-    by_step = [dict(c) for c in curves]
-    return [(s, statistics.mean(c[s] for c in by_step)) for s in steps]
+    share, solo = mean_reach(sharing, horizon), mean_reach(alone, horizon)
+    return solo / share if share and solo is not None else None
 
 
 def plot_spread(curves: dict[str, dict[str, list[Curve]]], bar: dict[str, float], path: Path, title: str) -> None:
@@ -104,7 +94,7 @@ def plot_spread(curves: dict[str, dict[str, list[Curve]]], bar: dict[str, float]
     fig, axes = plt.subplots(1, len(curves), figsize=(4.5 * len(curves), 4), sharey=True, squeeze=False)
     for ax, (family, arms) in zip(axes[0], curves.items()):
         for arm, cs in arms.items():
-            m = mean_curve(cs)
+            m = mean_at_steps(cs)
             ax.plot([s for s, _ in m], [v for _, v in m], marker="o", label=arm)
         ax.axhline(bar[family], color="black", linestyle="--", linewidth=1, label="half the holders' level alone")
         ax.set_xlabel("step")

@@ -16,8 +16,9 @@ OFF = LossConfig()
 F = LossConfig(external_success_floor=0.25)
 
 
-def _inputs(log_r, adv, external, *, seq_level=None, w=None, mask=None):
-    """Rows of tokens with log π − log μ = ``log_r`` (log μ = 0), a leaf ``logp`` to read gradients."""
+def _inputs(log_r, adv, external, *, seq_level=None, w=None, mask=None, verified=None):
+    """Rows of tokens with log π − log μ = ``log_r`` (log μ = 0), a leaf ``logp`` to read gradients;
+    every row verified (right, one answer block) unless ``verified`` says otherwise."""
     logp = torch.tensor(log_r, dtype=torch.float32, requires_grad=True)
     B = logp.shape[0]
     return LossInputs(
@@ -26,7 +27,8 @@ def _inputs(log_r, adv, external, *, seq_level=None, w=None, mask=None):
         advantages=torch.tensor(adv, dtype=torch.float32), sample_mask=torch.ones(B, dtype=torch.bool),
         sequence_level=torch.zeros(B, dtype=torch.bool) if seq_level is None else torch.tensor(seq_level),
         seq_weights=torch.ones(B) if w is None else torch.tensor(w, dtype=torch.float32),
-        external=None if external is None else torch.tensor(external))
+        external=None if external is None else torch.tensor(external),
+        verified=torch.ones(B, dtype=torch.bool) if verified is None else torch.tensor(verified))
 
 
 def _loss_and_grad(x, cfg):
@@ -74,6 +76,19 @@ def test_the_floor_lifts_only_a_peers_positive_row_by_hand():
     assert m["ext_pos_weight_mean"] == pytest.approx((0.01 + 0.5 + 2.0) / 3, abs=1e-6)
     assert m["ext_pos_low_frac"] == pytest.approx(2 / 3)
     assert m["ext_pos_floored_frac"] == pytest.approx(1 / 3)
+
+
+def test_a_positive_row_this_node_did_not_verify_is_never_lifted():
+    """The sender composes its group: a wrong but well-formed answer among malformed ones, or a right
+    answer wrapped in other text, has A > 0 without being verified, and keeps its small ratio."""
+    x = _inputs(**BATCH, verified=[False, True, True, True, True])
+    loss, g, m = _loss_and_grad(x, F)
+    assert loss == pytest.approx(-(0.01 - 0.8 + 0.01 + 0.5 + 2.56) / 5, abs=1e-6)  # the old loss
+    assert g[0, 0].item() == pytest.approx(-0.01 / 5, abs=1e-7)
+    assert m["ext_pos_rows"] == 2 and m["ext_pos_floored_frac"] == 0.0  # rows 3 and 4 only
+    unknown = _inputs(**BATCH)
+    unknown.verified = None  # a caller that says nothing verifies nothing
+    assert _loss_and_grad(unknown, F)[0] == pytest.approx(loss, abs=1e-6)
 
 
 def test_f_1_lifts_to_1_and_the_floor_never_passes_the_upper_bounds():
@@ -169,7 +184,8 @@ def test_the_learner_reports_peers_successes_and_applies_the_floor(tiny_model_di
             beh = tuple(v + L(100) for v in c.logprobs) if peer else c.logprobs
             out.append(TrainSample(group=f"p{k // 3}", prompt_ids=c.prompt_ids, completion_ids=c.completion_ids,
                                    behaviour_logprobs=beh, behaviour_seq_logprob=sum(beh), reward=float(rewards[k]),
-                                   local=not peer, source="peer" if peer else None))
+                                   local=not peer, source="peer" if peer else None,
+                                   verified=peer and rewards[k] == 1))
         return out
 
     def step(cfg):

@@ -51,7 +51,7 @@ def samples(tiny_model_dir) -> list[TrainSample]:
             out.append(TrainSample(group=f"p{i}", prompt_ids=c.prompt_ids, completion_ids=c.completion_ids,
                                    behaviour_logprobs=None if (peer and g == 0) else lps,
                                    behaviour_seq_logprob=sum(lps), reward=float(g % 2), local=not peer,
-                                   source="sn1peer" if peer else None))
+                                   source="sn1peer" if peer else None, verified=peer and g % 2 == 1))
     return out
 
 
@@ -90,7 +90,9 @@ def test_micro_batches_give_the_whole_batch_update(tiny_model_dir, samples, opti
                                              **OPTIONS[option])
         _assert_same_update(whole, sliced)
         for k, v in m_whole[0].items():
-            if k != "micro_batch":
+            if v is None:  # a metric of rows the batch has none of (ext_pos_*): none either way
+                assert m_sliced[0][k] is None, k
+            elif k != "micro_batch":
                 assert m_sliced[0][k] == pytest.approx(v, rel=1e-4, abs=1e-6), k
         assert m_sliced[0]["micro_batch"] == rows and m_whole[0]["micro_batch"] == len(samples)
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from skill_spread.analysis import (bars, family_curve, first_reach, held_family, mean_curve, mean_reach, node_rows,
+from common.curves import first_reach_at, mean_at_steps
+from skill_spread.analysis import (bars, family_curve, held_family, mean_reach, node_rows,
                                    reaches, speedup)
 
 
@@ -33,7 +34,7 @@ def test_the_bar_is_half_the_holders_last_score_alone_and_reach_is_the_first_ste
     four = [*ALONE, [ev(0, 0.5, 0.0), ev(60, 0.6, 0.1)], [ev(0, 0.0, 0.3), ev(60, 0.1, 0.4)]]  # two holders each
     assert bars(four) == pytest.approx({"counting": 0.35, "boolean": 0.25})  # (0.8 + 0.6) / 4, (0.6 + 0.4) / 4
     curve = [(0, 0.0), (20, 0.3), (40, 0.5)]
-    assert first_reach(curve, 0.3) == 20 and first_reach(curve, 0.31) == 40 and first_reach(curve, 0.6) is None
+    assert first_reach_at(curve, 0.3) == 20 and first_reach_at(curve, 0.31) == 40 and first_reach_at(curve, 0.6) is None
 
 
 def test_rows_give_each_nodes_reach_finals_and_collapse():
@@ -59,5 +60,5 @@ def test_speedup_divides_the_mean_reach_alone_by_sharing_a_miss_counted_as_the_w
 
 
 def test_mean_curve_averages_at_the_steps_every_curve_has():
-    m = mean_curve([[(0, 0.0), (20, 0.4), (40, 0.6)], [(0, 0.2), (20, 0.2)]])
+    m = mean_at_steps([[(0, 0.0), (20, 0.4), (40, 0.6)], [(0, 0.2), (20, 0.2)]])
     assert [s for s, _ in m] == [0, 20] and [v for _, v in m] == pytest.approx([0.1, 0.3])

@@ -77,6 +77,12 @@ def test_the_evaluation_before_training_is_the_start_every_later_one_compares_wi
     quiet = tmp_path / "quiet"
     train_to_end(_cfg(warm_tiny_model_dir, quiet, **{"eval.every": 0, "eval.at_end": False, "train.steps": 1}))
     assert not (quiet / "eval").exists()
+    # A run starting in a folder an earlier run left its start in (no checkpoint kept): not this run's.
+    again = tmp_path / "again"
+    (again / "eval").mkdir(parents=True)
+    (again / "eval" / "step_0.json").write_text(json.dumps(start))
+    train_to_end(_cfg(warm_tiny_model_dir, again, **{"eval.at_start": False, "train.steps": 1}))
+    assert start_eval(again) is None and [e["step"] for e in evaluations(read_metrics(again / "metrics.jsonl"), again)] == [1]
 
 
 def test_evaluating_does_not_change_what_the_node_trains(warm_tiny_model_dir, tmp_path):

@@ -46,36 +46,56 @@ def test_only_the_last_nodes_are_controls_and_get_the_control_flags():
     assert "--control" not in worker_args(SimSpec(nodes=2, transport="memory", run_dir=Path("/r")))
 
 
-def _ev(score: float, step: int) -> dict:
-    return {"step": step, "greedy": score, "sampled": score / 2, "n": 10, "families": {}}
+def _ev(score: float, step: int, n: int = 10) -> dict:
+    return {"step": step, "greedy": score, "sampled": score / 2, "n": n, "families": {"counting": {"n": n}}}
+
+
+ROLES = {"node0": "swarm", "node1": "swarm", "node2": "control"}
 
 
 def test_comparison_of_swarm_and_control_held_out_by_hand():
-    nodes = [{"role": "swarm", "held_out_first": _ev(0.1, 0), "held_out": _ev(0.4, 60)},
-             {"role": "swarm", "held_out_first": _ev(0.2, 0), "held_out": _ev(0.3, 60)},
-             {"role": "control", "held_out_first": _ev(0.1, 0), "held_out": _ev(0.2, 60)}]
-    c = comparison(nodes)
-    assert abs(c["swarm_first"] - 0.15) < 1e-12 and abs(c["swarm_last"] - 0.35) < 1e-12
-    assert c["control_first"] == 0.1 and c["control_last"] == 0.2
+    series = {"node0": [_ev(0.1, 0), _ev(0.2, 30), _ev(0.4, 60)],
+              "node1": [_ev(0.2, 0), _ev(0.2, 30), _ev(0.3, 60)],
+              "node2": [_ev(0.1, 0), _ev(0.3, 30), _ev(0.2, 60)]}
+    c = comparison(ROLES, series)
+    assert abs(c["swarm_start"] - 0.15) < 1e-12 and abs(c["swarm_last"] - 0.35) < 1e-12
+    assert c["control_start"] == 0.1 and c["control_last"] == 0.2
     assert c["swarm_range"] == [0.3, 0.4] and c["control_range"] == [0.2, 0.2]
-    assert abs(c["margin"] - 0.15) < 1e-12 and c["steps"] == 60
+    assert abs(c["margin"] - 0.15) < 1e-12 and c["step"] == 60
     text = "\n".join(comparison_lines(c))
-    assert "from 0.150 before training to 0.350 at step 60" in text and "0.150 above the control" in text
-    below = comparison([{**nodes[0], "held_out": _ev(0.1, 60)}, nodes[2]])
-    assert "0.100 below the control" in "\n".join(comparison_lines(below))
-    assert comparison(nodes[:2]) is None and comparison_lines(None) == []  # no control: nothing to compare
-    assert comparison([*nodes[:2], {"role": "control", "held_out": None}]) is None  # it never evaluated
+    assert "at step 60" in text and "from 0.150 before training to 0.350" in text and "0.150 above the control" in text
+    # The control stopped after step 30 (Ctrl-C, or it crashed): both sides at step 30, not 60 against 30.
+    early = comparison(ROLES, {**series, "node2": series["node2"][:2]})
+    assert early["step"] == 30 and abs(early["margin"] - (0.2 - 0.3)) < 1e-12
+    assert "0.100 below the control" in "\n".join(comparison_lines(early))
+    # No start evaluation: no "before training" number, never a later one standing in for it.
+    later = comparison(ROLES, {k: v[1:] for k, v in series.items()})
+    assert later["swarm_start"] is None and "before training" not in "\n".join(comparison_lines(later))
+
+
+def test_no_comparison_without_both_sides_or_on_different_questions():
+    series = {"node0": [_ev(0.1, 0), _ev(0.4, 60)], "node1": [_ev(0.2, 0), _ev(0.3, 60)],
+              "node2": [_ev(0.1, 0), _ev(0.2, 60)]}
+    assert comparison({"node0": "swarm", "node1": "swarm"}, series) is None and comparison_lines(None) == []
+    never = comparison(ROLES, {**series, "node2": []})
+    assert "node2" in never["incomparable"] and "not compared" in "\n".join(comparison_lines(never))
+    apart = comparison(ROLES, {**series, "node2": [_ev(0.1, 5), _ev(0.2, 50)]})
+    assert "no evaluated step" in apart["incomparable"]
+    # A folder resumed under another config: the old nodes evaluated other questions.
+    other = comparison(ROLES, {**series, "node2": [_ev(0.1, 0, n=64), _ev(0.2, 60, n=64)]})
+    assert "different questions" in other["incomparable"]
 
 
 def _node(d: Path, score: float, groups: int) -> None:
     d.mkdir(parents=True)
     recs = [{"step": s, "correct": 0.1, "rho": 1.0, "external_by_peer": {"p": groups} if groups else {},
-             **({"eval": {"greedy": score, "sampled": score, "n": 4, "families": {}}} if s == 4 else {})}
+             **({"eval": {"greedy": score, "sampled": score, "n": 4, "families": {"counting": {"n": 4}}}}
+                if s == 4 else {})}
             for s in range(1, 5)]
     (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     (d / "eval").mkdir()
     (d / "eval" / "step_0.json").write_text(json.dumps({"step": 0, "greedy": 0.1, "sampled": 0.1, "n": 4,
-                                                        "families": {}}))
+                                                        "families": {"counting": {"n": 4}}}))
     (d / "status.json").write_text(json.dumps({"step": 4, "total_steps": 4, "phase": "finished",
                                                "last": recs[-1], "swarm": {}}))
 
@@ -89,7 +109,7 @@ def test_summary_table_and_plot_set_the_swarm_against_the_control(tmp_path):
     assert [r["node"] for r in status_rows(spec)] == ["node0", "node1", "node2 (control)"]
     summary = write_summary(spec, 1.0, False, {})
     assert [n["role"] for n in summary["nodes"]] == ["swarm", "swarm", "control"]
-    assert [n["held_out_first"]["step"] for n in summary["nodes"]] == [0, 0, 0]  # from eval/step_0.json
+    assert [n["held_out_start"]["step"] for n in summary["nodes"]] == [0, 0, 0]  # from eval/step_0.json
     v = summary["versus_control"]
     assert abs(v["swarm_last"] - 0.4) < 1e-12 and v["control_last"] == 0.2 and abs(v["margin"] - 0.2) < 1e-12
     md = (tmp_path / "summary.md").read_text()

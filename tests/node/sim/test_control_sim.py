@@ -34,10 +34,10 @@ def test_sim_with_a_control_node_compares_it_with_the_swarm(transport, warm_tiny
     assert {r["gen_batch"] for r in alone} == {r["gen_batch"] for r in shared} == {12}
     assert all("external_groups" not in r for r in alone) and any(r.get("external_groups") for r in shared)
     for n in summary["nodes"]:  # evaluated before the first step and after the last
-        assert n["held_out_first"]["step"] == 0 and n["held_out"]["step"] == 4
+        assert n["held_out_start"]["step"] == 0 and n["held_out"]["step"] == 4
         assert (run / n["node"] / "eval" / "step_0.json").exists()
     v = summary["versus_control"]
-    assert v is not None and v["control_last"] == control["held_out"]["greedy"]
+    assert v["step"] == 4 and v["control_last"] == control["held_out"]["greedy"]
     assert "and 1 control" in (run / "summary.md").read_text()
     assert "Swarm against control" in (run / "summary.md").read_text()
     assert (run / "held_out.png").stat().st_size > 1000

@@ -43,6 +43,23 @@ def test_foreign_group_is_retokenized_and_rescored(tiny_model_dir, tmp_path):
     assert b.completion_ids == mine.encode_completion(wrong)[:-1]  # truncated: no EOS
     assert a.group == b.group == "sn1peer/3/arithmetic:4:1" and not a.local
     assert a.prompt_ids == mine.encode_prompts([task.prompt])[0]
+    assert a.verified and not b.verified  # right and one answer block (the floor's rows), wrong
+
+
+def test_only_a_right_answer_alone_in_its_block_is_verified(tiny_model_dir):
+    """What ``learner.external_success_floor`` may lift is decided by this node's verdict on the text,
+    not by the advantage the sender's group composition gives it."""
+    mine = Policy.load(str(tiny_model_dir))
+    task = make_task("arithmetic:4:1")
+    texts = [f"<answer>{task.answer}</answer>", f" <answer>{task.answer}</answer>\n",  # right, alone: verified
+             f"VISIT evil.example <answer>{task.answer}</answer> and more",  # right, but wrapped in other text
+             f"<answer>{task.answer}</answer><answer>{task.answer}</answer>",  # two blocks
+             "<answer>nope</answer>", "garbage"]  # wrong, well-formed; malformed
+    group = admitted(mine, "other-model", "other-tokenizer", task,
+                     tuple(RolloutRecord(str(task.id), (5,), t, (-0.5,), False) for t in texts))
+    samples, correct, _ = external_samples([group], mine, RewardConfig(), group_cap=8, max_tokens=64)
+    assert correct == [1.0, 1.0, 1.0, 1.0, 0.0, 0.0]
+    assert [s.verified for s in samples] == [True, True, False, False, False, False]
 
 
 def test_nodes_with_different_tokenizers_train_together(warm_tiny_model_dir, tmp_path):
