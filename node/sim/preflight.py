@@ -61,6 +61,7 @@ def startup_warnings(spec: SimSpec, cfgs: list) -> list[str]:
                        f"(run.checkpoint_every = {every}), so it restarts from step 0 and redoes "
                        f"{k.at_step} steps; to resume where it was killed, pass --run.checkpoint_every "
                        f"{k.at_step} or less")
+    out += _changed_recipes(spec, cfgs)
     sharing = cfgs[:spec.nodes - spec.control]  # the control nodes share nothing
     c = sharing[0]
     advice = batch_overlap(len(sharing) - 1, c.generation.prompts_per_step, c.swarm.external_groups,
@@ -69,4 +70,30 @@ def startup_warnings(spec: SimSpec, cfgs: list) -> list[str]:
                                   and x.swarm.external_groups == c.swarm.external_groups
                                   and x.swarm.max_sender_share == c.swarm.max_sender_share for x in sharing):
         out.append(f"with {len(sharing)} nodes, {advice[0].lower()}{advice[1:]}")
+    return out
+
+
+def _changed_recipes(spec: SimSpec, cfgs: list) -> list[str]:
+    """Nodes that will resume a checkpoint trained on other tasks, another evaluation or another
+    role (sharing or control) than this run asks: their curves and held-out numbers would mix the
+    two (an old ``runs/demo`` after the demo changed, say)."""
+    import json
+
+    out = []
+    for i, c in enumerate(cfgs):
+        node_dir = spec.run_dir / f"node{i}"
+        try:
+            saved = json.loads((node_dir / "config.json").read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(saved, dict) or newest_checkpoint_step(node_dir) is None:
+            continue
+        now = c.model_dump()
+        changed = [k for k in ("tasks", "eval") if saved.get(k) != now[k]]
+        if ((saved.get("swarm") or {}).get("transport") == "none") != (c.swarm.transport == "none"):
+            changed.append("role (sharing or control)")
+        if changed:
+            out.append(f"node{i} resumes a checkpoint trained with another {', '.join(changed)} than this run "
+                       f"asks for: its numbers will mix the two; to start over, choose another --run.dir or "
+                       f"delete {spec.run_dir}")
     return out

@@ -258,3 +258,21 @@ def test_the_same_batch_warning_needs_consecutive_steps(caplog):
     assert not caplog.records and "note" not in node.status.extra
     warn(node, 4, 1)  # the 20th consecutive step
     assert len(caplog.records) == 1 and "every node trains on every group" in caplog.records[0].getMessage()
+
+
+def test_the_simulator_warns_before_resuming_a_node_on_another_recipe(warm_tiny_model_dir, tmp_path):
+    """An old run folder (``runs/demo`` before the demo changed): a node whose checkpoint was trained
+    on other tasks, another evaluation or in the other role is named before the run starts."""
+    from node.run.config import config_from_data
+    from tests.helpers.swarm_helpers import train_to_end
+
+    cfg = swarm_cfg(warm_tiny_model_dir, tmp_path / "sim" / "node0", **{"train.steps": 1, "swarm.transport": "none"})
+    train_to_end(cfg)  # a checkpoint at its end, and config.json
+    spec = SimSpec(nodes=1, transport="memory", run_dir=tmp_path / "sim")
+    same = config_from_data(json.loads((tmp_path / "sim" / "node0" / "config.json").read_text()), None, "saved")
+    assert startup_warnings(spec, [same]) == []  # the saved config read back: nothing changed
+    other = same.model_copy(update={"tasks": same.tasks.model_copy(update={"families": ["counting"]})})
+    (w,) = startup_warnings(spec, [other])
+    assert w.startswith("node0 resumes a checkpoint trained with another tasks than this run asks for")
+    sharing = same.model_copy(update={"swarm": same.swarm.model_copy(update={"transport": "memory"})})
+    assert "role (sharing or control)" in startup_warnings(spec, [sharing])[0]
