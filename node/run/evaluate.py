@@ -218,13 +218,12 @@ class HeldOut:
         ``RUN/eval/step_0.json``: only for a run starting from scratch (a resumed run made its own)."""
         if step != 0:
             return
-        # A run starting over in a reused folder: an earlier run's start is not this one's.
-        eval_file(self.run_dir, 0).unlink(missing_ok=True)
+        path = eval_file(self.run_dir, 0)
+        path.unlink(missing_ok=True)  # a run starting over in a reused folder: that start is not this one's
         if not (self.at_start and self.settings is not None and not stopping):
             return
         result = await self._evaluate(0)
         if result is not None:
-            path = eval_file(self.run_dir, 0)
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps({"step": 0, **result}, indent=2))
 

@@ -36,6 +36,11 @@ def is_control(spec: SimSpec, i: int) -> bool:
     return i >= spec.nodes - spec.control
 
 
+def node_name(spec: SimSpec, i: int) -> str:
+    """Node i as the live table and the summary show it: ``node4 (control)`` for a control node."""
+    return f"node{i}" + (" (control)" if is_control(spec, i) else "")
+
+
 def node_log(spec: SimSpec, i: int) -> Path:
     """Where node i's output goes: its own node.log over hivemind, the one worker's nodes.log
     over memory (every node runs in that one process)."""

@@ -11,7 +11,7 @@ import time
 from typing import TYPE_CHECKING
 
 from node.sim.control import comparison, comparison_lines
-from node.sim.spec import SimSpec, is_control
+from node.sim.spec import SimSpec, is_control, node_name
 from node.sim.table import fmt, read_status
 
 if TYPE_CHECKING:
@@ -28,7 +28,7 @@ def fault_text(n: dict) -> str:
 
 def write_summary(spec: SimSpec, wall_s: float, interrupted: bool, failed: dict,
                   faults: KillFaults | None = None) -> dict:
-    from node.observe.held_out import evaluations, held_out_score, last_eval, start_eval
+    from node.observe.held_out import evaluations, held_out_score, last_eval
     from node.observe.metrics import read_metrics, summary_window
     from node.observe.plots import plot_swarm
 
@@ -54,7 +54,8 @@ def write_summary(spec: SimSpec, wall_s: float, interrupted: bool, failed: dict,
             "peer_id": sw.get("peer_id"), "steps": len(recs),
             "correct_first": sum(correct[:w]) / w if correct else None,
             "correct_last": sum(correct[-w:]) / w if correct else None,
-            "held_out_start": start_eval(d),  # before training (eval.at_start), or None
+            # before training (eval.at_start), or None: no step's record is step 0
+            "held_out_start": next((e for e in series[f"node{i}"] if e["step"] == 0), None),
             "held_out": last_eval(recs),  # the last held-out evaluation, per family too (or None)
             "groups_used": sum(by_peer.values()), "peers_used": len(by_peer),
             "rollouts_out": sw.get("rollouts_out"), "rejected": sw.get("rejected", {}),
@@ -84,10 +85,9 @@ def write_summary(spec: SimSpec, wall_s: float, interrupted: bool, failed: dict,
              f"| node | steps | correct first {w} | correct last {w} | held-out before | held-out last | peer groups used | "
              f"peers used | rollouts out | rejected | faults |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
-    for n in nodes:
+    for i, n in enumerate(nodes):
         rej = ", ".join(f"{k} {v}" for k, v in sorted(n["rejected"].items()))
-        name = n["node"] + (" (control)" if n["role"] == "control" else "")
-        lines.append(f"| {name} | {n['steps']} | {fmt(n['correct_first'], '.3f')} | {fmt(n['correct_last'], '.3f')} | "
+        lines.append(f"| {node_name(spec, i)} | {n['steps']} | {fmt(n['correct_first'], '.3f')} | {fmt(n['correct_last'], '.3f')} | "
                      f"{fmt(held_out_score(n['held_out_start']), '.3f')} | {fmt(held_out_score(n['held_out']), '.3f')} | "
                      f"{fmt(n['groups_used'])} | {fmt(n['peers_used'])} | {fmt(n['rollouts_out'])} | "
                      f"{fmt(n['rejected_total'])}{f' ({rej})' if rej else ''} | {fault_text(n)} |")

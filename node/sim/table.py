@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from node.observe.held_out import held_out_score
 from node.observe.status import describe_phase
-from node.sim.spec import SimSpec, is_control, processes
+from node.sim.spec import SimSpec, node_name, processes
 
 if TYPE_CHECKING:  # annotations only (kills.py reads these rows: importing it here would be a cycle)
     from node.sim.children import Children
@@ -43,7 +43,7 @@ def status_rows(spec: SimSpec, faults: KillFaults | None = None, kids: Children 
         if exited not in (None, 0) and st.get("phase") not in ("finished", "stopped"):
             phase = f"exited (rc {exited})" + (f": {st['phase_detail']}" if st.get("phase") == "failed to start" else "")
         rows.append({
-            "node": f"node{i}" + (" (control)" if is_control(spec, i) else ""), "round": last.get("round"), "step": st.get("step", 0),
+            "node": node_name(spec, i), "round": last.get("round"), "step": st.get("step", 0),
             "total": st.get("total_steps"), "reward": last.get("reward"), "correct": last.get("correct"),
             "held_out": held_out_score(st.get("eval")),  # the latest held-out evaluation's (status.json)
             "ess": last.get("rho"), "lr_factor": last.get("lr_factor"),

@@ -54,7 +54,7 @@ async def run_worker(n: int, run_dir: Path, seed: int, config: Path | None, over
     try:
         for i in range(n):
             cfg = load_config(config, node_overrides(i, n, run_dir, seed, overrides, control, control_flags, node_flags))
-            if i >= n - control:
+            if cfg.swarm.transport == "none":  # a control node (its flags say so): alone
                 nodes.append(await TrainingNode.create(cfg))
             else:
                 ident = load_or_create_identity(identity_path(cfg))
