@@ -3,6 +3,7 @@
     python scripts/bench_attacks.py                                   # every scenario, 25 steps
     python scripts/bench_attacks.py --scenarios flood zero_advantage --steps 20
     python scripts/bench_attacks.py --clean-runs 2 --nodes 3 --round-seconds 3 --out docs/results
+    python scripts/bench_attacks.py --scenarios crafted_informative --flags swarm.select=informative --tag informative
 
 Each scenario is one ``swarm-node sim`` run (node/sim/runner.py, the code path users run): a bootstrap
 peer and ``--nodes`` honest ``swarm-node join`` processes over the real hivemind transport on
@@ -40,6 +41,10 @@ for envelopes being decoded above the clean run's, and levelling off: growing ov
 third vs middle third, at most 64 MiB more than a clean node does), every honest node trains every step
 at a pace (steps over rounds spanned) at least 90% of the clean run's (not in issue 9's list: an
 attack that costs CPU shows there), and each attack counted where it should be (the adversary's DHT writes read back: kept by no replica).
+A batch admitted by design (``zero_advantage``, ``foreign_logprob_gap``, ``crafted_informative``) may
+be trained on, but never more of one step than its sender's share, ⌈J × swarm.max_sender_share⌉,
+whatever ``swarm.select`` prefers (``within_share``; ``--flags swarm.select=informative`` runs the
+whole suite, clean runs too, under that rule).
 
 Writes ``attacks[-TAG].json`` and ``attacks[-TAG].md`` into ``--out``; run folders go under
 ``--runs`` (deleted and rewritten per scenario).
@@ -64,7 +69,7 @@ os.environ.setdefault("HIVEMIND_LOGLEVEL", "WARNING")
 
 from attack_suite.report import fmt, reasons, write  # noqa: E402
 from attack_suite.runner import run_scenario  # noqa: E402
-from attack_suite.scenarios import SCENARIOS, Setup  # noqa: E402
+from attack_suite.scenarios import SCENARIOS, Setup, sender_cap_of  # noqa: E402
 from attack_suite.verdict import clean_baseline, verdict  # noqa: E402
 from common.report import command_line, environment, write_json  # noqa: E402
 
@@ -101,6 +106,8 @@ def main() -> int:
     ap.add_argument("--clean-runs", type=int, default=2, help="runs without the attacker (the baseline; 2 show the noise)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--model", default="default", help="model for every node (default: the embedded default)")
+    ap.add_argument("--flags", nargs="+", default=[], metavar="SECTION.KEY=VALUE",
+                    help="config flags for every process, clean runs included (e.g. swarm.select=informative)")
     ap.add_argument("--runs", type=Path, default=ROOT / "runs" / "bench_attacks", help="run folders (rewritten)")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "results")
     ap.add_argument("--tag", default="", help="suffix of the output file names")
@@ -113,8 +120,11 @@ def main() -> int:
     if args.clean_runs < 1:
         ap.error("--clean-runs must be at least 1: the attacks are measured against it")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    flags = dict(f.split("=", 1) for f in args.flags if "=" in f)
+    if len(flags) != len(args.flags):
+        ap.error("--flags takes SECTION.KEY=VALUE pairs")
     setup = Setup(nodes=args.nodes, steps=args.steps, round_seconds=args.round_seconds, seed=args.seed,
-                  model=args.model)
+                  model=args.model, flags=flags)
     t0 = time.time()
     try:
         result = asyncio.run(run_all(args.scenarios, setup, args.runs, args.clean_runs, lambda s: print(s, flush=True)))

@@ -1,4 +1,4 @@
-"""The correction study: a swarm with stale and heterogeneous peers, trained three ways.
+"""The correction study: a swarm with stale and heterogeneous peers, trained four ways.
 
     python scripts/exp_correction.py                         # 4 nodes, 3 seeds, 150 steps
     python scripts/exp_correction.py --seeds 0 --steps 40 --tag quick
@@ -12,7 +12,10 @@ step. Variants, the same swarm and seeds otherwise:
 - ``naive``: peers' rollouts treated as on-policy (``learner.off_policy_correction false``), as
   rl-swarm does: no importance ratios, ESS = B;
 - ``corrected``: off-policy-corrected GRPO without the ESS learning-rate rule (``lr_rule none``);
-- ``corrected_ess``: off-policy-corrected GRPO with the ESS learning-rate rule (``lr_rule sqrt``).
+- ``corrected_ess``: off-policy-corrected GRPO with the ESS learning-rate rule (``lr_rule sqrt``);
+- ``corrected_ess_floor``: ``corrected_ess`` with a least weight of 0.25 on peers' rows this node
+  scored right (``learner.external_success_floor 0.25``, docs/algorithm.md section 10): the
+  remedy that lets peers' successes teach must not cost the stability the correction buys.
 
 Reported for the ordinary nodes (node0, node1: they learn from the stale and heterogeneous
 peers): final correctness (last 20 steps; mean and spread over seeds), the worst dip (the largest
@@ -38,6 +41,7 @@ VARIANTS = {
     "naive": ["--learner.off_policy_correction", "false", "--learner.lr_rule", "none"],
     "corrected": ["--learner.lr_rule", "none"],
     "corrected_ess": ["--learner.lr_rule", "sqrt"],
+    "corrected_ess_floor": ["--learner.lr_rule", "sqrt", "--learner.external_success_floor", "0.25"],
 }
 ORDINARY = (0, 1)
 ROLES = {"ordinary (node0, node1)": ORDINARY, "stale (node2)": (2,), "heterogeneous (node3)": (3,)}

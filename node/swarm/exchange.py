@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import random
 import time
 from typing import Callable, Mapping, Sequence
@@ -33,6 +32,7 @@ from node.swarm.admission import SENDER_FAULTS, Admission, Admitted, Refused, op
 from node.swarm.limits import envelope_ttl, heartbeat_ttl, usable_envelope_bytes
 from node.swarm.link import SwarmLink
 from node.swarm.pool import AdmittedGroup, PeerPool
+from node.swarm.selection import sender_cap
 from node.swarm.stats import SwarmStats, bump
 from node.swarm.verdicts import VerdictCache
 from node.transport.base import Delivery, Transport
@@ -341,7 +341,7 @@ class SwarmExchange:
         # What one envelope can give a step: a sender cannot supply more than its share, so a
         # batch of 64 groups must not shrink the fetch budget (nor one of 1 grow it past J).
         usable = len(groups) if self.external_groups is None else min(
-            len(groups), max(1, math.ceil(self.external_groups * self.max_sender_share)))
+            len(groups), sender_cap(self.external_groups, self.max_sender_share))
         self._groups_per_envelope += (usable - self._groups_per_envelope) / min(self.stats.envelopes_in, 20)
         for g in groups:
             self.pool.add(g)

@@ -14,14 +14,13 @@ node/swarm/selection.py) and spread across peers, at most ⌈J × max_sender_sha
 from __future__ import annotations
 
 import collections
-import math
 import random
 import sys
 from dataclasses import dataclass
 from typing import Mapping
 
 from protocol.messages import RolloutRecord
-from node.swarm.selection import select as select_groups
+from node.swarm.selection import select as select_groups, sender_cap
 from rewards.task import Task
 
 __all__ = ["PeerGroup", "AdmittedGroup", "PeerPool", "group_bytes", "MAX_POOL_GROUPS", "MAX_POOL_BYTES",
@@ -147,8 +146,7 @@ class PeerPool:
         groups, never more than its share of a step, never a group the fetch budget kept out of the
         pool, and rows whose weight the learner bounds per source (policies/learner.py, the
         per-source ρ and truncation)."""
-        share = max(1, math.ceil(n * max_sender_share - 1e-9))
-        picked = select_groups(list(self.groups.values()), n, share, select, self._rng, extra, weakness)
+        picked = select_groups(list(self.groups.values()), n, sender_cap(n, max_sender_share), select, self._rng, extra, weakness)
         for g in picked:
             self.drop(g.key)
         return picked

@@ -24,15 +24,22 @@ truncation (docs/algorithm.md, "Selecting informative groups").
 from __future__ import annotations
 
 import collections
+import math
 import random
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 if TYPE_CHECKING:  # the pool imports this module
     from node.swarm.pool import AdmittedGroup
 
-__all__ = ["RULES", "select"]
+__all__ = ["RULES", "select", "sender_cap"]
 
 RULES = ("fresh", "informative", "weakest")
+
+
+def sender_cap(n: int, max_sender_share: float) -> int:
+    """The most groups one sender may give a step of ``n`` peer groups: ``ceil(n x share)``, at
+    least 1 (the tolerance keeps 4 x 0.5 at 2 where float rounding would make it 3)."""
+    return max(1, math.ceil(n * max_sender_share - 1e-9))
 
 
 def _queues(groups: Sequence[AdmittedGroup], rng: random.Random) -> tuple[dict[str, list[AdmittedGroup]], list[str]]:

@@ -67,6 +67,9 @@ def measure(name: str, attacks: tuple[str, ...], setup: Setup, run_dir: Path, sa
                 prev = out
         used_honest = sum(v for x in r for p, v in (x.get("external_by_peer") or {}).items() if p not in attacker)
         used_attacker = sum(v for x in r for p, v in (x.get("external_by_peer") or {}).items() if p in attacker)
+        # The most one attacker key gave one step: a selection rule must never lift it past its share.
+        attacker_max_step = max((v for x in r for p, v in (x.get("external_by_peer") or {}).items()
+                                 if p in attacker), default=0)
         learner = [x for x in r if "loss" in x or "rho" in x]
         nan_steps = sum(1 for x in learner if not all(finite(x.get(k)) for k in ("loss", "grad_norm", "rho", "lr")))
         log_text = (run_dir / f"node{i}" / "node.log").read_text(errors="replace") \
@@ -80,7 +83,7 @@ def measure(name: str, attacks: tuple[str, ...], setup: Setup, run_dir: Path, sa
             "honest_received_per_step": received / steps if steps else None,
             "honest_published": published, "delivered": received / published if published else None,
             "honest_used_per_step": used_honest / steps if steps else None,
-            "attacker_used": used_attacker,
+            "attacker_used": used_attacker, "attacker_max_step": attacker_max_step,
             "rho_mean": finite_mean([x.get("rho") for x in learner]),
             "rho_min": min((x["rho"] for x in learner if finite(x.get("rho"))), default=None),
             "lr_factor_mean": finite_mean([x.get("lr_factor") for x in learner]),
@@ -128,6 +131,7 @@ def measure(name: str, attacks: tuple[str, ...], setup: Setup, run_dir: Path, sa
                                                   "attacker_used", "external_too_long", "poll_errors",
                                                   "internal_errors")},
         max_pool_bytes=max(n["pool_bytes"] for n in nodes),
+        attacker_max_step=max(n["attacker_max_step"] for n in nodes),
         honest_cpu_s=sum(sampler.cpu.values()), adversary_cpu_s=sum(sampler.adversary_cpu.values()))
     adversary = {k: adv.get(k) for k in ("peer_id", "sent", "refused", "stores", "fresh_keys", "served")} if attacks else None
     return {"scenario": name, "attacks": list(attacks), "nodes": nodes, "honest": agg, "adversary": adversary}

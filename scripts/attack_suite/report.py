@@ -42,7 +42,10 @@ def markdown(result: dict) -> list[str]:
           f"(node/sim/adversary/). Numbers are what the honest nodes measured: means over the "
           f"{setup['nodes']} nodes (RSS: the largest). *clean* in a cell is the mean of the "
           f"{base['runs']} clean runs (rows `clean-1`...; their spread is the run-to-run noise: rounds "
-          f"are wall-clock). `≥` marks a lower bound (see below).", "",
+          f"are wall-clock). `≥` marks a lower bound (see below)."
+          + (" Flags for every process, the clean runs too: "
+             + ", ".join(f"`--{k} {v}`" for k, v in sorted(setup["flags"].items())) + "." if setup["flags"] else ""),
+          "",
           f"| scenario | honest groups received / step: clean → attack (ratio); share delivered (ratio) | "
           f"trained on / step (of J = {setup['j']}) | "
           "steps (rounds skipped; pace) | ρ: clean → attack | LR factor | reward: clean → attack | "
@@ -80,7 +83,7 @@ def markdown(result: dict) -> list[str]:
     md += ["", "What each attack is, and the other counters (summed over the honest nodes; the adversary's "
                "own status for what it sent and which of its DHT writes a replica kept):", "",
            "| scenario | attack | fetch failures | refused requests (misdirected entries skipped) | backed off | dropped full | pool MB at the last step | "
-           "too long to train | attacker groups trained on | CPU s: honest nodes (clean) / adversary | "
+           "too long to train | attacker groups trained on (most in one step) | CPU s: honest nodes (clean) / adversary | "
            "adversary: sent; DHT writes kept/refused |",
            "|---|---|---|---|---|---|---|---|---|---|---|"]
     for s in result["scenarios"]:
@@ -90,7 +93,7 @@ def markdown(result: dict) -> list[str]:
         md.append(f"| {s['scenario']} | {SCENARIOS[s['scenario']][1]} | {h['fetch_failures']} | "
                   f"{h['refused_requests']} ({h.get('misdirected', 0)}) | "
                   f"{h['backed_off']} | {h['dropped_full']} | {h['max_pool_bytes'] / MIB:.0f} | {h['external_too_long']} | "
-                  f"{h['attacker_used']} | {fmt(h.get('honest_cpu_s'), '.0f')} ({fmt(base.get('honest_cpu_s'), '.0f')}) / "
+                  f"{h['attacker_used']} ({h.get('attacker_max_step', 'n/a')}) | {fmt(h.get('honest_cpu_s'), '.0f')} ({fmt(base.get('honest_cpu_s'), '.0f')}) / "
                   f"{fmt(h.get('adversary_cpu_s'), '.0f')} | sent {sent}{f'; {stores}' if stores else ''} |")
     md += ["", "Targets: honest groups delivered ≥ 90% of clean (`honest_received_90pct`: the share "
                "delivered, as a ratio to the clean runs' share), every honest node "
@@ -104,7 +107,8 @@ def markdown(result: dict) -> list[str]:
                "gradient or a capped weight (`rho_unmoved`), the attack counted under its reason "
                "(`rejected:…`, `refused_requests`, `fetch_failures`), no replica keeping a write it must refuse "
                "(`refused:…`: the adversary reads every write back), and nothing of a rejected attack ever "
-               "trained on (`attacker_never_trained_on`).", "",
+               "trained on (`attacker_never_trained_on`); of a batch admitted by design, never more in one step than "
+               "its sender's share, ⌈J × swarm.max_sender_share⌉ (`within_share`: whatever `swarm.select` prefers).", "",
            "*received*: peer groups admitted into the node's pool from the other honest nodes, per step "
            "trained. It comes from `groups_in_by_peer` in status.json when the node reports it; otherwise "
            "from `groups_in` (every sender) minus the groups the adversary published in the rounds the node "

@@ -34,6 +34,11 @@ SCENARIOS: dict[str, tuple[tuple[str, ...], str]] = {
                                   "not fetched (oversized)"),
     "future_created_at": (("future_created_at",), "created_at an hour ahead (batches and heartbeats): "
                                                   "created_at_mismatch"),
+    "crafted_informative": (("crafted_informative",), "4 groups a round, each alternating the right answer and a "
+                                                      "wrong one (half right: \"informative\" under this node's own "
+                                                      "scoring), every token claimed at log-prob -1: admitted, at "
+                                                      "most the sender's share of a step (run it with "
+                                                      "--flags swarm.select=informative)"),
 }
 
 # What each attack must leave in the honest nodes' counters (summed over the honest nodes).
@@ -69,10 +74,22 @@ class Setup:
                 "run.keep_checkpoints": "1", **self.flags}
 
 
-def local_groups(setup: Setup) -> int:
-    """I: the groups an honest node generates (and publishes) a step in this setup."""
+def _setting(setup: Setup, key: str):
+    """A config value in this setup: its flag if one is given, else the config's default."""
     from node.run.config import NodeConfig
 
-    d = NodeConfig()
-    b = int(setup.flags.get("generation.prompts_per_step", d.generation.prompts_per_step))
-    return b - int(setup.flags.get("swarm.external_groups", d.swarm.external_groups))
+    section, name = key.split(".")
+    default = getattr(getattr(NodeConfig(), section), name)
+    return type(default)(setup.flags[key]) if key in setup.flags else default
+
+
+def sender_cap_of(setup: Setup) -> int:
+    """The most groups one sender may give an honest node's step in this setup (node/swarm/selection.py)."""
+    from node.swarm.selection import sender_cap
+
+    return sender_cap(_setting(setup, "swarm.external_groups"), _setting(setup, "swarm.max_sender_share"))
+
+
+def local_groups(setup: Setup) -> int:
+    """I: the groups an honest node generates (and publishes) a step in this setup."""
+    return _setting(setup, "generation.prompts_per_step") - _setting(setup, "swarm.external_groups")

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from attack_suite.measure import finite, finite_mean
 from attack_suite.scenarios import (DECODE_SLACK, EXPECTED_REJECTIONS, EXPECTED_TRANSPORT, MAX_GROWTH, MIB,
-                                    MUST_BE_REFUSED, POOL_BYTES_CAP, RHO_ATTACKS, RHO_TOLERANCE, Setup)
+                                    MUST_BE_REFUSED, POOL_BYTES_CAP, RHO_ATTACKS, RHO_TOLERANCE, Setup,
+                                    sender_cap_of)
 from node.sim.adversary import ADMITTED_BY_DESIGN
 
 
@@ -74,4 +75,8 @@ def verdict(result: dict, base: dict, setup: Setup) -> dict:
         out[f"refused:{kind}"] = {"ok": bool(s) and s.get("kept", 0) == 0 and s.get("refused", 0) > 0, **s}
     if attacks and not set(attacks) & set(ADMITTED_BY_DESIGN):
         out["attacker_never_trained_on"] = {"ok": h["attacker_used"] == 0, "groups": h["attacker_used"]}
+    elif attacks and "attacker_max_step" in h:  # admitted by design: never more than one sender's share of a step
+        cap = sender_cap_of(setup)
+        out["within_share"] = {"ok": h["attacker_max_step"] <= cap, "most_in_a_step": h["attacker_max_step"],
+                               "cap": cap}
     return out

@@ -49,7 +49,7 @@ def tiny_policy(tiny_model_dir):
 @pytest.mark.parametrize("kind, reason", [
     ("logprob_1e300", "implausible_logprob"), ("logprob_1e4", "implausible_logprob"),
     ("special_tokens", "special_tokens"), ("future_created_at", "created_at_mismatch"),
-    ("foreign_logprob_gap", None), ("zero_advantage", None),
+    ("foreign_logprob_gap", None), ("zero_advantage", None), ("crafted_informative", None),
 ])
 def test_each_envelope_attack_is_refused_under_its_reason_or_admitted_by_design(kind, reason, tiny_policy, tmp_path):
     from node.clock import RoundClock
@@ -83,6 +83,10 @@ def test_each_envelope_attack_is_refused_under_its_reason_or_admitted_by_design(
         groups = list(ex.pool.groups.values())
         if kind == "zero_advantage":  # one completion G times: one reward, advantage 0; claimed certain
             assert all(len(set(g.records)) == 1 and set(g.records[0].behaviour_logprobs) == {0.0} for g in groups)
+        elif kind == "crafted_informative":  # this node's tokenizer; half right, so informative here
+            assert {g.tokenizer_fingerprint for g in groups} == {policy.tokenizer_fingerprint}
+            assert all(len(set(g.rewards)) == 2 for g in groups)
+            assert {lp for g in groups for r in g.records for lp in r.behaviour_logprobs} == {-1.0}
         else:  # another tokenizer; right and wrong answers; every token claimed at the admission bound
             assert {g.tokenizer_fingerprint for g in groups} != {policy.tokenizer_fingerprint}
             assert all(len({r.completion_text for r in g.records}) == 2 for g in groups)
@@ -130,3 +134,12 @@ def test_flood_lying_logprobs_and_zero_advantage_leave_the_honest_swarm_as_it_wa
     # Admitted by design, trained on, and yet ρ and the LR stay where the clean run had them.
     assert zero["honest"]["attacker_used"] > 0, text
     assert zero["verdict"]["rho_unmoved"]["ok"], text
+    # ... and never more in one step than its sender's share (J = 2, share 0.5: 1).
+    assert zero["verdict"]["within_share"] == {"ok": True, "most_in_a_step": 1, "cap": 1}, text
+
+
+def test_the_sender_cap_the_suite_judges_by_follows_the_setup_flags():
+    assert bench_attacks.sender_cap_of(bench_attacks.Setup()) == 2  # the defaults: J = 4, share 0.5
+    assert bench_attacks.sender_cap_of(bench_attacks.Setup(flags=SMALL)) == 1
+    wide = bench_attacks.Setup(flags={"swarm.external_groups": "6", "swarm.max_sender_share": "0.34"})
+    assert bench_attacks.sender_cap_of(wide) == 3  # ceil(6 x 0.34) = ceil(2.04)

@@ -10,7 +10,7 @@ import random
 import pytest
 
 from node.swarm.pool import AdmittedGroup, PeerPool
-from node.swarm.selection import select
+from node.swarm.selection import select, sender_cap
 from rewards.registry import make_task
 
 TASK = make_task("arithmetic:1:1")
@@ -24,6 +24,12 @@ def grp(sender: str, rnd: int, name: str, informative: bool) -> AdmittedGroup:
 
 def names(groups) -> list[str]:
     return [g.task_id for g in groups]
+
+
+def test_sender_cap_by_hand():
+    # ceil(J x share), at least 1; 4 x 0.5 stays 2 and 3 x 0.5 rounds up to 2.
+    assert [sender_cap(4, 0.5), sender_cap(3, 0.5), sender_cap(8, 0.5), sender_cap(4, 1.0),
+            sender_cap(4, 0.01), sender_cap(10, 0.3)] == [2, 2, 4, 4, 1, 3]
 
 
 def old_take(groups, n, share, rng):
