@@ -55,6 +55,11 @@ class LossConfig:
     max_completion_length: int = 16  # only for dr_grpo's constant normaliser
     external_success_floor: float | None = None  # f: least weight of a peer's verified row with A > 0; None = off
 
+    @property
+    def clip_high(self) -> float:
+        """The upper PPO clip on a token ratio, 1 + ε_high (1 + ε when ε_high is None)."""
+        return 1.0 + (self.epsilon if self.epsilon_high is None else self.epsilon_high)
+
     def __post_init__(self):
         f = self.external_success_floor
         if f is not None and not 0 < f <= 1:
@@ -110,8 +115,7 @@ def row_caps(cfg: LossConfig, foreign: torch.Tensor, local: torch.Tensor) -> tor
     """
     caps = torch.full(foreign.shape, float(cfg.weight_cap), device=foreign.device)
     if cfg.importance_sampling_level == "token":
-        eps_hi = cfg.epsilon if cfg.epsilon_high is None else cfg.epsilon_high
-        caps = torch.where(foreign & ~local, torch.clamp(caps, max=1.0 + eps_hi), caps)
+        caps = torch.where(foreign & ~local, torch.clamp(caps, max=cfg.clip_high), caps)
     return caps
 
 
@@ -178,7 +182,7 @@ def _floored(x: LossInputs, cfg: LossConfig, ratio: torch.Tensor, seq_rows: torc
     rows = _successes(x)
     top = cfg.delta if cfg.delta is not None else EXTERNAL_DELTA
     if cfg.m2po_tau is None:
-        top = min(top, 1 + (cfg.epsilon if cfg.epsilon_high is None else cfg.epsilon_high))
+        top = min(top, cfg.clip_high)
     tok_w, tok_lifted = success_floor(ratio.detach(), min(f, top), (rows & ~seq_rows).unsqueeze(-1))
     caps = row_caps(cfg, x.sequence_level, ~x.external)
     seq_w, seq_lifted = success_floor(x.seq_weights, torch.clamp(caps, max=f), rows & seq_rows)
@@ -221,8 +225,7 @@ def loss_plan(inputs: LossInputs, cfg: LossConfig) -> LossPlan:
         token_mask = keep
         clipped_frac = 0.0
     else:
-        eps_hi = cfg.epsilon if cfg.epsilon_high is None else cfg.epsilon_high
-        clipped = torch.clamp(ratio, 1 - cfg.epsilon, 1 + eps_hi)
+        clipped = torch.clamp(ratio, 1 - cfg.epsilon, cfg.clip_high)
         was_clipped = (clipped * adv < unclipped * adv).to(mask.dtype) * token_mask
         clipped_frac = float(was_clipped.sum() / token_mask.sum().clamp(min=1))
         m2po_dropped = 0.0
@@ -264,8 +267,7 @@ def policy_loss(inputs: LossInputs, cfg: LossConfig, plan: LossPlan | None = Non
         token_mask = plan.m2po_keep
         token_obj = unclipped * adv
     else:
-        eps_hi = cfg.epsilon if cfg.epsilon_high is None else cfg.epsilon_high
-        clipped = torch.clamp(ratio, 1 - cfg.epsilon, 1 + eps_hi)
+        clipped = torch.clamp(ratio, 1 - cfg.epsilon, cfg.clip_high)
         token_obj = torch.minimum(unclipped * adv, clipped * adv)
     seq_w = x.seq_weights
     floored = _floored(x, cfg, ratio, seq_rows)

@@ -21,14 +21,21 @@ __all__ = ["Reward", "RewardConfig", "score", "score_batch"]
 
 @dataclass(frozen=True)
 class Reward:
-    """The two reward terms of one completion."""
+    """The two reward terms of one completion, and whether it was exactly one answer block."""
 
     correctness: float
     format: float
+    well_formed: bool = False  # kept apart from ``format``, which is 0 for everyone when format_weight is 0
 
     @property
     def total(self) -> float:
         return self.correctness + self.format
+
+    @property
+    def verified(self) -> bool:
+        """Right, and nothing but one answer block: the best a completion can score (the rows
+        ``learner.external_success_floor`` may lift, docs/algorithm.md section 10)."""
+        return self.correctness == 1.0 and self.well_formed
 
 
 @dataclass(frozen=True)
@@ -57,9 +64,11 @@ def score(task: Task, completion: str, cfg: RewardConfig = _DEFAULT_CONFIG) -> R
     correct = extracted is not None and family.normalize(extracted) == family.normalize(
         task.answer
     )
+    well_formed = is_well_formed(completion)
     return Reward(
         correctness=1.0 if correct else 0.0,
-        format=float(cfg.format_weight) if is_well_formed(completion) else 0.0,
+        format=float(cfg.format_weight) if well_formed else 0.0,
+        well_formed=well_formed,
     )
 
 

@@ -17,7 +17,6 @@ from node.swarm.pool import AdmittedGroup
 from policies.learner import TrainSample
 from protocol.messages import RolloutRecord, same_tokenizer
 from policies.policy import Completion, Policy, SamplingParams
-from rewards.answer import is_well_formed
 from rewards.registry import make_task, sample_task_ids
 from rewards.reserved import HeldOutSet
 from rewards.scoring import Reward, RewardConfig, score
@@ -128,5 +127,5 @@ def external_samples(groups: list[AdmittedGroup], policy: Policy, reward_cfg: Re
                                        behaviour_seq_logprob=float(sum(rec.behaviour_logprobs)),
                                        reward=reward.total, policy_version=g.policy_version,
                                        local=False, source=g.sender,
-                                       verified=reward.correctness == 1.0 and is_well_formed(rec.completion_text)))
+                                       verified=reward.verified))
     return samples, correct, too_long

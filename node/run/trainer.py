@@ -191,7 +191,7 @@ class TrainingNode:
             "time": time.time(),
             "reward": float(np.mean([r.reward.total for r in rollouts])),
             "correct": float(np.mean([r.reward.correctness for r in rollouts])),
-            "format": float(np.mean([r.reward.format > 0 for r in rollouts])),
+            "format": float(np.mean([r.reward.well_formed for r in rollouts])),
             "truncated": float(np.mean([r.completion.truncated for r in rollouts])),
             "staleness": float(staleness),
             "dropped_stale": dropped,

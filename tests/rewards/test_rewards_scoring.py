@@ -23,7 +23,7 @@ def test_reward_total():
 def test_correct_and_well_formed():
     t = make_task("arithmetic:3:2")
     reward = score(t, format_answer(t.answer))
-    assert reward == Reward(correctness=1.0, format=0.1)
+    assert reward == Reward(correctness=1.0, format=0.1, well_formed=True) and reward.verified
     assert reward.total == pytest.approx(1.1)
 
 
@@ -36,13 +36,22 @@ def test_every_family_accepts_its_ground_truth():
 
 def test_wrong_answer_keeps_format_reward():
     t = task("arithmetic", "3+5=", "8")
-    assert score(t, "<answer>9</answer>") == Reward(0.0, 0.1)
+    assert score(t, "<answer>9</answer>") == Reward(0.0, 0.1, True)
 
 
 def test_correct_but_malformed_gets_no_format_reward():
     t = task("arithmetic", "3+5=", "8")
-    assert score(t, "so <answer>8</answer> done") == Reward(1.0, 0.0)
+    assert score(t, "so <answer>8</answer> done") == Reward(1.0, 0.0)  # right, not verified
     assert score(t, "<answer>8</answer><answer>9</answer>") == Reward(1.0, 0.0)
+
+
+def test_verified_does_not_depend_on_the_format_bonus():
+    # With format_weight 0 no completion earns a format term, yet a right, well-formed answer is
+    # still verified (the rows the success floor may lift) and a right one in other text is not.
+    t, cfg = task("arithmetic", "3+5=", "8"), RewardConfig(format_weight=0.0)
+    assert score(t, "<answer>8</answer>", cfg) == Reward(1.0, 0.0, True) and score(t, "<answer>8</answer>", cfg).verified
+    assert not score(t, "so <answer>8</answer> done", cfg).verified
+    assert not score(t, "<answer>9</answer>", cfg).verified
 
 
 @pytest.mark.parametrize("completion", ["8", "", "<answer>8", "<answer></answer>", "\ud800"])
@@ -69,7 +78,7 @@ def test_base_leading_zeros_and_case():
 
 def test_custom_format_weight():
     t = task("arithmetic", "3+5=", "8")
-    assert score(t, format_answer("8"), RewardConfig(format_weight=0.0)) == Reward(1.0, 0.0)
+    assert score(t, format_answer("8"), RewardConfig(format_weight=0.0)) == Reward(1.0, 0.0, True)
     assert score(t, format_answer("8"), RewardConfig(format_weight=0.5)).format == 0.5
 
 
@@ -83,7 +92,7 @@ def test_reward_config_validation(weight):
 def test_score_batch():
     tasks = [task("arithmetic", "3+5=", "8"), task("boolean", "not f", "t")]
     rewards = score_batch(tasks, ["<answer>8</answer>", "x"], RewardConfig())
-    assert rewards == [Reward(1.0, 0.1), Reward(0.0, 0.0)]
+    assert rewards == [Reward(1.0, 0.1, True), Reward(0.0, 0.0)]
     assert score_batch([], []) == []
 
 
