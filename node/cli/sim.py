@@ -78,7 +78,7 @@ def run_simulation(args: argparse.Namespace, unknown: list[str]) -> int:
 
     def node_config(i: int, extra: dict):
         return load_config(args.config, {**overrides, **joining, **role_flags(args.roles, i, "sn1" + "a" * 32),
-                                         **extra, **{k: v for o in faults.node if o.index == i for k, v in o.flags.items()}})
+                                         **extra, **faults.flags_of(i)})
 
     node_cfgs = [node_config(i, {}) for i in range(args.nodes)]
     # A control node trains a sharing node's own I groups a step, alone (node/sim/control.py).

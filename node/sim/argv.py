@@ -45,7 +45,7 @@ def role_flags(layout: str, i: int, learner_id: str) -> dict[str, str]:
 
 def override_flags(spec: SimSpec, i: int) -> dict[str, str]:
     """Node i's ``[[node]]`` flags from the faults file, as flag text."""
-    return {k: flag_text(v) for o in spec.faults.node if o.index == i for k, v in o.flags.items()}
+    return {k: flag_text(v) for k, v in spec.faults.flags_of(i).items()}
 
 
 def node_args(spec: SimSpec, i: int) -> list[str]:

@@ -62,6 +62,10 @@ class SimFaults(_Strict):
     partition: list[PartitionFault] = []
     latency: list[LatencyFault] = []
 
+    def flags_of(self, i: int) -> dict:
+        """Node i's ``[[node]]`` flags, typed as the file gave them (later tables win)."""
+        return {k: v for o in self.node if o.index == i for k, v in o.flags.items()}
+
     def check(self, n_nodes: int, transport: str) -> None:
         named = ([x.index for x in self.node] + [k.node for k in self.kill] + [x.node for x in self.latency]
                  + [i for p in self.partition for g in p.groups for i in g])
