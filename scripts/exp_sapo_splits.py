@@ -3,6 +3,7 @@
     python scripts/exp_sapo_splits.py                               # 4 nodes, 3 seeds, 200 steps
     python scripts/exp_sapo_splits.py --splits 8/0 4/4 --seeds 0 --steps 60 --tag quick
     python scripts/exp_sapo_splits.py --transport hivemind --distinct-models --tag distinct
+    python scripts/exp_sapo_splits.py --splits 8/0 4/4 4/4+naive 4/4+floor ...   # diagnostic arms
     python scripts/exp_sapo_splits.py --metric held-out --select informative --replace-uninformative \\
         --tasks counting --levels 2 --learning-rate 1e-4 --round-seconds 1.5 \\
         --runs runs/exp_sapo_splits_heldout --tag held-out
@@ -39,7 +40,11 @@ step of 8 groups, 1.5 CPU-s an evaluation of 64 held-out tasks (greedy and 4 sam
 0.54 s a step with an evaluation every 20 steps. On 2 cores that makes at least 1.1 s a round for 4
 nodes and 2.2 s for 8 (if both cores were theirs alone): ``--round-seconds 1.5`` at 4 nodes and
 ``3`` at 8 leave about a third spare. The step at which every node evaluates takes a few rounds.
-A run keeps its folder per split, seed and the settings above; a study at another ``--nodes`` or
+An arm ``I/J+VARIANT`` is the split with one learner change (``VARIANTS``): ``naive`` trains on
+peers' rollouts as if on-policy (no importance ratios, no ESS learning rate), ``floor`` lifts
+peers' verified successes to a weight of at least 0.25: what the correction costs or gives a
+sharing node, side by side with the same split corrected. A run keeps its folder per split, seed
+and the settings above; a study at another ``--nodes`` or
 ``--steps`` needs its own ``--runs``.
 
 Writes ``exp_sapo_splits[-TAG].md``/``.json``/``.png`` into ``--out`` (docs/results) and keeps
@@ -117,12 +122,36 @@ def study_flags(args) -> list[str]:
     return flags
 
 
+# An arm may add a learner variant to its split ("4/4+naive"): what the diagnostic arms change.
+VARIANTS = {
+    # peers' rollouts treated as on-policy, as rl-swarm does (exp_correction.py's naive)
+    "naive": ["--learner.off_policy_correction", "false", "--learner.lr_rule", "none"],
+    # a least weight of 0.25 on peers' rows this node scored right (docs/algorithm.md section 10)
+    "floor": ["--learner.external_success_floor", "0.25"],
+}
+
+
+def parse_split(split: str) -> tuple[int, int, str | None]:
+    """``"4/4"`` -> (4, 4, None); ``"4/4+naive"`` -> (4, 4, "naive"). I + J must be 8."""
+    body, _, variant = split.partition("+")
+    try:
+        local, external = (int(x) for x in body.split("/"))
+    except ValueError:
+        raise ValueError(f"split {split!r}: write LOCAL/EXTERNAL, e.g. 4/4 (or 4/4+naive)") from None
+    if local < 0 or external < 0 or local + external != 8:
+        raise ValueError(f"split {split!r}: local + external must be 8 (the same budget as 8/0)")
+    if variant and variant not in VARIANTS:
+        raise ValueError(f"split {split!r}: unknown variant {variant!r}; choose from {', '.join(VARIANTS)}")
+    return local, external, variant or None
+
+
 def run_one(args, split: str, seed: int, faults: Path | None) -> Path:
-    local, external = (int(x) for x in split.split("/"))
+    local, external, variant = parse_split(split)
     cmd = ["sim", "--nodes", str(args.nodes), "--transport", args.transport,
            "--train.steps", str(args.steps), "--train.seed", str(seed * 100),
            "--generation.prompts_per_step", str(local + external), "--swarm.external_groups", str(external),
-           "--swarm.round_seconds", str(args.round_seconds), "--run.progress", "plain", *study_flags(args)]
+           "--swarm.round_seconds", str(args.round_seconds), "--run.progress", "plain", *study_flags(args),
+           *VARIANTS.get(variant, [])]
     if faults is not None:
         cmd += ["--faults", str(faults)]
     return run_cli(cmd, args.runs / run_name(args, split, seed), "summary.json", args.rerun)
@@ -225,7 +254,7 @@ def report(args, result: dict) -> list[str]:
                "| steps to 8/0's final (fraction of run) | nodes that got there | steps vs 8/0 | own rollouts generated vs 8/0 |",
                "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for s, r in result["splits"].items():
-        local = int(s.split("/")[0])
+        local = parse_split(s)[0]
         reach = "held_reach_frac" if held else "reach_frac"
         vs = steps_vs(r, base, reach)
         reached = sum(p["held_reached" if held else "reached"] for p in r["per_seed"])
@@ -289,6 +318,11 @@ def main() -> None:
     args = ap.parse_args()
     if "8/0" not in args.splits:
         ap.error("the 8/0 split is the baseline; include it")
+    for split in args.splits:
+        try:
+            parse_split(split)
+        except ValueError as e:
+            ap.error(str(e))
     if args.distinct_models and args.transport != "hivemind":
         ap.error("--distinct-models gives each node its own model through a faults file: use --transport hivemind")
     args.runs.mkdir(parents=True, exist_ok=True)

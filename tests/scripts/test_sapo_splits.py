@@ -86,6 +86,20 @@ def test_runs_keep_the_first_studys_names_and_the_new_settings_name_theirs():
     assert study.run_name(held, "8/0", 0) == "8-0-s0-eval20x64-informative-replace-counting-L2-lr0.0001"
 
 
+def test_an_arm_is_a_split_with_an_optional_learner_variant(monkeypatch, tmp_path):
+    assert study.parse_split("4/4") == (4, 4, None) and study.parse_split("2/6+floor") == (2, 6, "floor")
+    for bad in ("4/5", "4-4", "4/4+ess", "x/8"):
+        with pytest.raises(ValueError):
+            study.parse_split(bad)
+    assert study.run_name(args(), "4/4+naive", 2) == "4-4+naive-s2"  # its own folder beside 4/4's
+    seen = {}
+    monkeypatch.setattr(study, "run_cli", lambda cmd, run_dir, *a: seen.setdefault("cmd", cmd))
+    study.run_one(args(runs=tmp_path, rerun=False), "4/4+naive", 0, None)
+    cmd = seen["cmd"]
+    assert cmd[cmd.index("--swarm.external_groups") + 1] == "4"
+    assert cmd[-4:] == ["--learner.off_policy_correction", "false", "--learner.lr_rule", "none"]
+
+
 def test_every_arm_gets_the_selection_tasks_and_evaluation_flags():
     assert study.study_flags(args()) == ["--swarm.select", "fresh", "--swarm.replace_uninformative", "false"]
     flags = study.study_flags(args(metric="held-out", select="weakest", replace_uninformative=True, nodes=2,
