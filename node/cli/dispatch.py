@@ -18,6 +18,7 @@ from typing import Callable
 from node.cli.adversary import run_adversary
 from node.cli.bootstrap import run_bootstrap
 from node.cli.eval import run_eval
+from node.cli.export import run_export
 from node.cli.parser import build_parser
 from node.cli.sim import run_sim_worker, run_simulation
 from node.cli.tools import run_build_model, run_id, run_plot
@@ -45,6 +46,7 @@ COMMANDS: dict[str, Command] = {
     "build-model": Command(run_build_model),
     "plot": Command(run_plot),
     "eval": Command(run_eval),
+    "export": Command(run_export),
 }
 
 

@@ -26,6 +26,7 @@ examples:
   swarm-node build-model                             # build/cache the embedded default model
   swarm-node plot runs/solo                          # (re)draw reward_curve.png (or a sim folder's plots)
   swarm-node eval runs/solo --step 500               # held-out correctness of a checkpoint, per family
+  swarm-node export runs/solo --out my-model         # a Hugging Face folder to take away (+ model card)
 
 Every [section] key of the config file is also a flag --section.key (values in TOML syntax).
 """
@@ -40,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for add in (_add_train, _add_join, _add_bootstrap, _add_sim, _add_adversary, _add_sim_worker, _add_id,
-                _add_build_model, _add_plot, _add_eval):
+                _add_build_model, _add_plot, _add_eval, _add_export):
         add(sub)
     return parser
 
@@ -245,3 +246,28 @@ def _add_eval(sub) -> None:
                     help="evaluate the checkpoint of step N (default: the newest valid one)")
     _add_config_flags(ev, only=("eval.tasks_per_family", "eval.samples", "eval.greedy", "eval.pass_k",
                                 "eval.max_completion_length", "model.device", "model.dtype"))
+
+
+def _add_export(sub) -> None:
+    ex = sub.add_parser(
+        "export", allow_abbrev=False, help="write a run's checkpoint as a Hugging Face model folder to take away",
+        description="Write a run's checkpoint as a plain Hugging Face folder: the weights (safetensors; a LoRA\n"
+                    "adapter merged into its base), the tokenizer, and a model card (README.md: the base model,\n"
+                    "tasks, steps, peers and the held-out scores) that AutoModelForCausalLM.from_pretrained(DIR)\n"
+                    "loads with no swarm-node code. With --adapter, the LoRA adapter alone (a peft folder).\n\n"
+                    "The checkpoint is verified against its manifest first: a damaged one, or one of another\n"
+                    "model than the run's config.json names, is refused with the reason and nothing is written.\n"
+                    "DIR must not exist (or be empty): an export never overwrites. docs/running.md, \"Export\".",
+        epilog="examples:\n  swarm-node export runs/solo --out my-model\n"
+               "  swarm-node export runs/demo/node0 --step 150 --out node0-150\n"
+               "  swarm-node export runs/lora/checkpoints/step_000400 --out adapter --adapter",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    ex.add_argument("source", type=Path, metavar="RUN_OR_CHECKPOINT",
+                    help="a run folder (a train or join run's --run.dir, or one node's folder of a sim), or one "
+                         "of its checkpoints (RUN/checkpoints/step_000123)")
+    ex.add_argument("--out", type=Path, required=True, metavar="DIR", help="the folder to write (must not exist)")
+    ex.add_argument("--step", type=int, default=None, metavar="N",
+                    help="export the checkpoint of step N (default: the newest valid one)")
+    ex.add_argument("--adapter", action="store_true",
+                    help="write the LoRA adapter alone (peft), not merged (only for a run with model.lora_rank > 0)")
+    _add_config_flags(ex, only=("model.device", "model.dtype"))

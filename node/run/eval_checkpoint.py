@@ -25,7 +25,7 @@ from node.run.wiring import load_policy
 
 log = logging.getLogger(__name__)
 
-__all__ = ["run_config", "find_checkpoint", "evaluate_checkpoint"]
+__all__ = ["run_config", "find_checkpoint", "policy_at", "evaluate_checkpoint"]
 
 
 def run_config(run_dir: Path, overrides: dict[str, Any] | None = None) -> NodeConfig:
@@ -69,9 +69,9 @@ def find_checkpoint(run_dir: Path, step: int | None = None) -> Path:
     return complete[step]
 
 
-def evaluate_checkpoint(run_dir: Path, cfg: NodeConfig, path: Path) -> dict:
-    """Evaluate the checkpoint at ``path`` with ``cfg``'s model and ``[eval]`` settings; write and
-    return ``{"run_dir", "step", "policy_version", "checkpoint", "settings", **result}``."""
+def policy_at(cfg: NodeConfig, path: Path):
+    """(the policy ``cfg`` names with the checkpoint at ``path`` loaded into it, the checkpoint's
+    state); a ``CheckpointError`` with the reason for a damaged checkpoint or another model's."""
     import torch
 
     if cfg.train.threads:
@@ -82,6 +82,13 @@ def evaluate_checkpoint(run_dir: Path, cfg: NodeConfig, path: Path) -> dict:
         policy.load_trained_state(state.model_state)
     except (ValueError, RuntimeError):  # another model or LoRA rank than config.json names
         raise CheckpointError(mismatch(policy.trained_state(), state)) from None
+    return policy, state
+
+
+def evaluate_checkpoint(run_dir: Path, cfg: NodeConfig, path: Path) -> dict:
+    """Evaluate the checkpoint at ``path`` with ``cfg``'s model and ``[eval]`` settings; write and
+    return ``{"run_dir", "step", "policy_version", "checkpoint", "settings", **result}``."""
+    policy, state = policy_at(cfg, path)
     settings = eval_settings(cfg)
     log.info("evaluating %s (step %d, policy v%d) on %d held-out tasks", path, state.step, state.policy_version,
              len(settings.task_ids))
