@@ -142,6 +142,9 @@ class RunConfig(_Section):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="log level")
     metrics_port: Optional[int] = Field(None, ge=0, le=65535, description="serve Prometheus metrics on this port (/metrics; 0 = any free port, logged); none = off")
     metrics_host: str = Field("127.0.0.1", description="address the metrics endpoint binds (0.0.0.0 to let another machine scrape it)")
+    tensorboard: bool = Field(False, description="also write the metrics as TensorBoard event files in <run.dir>/tensorboard (tensorboard --logdir RUN; pip install 'swarm-node[tensorboard]')")
+    wandb: Literal["off", "offline", "online"] = Field("off", description="also log the metrics to Weights & Biases in <run.dir>/wandb: offline needs no account or network (wandb sync uploads it later), online needs wandb login (pip install 'swarm-node[wandb]')")
+    wandb_project: str = Field("swarm-node", description="the W&B project a run is logged under (run.wandb)")
 
     @field_validator("metrics_port", mode="before")
     @classmethod

@@ -213,19 +213,21 @@ class HeldOut:
             return False
         return bool(self.every and step % self.every == 0) or (self.at_end and step == self.total)
 
-    async def before_training(self, step: int, stopping: bool) -> None:
+    async def before_training(self, step: int, stopping: bool) -> dict | None:
         """The evaluation before the first step (``eval.at_start``), written to
-        ``RUN/eval/step_0.json``: only for a run starting from scratch (a resumed run made its own)."""
+        ``RUN/eval/step_0.json`` and returned: only for a run starting from scratch (a resumed run
+        made its own)."""
         if step != 0:
-            return
+            return None
         path = eval_file(self.run_dir, 0)
         path.unlink(missing_ok=True)  # a run starting over in a reused folder: that start is not this one's
         if not (self.at_start and self.settings is not None and not stopping):
-            return
+            return None
         result = await self._evaluate(0)
         if result is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps({"step": 0, **result}, indent=2))
+        return result
 
     async def after_step(self, step: int, record: dict, stopping: bool) -> None:
         """Evaluate after ``step`` when due (in a worker thread, as generation runs), adding the

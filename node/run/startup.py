@@ -23,6 +23,7 @@ import torch
 from node.daemon_thread import run_in_daemon_thread
 from node.errors import ConfigError
 from node.observe.endpoint import MetricsEndpoint
+from node.observe.record_sinks import check_sinks_available
 from node.observe.status import StatusFile
 from node.run.config import NodeConfig
 from node.run.preflight import check_context, check_device, check_resume_matches, check_run_dir
@@ -89,6 +90,7 @@ def _check_before_loading(cfg: NodeConfig, transport: Transport | None) -> str:
     if transport is not None and cfg.swarm.transport == "none":
         raise ConfigError("a transport was given but swarm.transport is 'none'")
     check_device(cfg.model.device)
+    check_sinks_available(cfg.run.tensorboard, cfg.run.wandb)
     return generation_backend(cfg)  # before the model loads: an explicit vllm that cannot run fails now
 
 

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from node.observe.endpoint import MetricsEndpoint
-from node.observe.metrics import MetricsWriter
+from node.observe.record_sinks import open_record_log
 from node.observe.progress import Progress
 from node.observe.status import StatusFile
 from node.broadcast.context import RoleContext, RoleSettings
@@ -79,8 +79,8 @@ class TrainingNode:
         self.stop_requested = False
         self._stop = StopRequest()  # cuts the waits for a round or for peers short (node/run/stopping.py)
         self.lagged = LaggedBehaviour(policy, cfg.train.behaviour_lag, learner.version)
-        self.metrics = MetricsWriter(run_dir / "metrics.jsonl",
-                                     resume_from_step=start_step if start_step > 0 else None)
+        self.metrics = open_record_log(run_dir, start_step, tensorboard=cfg.run.tensorboard, wandb=cfg.run.wandb,
+                                       wandb_project=cfg.run.wandb_project, config_json=cfg.to_json())
         self.sampling = SamplingParams(max_new_tokens=cfg.generation.max_completion_length,
                                        temperature=cfg.generation.temperature,
                                        top_p=cfg.generation.top_p, top_k=cfg.generation.top_k)
@@ -336,7 +336,7 @@ class TrainingNode:
             log.info("%s has already trained %d of %d steps: nothing to do (raise --train.steps to "
                      "continue it)", self.run_dir, self.step, total)
         try:
-            await self.held_out.before_training(self.step, self.stop_requested)  # eval/step_0.json
+            self.metrics.start_eval(await self.held_out.before_training(self.step, self.stop_requested))
             self.status.phase("training" if self.swarm is None else "training (first step)")
             while self.step < total and not self.stop_requested:
                 record = await self._step()
