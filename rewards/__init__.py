@@ -23,6 +23,7 @@ answer.py                  answer format <answer>X</answer>: format_answer, extr
                            is_well_formed
 scoring.py                 Reward, RewardConfig, score, score_batch
 corpus.py                  supervised_examples (warm start), tokenizer_corpus (BPE training)
+sources.py                 task sources: a user's family module, a JSONL dataset (docs/tasks.md)
 """
 
 from rewards.answer import (
@@ -34,6 +35,7 @@ from rewards.answer import (
 )
 from rewards.corpus import supervised_examples, tokenizer_corpus
 from rewards.errors import InvalidRewardConfig, InvalidTaskId, TaskError, UnknownTaskFamily
+from rewards.families.family import Family
 from rewards.registry import FAMILIES, all_families, get_family, make_task, sample_task_ids
 from rewards.scoring import Reward, RewardConfig, score, score_batch
 from protocol.task_id import TaskId
@@ -43,6 +45,7 @@ __all__ = [
     "ANSWER_CLOSE",
     "ANSWER_OPEN",
     "FAMILIES",
+    "Family",
     "PROMPT_TEMPLATE",
     "InvalidRewardConfig",
     "InvalidTaskId",

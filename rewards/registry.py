@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from rewards.errors import TaskError, UnknownTaskFamily
 from rewards.families import arithmetic, base_conversion, boolean, counting, lists
@@ -17,7 +18,8 @@ from protocol.task_id import MAX_SEED, TaskId
 from rewards.held_out import is_held_out
 from rewards.task import Task
 
-__all__ = ["FAMILIES", "all_families", "get_family", "make_task", "sample_task_ids"]
+__all__ = ["FAMILIES", "BUILT_IN", "all_families", "get_family", "make_task", "sample_task_ids", "register",
+           "resolve_families", "forget_sources"]
 
 logger = logging.getLogger(__name__)
 
@@ -36,16 +38,62 @@ FAMILIES: dict[str, Family] = {
 }
 
 
+BUILT_IN = tuple(FAMILIES)  # the families every node has; the others come from task sources (rewards/sources.py)
+_SOURCES: dict[str, Family] = {}  # families this process loaded from task sources, by name
+_loaded: dict[tuple, str] = {}  # (spec, file identity) -> the family name its source registered
+
+
+def register(family: Family) -> str:
+    """Add a source's family (rewards/sources.py) to this process's registry; its name carries the
+    digest of its content, so registering it again (the same spec loaded twice) changes nothing."""
+    if family.name in BUILT_IN:
+        raise TaskError(f"a task source may not replace the built-in family {family.name!r}")
+    _SOURCES[family.name] = family
+    return family.name
+
+
+def forget_sources() -> None:
+    """Drop every family loaded from a task source (tests: one test's sources are not the next's)."""
+    _SOURCES.clear()
+    _loaded.clear()
+
+
+def _identity(spec: str) -> tuple:
+    path = Path(spec.partition(":")[2])
+    try:
+        st = path.stat()
+        return (spec, str(path.resolve()), st.st_mtime_ns, st.st_size)
+    except OSError:
+        return (spec,)
+
+
+def resolve_families(entries: Sequence[str]) -> list[str]:
+    """The family names ``tasks.families`` means: a built-in name as it is, a ``module:`` or
+    ``jsonl:`` entry loaded (once per file version), registered and named ``<name>_<digest>``."""
+    from rewards.sources import is_source_spec, load_source  # the sources import this module
+
+    names = []
+    for entry in entries:
+        if is_source_spec(entry):
+            key = _identity(entry)
+            if key not in _loaded:
+                _loaded[key] = register(load_source(entry))
+            names.append(_loaded[key])
+        else:
+            names.append(get_family(entry).name)
+    return names
+
+
 def all_families() -> list[str]:
-    """Names of every registered family, in canonical order."""
-    return list(FAMILIES)
+    """Names of every family: the built-in ones in canonical order, then those loaded from task sources."""
+    return [*FAMILIES, *_SOURCES]
 
 
 def get_family(name: str) -> Family:
     """The family called ``name``; ``UnknownTaskFamily`` names the valid choices otherwise."""
-    family = FAMILIES.get(name) if isinstance(name, str) else None
+    family = (FAMILIES.get(name) or _SOURCES.get(name)) if isinstance(name, str) else None
     if family is None:
-        raise UnknownTaskFamily(name, FAMILIES)
+        raise UnknownTaskFamily(name, all_families())
     return family
 
 
@@ -59,7 +107,15 @@ def make_task(task_id: TaskId | str) -> Task:
     elif not isinstance(task_id, TaskId):
         raise TypeError(f"task_id must be a TaskId or str, got {type(task_id).__name__}")
     family = get_family(task_id.family)
-    question, answer = family.generate(task_id.rng(), task_id.difficulty)
+    if family.name in BUILT_IN:
+        question, answer = family.generate(task_id.rng(), task_id.difficulty)
+    else:  # a user's generator: whatever it raises is this task's error, never the node's crash
+        try:
+            question, answer = family.generate(task_id.rng(), task_id.difficulty)
+        except TaskError:
+            raise
+        except Exception as e:  # noqa: BLE001
+            raise TaskError(f"family {family.name!r} failed to generate {task_id}: {type(e).__name__}: {e}") from e
     return Task(id=task_id, question=question, answer=answer)
 
 
@@ -80,7 +136,7 @@ def sample_task_ids(
     if type(n) is not int or n < 0:
         raise TaskError(f"n must be a non-negative int, got {n!r}")
     names = all_families() if families is None else _checked_families(families)
-    levels = _checked_difficulties(difficulties, [FAMILIES[name] for name in names])
+    levels = _checked_difficulties(difficulties, [get_family(name) for name in names])
     ids = [_draw(rng, names, levels, exclude) for _ in range(n)]
     logger.debug("sampled %d task ids over %s at difficulties %s", n, names, levels)
     return ids
@@ -89,6 +145,12 @@ def sample_task_ids(
 def _draw(rng: random.Random, names: list[str], levels: list[int], exclude: Callable[[TaskId], bool] | None) -> TaskId:
     for _ in range(MAX_REDRAWS):
         task_id = TaskId(rng.choice(names), _training_seed(rng), rng.choice(levels))
+        if task_id.family not in BUILT_IN:
+            try:
+                make_task(task_id)
+            except TaskError as e:  # a user's generator failed on this seed: draw another, say so
+                logger.warning("%s; drawing another task", e)
+                continue
         if exclude is None or not exclude(task_id):
             return task_id
     raise TaskError(f"{MAX_REDRAWS} draws over {names} at difficulties {levels} were all excluded (held out)")

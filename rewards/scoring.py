@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from rewards.answer import extract_answer, is_well_formed
 from rewards.errors import InvalidRewardConfig, TaskError
-from rewards.registry import get_family
+from rewards.registry import BUILT_IN, get_family
 from rewards.task import Task
 
 __all__ = ["Reward", "RewardConfig", "score", "score_batch"]
@@ -61,15 +61,29 @@ def score(task: Task, completion: str, cfg: RewardConfig = _DEFAULT_CONFIG) -> R
     """Reward of ``completion`` (the model's text after the prompt) for ``task``."""
     family = get_family(task.id.family)
     extracted = extract_answer(completion)
-    correct = extracted is not None and family.normalize(extracted) == family.normalize(
-        task.answer
-    )
+    correct = extracted is not None and _same(family, extracted, task)
     well_formed = is_well_formed(completion)
     return Reward(
         correctness=1.0 if correct else 0.0,
         format=float(cfg.format_weight) if well_formed else 0.0,
         well_formed=well_formed,
     )
+
+
+def _same(family, extracted: str, task: Task) -> bool:
+    """The family's comparison; a user's normalizer (rewards/sources.py) that raises on a model's
+    answer scores it wrong, and on the ground truth is the task's error, never the node's crash."""
+    if family.name in BUILT_IN:
+        return family.normalize(extracted) == family.normalize(task.answer)
+    try:
+        truth = family.normalize(task.answer)
+    except Exception as e:  # noqa: BLE001
+        raise TaskError(f"family {family.name!r}'s scorer failed on the answer of {task.id}: "
+                        f"{type(e).__name__}: {e}") from e
+    try:
+        return family.normalize(extracted) == truth
+    except Exception:  # noqa: BLE001 - the model's text is anything: not an answer it can read
+        return False
 
 
 def score_batch(

@@ -77,7 +77,7 @@ def main() -> int:
     policy = Policy.load(args.model, device=args.device)
     model, tok = policy.model, policy.tokenizer
     model.eval()
-    task_ids = round_task_ids(args.seed, 0, args.prompts, cfg.tasks.families, cfg.tasks.difficulties)
+    task_ids = round_task_ids(args.seed, 0, args.prompts, cfg.tasks.names, cfg.tasks.difficulties)
     prompts = [make_task(t).prompt for t in task_ids]
     G = args.generations
     params = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=cfg.generation.temperature,

@@ -102,7 +102,7 @@ def make_batch(policy_path: str, device: str, prompts: int, generations: int, ma
 
     def rollouts(policy: Policy, step: int):
         torch.manual_seed(seed + step)
-        ids = round_task_ids(seed, step, prompts, cfg.tasks.families, cfg.tasks.difficulties)
+        ids = round_task_ids(seed, step, prompts, cfg.tasks.names, cfg.tasks.difficulties)
         return generate_rollouts(policy, ids, generations, params, 0, rcfg)
 
     policy = Policy.load(policy_path, device=device)

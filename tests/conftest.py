@@ -51,6 +51,9 @@ def _isolated_home(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("SWARM_NODE_HOME", str(tmp_path_factory.getbasetemp() / "swarm-node-home"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     yield
+    from rewards.registry import forget_sources
+
+    forget_sources()  # a test's task sources (rewards/sources.py) are not the next test's families
 
 
 def _built_once(tmp_path_factory, name: str, recipe: DefaultModelRecipe) -> Path:

@@ -42,27 +42,37 @@ class ModelConfig(_Section):
 
 
 class TasksConfig(_Section):
-    families: list[str] = Field(["arithmetic", "lists", "base", "boolean", "counting"], description="task families to sample")
+    families: list[str] = Field(["arithmetic", "lists", "base", "boolean", "counting"], description="task families to sample: built-in names, module:PKG.MOD or module:FILE.py (your own family), jsonl:FILE.jsonl (a dataset); docs/tasks.md")
     difficulties: list[int] = Field([1], description="difficulty levels to sample (1 = easiest; the embedded default model learns level 1 in minutes, level 2+ is mostly beyond it)")
     format_weight: float = Field(0.1, ge=0, description="reward for a well-formed <answer>...</answer> completion")
 
     @field_validator("families")
     @classmethod
     def _known_families(cls, v: list[str]) -> list[str]:
-        from rewards.registry import all_families  # light: no torch
+        from rewards.registry import BUILT_IN, resolve_families  # light: no torch
+        from rewards.sources import is_source_spec
 
         if not v:
-            raise ValueError(f"no task family chosen: name at least one of {', '.join(all_families())}")
-        unknown = [f for f in v if f not in all_families()]
+            raise ValueError(f"no task family chosen: name at least one of {', '.join(BUILT_IN)}")
+        unknown = [f for f in v if f not in BUILT_IN and not is_source_spec(f)]
         if unknown:
-            raise ValueError(f"unknown task families {unknown}; choose from {', '.join(all_families())}")
+            raise ValueError(f"unknown task families {unknown}; choose from {', '.join(BUILT_IN)}, "
+                             f"or name a source: module:PKG.MOD, module:FILE.py, jsonl:FILE.jsonl (docs/tasks.md)")
+        resolve_families(v)  # loads and checks each source now: a bad file stops the start, naming it
         return v
+
+    @property
+    def names(self) -> list[str]:
+        """The family names the entries mean (a source's is ``<name>_<digest>``, rewards/sources.py)."""
+        from rewards.registry import resolve_families
+
+        return resolve_families(self.families)
 
     @model_validator(mode="after")
     def _difficulties_exist(self) -> "TasksConfig":
         from rewards.registry import get_family
 
-        top = min(get_family(f).max_difficulty for f in self.families)
+        top = min(get_family(f).max_difficulty for f in self.names)
         if not self.difficulties or any(not 1 <= d <= top for d in self.difficulties):
             raise ValueError(f"difficulties {self.difficulties}: each must be in 1..{top} "
                              f"(the highest level every selected family has)")

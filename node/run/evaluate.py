@@ -157,7 +157,7 @@ def eval_settings(cfg: "NodeConfig", ev: EvalConfig | None = None) -> EvalSettin
     rows = g.batch_size or cfg.local_groups * cfg.group_size
     if not g.batch_size and not cfg.model.device.startswith("cuda"):
         rows = max(rows, CPU_ROWS_PER_CALL)
-    return EvalSettings(task_ids=held_out_set(cfg.tasks.families, cfg.tasks.difficulties, ev.tasks_per_family).ids,
+    return EvalSettings(task_ids=held_out_set(cfg.tasks.names, cfg.tasks.difficulties, ev.tasks_per_family).ids,
                         greedy=ev.greedy, samples=ev.samples, pass_k=ev.pass_k,
                         max_new_tokens=ev.max_completion_length or g.max_completion_length,
                         temperature=g.temperature, rows_per_call=rows,
@@ -206,7 +206,7 @@ class HeldOut:
         self.policy, self.sampler, self.status = policy, sampler, status
         # The questions it evaluates on, kept out of training even when it never evaluates, so
         # that turning evaluation on or off does not change what the node trains.
-        self.reserved = held_out_set(cfg.tasks.families, cfg.tasks.difficulties, cfg.eval.tasks_per_family)
+        self.reserved = held_out_set(cfg.tasks.names, cfg.tasks.difficulties, cfg.eval.tasks_per_family)
 
     def due(self, step: int, stopping: bool) -> bool:
         if self.settings is None or stopping:

@@ -172,7 +172,7 @@ def model_card(cfg: NodeConfig, run_dir: Path, checkpoint: Path, step: int, poli
         f"Exported from `{run_dir}` (checkpoint `{checkpoint.name}`, policy version {policy_version}), {weights}.",
         "", "## How it was trained", "",
         f"- base: {base}; dtype {m.dtype}" + (f"; LoRA rank {m.lora_rank}, alpha {m.lora_alpha}" if m.lora_rank else ""),
-        f"- tasks: {', '.join(t.families)} at level {', '.join(map(str, t.difficulties))}, scored by swarm-node's "
+        f"- tasks: {', '.join(t.names)} at level {', '.join(map(str, t.difficulties))}, scored by swarm-node's "
         "verifiable rewards (the answer in `<answer>...</answer>`, checked against the regenerated ground truth)",
         f"- {step} steps of off-policy-corrected GRPO: {g.prompts_per_step} groups of {g.num_generations} "
         f"completions (at most {g.max_completion_length} tokens) a step; learning rate {lrn.learning_rate:g} "

@@ -129,7 +129,7 @@ def longest_prompt(encode, cfg) -> int:
     from rewards.registry import make_task
 
     t = cfg.tasks
-    ids = [i for step in range(32) for i in round_task_ids(cfg.train.seed, step, 8, t.families, t.difficulties)]
+    ids = [i for step in range(32) for i in round_task_ids(cfg.train.seed, step, 8, t.names, t.difficulties)]
     return max(len(p) for p in encode([make_task(i).prompt for i in ids]))
 
 

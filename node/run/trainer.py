@@ -134,7 +134,7 @@ class TrainingNode:
         t0 = time.perf_counter()
         if self.policy.device.type == "cuda":  # this step's peak, generation and learner together
             torch.cuda.reset_peak_memory_stats(self.policy.device)
-        task_ids = round_task_ids(task_seed, step, n_groups, cfg.tasks.families, cfg.tasks.difficulties,
+        task_ids = round_task_ids(task_seed, step, n_groups, cfg.tasks.names, cfg.tasks.difficulties,
                                   self.held_out.reserved)
         sampler, behaviour_version = self.lagged.sampler()
         if self.vllm is not None:  # holds the weights of learner.version (synced after each update)

@@ -148,7 +148,7 @@ async def build_exchange(cfg: NodeConfig, policy: Policy, transport: Transport |
         max_sender_share=sc.max_sender_share, special_ids=frozenset(tok.all_special_ids), eos_id=tok.eos_token_id,
         max_tokens=cfg.generation.max_completion_length, select=sc.select,
         reward_cfg=RewardConfig(format_weight=cfg.tasks.format_weight),
-        held_out=held_out_set(cfg.tasks.families, cfg.tasks.difficulties, cfg.eval.tasks_per_family).holds)
+        held_out=held_out_set(cfg.tasks.names, cfg.tasks.difficulties, cfg.eval.tasks_per_family).holds)
     await exchange.start()
     log.info("joined swarm %r over %s as %s", sc.name, type(transport).__name__, ident.peer_id)
     return exchange

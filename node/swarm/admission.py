@@ -52,9 +52,10 @@ from protocol.codec import decode
 from protocol.errors import MessageTooLarge, ProtocolError, UnknownField, UnsupportedVersion
 from protocol.messages import MIN_TOKEN_LOGPROB, Announcement, RolloutBatch, RolloutRecord, same_tokenizer
 from protocol.signing import Envelope, Verifier, VerifyResult, envelope_from_bytes
-from rewards.errors import TaskError
+from protocol.task_id import TaskId
+from rewards.errors import TaskError, UnknownTaskFamily
 from rewards.held_out import is_held_out
-from rewards.registry import make_task
+from rewards.registry import get_family, make_task
 from rewards.scoring import RewardConfig, score
 from rewards.task import Task
 
@@ -120,6 +121,25 @@ class Admitted:
     groups: list[AdmittedGroup]
     dropped_long: int
     dropped_held_out: int = 0  # groups asking a question this node evaluates on (rewards/reserved.py)
+    dropped_unknown_family: int = 0  # groups of a task source this node has not loaded (rewards/sources.py)
+
+
+def _known_families(groups: dict[str, list[RolloutRecord]]) -> tuple[dict[str, list[RolloutRecord]], int]:
+    """The groups of families this node has, and how many others it leaves out: a peer training on
+    a dataset or module this node has not loaded, or another version of it (the family's name
+    carries its content's digest, rewards/sources.py), is honest, and its other groups count. A
+    malformed id stays in, for ``_check_group`` to refuse (bad_task)."""
+    known, unknown = {}, 0
+    for task_id, records in groups.items():
+        try:
+            get_family(TaskId.parse(task_id).family)
+        except UnknownTaskFamily:
+            unknown += 1
+            continue
+        except TaskError:
+            pass
+        known[task_id] = records
+    return known, unknown
 
 
 def open_message(d: Delivery, kind: type, verifier: Verifier) -> tuple[Envelope, RolloutBatch | Announcement]:
@@ -200,12 +220,13 @@ class Admission:
                 raise Refused("stale", str(len(by_task)))  # could never be used: not checked further
             token_level = same_tokenizer(msg.tokenizer_fingerprint, self.tokenizer_fingerprint)
             by_task, dropped_long = self._usable(by_task, token_level)
+            by_task, unknown = _known_families(by_task)
             groups = [  # the whole batch is refused if any record fails
                 self._admitted(msg, task_id, records, token_level) for task_id, records in by_task.items()]
         except Refused as r:
             return r
         kept = [g for g in groups if self.held_out is None or not self.held_out(g.task)]
-        return Admitted(env, msg, kept, dropped_long, len(groups) - len(kept))
+        return Admitted(env, msg, kept, dropped_long, len(groups) - len(kept), unknown)
 
     def recheck(self, admitted: Admitted, verifier: Verifier, current: int, batches: set[tuple[str, int]],
                 now: float | None = None) -> Admitted | Refused:
@@ -250,9 +271,13 @@ class Admission:
         """One group that passed ``_check_group``, with its completions scored by this node's reward
         (a foreign tokenizer's text the same way: scoring reads text only)."""
         task = self._check_group(task_id, records, token_level)
+        try:
+            rewards = tuple(score(task, r.completion_text, self.reward_cfg).total for r in records)
+        except TaskError as e:  # a user's scorer failed on its own ground truth (rewards/sources.py)
+            raise Refused("bad_task", str(e)) from None
         return AdmittedGroup(msg.sender, msg.round, msg.policy_version, msg.model_fingerprint,
                              msg.tokenizer_fingerprint, task_id, tuple(records), task=task, token_level=token_level,
-                             rewards=tuple(score(task, r.completion_text, self.reward_cfg).total for r in records))
+                             rewards=rewards)
 
     def _check_group(self, task_id: str, records: list[RolloutRecord], token_level: bool) -> Task:
         """The group's task, regenerated from its id, once every record has passed; or ``Refused``."""

@@ -333,6 +333,7 @@ class SwarmExchange:
             return self._reject("replay", d)
         self.stats.dropped_long += checked.dropped_long
         self.stats.dropped_held_out += checked.dropped_held_out
+        self.stats.dropped_unknown_family += checked.dropped_unknown_family
         self._batches.add((msg.sender, msg.round))
         self.stats.envelopes_in += 1
         if not groups:  # nothing this node can use: it earns no fetch slot, nor sizes the budget
@@ -414,6 +415,7 @@ class SwarmExchange:
             "dropped_full": s.dropped_full,
             "dropped_long": s.dropped_long,
             "dropped_held_out": s.dropped_held_out,
+            "dropped_unknown_family": s.dropped_unknown_family,
             "rejected": dict(s.rejected + self.transport.rejected),
             "rejected_total": sum(s.rejected.values()) + sum(self.transport.rejected.values()),
             "publish_errors": s.publish_errors,

@@ -27,6 +27,7 @@ class SwarmStats:
     dropped_full: int = 0  # admitted groups evicted because the pool was full
     dropped_long: int = 0  # completions longer than this node trains on: not checked, not kept
     dropped_held_out: int = 0  # groups asking a question this node evaluates on (rewards/reserved.py)
+    dropped_unknown_family: int = 0  # groups of a task source this node has not loaded (rewards/sources.py)
     envelopes_out: int = 0
     rollouts_out: int = 0
     publish_errors: int = 0

@@ -41,7 +41,7 @@ def realistic_batch(seed: int) -> tuple[Policy, list[RolloutRecord], dict]:
                             temperature=cfg.generation.temperature, top_p=cfg.generation.top_p,
                             top_k=cfg.generation.top_k)
     torch.manual_seed(seed)
-    task_ids = round_task_ids(seed, 0, groups, cfg.tasks.families, cfg.tasks.difficulties)
+    task_ids = round_task_ids(seed, 0, groups, cfg.tasks.names, cfg.tasks.difficulties)
     records = to_records(generate_rollouts(policy, task_ids, g, params, 0, RewardConfig()))
     info = {"groups": groups, "completions_per_group": g, "records": len(records),
             "max_new_tokens": params.max_new_tokens,

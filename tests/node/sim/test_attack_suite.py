@@ -99,20 +99,23 @@ def test_each_envelope_attack_is_refused_under_its_reason_or_admitted_by_design(
 @pytest.mark.slow
 @pytest.mark.daemon
 @pytest.mark.subprocess
-@pytest.mark.timeout(1500)  # four swarm runs of ~1-2 min each, more on a loaded machine
+@pytest.mark.timeout(1800)  # five swarm runs of ~1-2 min each, more on a loaded machine
 def test_flood_lying_logprobs_and_zero_advantage_leave_the_honest_swarm_as_it_was(warm_tiny_model_dir, tmp_path):
     setup = bench_attacks.Setup(nodes=3, steps=14, round_seconds=1.5, model=str(warm_tiny_model_dir), flags=SMALL)
 
     async def go():
-        clean = await bench_attacks.run_scenario("clean", (), setup, tmp_path / "clean", say=print)
+        # Two clean runs: their spread is the run-to-run noise ρ is judged against (the warm model's
+        # groups carry gradient, so ρ is a real, noisy number; rounds are wall-clock).
+        cleans = [await bench_attacks.run_scenario(f"clean-{k}", (), setup, tmp_path / f"clean-{k}", say=print)
+                  for k in (1, 2)]
         attacked = {}
         for name, attacks in SCENARIOS.items():
             attacked[name] = await bench_attacks.run_scenario(name, attacks, setup, tmp_path / name, say=print)
-        return clean, attacked
+        return cleans, attacked
 
-    clean, attacked = asyncio.run(go())
-    base = bench_attacks.clean_baseline([clean])
-    assert base["honest_received_per_step"] > 0, clean  # the honest nodes did share when left alone
+    cleans, attacked = asyncio.run(go())
+    base = bench_attacks.clean_baseline(cleans)
+    assert base["honest_received_per_step"] > 0, cleans  # the honest nodes did share when left alone
     report = {}
     for name, res in attacked.items():
         v = res["verdict"] = bench_attacks.verdict(res, base, setup)

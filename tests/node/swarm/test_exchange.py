@@ -59,7 +59,7 @@ def _reject_cases(me, peer, other):
             tokenizer_fingerprint=TOK_FP, created_at=time.time(), addrs=()))))
         ,
         "wrong_round": (peer.peer_id, 9, envelope(peer, good)),
-        "bad_task": (peer.peer_id, 10, envelope(peer, encode(batch(peer, 10, [record("nosuch:1:1")])))),
+        "bad_task": (peer.peer_id, 10, envelope(peer, encode(batch(peer, 10, [record("arithmetic:1:99")])))),
         "bad_tokens": (peer.peer_id, 10, envelope(peer, encode(batch(peer, 10, [record(ids=(1, VOCAB))])))),
         "text_mismatch": (peer.peer_id, 10, envelope(peer, encode(batch(peer, 10, [RolloutRecord(
             "arithmetic:1:1", (1, 2), "<answer>42</answer>", (-0.1, -0.1), False)])))),
