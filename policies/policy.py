@@ -27,6 +27,7 @@ import torch
 
 from policies.errors import PolicyError
 from policies.oom import fit_by_halving
+from policies.prompt_format import RAW
 from policies.sampling import BehaviourLogprobs, sampling_config
 
 log = logging.getLogger(__name__)
@@ -133,6 +134,7 @@ class Policy:
         # TokenBatch pads by hand; this is for callers that batch-encode prompts for generation.
         tokenizer.padding_side = "left"
         self.tokenizer_fingerprint = tokenizer_fingerprint(tokenizer)
+        self.prompt_format = RAW  # how a question becomes a prompt (policies/prompt_format.py)
         cfg = model.config.to_dict() if hasattr(model.config, "to_dict") else {}
         cfg_blob = json.dumps({k: cfg[k] for k in sorted(cfg) if not k.startswith("_")},
                               sort_keys=True, default=str)
@@ -225,6 +227,16 @@ class Policy:
     @property
     def eos_token_id(self) -> int:
         return int(self.tokenizer.eos_token_id)
+
+    @property
+    def rollout_fingerprint(self) -> str:
+        """What this node's rollouts say of their tokens: the tokenizer's fingerprint, with the
+        prompt format folded in (a peer that prompts otherwise is another behaviour policy)."""
+        return self.prompt_format.fingerprint(self.tokenizer_fingerprint)
+
+    def prompt_of(self, task) -> str:
+        """The prompt text of a task (``rewards.Task``) in this policy's prompt format."""
+        return self.prompt_format.text(self.tokenizer, task.question)
 
     def encode_prompts(self, prompts: list[str]) -> list[tuple[int, ...]]:
         enc = self.tokenizer(prompts, add_special_tokens=False)["input_ids"]

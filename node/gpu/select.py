@@ -71,8 +71,12 @@ def _prompt_tokens(cfg: NodeConfig) -> int:
     try:
         from transformers import AutoTokenizer
 
+        from policies.prompt_format import choose_format
+
         tok = AutoTokenizer.from_pretrained(cfg.model.name)
-        longest = longest_prompt(lambda texts: tok(texts, add_special_tokens=False)["input_ids"], cfg)
+        fmt = choose_format(tok, cfg.generation.prompt_format, cfg.generation.system_prompt)
+        longest = longest_prompt(lambda texts: tok(texts, add_special_tokens=False)["input_ids"],
+                                 lambda task: fmt.text(tok, task.question), cfg)
     except Exception:  # noqa: BLE001 (no loadable tokenizer: the model load says why; plan for long prompts)
         return DEFAULT_PROMPT_TOKENS
     return longest if longest > 0 else DEFAULT_PROMPT_TOKENS  # an empty vocabulary encodes nothing

@@ -22,6 +22,7 @@ from pydantic import Field, NonNegativeFloat, PositiveFloat, ValidationError, fi
 from node.errors import ConfigError
 from node.run.config_section import Section as _Section, none_words as _none_words
 from node.run.eval_config import EvalConfig
+from policies.prompt_format import DEFAULT_SYSTEM
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -86,6 +87,8 @@ class GenerationConfig(_Section):
     temperature: float = Field(1.0, gt=0, description="sampling temperature (log-probs use the same scaling)")
     top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling: must stay 1 (a truncated sampler would make the recorded behaviour log-probs, which are the full softmax's, wrong)")
     top_k: int = Field(0, ge=0, description="top-k sampling: must stay 0 (off), for the same reason as top_p")
+    prompt_format: Literal["auto", "raw", "chat"] = Field("auto", description="how a question becomes a prompt: raw (Q: ...\\nA: , the embedded model's), chat (the model's chat template, system_prompt first) or auto (chat when the tokenizer has a template); nodes that prompt otherwise use each other's groups on the sequence-level path (docs/tasks.md)")
+    system_prompt: str = Field(DEFAULT_SYSTEM, description="chat prompts: the system message; it states the answer format the reward reads")
     batch_size: int = Field(0, ge=0, description="completions sampled per generate call (0 = all of a step's at once); halved for good, and recorded, when one runs out of memory")
     backend: Literal["auto", "transformers", "vllm"] = Field("auto", description="who samples: auto = vLLM on a CUDA device where it is installed (and top_p 1, top_k 0, no behaviour_lag), else transformers' generate; vllm insists and says why it cannot")
     vllm_gpu_memory_utilization: float = Field(0.3, gt=0, lt=1, description="vLLM on a GPU: the share of the card its engine takes (weights copy and KV cache); the learner has the rest. A memory profile sets it")

@@ -173,7 +173,7 @@ def evaluate(policy: Policy, s: EvalSettings, seed: int | str, sampler: "Policy 
     t0 = time.perf_counter()
     sampler = sampler or policy
     tasks = [make_task(t) for t in s.task_ids]
-    prompts = [t.prompt for t in tasks]
+    prompts = [policy.prompt_of(t) for t in tasks]
     devices = [policy.device.index or 0] if policy.device.type == "cuda" else []
     with policy.weights_lock, torch.random.fork_rng(devices=devices):
         torch.manual_seed(random.Random(f"swarm-node:eval:{seed}").getrandbits(63))

@@ -94,7 +94,8 @@ def export_model(source: Path, out: Path, *, step: int | None = None, adapter_on
         plot = (run_dir / "held_out.png").is_file()
         if plot:
             shutil.copy2(run_dir / "held_out.png", tmp / "held_out.png")
-        card = model_card(cfg, run_dir, path, state.step, state.policy_version, adapter_only, records, plot)
+        card = model_card(cfg, run_dir, path, state.step, state.policy_version, adapter_only, records, plot,
+                          chat=policy.prompt_format.kind == "chat")
         (tmp / "README.md").write_text(card)
         (tmp / PROVENANCE_FILE).write_text(json.dumps({
             "run_dir": str(run_dir), "checkpoint": str(path), "step": state.step,
@@ -146,7 +147,7 @@ def _held_out_table(evals: list[dict]) -> list[str]:
 
 
 def model_card(cfg: NodeConfig, run_dir: Path, checkpoint: Path, step: int, policy_version: int,
-               adapter_only: bool, records: list[dict], plot: bool = False) -> str:
+               adapter_only: bool, records: list[dict], plot: bool = False, chat: bool = False) -> str:
     """README.md of an exported folder: what the model is, how it was trained, its held-out
     scores, and how to load and prompt it."""
     m, t, g, lrn, sw = cfg.model, cfg.tasks, cfg.generation, cfg.learner, cfg.swarm
@@ -182,6 +183,9 @@ def model_card(cfg: NodeConfig, run_dir: Path, checkpoint: Path, step: int, poli
         *(["The run's held-out curves (to its last step, which may be past this checkpoint):", "",
            "![held-out correctness by step](held_out.png)", ""] if plot else []),
         "## Use it", "", load, "",
-        f"Prompts are the question in `{prompt}` (swarm-node's raw template, no chat template); the model "
-        "answers `<answer>...</answer>`.", "",
+        (f"Prompts are the tokenizer's chat template (`tokenizer.apply_chat_template(messages, "
+         f"add_generation_prompt=True)`) with the question as the user's message after this system message: "
+         f"\"{cfg.generation.system_prompt}\"" if chat else
+         f"Prompts are the question in `{prompt}` (swarm-node's raw template, no chat template)") +
+        "; the model answers `<answer>...</answer>`.", "",
         f"The run's whole config is in `{PROVENANCE_FILE}`.", ""])

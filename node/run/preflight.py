@@ -122,15 +122,16 @@ def _same_model(saved, now) -> bool:
         and Path(saved).resolve() == Path(now).resolve()
 
 
-def longest_prompt(encode, cfg) -> int:
-    """The longest prompt, in tokens (``encode``: texts → token id lists), of a sample of 256 of
-    this run's tasks: what a prompt can take of the context and of the memory."""
+def longest_prompt(encode, prompt_of, cfg) -> int:
+    """The longest prompt, in tokens (``encode``: texts → token id lists; ``prompt_of``: a task's
+    prompt text in the node's prompt format), of a sample of 256 of this run's tasks: what a
+    prompt can take of the context and of the memory."""
     from node.run.rollouts import round_task_ids
     from rewards.registry import make_task
 
     t = cfg.tasks
     ids = [i for step in range(32) for i in round_task_ids(cfg.train.seed, step, 8, t.names, t.difficulties)]
-    return max(len(p) for p in encode([make_task(i).prompt for i in ids]))
+    return max(len(p) for p in encode([prompt_of(make_task(i)) for i in ids]))
 
 
 def check_context(policy, cfg) -> None:
@@ -144,7 +145,7 @@ def check_context(policy, cfg) -> None:
     limit = getattr(policy.model.config, "max_position_embeddings", None)
     if not isinstance(limit, int) or limit <= 0:
         return
-    longest = longest_prompt(policy.encode_prompts, cfg)
+    longest = longest_prompt(policy.encode_prompts, policy.prompt_of, cfg)
     want = cfg.generation.max_completion_length
     if longest + want > limit:
         room = limit - longest

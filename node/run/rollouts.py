@@ -56,7 +56,7 @@ def generate_rollouts(policy: Policy, task_ids: list[TaskId], num_generations: i
                       params: SamplingParams, policy_version: int,
                       reward_cfg: RewardConfig) -> list[Rollout]:
     tasks = [make_task(t) for t in task_ids]
-    groups = policy.generate([t.prompt for t in tasks], num_generations, params)
+    groups = policy.generate([policy.prompt_of(t) for t in tasks], num_generations, params)
     return [Rollout(task.id, c, policy_version, score(task, c.text, reward_cfg))
             for task, group in zip(tasks, groups) for c in group]
 
@@ -105,8 +105,8 @@ def external_samples(groups: list[AdmittedGroup], policy: Policy, reward_cfg: Re
     """
     samples, correct, too_long = [], [], 0
     for g in groups:
-        prompt_ids = policy.encode_prompts([g.task.prompt])[0]
-        token_level = g.token_level and same_tokenizer(g.tokenizer_fingerprint, policy.tokenizer_fingerprint)
+        prompt_ids = policy.encode_prompts([policy.prompt_of(g.task)])[0]
+        token_level = g.token_level and same_tokenizer(g.tokenizer_fingerprint, policy.rollout_fingerprint)
         for rec in g.records[:group_cap]:
             if token_level:
                 ids, lps = rec.completion_ids, rec.behaviour_logprobs

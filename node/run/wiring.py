@@ -27,6 +27,7 @@ from policies.errors import PolicyError
 from policies.learner import Learner
 from policies.loss import LossConfig
 from policies.policy import Policy
+from policies.prompt_format import choose_format
 from protocol.identity import load_or_create_identity
 from rewards.reserved import held_out_set
 from rewards.scoring import RewardConfig
@@ -61,9 +62,15 @@ def load_policy(cfg: NodeConfig, phase: Phase | None = None) -> Policy:
         phase("loading the model", f"embedded default, cached in {default_home()}")
     else:
         phase("loading the model", name)
-    return Policy.load(name, dtype=cfg.model.dtype, device=cfg.model.device,
-                       lora_rank=cfg.model.lora_rank, lora_alpha=cfg.model.lora_alpha,
-                       seed=cfg.train.seed, gradient_checkpointing=cfg.model.gradient_checkpointing)
+    policy = Policy.load(name, dtype=cfg.model.dtype, device=cfg.model.device,
+                         lora_rank=cfg.model.lora_rank, lora_alpha=cfg.model.lora_alpha,
+                         seed=cfg.train.seed, gradient_checkpointing=cfg.model.gradient_checkpointing)
+    try:
+        policy.prompt_format = choose_format(policy.tokenizer, cfg.generation.prompt_format, cfg.generation.system_prompt)
+    except ValueError as e:
+        raise ConfigError(f"{cfg.model.name}: {e}") from None
+    log.info("prompts: %s", policy.prompt_format.describe())
+    return policy
 
 
 def learner_parameters() -> tuple[str, ...]:
@@ -107,7 +114,7 @@ def start_vllm(policy: Policy, cfg: NodeConfig) -> "VllmSampler":
     from policies.vllm_backend import VllmSampler
 
     g = cfg.generation
-    length = longest_prompt(policy.encode_prompts, cfg) + g.max_completion_length + 16
+    length = longest_prompt(policy.encode_prompts, policy.prompt_of, cfg) + g.max_completion_length + 16
     return VllmSampler(policy, model_path=policy.name, dtype=cfg.model.dtype, max_model_len=length,
                        seed=cfg.train.seed, gpu_memory_utilization=g.vllm_gpu_memory_utilization,
                        cpu_kv_cache_gib=g.vllm_cpu_kv_cache_gib, sleep=g.vllm_sleep)
@@ -140,7 +147,7 @@ async def build_exchange(cfg: NodeConfig, policy: Policy, transport: Transport |
     tok = policy.tokenizer
     exchange = SwarmExchange(
         transport, ident, RoundClock(sc.round_seconds),
-        tokenizer_fingerprint=policy.tokenizer_fingerprint,
+        tokenizer_fingerprint=policy.rollout_fingerprint,
         model_fingerprint=policy.model_fingerprint, vocab_size=min(len(tok), embeddings),
         decode_text=lambda ids: tok.decode(list(ids), skip_special_tokens=True),
         group_cap=cfg.group_size, max_round_lag=sc.max_round_lag, poll_seconds=sc.poll_seconds,
