@@ -40,7 +40,7 @@ FAMILIES: dict[str, Family] = {
 
 BUILT_IN = tuple(FAMILIES)  # the families every node has; the others come from task sources (rewards/sources.py)
 _SOURCES: dict[str, Family] = {}  # families this process loaded from task sources, by name
-_loaded: dict[tuple, str] = {}  # (spec, file identity) -> the family name its source registered
+_loaded: dict[tuple, list[str]] = {}  # (spec, file identity) -> the family names its source registered
 
 
 def register(family: Family) -> str:
@@ -68,17 +68,18 @@ def _identity(spec: str) -> tuple:
 
 
 def resolve_families(entries: Sequence[str]) -> list[str]:
-    """The family names ``tasks.families`` means: a built-in name as it is, a ``module:`` or
-    ``jsonl:`` entry loaded (once per file version), registered and named ``<name>_<digest>``."""
-    from rewards.sources import is_source_spec, load_source  # the sources import this module
+    """The family names ``tasks.families`` means: a built-in name as it is, a ``module:``,
+    ``jsonl:`` or ``rg:`` entry loaded (once per file version), registered and named
+    ``<name>_<digest>`` (a reasoning-gym preset: one family per dataset)."""
+    from rewards.sources import is_source_spec, load_sources  # the sources import this module
 
     names = []
     for entry in entries:
         if is_source_spec(entry):
             key = _identity(entry)
             if key not in _loaded:
-                _loaded[key] = register(load_source(entry))
-            names.append(_loaded[key])
+                _loaded[key] = [register(f) for f in load_sources(entry)]
+            names.extend(_loaded[key])
         else:
             names.append(get_family(entry).name)
     return names

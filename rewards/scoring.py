@@ -1,6 +1,7 @@
 """Verifiable rewards: score a completion against a task's regenerated ground truth.
 
-Reward = correctness (1 if the extracted answer matches after the family's normalization)
+Reward = correctness (1 if the extracted answer matches after the family's normalization, or a
+task source's own score in [0, 1], which may give partial credit: rewards/rg_source.py)
 + format (``format_weight`` if the completion is exactly one answer block). The format term
 is small so that it shapes early training without ever outweighing a correct answer.
 """
@@ -61,29 +62,36 @@ def score(task: Task, completion: str, cfg: RewardConfig = _DEFAULT_CONFIG) -> R
     """Reward of ``completion`` (the model's text after the prompt) for ``task``."""
     family = get_family(task.id.family)
     extracted = extract_answer(completion)
-    correct = extracted is not None and _same(family, extracted, task)
+    correctness = 0.0 if extracted is None else _correctness(family, extracted, task)
     well_formed = is_well_formed(completion)
     return Reward(
-        correctness=1.0 if correct else 0.0,
+        correctness=correctness,
         format=float(cfg.format_weight) if well_formed else 0.0,
         well_formed=well_formed,
     )
 
 
-def _same(family, extracted: str, task: Task) -> bool:
-    """The family's comparison; a user's normalizer (rewards/sources.py) that raises on a model's
-    answer scores it wrong, and on the ground truth is the task's error, never the node's crash."""
+def _correctness(family, extracted: str, task: Task) -> float:
+    """1 or 0 by the family's comparison, or a source's own score clipped to [0, 1] (partial
+    credit); a user's normalizer or scorer (rewards/sources.py) that raises on a model's answer
+    scores it 0, and on the ground truth is the task's error, never the node's crash."""
     if family.name in BUILT_IN:
-        return family.normalize(extracted) == family.normalize(task.answer)
+        return 1.0 if family.normalize(extracted) == family.normalize(task.answer) else 0.0
+    if family.scorer is not None:
+        try:
+            value = float(family.scorer(extracted, task))
+        except Exception:  # noqa: BLE001 - the model's text is anything
+            return 0.0
+        return min(1.0, max(0.0, value)) if math.isfinite(value) else 0.0
     try:
         truth = family.normalize(task.answer)
     except Exception as e:  # noqa: BLE001
         raise TaskError(f"family {family.name!r}'s scorer failed on the answer of {task.id}: "
                         f"{type(e).__name__}: {e}") from e
     try:
-        return family.normalize(extracted) == truth
+        return 1.0 if family.normalize(extracted) == truth else 0.0
     except Exception:  # noqa: BLE001 - the model's text is anything: not an answer it can read
-        return False
+        return 0.0
 
 
 def score_batch(

@@ -35,7 +35,7 @@ from rewards.errors import TaskError
 from rewards.families.family import Family
 from rewards.families.normalize import canonical_token, canonical_word
 
-__all__ = ["SCORERS", "TaskSourceError", "is_source_spec", "load_source", "family_from_module", "family_from_jsonl",
+__all__ = ["SCORERS", "TaskSourceError", "is_source_spec", "load_source", "load_sources", "family_from_module", "family_from_jsonl",
            "PROBE_SEEDS", "MAX_DATASET_BYTES"]
 
 SCORERS: dict[str, Callable[[str], str]] = {
@@ -55,8 +55,8 @@ class TaskSourceError(TaskError):
 
 
 def is_source_spec(entry: str) -> bool:
-    """True for a ``tasks.families`` entry that names a source (``module:`` or ``jsonl:``)."""
-    return isinstance(entry, str) and entry.startswith(("module:", "jsonl:"))
+    """True for a ``tasks.families`` entry that names a source (``module:``, ``jsonl:``, ``rg:``)."""
+    return isinstance(entry, str) and entry.startswith(("module:", "jsonl:", "rg:"))
 
 
 def _family_name(base: str, digest: str) -> str:
@@ -64,6 +64,15 @@ def _family_name(base: str, digest: str) -> str:
     if not stem[0].isalpha():
         stem = "t" + stem[:_NAME_CHARS - 1]
     return f"{stem}_{digest[:8]}"
+
+
+def load_sources(spec: str) -> list[Family]:
+    """The families a source entry names: one, or a reasoning-gym preset's several."""
+    if spec.startswith("rg:"):
+        from rewards.rg_source import rg_families
+
+        return rg_families(spec)
+    return [load_source(spec)]
 
 
 def load_source(spec: str) -> Family:
@@ -75,7 +84,7 @@ def load_source(spec: str) -> Family:
         return family_from_module(where)
     if kind == "jsonl":
         return family_from_jsonl(Path(where))
-    raise TaskSourceError(f"{spec!r}: a task source is module:NAME_OR_FILE.py or jsonl:FILE.jsonl")
+    raise TaskSourceError(f"{spec!r}: a task source is module:NAME_OR_FILE.py, jsonl:FILE.jsonl or rg:DATASET")
 
 
 # -- a user's family module ---------------------------------------------------------------------

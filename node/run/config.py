@@ -43,7 +43,7 @@ class ModelConfig(_Section):
 
 
 class TasksConfig(_Section):
-    families: list[str] = Field(["arithmetic", "lists", "base", "boolean", "counting"], description="task families to sample: built-in names, module:PKG.MOD or module:FILE.py (your own family), jsonl:FILE.jsonl (a dataset); docs/tasks.md")
+    families: list[str] = Field(["arithmetic", "lists", "base", "boolean", "counting"], description="task families to sample: built-in names, module:PKG.MOD or module:FILE.py (your own family), jsonl:FILE.jsonl (a dataset), rg:DATASET[:{json config}] or rg:rl-swarm (reasoning-gym); docs/tasks.md")
     difficulties: list[int] = Field([1], description="difficulty levels to sample (1 = easiest; the embedded default model learns level 1 in minutes, level 2+ is mostly beyond it)")
     format_weight: float = Field(0.1, ge=0, description="reward for a well-formed <answer>...</answer> completion")
 
@@ -58,8 +58,13 @@ class TasksConfig(_Section):
         unknown = [f for f in v if f not in BUILT_IN and not is_source_spec(f)]
         if unknown:
             raise ValueError(f"unknown task families {unknown}; choose from {', '.join(BUILT_IN)}, "
-                             f"or name a source: module:PKG.MOD, module:FILE.py, jsonl:FILE.jsonl (docs/tasks.md)")
-        resolve_families(v)  # loads and checks each source now: a bad file stops the start, naming it
+                             f"or name a source: module:PKG.MOD, module:FILE.py, jsonl:FILE.jsonl, rg:DATASET (docs/tasks.md)")
+        from rewards.errors import TaskError
+
+        try:
+            resolve_families(v)  # loads and checks each source now: a bad file stops the start, naming it
+        except TaskError as e:
+            raise ValueError(str(e)) from None
         return v
 
     @property

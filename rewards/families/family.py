@@ -1,7 +1,9 @@
 """The ``Family`` record: what every task family module exposes to the registry.
 
 A family is a pure generator ``(rng, difficulty) -> (question, answer)`` plus a normalizer
-that maps a model's answer and the ground truth to one canonical form before comparison.
+that maps a model's answer and the ground truth to one canonical form before comparison; a
+family may instead score an answer itself (``scorer``: a task source's own scoring, which can give
+partial credit, e.g. reasoning-gym's ``score_answer``, rewards/rg_source.py).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ __all__ = ["Family", "Generator", "Normalizer"]
 
 Generator = Callable[[random.Random, int], tuple[str, str]]
 Normalizer = Callable[[str], str]
+Scorer = Callable[[str, "Task"], float]  # (extracted answer, task) -> correctness in [0, 1]
 
 
 @dataclass(frozen=True)
@@ -27,6 +30,7 @@ class Family:
     description: str
     generator: Generator
     normalizer: Normalizer
+    scorer: Scorer | None = None  # when set, correctness is its score, not normalized equality
 
     def generate(self, rng: random.Random, difficulty: int) -> tuple[str, str]:
         """Draw ``(question, answer)`` at ``difficulty`` from ``rng``."""

@@ -76,23 +76,32 @@ def test_nodes_holding_the_same_dataset_train_on_each_others_groups(warm_tiny_mo
     assert recs[-1]["eval"]["families"][shared]["n"] >= 1
 
 
+def _sources(kind: str, tmp_path: Path) -> tuple[str, str]:
+    """(what node0 and node1 train on, node2's other version of it)."""
+    if kind == "jsonl":
+        data = _data(tmp_path / "doubles.jsonl")
+        other = _data(tmp_path / "doubles_v2.jsonl", [*ROWS[:-1], {"question": "double 12", "answer": "25"}])
+        return f"jsonl:{data}", f"jsonl:{other}"
+    pytest.importorskip("reasoning_gym")
+    return ("rg:basic_arithmetic:{\"max_terms\": 3, \"max_digits\": 2}",
+            "rg:basic_arithmetic:{\"max_terms\": 2, \"max_digits\": 2}")
+
+
 @pytest.mark.slow
 @pytest.mark.daemon
 @pytest.mark.subprocess
-def test_over_hivemind_a_node_with_another_version_of_the_dataset_is_left_out(warm_tiny_model_dir, tmp_path):
+@pytest.mark.parametrize("kind", ["jsonl", "reasoning-gym"])
+def test_over_hivemind_a_node_with_another_version_of_the_source_is_left_out(kind, warm_tiny_model_dir, tmp_path):
     """Three join processes (swarm-node sim over hivemind, each node its own process and registry):
-    node0 and node1 hold the same file, node2 a copy with one answer changed."""
+    node0 and node1 train on the same source, node2 on another version of it (a dataset with one
+    answer changed; a reasoning-gym dataset with another config). Receivers regenerate every id."""
     from tests.helpers.sim_procs import alive, start_sim, wait_watching
 
-    data = _data(tmp_path / "doubles.jsonl")
-    other = _data(tmp_path / "doubles_v2.jsonl", [*ROWS[:-1], {"question": "double 12", "answer": "25"}])
+    same, other = _sources(kind, tmp_path)
     faults = tmp_path / "faults.toml"
-    faults.write_text(f'''[[node]]
-index = 2
-flags = {{ "tasks.families" = ["jsonl:{other}"] }}
-''')
+    faults.write_text("[[node]]\nindex = 2\nflags = { \"tasks.families\" = [" + json.dumps(other) + "] }\n")
     p = start_sim(tmp_path, warm_tiny_model_dir, "--nodes", "3", "--transport", "hivemind", "--train.steps", "8",
-                  "--swarm.round_seconds", "1.5", "--tasks.families", json.dumps([f"jsonl:{data}"]),
+                  "--swarm.round_seconds", "1.5", "--tasks.families", json.dumps([same]),
                   "--eval.at_end", "true", "--eval.tasks_per_family", "4", "--faults", str(faults))
     seen: set[int] = set()
     assert wait_watching(p, seen, 400) == 0, (tmp_path / "sim.log").read_text()[-3000:]
