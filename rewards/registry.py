@@ -130,13 +130,13 @@ def sample_task_ids(
     """``n`` task ids with family and difficulty drawn uniformly from the given choices.
 
     Seeds are fresh 63-bit draws from ``rng``, so ids are reproducible from ``rng``'s state,
-    outside the held-out seed space (rewards/held_out.py). Repeating a family or difficulty in
-    the sequences weights it more. An id ``exclude`` is true for (a held-out question,
+    outside the held-out seed space (rewards/held_out.py). ``families`` None: the built-in ones.
+    Repeating a family or difficulty in the sequences weights it more. An id ``exclude`` is true for (a held-out question,
     rewards/reserved.py) is drawn again.
     """
     if type(n) is not int or n < 0:
         raise TaskError(f"n must be a non-negative int, got {n!r}")
-    names = all_families() if families is None else _checked_families(families)
+    names = list(BUILT_IN) if families is None else _checked_families(families)
     levels = _checked_difficulties(difficulties, [get_family(name) for name in names])
     ids = [_draw(rng, names, levels, exclude) for _ in range(n)]
     logger.debug("sampled %d task ids over %s at difficulties %s", n, names, levels)

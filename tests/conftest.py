@@ -26,7 +26,8 @@ def pytest_configure(config):
 
 # A model small enough that building it (tokenizer + init, no warm start) takes about a second.
 TINY_RECIPE = replace(DefaultModelRecipe(), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                      num_key_value_heads=1, intermediate_size=64, sft_steps=0, vocab_size=320)
+                      num_key_value_heads=1, intermediate_size=64, sft_steps=0, vocab_size=320,
+                      max_position_embeddings=128)  # short: tests of the context check need one
 
 
 

@@ -149,8 +149,9 @@ def check_context(policy, cfg) -> None:
     want = cfg.generation.max_completion_length
     if longest + want > limit:
         room = limit - longest
-        fix = (f"use --generation.max_completion_length {room} or less" if room > 0
-               else "the prompts alone do not fit: use a model with a longer context")
+        fix = (f"use --generation.max_completion_length {room} or less, or a model with a longer context"
+               if room > 0 else "the prompts alone do not fit: use a model with a longer context, or tasks "
+                                "with shorter questions")
         raise ConfigError(f"--generation.max_completion_length {want} does not fit the model: it has "
                           f"{limit} positions (max_position_embeddings) and this run's prompts take up "
-                          f"to {longest} tokens; {fix}, or a model with a longer context")
+                          f"to {longest} tokens; {fix}")

@@ -110,7 +110,7 @@ def test_a_device_this_machine_does_not_have(tiny_model_dir, workdir, device, ne
 
 
 def test_a_completion_length_past_the_models_positions(tiny_model_dir, workdir):
-    # The tiny model has 128 positions, like the embedded default.
+    # The tiny model has 128 positions (the embedded default 1024).
     r = swarm_node(*train(tiny_model_dir, "--run.dir", "r", "--generation.max_completion_length", "200"), cwd=workdir)
     message = assert_clear_error(r, "max_completion_length 200 does not fit", "128 positions",
                                  "--generation.max_completion_length")
