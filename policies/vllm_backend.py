@@ -150,6 +150,10 @@ class VllmSampler:
                  f"gpu_memory_utilization {gpu_memory_utilization:.2f}" if self.device_is_cuda
                  else f"KV cache {cpu_kv_cache_gib:g} GiB of RAM")
 
+    def prompt_of(self, task) -> str:
+        """The policy's prompt for ``task``: the engine samples what the policy would."""
+        return self.policy.prompt_of(task)
+
     def generate(self, prompts: list[str], num_generations: int,
                  params: SamplingParams = SamplingParams()) -> list[list[Completion]]:
         """``Policy.generate``'s contract: result[i][g], each with the sampled tokens' log-probs."""

@@ -28,6 +28,7 @@ class LaggedBehaviour:
         self.behaviour = None
         if lag > 0:
             self.behaviour = Policy(copy.deepcopy(policy.model), policy.tokenizer, policy.name)
+            self.behaviour.prompt_format = policy.prompt_format  # it samples the same prompts
             self.push(version)  # after a resume the buffer restarts from the resumed weights
 
     def push(self, version: int) -> None:

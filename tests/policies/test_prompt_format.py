@@ -78,6 +78,10 @@ def test_a_model_with_a_chat_template_is_prompted_through_it(chat_model_dir, tin
     # Same tokenizer, other prompts: a raw node's token log-probs do not transfer to a chat node.
     assert raw.tokenizer_fingerprint == chat.tokenizer_fingerprint
     assert not same_tokenizer(raw.rollout_fingerprint, chat.rollout_fingerprint)
+    # A stale node's behaviour copy (train.behaviour_lag) samples the same prompts.
+    from node.run.behaviour_lag import LaggedBehaviour
+
+    assert LaggedBehaviour(chat, 2, 0).behaviour.prompt_of(task) == prompt
     plain = load_policy(load_config(None, {"model.name": str(tiny_model_dir)}))
     assert plain.prompt_format is RAW and plain.rollout_fingerprint == plain.tokenizer_fingerprint
     with pytest.raises(ConfigError, match="has no chat template"):

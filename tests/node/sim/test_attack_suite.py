@@ -134,9 +134,14 @@ def test_flood_lying_logprobs_and_zero_advantage_leave_the_honest_swarm_as_it_wa
     assert lying["verdict"]["rejected:implausible_logprob"]["ok"], text
     assert lying["verdict"]["attacker_never_trained_on"]["ok"], text
     assert lying["honest"]["nan_steps"] == 0, text
-    # Admitted by design, trained on, and yet ρ and the LR stay where the clean run had them.
+    # Admitted by design, trained on, and yet ρ and the LR stay where the clean runs had them: the
+    # rows carry no gradient, so they are not in ρ. Within 0.05, not the bench's 0.02: ρ is a real
+    # number here (the warm model's groups carry gradient), and on a loaded 2-core machine it moves
+    # with timing, whatever the attack (one CI run: clean 0.918, flood 0.900, lying 0.942, zero
+    # advantage 0.896; an idle one: 0.938 and 0.907). A lie that reached ρ would move it far more.
     assert zero["honest"]["attacker_used"] > 0, text
-    assert zero["verdict"]["rho_unmoved"]["ok"], text
+    rho = zero["verdict"]["rho_unmoved"]
+    assert rho["rho"] >= rho["clean_rho"] - 0.05 and rho["lr_factor"] >= rho["clean_lr_factor"] - 0.05, text
     # ... and never more in one step than its sender's share (J = 2, share 0.5: 1).
     assert zero["verdict"]["within_share"] == {"ok": True, "most_in_a_step": 1, "cap": 1}, text
 
