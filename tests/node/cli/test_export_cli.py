@@ -90,11 +90,15 @@ def test_export_writes_a_folder_transformers_loads_with_the_checkpoints_weights(
 
 
 @pytest.mark.subprocess
-def test_a_new_python_loads_the_export_without_the_project_on_its_path(full_run, tmp_path):
+def test_a_new_python_loads_the_export_and_generates_without_the_projects_code(full_run, tmp_path):
     out = tmp_path / "model"
     assert main(["export", str(full_run), "--out", str(out), "--step", "2"]) == 0
-    code = ("import sys; from transformers import AutoModelForCausalLM\n"
+    code = ("import sys; from transformers import AutoModelForCausalLM, AutoTokenizer\n"
             f"m = AutoModelForCausalLM.from_pretrained({str(out)!r})\n"
+            f"t = AutoTokenizer.from_pretrained({str(out)!r})\n"
+            "ids = t('Q: 1+1=\\nA: ', return_tensors='pt').input_ids\n"
+            "new = m.generate(ids, max_new_tokens=5, do_sample=False)[0, ids.shape[1]:]\n"
+            "assert len(new) >= 1 and isinstance(t.decode(new), str)\n"
             "assert not any(k.startswith(('node', 'policies', 'rewards', 'protocol')) for k in sys.modules)\n"
             "print(type(m).__name__)")
     done = subprocess.run([sys.executable, "-I", "-c", code], cwd=tmp_path, capture_output=True, text=True,
