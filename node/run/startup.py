@@ -28,6 +28,7 @@ from node.observe.status import StatusFile
 from node.run.config import NodeConfig
 from node.run.preflight import check_context, check_device, check_resume_matches, check_run_dir
 from node.run.resume import resume_latest
+from node.run.run_lock import LOCK_FILE, RunLock
 from node.run.wiring import build_exchange, build_learner, generation_backend, load_policy, start_vllm
 from node.transport import Transport
 from node.transport.carriers import CARRIERS
@@ -43,7 +44,7 @@ __all__ = ["start_node", "START_FILES"]
 
 # What a start writes into its run folder before it is up; a failed start that created the
 # folder removes them (and the folder, if nothing else is in it).
-START_FILES = ("status.json", "status.json.tmp", "config.json", "identity.pem", "identity.pem.p2p")
+START_FILES = ("status.json", "status.json.tmp", "config.json", "identity.pem", "identity.pem.p2p", LOCK_FILE)
 
 
 def first_missing(path: Path) -> Path | None:
@@ -78,10 +79,10 @@ def seed_everything(seed: int) -> None:
 
 
 def _check_before_loading(cfg: NodeConfig, transport: Transport | None) -> str:
-    """The checks that need no model, cheapest first; the generation backend they settle."""
+    """The checks that need no model, cheapest first (the folder itself was checked and locked
+    before: start_node); the generation backend they settle."""
     run_dir = Path(cfg.run.dir)
     ckpt_root = run_dir / "checkpoints"
-    check_run_dir(run_dir)
     if not cfg.run.resume and ckpt_root.exists() and any(ckpt_root.iterdir()):
         raise ConfigError(f"run folder {run_dir} already has checkpoints: pass --resume "
                           f"to continue it, or choose another --run.dir")
@@ -110,12 +111,25 @@ async def start_node(node_cls: type["TrainingNode"], cfg: NodeConfig,
                      transport: Transport | None = None) -> "TrainingNode":
     """Load the policy (building the default model if needed), resume if asked, and join the
     swarm when ``swarm.transport`` is set (``transport`` overrides the configured one)."""
-    backend = _check_before_loading(cfg, transport)
     run_dir = Path(cfg.run.dir)
-    if cfg.train.threads:
-        torch.set_num_threads(cfg.train.threads)
+    check_run_dir(run_dir)
     created = first_missing(run_dir.absolute())  # the outermost folder this start makes, if any
     run_dir.mkdir(parents=True, exist_ok=True)
+    try:  # first: a folder another node is using is not this start's to check, or to write in
+        lock = RunLock.acquire(run_dir)
+    except BaseException:
+        if created is not None:
+            remove_failed_start(run_dir, created)
+        raise
+    try:
+        backend = _check_before_loading(cfg, transport)
+    except BaseException:
+        lock.release()
+        if created is not None:
+            remove_failed_start(run_dir, created)
+        raise
+    if cfg.train.threads:
+        torch.set_num_threads(cfg.train.threads)
     status = StatusFile(run_dir, cfg.train.steps, cfg.model.name)
     endpoint = swarm = vllm = None
     try:
@@ -149,6 +163,7 @@ async def start_node(node_cls: type["TrainingNode"], cfg: NodeConfig,
             status.phase("joining the swarm", _joining(cfg, transport))
             swarm = await build_exchange(cfg, policy, transport, status.phase)
         node = node_cls(cfg, policy, learner, run_dir, start_step, swarm, endpoint, status, vllm)
+        node.run_lock = lock  # released by node.close()
         if cfg.broadcast.role != "full":
             status.phase("starting the weight broadcast", f"role {cfg.broadcast.role}")
             try:
@@ -159,6 +174,7 @@ async def start_node(node_cls: type["TrainingNode"], cfg: NodeConfig,
         (run_dir / "config.json").write_text(cfg.to_json())
         return node
     except BaseException as e:
+        lock.release()
         if vllm is not None:
             vllm.close()
         if swarm is not None:  # joined already: leave the swarm, stop the daemon

@@ -102,6 +102,7 @@ class TrainingNode:
         self.role_ctx = self._role_context()
         self.families = FamilyCorrectness()  # own running correctness per family: swarm.select = weakest
         self.held_out = HeldOut(cfg, policy, self.status, vllm)  # node/run/evaluate.py
+        self.run_lock = None  # the run folder's lock (node/run/run_lock.py), set by start_node
 
     def _role_context(self) -> RoleContext:
         """What the role may read and call of this node (node/broadcast/context.py)."""
@@ -406,3 +407,5 @@ class TrainingNode:
                 if self.endpoint is not None:
                     self.endpoint.close()
                 self.metrics.close()
+                if self.run_lock is not None:
+                    self.run_lock.release()
