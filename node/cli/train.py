@@ -10,12 +10,14 @@ import argparse
 import asyncio
 import json
 import logging
+from pathlib import Path
 from typing import Callable
 
 from node.cli.flags import flat_keys, overrides as config_overrides
 from node.cli.parser import JOIN_RUN_DIR
 from node.errors import ConfigError
-from node.run.config import load_config, read_toml
+from node.run.config import read_toml
+from node.run.resume_config import load_run_config
 from node.transport.carriers import CARRIERS, carrier
 
 log = logging.getLogger("swarm_node")
@@ -80,8 +82,11 @@ def _check_swarm(cfg, new_swarm: bool) -> None:
 def _run(args: argparse.Namespace, overrides: dict, check: Callable[[object], None] | None = None) -> int:
     from node.observe.logs import setup_logging
 
-    cfg = load_config(args.config, overrides)
+    cfg, changed = load_run_config(args.config, overrides)  # a resume: the run's own config under these
     setup_logging(cfg.run.log_level, cfg.run.log_format)
+    if cfg.run.resume and (Path(cfg.run.dir) / "config.json").is_file():
+        log.info("resuming %s with its saved config%s", cfg.run.dir,
+                 "; this start changes " + "; ".join(changed) if changed else " (nothing changed)")
     cfg = _with_profile(cfg, args, overrides)
     if check is not None:
         check(cfg)
@@ -106,7 +111,7 @@ def _with_profile(cfg, args: argparse.Namespace, overrides: dict):
         log.info("%s", line)
     explicit = set(overrides) | (flat_keys(read_toml(args.config)) if args.config else set())
     chosen = {k: v for k, v in profile_overrides(plan).items() if k not in explicit}
-    cfg = load_config(args.config, {**chosen, **overrides})
+    cfg, _ = load_run_config(args.config, {**chosen, **overrides})
     warning = check_settings_fit(plan, cfg)
     if warning:
         log.warning("%s", warning)

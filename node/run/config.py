@@ -413,10 +413,11 @@ def read_toml(path: str | Path, what: str = "config file") -> dict:
         raise ConfigError(f"cannot read {what} {p}: {e.strerror or e}") from None
 
 
-def _merge(base: dict, override: dict) -> dict:
+def merge_sections(base: dict, override: dict) -> dict:
+    """``override``'s sections over ``base``'s, key by key (a TOML file over a saved config)."""
     out = dict(base)
     for k, v in override.items():
-        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+        out[k] = merge_sections(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
     return out
 
 
@@ -434,7 +435,7 @@ def config_from_data(data: dict, overrides: dict[str, Any] | None, source: str) 
         section, _, key = dotted.partition(".")
         if not key:
             raise ConfigError(f"flag --{dotted}: expected --section.key")
-        data = _merge(data, {section: {key: value}})
+        data = merge_sections(data, {section: {key: value}})
     if overrides:
         source = f"{source} + flags"
     try:
