@@ -148,9 +148,14 @@ def _draw(rng: random.Random, names: list[str], levels: list[int], exclude: Call
         task_id = TaskId(rng.choice(names), _training_seed(rng), rng.choice(levels))
         if task_id.family not in BUILT_IN:
             try:
-                make_task(task_id)
-            except TaskError as e:  # a user's generator failed on this seed: draw another, say so
-                logger.warning("%s; drawing another task", e)
+                task = make_task(task_id)
+                family = get_family(task_id.family)
+                if family.scorer is None:
+                    family.normalize(task.answer)  # what scoring does to the ground truth
+            except Exception as e:  # noqa: BLE001 - a user's generator or scorer failed on this seed: draw another
+                why = str(e) if isinstance(e, TaskError) else (f"family {task_id.family!r}'s scorer failed on the "
+                                                               f"answer of {task_id}: {type(e).__name__}: {e}")
+                logger.warning("%s; drawing another task", why)
                 continue
         if exclude is None or not exclude(task_id):
             return task_id

@@ -67,8 +67,10 @@ def _held_out_set(families: tuple[str, ...], difficulties: tuple[int, ...], n_pe
     ids: list[TaskId] = []
     questions: set[tuple[str, str]] = set()
     for family in dict.fromkeys(families):
+        # A level of fewer than 1 / MAX_RESERVED_SHARE questions gives none: holding out the only
+        # question of a 1-row dataset would leave training nothing to draw there.
         caps = {d: (n_per_family if (size := level_size(family, d)) is None
-                    else max(1, int(size * MAX_RESERVED_SHARE))) for d in difficulties}
+                    else int(size * MAX_RESERVED_SHARE)) for d in difficulties}
         per_level: Counter = Counter()
         candidates = held_out_ids([family], difficulties, min(n_per_family * CANDIDATES_PER_TASK, 2**20))
         kept = 0

@@ -21,6 +21,7 @@ import hashlib
 import io
 import json
 import random
+import threading
 from importlib import metadata
 
 from rewards.families.family import Family
@@ -34,10 +35,17 @@ PRESETS = {"rl-swarm": RL_SWARM_PRESET}
 _CACHE_ITEMS = 4096  # regenerated items kept for scoring (a task is scored once per completion)
 
 
+_QUIET = threading.Lock()
+
+
+@contextlib.contextmanager
 def _quiet():
     # Some generators print (bf's interpreter writes progress dots to stdout): keep the node's
-    # stdout to what it says itself (the summary, JSON logs).
-    return contextlib.redirect_stdout(io.StringIO())
+    # stdout to what it says itself (the summary, JSON logs). redirect_stdout swaps sys.stdout for
+    # the whole process, so two threads (generation, admission) must not interleave their swaps:
+    # the last to restore would leave the other's buffer in place for good.
+    with _QUIET, contextlib.redirect_stdout(io.StringIO()):
+        yield
 
 
 def rg_version() -> str:

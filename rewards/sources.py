@@ -131,7 +131,9 @@ def family_from_module(where: str) -> Family:
             if first != again:
                 raise TaskSourceError(f"module:{where}: not deterministic: seed {seed} at level {level} gave "
                                       f"{first!r}, then {again!r} (draw only from the rng it is given)")
-            digest.update(json.dumps([level, seed, *first]).encode())
+            # What it asks and how it scores: a changed normalizer is another family too.
+            normals = [family.normalizer(t) for t in (first[1], "", "not an answer 123", " 007 ", first[1].upper())]
+            digest.update(json.dumps([level, seed, *first, normals]).encode())
     return Family(name=_family_name(family.name, digest.hexdigest()), max_difficulty=family.max_difficulty,
                   description=f"{family.description} (module:{where})", generator=family.generator,
                   normalizer=family.normalizer)
@@ -146,7 +148,7 @@ def _probe(where: str, family: Family, seed: int, level: int) -> tuple[str, str]
     if not (isinstance(out, tuple) and len(out) == 2 and all(isinstance(x, str) and x for x in out)):
         raise TaskSourceError(f"module:{where}: the generator must return (question, answer), two non-empty "
                               f"str; seed {seed}, level {level} gave {out!r:.200}")
-    for text in (out[1], "", "not an answer 123"):
+    for text in (out[1], "", "not an answer 123", " 007 ", out[1].upper()):
         try:
             normal = family.normalizer(text)
         except Exception as e:  # noqa: BLE001

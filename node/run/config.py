@@ -17,11 +17,13 @@ import sys
 from pathlib import Path
 from typing import Any, Literal, Optional, get_args, get_origin
 
-from pydantic import Field, NonNegativeFloat, PositiveFloat, ValidationError, field_validator, model_validator
+from pydantic import (Field, NonNegativeFloat, PositiveFloat, ValidationError, field_validator,
+                      model_validator)
 
 from node.errors import ConfigError
 from node.run.config_section import Section as _Section, none_words as _none_words
 from node.run.eval_config import EvalConfig
+from node.run.tasks_config import TasksConfig
 from policies.prompt_format import DEFAULT_SYSTEM
 
 if sys.version_info >= (3, 11):
@@ -40,49 +42,6 @@ class ModelConfig(_Section):
     lora_rank: int = Field(0, ge=0, description="train a LoRA adapter of this rank (0 = full fine-tuning; needs peft)")
     lora_alpha: int = Field(16, ge=1, description="LoRA alpha")
     gradient_checkpointing: bool = Field(False, description="recompute each layer's activations in the backward pass instead of keeping them: about a third more learner compute for a fraction of its activation memory")
-
-
-class TasksConfig(_Section):
-    families: list[str] = Field(["arithmetic", "lists", "base", "boolean", "counting"], description="task families to sample: built-in names, module:PKG.MOD or module:FILE.py (your own family), jsonl:FILE.jsonl (a dataset), rg:DATASET[:{json config}] or rg:rl-swarm (reasoning-gym); docs/tasks.md")
-    difficulties: list[int] = Field([1], description="difficulty levels to sample (1 = easiest; the embedded default model learns level 1 in minutes, level 2+ is mostly beyond it)")
-    format_weight: float = Field(0.1, ge=0, description="reward for a well-formed <answer>...</answer> completion")
-
-    @field_validator("families")
-    @classmethod
-    def _known_families(cls, v: list[str]) -> list[str]:
-        from rewards.registry import BUILT_IN, resolve_families  # light: no torch
-        from rewards.sources import is_source_spec
-
-        if not v:
-            raise ValueError(f"no task family chosen: name at least one of {', '.join(BUILT_IN)}")
-        unknown = [f for f in v if f not in BUILT_IN and not is_source_spec(f)]
-        if unknown:
-            raise ValueError(f"unknown task families {unknown}; choose from {', '.join(BUILT_IN)}, "
-                             f"or name a source: module:PKG.MOD, module:FILE.py, jsonl:FILE.jsonl, rg:DATASET (docs/tasks.md)")
-        from rewards.errors import TaskError
-
-        try:
-            resolve_families(v)  # loads and checks each source now: a bad file stops the start, naming it
-        except TaskError as e:
-            raise ValueError(str(e)) from None
-        return v
-
-    @property
-    def names(self) -> list[str]:
-        """The family names the entries mean (a source's is ``<name>_<digest>``, rewards/sources.py)."""
-        from rewards.registry import resolve_families
-
-        return resolve_families(self.families)
-
-    @model_validator(mode="after")
-    def _difficulties_exist(self) -> "TasksConfig":
-        from rewards.registry import get_family
-
-        top = min(get_family(f).max_difficulty for f in self.names)
-        if not self.difficulties or any(not 1 <= d <= top for d in self.difficulties):
-            raise ValueError(f"difficulties {self.difficulties}: each must be in 1..{top} "
-                             f"(the highest level every selected family has)")
-        return self
 
 
 class GenerationConfig(_Section):

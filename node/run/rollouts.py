@@ -100,12 +100,18 @@ def external_samples(groups: list[AdmittedGroup], policy: Policy, reward_cfg: Re
     log-prob Σ log μ transfers, so the learner applies the sequence-level ratio. Completions longer
     than ``max_tokens`` in this node's tokens (its own ``max_completion_length``) are left out: a
     peer's longer limit, or a hostile one, must not grow the learner's batch beyond what this node
-    budgets for. Returns the samples, their correctness (for metrics) and how many completions
-    were left out for length.
+    budgets for. A group whose prompt leaves no room in the model's positions for such a completion
+    is left out too (a task source's questions have no length bound, and a peer may pick the
+    longest ids it can find). Returns the samples, their correctness (for metrics) and how many
+    completions were left out for length.
     """
     samples, correct, too_long = [], [], 0
+    positions = getattr(policy.model.config, "max_position_embeddings", None)
     for g in groups:
         prompt_ids = policy.encode_prompts([policy.prompt_of(g.task)])[0]
+        if isinstance(positions, int) and len(prompt_ids) + max_tokens > positions:
+            too_long += len(g.records[:group_cap])
+            continue
         token_level = g.token_level and same_tokenizer(g.tokenizer_fingerprint, policy.rollout_fingerprint)
         for rec in g.records[:group_cap]:
             if token_level:

@@ -99,3 +99,23 @@ def test_the_same_ids_regenerate_in_another_process():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout) == here
+
+
+def test_generating_in_several_threads_leaves_stdout_as_it_was():
+    """Some generators print (bf): their output is swallowed, and the swap of sys.stdout that does it
+    is one thread at a time, or a thread could restore another's buffer for good."""
+    import threading
+
+    [bf] = resolve_families(["rg:bf"])
+    out = sys.stdout
+
+    def work(k):
+        for s in range(60):
+            make_task(TaskId(bf, 1000 * k + s, 1))
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sys.stdout is out

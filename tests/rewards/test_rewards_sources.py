@@ -123,6 +123,9 @@ def test_a_users_family_module_is_a_family_named_by_what_it_generates(tmp_path):
     assert resolve_families([f"module:{_module(tmp_path, name='copy.py')}"]) == [name]
     [other] = resolve_families([f"module:{_module(tmp_path, MODULE.replace('str(a * b)', 'str(a * b + 1)'), 'off.py')}"])
     assert other != name
+    # The same questions scored another way (spaces now count) are another family too.
+    [strict] = resolve_families([f"module:{_module(tmp_path, MODULE.replace('s.strip().lstrip', 's.lstrip'), 'strict.py')}"])
+    assert strict != name
 
 
 @pytest.mark.parametrize("text, words", [
@@ -195,3 +198,27 @@ def test_the_same_id_regenerates_the_same_task_in_another_process(tmp_path):
                           cwd=Path(__file__).resolve().parents[2])
     assert done.returncode == 0, done.stderr[-2000:]
     assert [tuple(x) for x in json.loads(done.stdout)] == here
+
+
+def test_a_tiny_dataset_keeps_its_questions_for_training(tmp_path):
+    """A level of fewer than four questions holds none out (a quarter of it rounds to none): a
+    1-row dataset still trains, where holding out its one question would leave nothing to draw."""
+    [one] = resolve_families([f"jsonl:{_jsonl(tmp_path / 'one.jsonl', ROWS[:1])}"])
+    [three] = resolve_families([f"jsonl:{_jsonl(tmp_path / 'three.jsonl', ROWS[:3])}"])
+    for name in (one, three):
+        held = held_out_set([name], [1], 16)
+        assert held.ids == () and held.questions == frozenset()
+        assert len(sample_task_ids(__import__("random").Random(0), 10, [name], [1], exclude=held.holds_id)) == 10
+
+
+def test_a_config_keeps_the_family_names_it_was_checked_with(tmp_path):
+    """A dataset edited while a node runs does not rename the node's family under it: its held-out
+    set, its evaluation and the ids it draws stay those of the content it started with."""
+    from node.run.config import load_config
+
+    path = _jsonl(tmp_path / "live.jsonl")
+    cfg = load_config(None, {"tasks.families": [f"jsonl:{path}"]})
+    before = cfg.tasks.names
+    path.write_text(path.read_text() + json.dumps({"question": "new", "answer": "1"}) + "\n")
+    assert cfg.tasks.names == before
+    assert load_config(None, {"tasks.families": [f"jsonl:{path}"]}).tasks.names != before  # a new start sees it

@@ -93,3 +93,24 @@ def test_peer_completions_longer_than_this_nodes_limit_are_left_out(tiny_model_d
     same = admitted(mine, "m", mine.tokenizer_fingerprint, task, (
         RolloutRecord(str(task.id), tuple(range(5, 25)), "x", tuple(-0.1 for _ in range(20)), True),))
     assert external_samples([same], mine, RewardConfig(), group_cap=8, max_tokens=16)[2] == 1
+
+
+def test_a_group_whose_prompt_leaves_no_room_in_the_model_is_left_out(tiny_model_dir, tmp_path):
+    """A task source's questions have no length bound, and a peer may pick the longest ids it can
+    find: a prompt that leaves no room for this node's completions in the model's positions (128
+    for the tiny model) is counted as too long, never handed to the learner."""
+    from rewards.registry import resolve_families
+    from protocol.task_id import TaskId
+
+    data = tmp_path / "long.jsonl"
+    data.write_text(json.dumps({"question": "q " * 100, "answer": "1"}) + "\n"
+                    + json.dumps({"question": "short", "answer": "2"}) + "\n")
+    [name] = resolve_families([f"jsonl:{data}"])
+    mine = Policy.load(str(tiny_model_dir))
+    tasks = {make_task(TaskId(name, s, 1)).question: make_task(TaskId(name, s, 1)) for s in range(20)}
+    long_task, short_task = tasks["q " * 100], tasks["short"]
+    groups = [admitted(mine, "m", mine.tokenizer_fingerprint, t,
+                       tuple(RolloutRecord(str(t.id), (5, 6), "ab", (-0.5, -0.5), False) for _ in range(3)))
+              for t in (long_task, short_task)]
+    samples, _, too_long = external_samples(groups, mine, RewardConfig(), group_cap=8, max_tokens=16)
+    assert too_long == 3 and len(samples) == 3 and {s.group for s in samples} == {groups[1].key}

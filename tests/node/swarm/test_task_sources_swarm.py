@@ -119,3 +119,16 @@ def test_over_hivemind_a_node_with_another_version_of_the_source_is_left_out(kin
     last = [json.loads((tmp_path / "sim" / f"node{i}" / "metrics.jsonl").read_text().splitlines()[-1]) for i in range(3)]
     fams = [set(r["eval"]["families"]) for r in last]
     assert fams[0] == fams[1] != fams[2] and all(len(f) == 1 for f in fams)
+
+
+def test_a_run_on_a_one_row_dataset_trains_and_evaluates_nothing_of_it(warm_tiny_model_dir, tmp_path):
+    from tests.helpers.swarm_helpers import train_to_end
+
+    data = _data(tmp_path / "one.jsonl", ROWS[:1])
+    cfg = swarm_cfg(warm_tiny_model_dir, tmp_path / "run", **{"swarm.transport": "none", "train.steps": 2,
+                                                              "tasks.families": [f"jsonl:{data}", "counting"],
+                                                              "eval.at_end": True, "eval.tasks_per_family": 2,
+                                                              "eval.samples": 1})
+    assert train_to_end(cfg)["steps"] == 2
+    last = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[-1])
+    assert set(last["eval"]["families"]) == {"counting"}  # its one question is for training
