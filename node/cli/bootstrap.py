@@ -10,7 +10,10 @@ def run_bootstrap(args: argparse.Namespace, unknown: list[str]) -> int:
     from node.observe.logs import setup_logging
     from node.transport.carriers import carrier
 
+    from node.transport.port_free import check_port_free
+
     setup_logging()
+    check_port_free(args.host, args.port)  # before a daemon binds over it (node/transport/port_free.py)
     swarm_carrier = carrier(args.transport)
     serve = swarm_carrier.load_bootstrap()
     # --no-relay and --no-nat are hivemind's daemon's; py-libp2p's host has neither.
