@@ -7,8 +7,8 @@ A node names them in ``tasks.families`` beside the built-in names: ``"module:my_
 optional ``"level"`` (default 1) and ``"scorer"``, one of ``SCORERS``, the same on every line).
 
 Each source becomes a family registered under ``<name>_<digest>`` (``rewards/registry.py``): the
-digest is of what the source generates (a module: its tasks for fixed probe seeds at every level;
-a dataset: its parsed items), so a task id says which content it was drawn from. A peer whose file
+digest is of what the source is (a module: its file, and its tasks and scoring for fixed probe
+seeds at every level; a dataset: its parsed items), so a task id says which content it was drawn from. A peer whose file
 or module differs, by one answer, names a family this node does not have, and its groups are
 refused as ``unknown_family`` (counted, no fault of the sender) instead of being scored against
 another ground truth. The id grammar does not change (``family:seed:difficulty``), and held-out
@@ -124,7 +124,9 @@ def family_from_module(where: str) -> Family:
     if type(family.max_difficulty) is not int or not 1 <= family.max_difficulty <= _MAX_LEVELS:
         raise TaskSourceError(f"module:{where}: max_difficulty must be an int in 1..{_MAX_LEVELS}, "
                               f"got {family.max_difficulty!r}")
-    digest = hashlib.sha256()
+    # Its code, then what it generates: the probes alone miss a version that differs only on inputs
+    # they never draw (a changed answer for one question in a hundred).
+    digest = hashlib.sha256(_source_bytes(module))
     for level in range(1, family.max_difficulty + 1):
         for seed in range(PROBE_SEEDS):
             first, again = (_probe(where, family, seed, level) for _ in range(2))
@@ -137,6 +139,15 @@ def family_from_module(where: str) -> Family:
     return Family(name=_family_name(family.name, digest.hexdigest()), max_difficulty=family.max_difficulty,
                   description=f"{family.description} (module:{where})", generator=family.generator,
                   normalizer=family.normalizer)
+
+
+def _source_bytes(module) -> bytes:
+    """The module's own file (not what it imports): two copies of one file are one family."""
+    path = getattr(module, "__file__", None)
+    try:
+        return Path(path).read_bytes() if path else b""
+    except OSError:
+        return b""
 
 
 def _probe(where: str, family: Family, seed: int, level: int) -> tuple[str, str]:

@@ -123,6 +123,10 @@ def test_a_users_family_module_is_a_family_named_by_what_it_generates(tmp_path):
     assert resolve_families([f"module:{_module(tmp_path, name='copy.py')}"]) == [name]
     [other] = resolve_families([f"module:{_module(tmp_path, MODULE.replace('str(a * b)', 'str(a * b + 1)'), 'off.py')}"])
     assert other != name
+    # A version that differs only where the probes never look (one question in 729) is another
+    # family too: the digest covers the module's file, not only what the probes see.
+    rare = MODULE.replace("str(a * b)", "str(a * b + (a == b == 7 and difficulty == 3))")
+    assert resolve_families([f"module:{_module(tmp_path, rare, 'rare.py')}"]) != [name]
     # The same questions scored another way (spaces now count) are another family too.
     [strict] = resolve_families([f"module:{_module(tmp_path, MODULE.replace('s.strip().lstrip', 's.lstrip'), 'strict.py')}"])
     assert strict != name

@@ -82,6 +82,16 @@ def _sources(kind: str, tmp_path: Path) -> tuple[str, str]:
         data = _data(tmp_path / "doubles.jsonl")
         other = _data(tmp_path / "doubles_v2.jsonl", [*ROWS[:-1], {"question": "double 12", "answer": "25"}])
         return f"jsonl:{data}", f"jsonl:{other}"
+    if kind == "module":  # a user's family: node2's copy answers one question differently
+        code = ("from rewards import Family\n\n"
+                "def generate(rng, difficulty):\n"
+                "    a = rng.randint(1, 9)\n"
+                "    return f'double {a}', str(2 * a{tweak})\n\n"
+                "FAMILY = Family(name='doubling', max_difficulty=1, description='double a digit',\n"
+                "                generator=generate, normalizer=str.strip)\n")
+        (tmp_path / "doubling.py").write_text(code.replace("{tweak}", ""))
+        (tmp_path / "doubling_v2.py").write_text(code.replace("{tweak}", " + (a == 9)"))
+        return f"module:{tmp_path / 'doubling.py'}", f"module:{tmp_path / 'doubling_v2.py'}"
     pytest.importorskip("reasoning_gym")
     return ("rg:basic_arithmetic:{\"max_terms\": 3, \"max_digits\": 2}",
             "rg:basic_arithmetic:{\"max_terms\": 2, \"max_digits\": 2}")
@@ -90,11 +100,12 @@ def _sources(kind: str, tmp_path: Path) -> tuple[str, str]:
 @pytest.mark.slow
 @pytest.mark.daemon
 @pytest.mark.subprocess
-@pytest.mark.parametrize("kind", ["jsonl", "reasoning-gym"])
+@pytest.mark.parametrize("kind", ["jsonl", "module", "reasoning-gym"])
 def test_over_hivemind_a_node_with_another_version_of_the_source_is_left_out(kind, warm_tiny_model_dir, tmp_path):
     """Three join processes (swarm-node sim over hivemind, each node its own process and registry):
     node0 and node1 train on the same source, node2 on another version of it (a dataset with one
-    answer changed; a reasoning-gym dataset with another config). Receivers regenerate every id."""
+    answer changed; a family module whose generator differs on one question; a reasoning-gym dataset
+    with another config). Receivers regenerate every id."""
     from tests.helpers.sim_procs import alive, start_sim, wait_watching
 
     same, other = _sources(kind, tmp_path)
