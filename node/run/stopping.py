@@ -3,15 +3,19 @@
 Ctrl-C or SIGTERM stops a node after its current step, but a step can wait a long time: for the
 next round of the shared clock (up to ``swarm.round_seconds``) and for peers' groups (up to
 ``swarm.collect_seconds``). Those waits end at once on a stop: the node does not start a new
-step, or it learns from the peer groups it already has, then checkpoints and exits.
+step, or it learns from the peer groups it already has, then checkpoints and exits. Closing is
+bounded too (``close_within``): no part of it may keep a stopped node's process alive.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Awaitable
 
-__all__ = ["StopRequest"]
+__all__ = ["StopRequest", "close_within", "CLOSE_PART_S"]
+
+log = logging.getLogger("node.run.trainer")
 
 
 class StopRequest:
@@ -44,3 +48,21 @@ class StopRequest:
             task.result()  # the wait's own error, if it raised
             return True
         return False
+
+
+CLOSE_PART_S = 15.0  # the longest one part of a node's close may take before the node goes on without it
+
+
+async def close_within(what: str, coro: Awaitable, seconds: float = CLOSE_PART_S) -> bool:
+    """Run one part of a node's close (its role, its swarm), but never wait on it past ``seconds``:
+    a stop must end the process. A part that has not finished by then is cancelled and left, said in
+    the log by name (a close that waits for a broker's answer that never comes once hung a worker
+    after its last step). True when it finished in time; its own error is raised."""
+    task = asyncio.ensure_future(coro)
+    done, _ = await asyncio.wait({task}, timeout=seconds)
+    if not done:
+        task.cancel()
+        log.warning("closing %s took over %.0f s: left behind so the node can stop", what, seconds)
+        return False
+    task.result()
+    return True

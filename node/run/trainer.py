@@ -43,7 +43,7 @@ from node.run.own_groups import FamilyCorrectness, OwnGroups, own_groups, take_r
 from node.run.resume import node_state
 from node.run.rollouts import external_samples, generate_rollouts, round_task_ids, to_records, to_train_samples
 from node.run.startup import start_node
-from node.run.stopping import StopRequest
+from node.run.stopping import StopRequest, close_within
 from node.run.summary import write_summary
 from node.swarm.exchange import SwarmExchange
 from node.swarm.pool import PeerGroup
@@ -400,9 +400,9 @@ class TrainingNode:
             try:
                 if self.vllm is not None:
                     self.vllm.close()
-                await self.role.close()  # before the swarm: it shares the swarm's p2p daemon
+                await close_within("the weight broadcast", self.role.close())  # before the swarm: it shares its link
                 if self.swarm is not None:
-                    await self.swarm.close()
+                    await close_within("the swarm connection", self.swarm.close())
             finally:
                 if self.endpoint is not None:
                     self.endpoint.close()

@@ -61,3 +61,42 @@ def test_a_node_stopped_while_waiting_for_peers_learns_from_what_it_has_and_stop
     assert st["phase"] == "stopped" and st["step"] == 1  # the step it was in was finished, not dropped
     assert (tmp_path / "alone" / "checkpoints" / "step_000001").is_dir()
     assert summary["steps"] == 1
+
+
+def test_a_part_of_close_that_never_finishes_is_left_behind_by_name(caplog):
+    """A close waiting on an answer that never comes (a broker's, once, for a worker) must not keep
+    a stopped node alive: it is cancelled after its time and said in the log."""
+    import asyncio
+    import logging
+
+    from node.run.stopping import close_within
+
+    cancelled = []
+
+    async def forever():
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.append(True)
+            raise
+
+    async def quick():
+        return None
+
+    async def failing():
+        raise OSError("broker gone")
+
+    async def go():
+        assert await close_within("the swarm connection", quick(), seconds=1) is True
+        assert await close_within("the weight broadcast", forever(), seconds=0.05) is False
+        await asyncio.sleep(0)  # let the cancellation land
+        try:
+            await close_within("the swarm connection", failing(), seconds=1)
+        except OSError as e:
+            return str(e)
+
+    with caplog.at_level(logging.WARNING, logger="node.run.trainer"):
+        assert asyncio.run(go()) == "broker gone"
+    assert cancelled == [True]
+    assert [r.getMessage() for r in caplog.records] == [
+        "closing the weight broadcast took over 0 s: left behind so the node can stop"]
