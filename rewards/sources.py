@@ -35,8 +35,8 @@ from rewards.errors import TaskError
 from rewards.families.family import Family
 from rewards.families.normalize import canonical_token, canonical_word
 
-__all__ = ["SCORERS", "TaskSourceError", "is_source_spec", "load_source", "load_sources", "family_from_module", "family_from_jsonl",
-           "PROBE_SEEDS", "MAX_DATASET_BYTES"]
+__all__ = ["SCORERS", "TaskSourceError", "is_source_spec", "load_source", "load_sources", "family_from_module",
+           "family_from_jsonl", "PROBE_SEEDS", "MAX_DATASET_BYTES"]
 
 SCORERS: dict[str, Callable[[str], str]] = {
     "auto": canonical_token,  # an integer by its value, anything else as lowercase words (the built-ins' way)
@@ -134,8 +134,7 @@ def family_from_module(where: str) -> Family:
                 raise TaskSourceError(f"module:{where}: not deterministic: seed {seed} at level {level} gave "
                                       f"{first!r}, then {again!r} (draw only from the rng it is given)")
             # What it asks and how it scores: a changed normalizer is another family too.
-            normals = [family.normalizer(t) for t in (first[1], "", "not an answer 123", " 007 ", first[1].upper())]
-            digest.update(json.dumps([level, seed, *first, normals]).encode())
+            digest.update(json.dumps([level, seed, *first]).encode())
     return Family(name=_family_name(family.name, digest.hexdigest()), max_difficulty=family.max_difficulty,
                   description=f"{family.description} (module:{where})", generator=family.generator,
                   normalizer=family.normalizer)
@@ -150,7 +149,8 @@ def _source_bytes(module) -> bytes:
         return b""
 
 
-def _probe(where: str, family: Family, seed: int, level: int) -> tuple[str, str]:
+def _probe(where: str, family: Family, seed: int, level: int) -> tuple[str, str, tuple[str, ...]]:
+    """(question, answer, what the normalizer makes of the answer and of a few other strings)."""
     try:
         out = family.generator(random.Random(seed), level)
     except Exception as e:  # noqa: BLE001
@@ -159,6 +159,7 @@ def _probe(where: str, family: Family, seed: int, level: int) -> tuple[str, str]
     if not (isinstance(out, tuple) and len(out) == 2 and all(isinstance(x, str) and x for x in out)):
         raise TaskSourceError(f"module:{where}: the generator must return (question, answer), two non-empty "
                               f"str; seed {seed}, level {level} gave {out!r:.200}")
+    normals = []
     for text in (out[1], "", "not an answer 123", " 007 ", out[1].upper()):
         try:
             normal = family.normalizer(text)
@@ -167,7 +168,8 @@ def _probe(where: str, family: Family, seed: int, level: int) -> tuple[str, str]
                                   f"{type(e).__name__}: {e} (it must take any str)") from e
         if not isinstance(normal, str):
             raise TaskSourceError(f"module:{where}: the normalizer must return a str, got {type(normal).__name__}")
-    return out
+        normals.append(normal)
+    return (*out, tuple(normals))
 
 
 # -- a JSONL dataset ----------------------------------------------------------------------------

@@ -44,9 +44,9 @@ class Exported:
     files: tuple[str, ...]
 
 
-def locate(source: Path, step: int | None = None) -> tuple[Path, Path]:
-    """(run folder, checkpoint) for a run folder (its checkpoint of ``step``, or the newest valid
-    one) or for one checkpoint directory (``RUN/checkpoints/step_000123``)."""
+def locate(source: Path, step: int | None = None) -> tuple[Path, Path | None]:
+    """(run folder, the checkpoint directory ``source`` names, or None for a run folder, whose
+    checkpoint of ``step`` (or newest valid one) ``find_checkpoint`` picks once its config is read)."""
     source = Path(source)
     try:
         checkpoint_step(source)
@@ -60,8 +60,7 @@ def locate(source: Path, step: int | None = None) -> tuple[Path, Path]:
         if not source.is_dir():
             raise ConfigError(f"no such checkpoint: {source}")
         return source.parent.parent, source
-    run_config(source)  # a run folder? (the error says what it is instead)
-    return source, find_checkpoint(source, step)
+    return source, None
 
 
 def _check_out(out: Path) -> None:
@@ -76,7 +75,8 @@ def export_model(source: Path, out: Path, *, step: int | None = None, adapter_on
     out = Path(out)
     _check_out(out)
     run_dir, path = locate(source, step)
-    cfg = run_config(run_dir, overrides)
+    cfg = run_config(run_dir, overrides)  # first: a folder that is not a run says what it is instead
+    path = path or find_checkpoint(run_dir, step)
     if adapter_only and cfg.model.lora_rank == 0:
         raise ConfigError(f"--adapter: {run_dir} trained the whole model (model.lora_rank = 0), there is no "
                           f"adapter to write; export without --adapter")
@@ -172,7 +172,8 @@ def model_card(cfg: NodeConfig, run_dir: Path, checkpoint: Path, step: int, poli
         f"# A policy trained by swarm-node: step {step}", "",
         f"Exported from `{run_dir}` (checkpoint `{checkpoint.name}`, policy version {policy_version}), {weights}.",
         "", "## How it was trained", "",
-        f"- base: {base}; dtype {m.dtype}" + (f"; LoRA rank {m.lora_rank}, alpha {m.lora_alpha}" if m.lora_rank else ""),
+        f"- base: {base}; dtype {m.dtype}"
+        + (f"; LoRA rank {m.lora_rank}, alpha {m.lora_alpha}" if m.lora_rank else ""),
         f"- tasks: {', '.join(t.names)} at level {', '.join(map(str, t.difficulties))}, scored by swarm-node's "
         "verifiable rewards (the answer in `<answer>...</answer>`, checked against the regenerated ground truth)",
         f"- {step} steps of off-policy-corrected GRPO: {g.prompts_per_step} groups of {g.num_generations} "

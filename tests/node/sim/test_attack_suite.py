@@ -138,7 +138,7 @@ def test_flood_lying_logprobs_and_zero_advantage_leave_the_honest_swarm_as_it_wa
     # rows carry no gradient, so they are not in ρ. Within 0.05, not the bench's 0.02: ρ is a real
     # number here (the warm model's groups carry gradient), and on a loaded 2-core machine it moves
     # with timing, whatever the attack (one CI run: clean 0.918, flood 0.900, lying 0.942, zero
-    # advantage 0.896; an idle one: 0.938 and 0.907). A lie that reached ρ would move it far more.
+    # advantage 0.896; a run alone: clean 0.938, zero advantage 0.907). A lie that reached ρ would move it far more.
     assert zero["honest"]["attacker_used"] > 0, text
     rho = zero["verdict"]["rho_unmoved"]
     assert rho["rho"] >= rho["clean_rho"] - 0.05 and rho["lr_factor"] >= rho["clean_lr_factor"] - 0.05, text
