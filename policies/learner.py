@@ -225,11 +225,14 @@ class Learner:
             for group in self.optimizer.param_groups:
                 group["lr"] = self.base_lr * first.factor * self._warmup()
             grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.max_grad_norm)
-            if math.isfinite(float(grad_norm)):
-                self._optimizer_step()
-            else:  # one bad batch must not poison the weights
-                log.warning("non-finite gradient norm at version %d: update skipped", self.version)
-            self.version += 1
+            # Weights and version change together under the weights lock: a generator copying
+            # them from another thread (node/run/overlap.py) reads one version, labelled exactly.
+            with self.policy.weights_lock:
+                if math.isfinite(float(grad_norm)):
+                    self._optimizer_step()
+                else:  # one bad batch must not poison the weights
+                    log.warning("non-finite gradient norm at version %d: update skipped", self.version)
+                self.version += 1
             if it == 0:
                 metrics.update(first.metrics, loss=done.loss, grad_norm=float(grad_norm), **done.loss_metrics)
         adv = first.adv

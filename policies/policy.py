@@ -260,19 +260,19 @@ class Policy:
             raise ValueError("num_generations must be >= 1")
         prompt_ids = self.encode_prompts(prompts)
         rows = [p for p in prompt_ids for _ in range(num_generations)]
-
-        def halved(old: int, new: int) -> None:
-            self.generation_batch_size = new
-            self.generation_oom_halvings += 1
-
         was_training = self.model.training
         with self.weights_lock:
             self.model.eval()
             try:
-                flat = self._generate_rows(rows, params, halved)
+                flat = self._generate_rows(rows, params, self.generation_halved)
             finally:
                 self.model.train(was_training)
         return [flat[i:i + num_generations] for i in range(0, len(flat), num_generations)]
+
+    def generation_halved(self, old: int, new: int) -> None:
+        """Out of memory at ``old`` rows a call: ``new`` from now on, counted (policies/oom.py)."""
+        self.generation_batch_size = new
+        self.generation_oom_halvings += 1
 
     def _generate_rows(self, rows, params: SamplingParams, halved) -> list[Completion]:
         flat: list[Completion] = []
@@ -288,26 +288,7 @@ class Policy:
 
     def _sample(self, rows: list[tuple[int, ...]], params: SamplingParams) -> list[Completion]:
         """One ``model.generate`` call over these prompt rows (eval mode, no grad)."""
-        from transformers import LogitsProcessorList
-
-        pad = int(self.tokenizer.pad_token_id)
-        batch = TokenBatch.build(rows, [()] * len(rows), pad)
-        P = batch.prompt_len
-        recorder = BehaviourLogprobs(params.temperature, P)
-        # This call's settings on a copy of the clean config (sampling_config): one object, so
-        # nothing of a checkpoint's own config can come back in.
-        gen = copy.deepcopy(self.model.generation_config)
-        gen.update(do_sample=True, temperature=params.temperature, top_p=params.top_p, top_k=params.top_k,
-                   max_new_tokens=params.max_new_tokens, eos_token_id=self.eos_token_id, pad_token_id=pad)
-        sequences = self.model.generate(
-            input_ids=batch.input_ids[:, :P].to(self.device),
-            attention_mask=batch.attention_mask[:, :P].to(self.device),
-            generation_config=gen,
-            logits_processor=LogitsProcessorList([recorder]),
-        )
-        # Only (B, T) values: the sampled tokens' log-probs, gathered step by step.
-        tok_logp = recorder.finish(sequences).cpu()
-        new = sequences[:, P:].cpu()  # (B, T)
+        new, tok_logp = self.sample_tokens(rows, params.max_new_tokens, params)
         is_eos = new == self.eos_token_id
         out = []
         for i, p in enumerate(rows):
@@ -322,6 +303,34 @@ class Policy:
                 truncated=not eos_pos.numel(),
             ))
         return out
+
+    def sample_tokens(self, rows: list[tuple[int, ...]], max_new_tokens: int, params: SamplingParams,
+                      stopping=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """One ``model.generate`` call continuing each row of token ids (a prompt, or a prompt and
+        the start of a completion): the new tokens and their behaviour log-probs, both (B, T) on
+        the host. Columns past a row's end (EOS, or where ``stopping``, a transformers stopping
+        criterion, ended it) are padding the caller cuts. The caller holds ``weights_lock`` and
+        has the model in eval mode (``generate`` does both)."""
+        from transformers import LogitsProcessorList, StoppingCriteriaList
+
+        pad = int(self.tokenizer.pad_token_id)
+        batch = TokenBatch.build(rows, [()] * len(rows), pad)
+        P = batch.prompt_len
+        recorder = BehaviourLogprobs(params.temperature, P)
+        # This call's settings on a copy of the clean config (sampling_config): one object, so
+        # nothing of a checkpoint's own config can come back in.
+        gen = copy.deepcopy(self.model.generation_config)
+        gen.update(do_sample=True, temperature=params.temperature, top_p=params.top_p, top_k=params.top_k,
+                   max_new_tokens=max_new_tokens, eos_token_id=self.eos_token_id, pad_token_id=pad)
+        sequences = self.model.generate(
+            input_ids=batch.input_ids[:, :P].to(self.device),
+            attention_mask=batch.attention_mask[:, :P].to(self.device),
+            generation_config=gen,
+            logits_processor=LogitsProcessorList([recorder]),
+            stopping_criteria=StoppingCriteriaList([stopping] if stopping is not None else []),
+        )
+        # Only (B, T) values: the sampled tokens' log-probs, gathered step by step.
+        return sequences[:, P:].cpu(), recorder.finish(sequences).cpu()
 
     def completion_logprobs(self, batch: TokenBatch, temperature: float = 1.0) -> torch.Tensor:
         """log π(y_t | x, y_<t) for every completion column, (B, T); 0 on padding.

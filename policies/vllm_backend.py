@@ -51,7 +51,7 @@ def vllm_installed() -> bool:
 
 
 def choose_backend(requested: str, device: str, *, top_p: float, top_k: int, behaviour_lag: int,
-                   installed: bool | None = None) -> str:
+                   installed: bool | None = None, max_async: int = 0, over_provision: float = 0.0) -> str:
     """``transformers`` or ``vllm``. ``auto``: vLLM on a CUDA device where it is installed and the
     run can use it; an explicit ``vllm`` that cannot be honoured is a ``PolicyError`` saying why."""
     if requested not in BACKENDS:
@@ -65,6 +65,12 @@ def choose_backend(requested: str, device: str, *, top_p: float, top_k: int, beh
                    "π_θ is the full softmax: use generation.top_p 1 and generation.top_k 0")
     elif behaviour_lag > 0:
         why_not = "train.behaviour_lag samples with a lagged copy of the policy, which only the transformers backend has"
+    elif max_async > 0:
+        why_not = ("train.max_async generates with a copy of the policy while the learner trains, which only the "
+                   "transformers backend has (a vLLM engine on the learner's card sleeps through each learner step)")
+    elif over_provision > 0:
+        why_not = ("generation.over_provision stops generation part-way and continues it next step, which only the "
+                   "transformers backend does")
     if requested == "vllm":
         if why_not:
             raise PolicyError(f"generation.backend vllm: {why_not}")

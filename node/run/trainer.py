@@ -39,10 +39,12 @@ from node.run.behaviour_lag import LaggedBehaviour
 from node.run.checkpoint import save_checkpoint
 from node.run.config import NodeConfig, batch_overlap
 from node.run.evaluate import HeldOut
+from node.run.overlap import GenerationAhead
 from node.run.own_groups import FamilyCorrectness, OwnGroups, own_groups, take_replacing
 from node.run.resume import node_state
-from node.run.rollouts import external_samples, generate_rollouts, round_task_ids, to_records, to_train_samples
+from node.run.rollouts import external_samples, to_records, to_train_samples
 from node.run.startup import start_node
+from node.run.step_generation import StepGenerator, StepRollouts
 from node.run.stopping import StopRequest, close_within
 from node.run.summary import write_summary
 from node.swarm.exchange import SwarmExchange
@@ -95,13 +97,15 @@ class TrainingNode:
         self.rounds_skipped = 0
         self._closed = False
         self._coincide_warned = False
-        self._gen_halvings = 0  # generation's out-of-memory halvings in the current step
         self._coincide_steps = 0  # consecutive steps in which this node took every peer group
         self.status = status or StatusFile(run_dir, cfg.train.steps, cfg.model.name, start_step)
         self.role = make_role(cfg.broadcast.role)  # node/broadcast/roles.py: full, learner or worker
         self.role_ctx = self._role_context()
         self.families = FamilyCorrectness()  # own running correctness per family: swarm.select = weakest
         self.held_out = HeldOut(cfg, policy, self.status, vllm)  # node/run/evaluate.py
+        self.generator = StepGenerator(cfg, policy, learner, self.lagged, vllm, self.role, self.role_ctx,
+                                       self.held_out.reserved, self.reward_cfg, self.sampling)
+        self.ahead: GenerationAhead | None = None  # train.max_async > 0: generation runs ahead (run())
         self.run_lock = None  # the run folder's lock (node/run/run_lock.py), set by start_node
 
     def _role_context(self) -> RoleContext:
@@ -129,35 +133,30 @@ class TrainingNode:
         return await start_node(cls, cfg, transport)
 
     # -- one step ---------------------------------------------------------------------------
-    def _generate(self, step: int, n_groups: int, task_seed: int | str):
-        """This step's local rollouts (worker thread)."""
-        cfg = self.cfg
+    async def _rollouts(self, step: int) -> StepRollouts:
+        """This step's local rollouts: generated ahead (``train.max_async``), or now; ``gen_wait``
+        is how long the step waited for them (all of ``gen_time`` when nothing runs ahead)."""
         t0 = time.perf_counter()
-        if self.policy.device.type == "cuda":  # this step's peak, generation and learner together
-            torch.cuda.reset_peak_memory_stats(self.policy.device)
-        task_ids = round_task_ids(task_seed, step, n_groups, cfg.tasks.names, cfg.tasks.difficulties,
-                                  self.held_out.reserved)
-        sampler, behaviour_version = self.lagged.sampler()
-        if self.vllm is not None:  # holds the weights of learner.version (synced after each update)
-            sampler = self.vllm
-        before = sampler.generation_oom_halvings
-        # The version label and the weights are read under one lock: a follower applying a new
-        # version (node/broadcast/roles.py) waits for this step's generation, so the label is exact.
-        with self.policy.weights_lock:
-            role_version = self.role.rollout_version(self.role_ctx)
-            version = (role_version if role_version is not None
-                       else self.learner.version if behaviour_version < 0 else behaviour_version)
-            rollouts = generate_rollouts(sampler, task_ids, cfg.group_size, self.sampling, version,
-                                         self.reward_cfg)
-        self._gen_halvings = sampler.generation_oom_halvings - before
-        return rollouts, version, time.perf_counter() - t0
+        if self.ahead is not None:
+            made = await self.ahead.take(step)
+        else:
+            made = await asyncio.to_thread(self.generator, step, self.cfg.local_groups, self._task_seed())
+        made.metrics["gen_wait"] = time.perf_counter() - t0
+        return made
 
-    def _learn(self, step: int, rollouts: list, version: int, t_gen: float,
-               groups: list[PeerGroup] | None = None, own: OwnGroups | None = None) -> dict:
+    def _task_seed(self) -> int | str:
+        """What a step's task ids are drawn from: the run's seed, and in a swarm the node's id
+        (nodes must not all ask the same questions)."""
+        seed = self.cfg.train.seed
+        return seed if self.swarm is None else f"{seed}:{self.swarm.peer_id}"
+
+    def _learn(self, step: int, made: StepRollouts, groups: list[PeerGroup] | None = None,
+               own: OwnGroups | None = None) -> dict:
         """Score peers' groups, update the policy, and build the step's metrics (worker thread)."""
         cfg = self.cfg
         t0 = time.perf_counter()
-        staleness = self.learner.version - version
+        rollouts, t_gen = made.rollouts, made.seconds
+        staleness = self.learner.version - made.version
         # The staleness bound: rollouts from a policy too many versions old are dropped, counted.
         own = own or own_groups(rollouts, cfg.swarm.replace_uninformative)  # own zero-variance groups left out
         local = own.keep(to_train_samples(rollouts))
@@ -201,9 +200,9 @@ class TrainingNode:
             "learn_time": time.perf_counter() - t0,
             **learn,
             "policy_version": self.learner.version,
-            # Out-of-memory recovery (policies/oom.py): rows a generate call, halvings this step.
-            "gen_batch": (self.lagged.behaviour or self.policy).generation_batch_size or len(rollouts),
-            "gen_oom_halvings": self._gen_halvings,
+            # Out-of-memory recovery (policies/oom.py): rows a generate call (gen_batch), halvings
+            # this step (gen_oom_halvings); partial rollouts' counts (node/run/april.py).
+            **made.metrics,
         }
         if self.policy.device.type == "cuda":
             record["cuda_peak_mib"] = torch.cuda.max_memory_allocated(self.policy.device) / 2 ** 20
@@ -223,13 +222,14 @@ class TrainingNode:
     async def _step(self) -> dict | None:
         t0 = time.perf_counter()
         if self.swarm is None:
-            rollouts, version, t_gen = await asyncio.to_thread(
-                self._generate, self.step, self.cfg.local_groups, self.cfg.train.seed)
-            record = await asyncio.to_thread(self._learn, self.step, rollouts, version, t_gen)
+            made = await self._rollouts(self.step)
+            record = await asyncio.to_thread(self._learn, self.step, made)
         else:
             record = await self._swarm_step()
             if record is None:
                 return None
+        if self.ahead is not None:
+            await self.ahead.learned(self.step)
         await self.role.after_step(self.role_ctx, record)
         record["step_time"] = time.perf_counter() - t0
         return record
@@ -253,10 +253,10 @@ class TrainingNode:
         first = self.step == self.start_step
         if first:
             self.status.phase("generating the first rollouts")
-        rollouts, version, t_gen = await asyncio.to_thread(
-            self._generate, self.step, self.cfg.local_groups, f"{self.cfg.train.seed}:{sw.peer_id}")
-        await sw.publish(r, version, to_records(rollouts, frozenset(self.policy.tokenizer.all_special_ids),
-                                                self.policy.tokenizer.eos_token_id))
+        made = await self._rollouts(self.step)
+        rollouts = made.rollouts
+        await sw.publish(r, made.version, to_records(rollouts, frozenset(self.policy.tokenizer.all_special_ids),
+                                                     self.policy.tokenizer.eos_token_id))
         await sw.announce(r, self.learner.version)
         j = scfg.external_groups if self.role.learns else 0  # a worker trains on nothing: takes nothing
         deadline = time.time() + scfg.collect_seconds if scfg.collect_seconds > 0 else clock.end_of(r)
@@ -269,7 +269,7 @@ class TrainingNode:
         st_now = sw.status()
         # Peers: those alive now, or ever heard from (heartbeats arrive over the first rounds).
         self._warn_if_batches_coincide(len(groups), max(st_now["peers_alive"], st_now["peers_heard"]))
-        record = await asyncio.to_thread(self._learn, self.step, rollouts, version, t_gen, groups, own)
+        record = await asyncio.to_thread(self._learn, self.step, made, groups, own)
         st = sw.status()
         record.update({
             "round": r,
@@ -301,7 +301,7 @@ class TrainingNode:
 
     def _memory_status(self) -> dict:
         """What out-of-memory recovery has done so far this run (0 = the configured sizes)."""
-        sampler = self.lagged.behaviour or self.policy
+        sampler = self.generator.sampler_policy
         return {"micro_batch_size": self.learner.micro_batch_size,
                 "generation_batch_size": sampler.generation_batch_size,
                 "learner_oom_halvings": self.learner.oom_halvings,
@@ -336,8 +336,13 @@ class TrainingNode:
         if self.step >= total:
             log.info("%s has already trained %d of %d steps: nothing to do (raise --train.steps to "
                      "continue it)", self.run_dir, self.step, total)
+        if self.cfg.train.max_async > 0:
+            self.ahead = GenerationAhead(lambda s: self.generator(s, self.cfg.local_groups, self._task_seed()),
+                                         self.cfg.train.max_async, self.step)
         try:
             self.metrics.start_eval(await self.held_out.before_training(self.step, self.stop_requested))
+            if self.ahead is not None:  # after the first evaluation: it reads the live weights, not the copy
+                self.ahead.start()
             self.status.phase("training" if self.swarm is None else "training (first step)")
             while self.step < total and not self.stop_requested:
                 record = await self._step()
@@ -356,6 +361,11 @@ class TrainingNode:
                 progress.update(record)
         finally:
             progress.close()
+            if self.ahead is not None:
+                await self.ahead.close()
+                self.ahead = None
+            if self.generator.april is not None:
+                self.generator.april.drop()
             for sig in signals:
                 try:
                     loop.remove_signal_handler(sig)

@@ -103,7 +103,8 @@ def generation_backend(cfg: NodeConfig) -> str:
     g = cfg.generation
     try:
         return choose_backend(g.backend, cfg.model.device, top_p=g.top_p, top_k=g.top_k,
-                              behaviour_lag=cfg.train.behaviour_lag)
+                              behaviour_lag=cfg.train.behaviour_lag, max_async=cfg.train.max_async,
+                              over_provision=g.over_provision)
     except PolicyError as e:
         raise ConfigError(str(e)) from None
 
