@@ -6,6 +6,11 @@ hashed again before it is served or used (a disk can rot, a file can be edited).
 is the signed manifest of the version being fetched, ``applied`` the last version applied
 whole: a restarted follower loads ``applied`` (its last good weights) and resumes ``pending``
 from the chunks it has. A chunk unchanged between versions is never fetched twice.
+
+The bound on disk: ``prune(keep)`` deletes every chunk the manifests in ``keep`` do not list and
+refuses such chunks from then on (a write still finishing for a version just abandoned is
+deleted as it lands). The fetch keeps the last applied version and the one it is fetching, so
+at most two versions' chunks are on disk, however many versions were abandoned midway.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ class ChunkStore:
     def __init__(self, root: Path):
         self.root = Path(root)
         (self.root / "chunks").mkdir(parents=True, exist_ok=True)
+        self.wanted: set[str] | None = None  # names of the chunks kept (None: all, until a prune)
 
     def _path(self, digest: bytes) -> Path:
         return self.root / "chunks" / digest.hex()
@@ -41,13 +47,20 @@ class ChunkStore:
         return data
 
     def put(self, digest: bytes, data: bytes | memoryview) -> None:
+        """Keep a chunk, unless the last ``prune`` left it out (its version was abandoned)."""
         path = self._path(digest)
-        if path.exists():
+        if not self._wanted(path.name) or path.exists():
             return
         tmp = path.with_name(f"{path.name}.tmp{os.getpid()}-{threading.get_ident()}")  # two writers, one hash
         with open(tmp, "wb") as f:
             f.write(data)
         os.replace(tmp, path)
+        if not self._wanted(path.name):  # pruned while it was written: prune set ``wanted``
+            path.unlink(missing_ok=True)  # first and listed after, so one of the two deletes it
+
+    def _wanted(self, name: str) -> bool:
+        wanted = self.wanted
+        return wanted is None or name in wanted
 
     def save_manifest(self, slot: str, m: Manifest) -> None:
         """``slot``: "pending" or "applied"; atomically replaced."""
@@ -76,8 +89,9 @@ class ChunkStore:
         (self.root / f"{slot}.manifest").unlink(missing_ok=True)
 
     def prune(self, keep: list[Manifest]) -> int:
-        """Delete chunks no manifest in ``keep`` lists (and stray temporary files); returns how many."""
-        wanted = {h.hex() for m in keep for h in m.chunk_hashes}
+        """Delete chunks no manifest in ``keep`` lists, and take no more of them until the next
+        prune; returns how many were deleted."""
+        wanted = self.wanted = {h.hex() for m in keep for h in m.chunk_hashes}
         n = 0
         for p in (self.root / "chunks").iterdir():
             if ".tmp" in p.name:
