@@ -10,6 +10,13 @@ parent vanishes or stalls. A node above us that failed us is asked last for the 
 version. When every chunk is in, the whole is hashed once more and ``on_version`` gets it: the
 caller applies it (never a partial version). Chunks and the pending manifest go to the node's
 ``ChunkStore`` as they arrive, so a restarted follower resumes where it stopped.
+
+Which version (``version_to_fetch``): a newer manifest does not cancel the version in flight
+while that one is within ``max_staleness`` of it; it is remembered as the next, fetched once the
+one in flight is done (a newer one still replaces it). Only when the version in flight falls out
+of the bound does the follower jump, and then to the newest: on a link slower than the source
+publishes, it still finishes versions instead of starting each one over. The store then keeps
+the last applied version and the one in flight: an abandoned version's chunks go at once.
 """
 
 from __future__ import annotations
@@ -46,6 +53,14 @@ def bump(counter: collections.Counter, peer: str) -> None:
             del counter[p]
 
 
+def version_to_fetch(in_flight: int | None, newest: int, max_staleness: int) -> int:
+    """The version a follower fetches now: the one ``in_flight`` (None: none) while the newest
+    accepted is at most ``max_staleness`` ahead of it, the ``newest`` otherwise."""
+    if in_flight is not None and newest - in_flight <= max_staleness:
+        return in_flight
+    return newest
+
+
 def join_and_hash(parts: list[bytes]) -> tuple[bytes, bytes]:
     data = b"".join(parts)
     return data, hashlib.sha256(data).digest()
@@ -57,6 +72,14 @@ class Fetcher:
 
     def __init__(self, node: BroadcastPeer):
         self.node = node
+        self.next: Manifest | None = None  # accepted while another was in flight: fetched after it
+
+    def in_flight(self) -> Transfer | None:
+        """The version being fetched: its task runs and no newer one replaced it."""
+        for t in reversed(self.node.held.values()):
+            if t.task is not None and not t.task.done() and not t.abandoned:
+                return t
+        return None
 
     # -- which versions ------------------------------------------------------------------------
     def offer(self, m: Manifest) -> bool:
@@ -73,7 +96,13 @@ class Fetcher:
             return False
         if m.digest in self.node.held or not check.accept(m):
             return False
-        self.begin(m)
+        t = self.in_flight()
+        if t is not None and (t.done.is_set() or version_to_fetch(t.manifest.version, m.version,
+                                                                  self.node.max_staleness) == t.manifest.version):
+            self.next = m  # the one in flight is fresh enough (or whole, being applied): finish it first
+            self.node.offer_down(m)  # (our children go above us for it until we have it)
+        else:
+            self.begin(m)
         return True
 
     async def ask_newest(self, peer: str) -> bool:
@@ -141,10 +170,15 @@ class Fetcher:
 
     def begin(self, m: Manifest, resumed: bool = False) -> None:
         node = self.node
-        for old in node.held.values():  # a newer version replaces one still in flight
+        for old in list(node.held.values()):  # a newer version replaces one still in flight
             if old.data is None and old.task is not None and not old.done.is_set():
+                if not old.task.done():
+                    node.stats.versions_abandoned += 1
                 old.abandoned = True
                 old.task.cancel()
+                del node.held[old.manifest.digest]  # (the last applied stays held, for children still on it)
+        if self.next is not None and self.next.version <= m.version:
+            self.next = None
         t = Transfer(m)
         node.hold(t)
         t.task = node.spawn(self._receive_logged(t, resumed))
@@ -162,6 +196,9 @@ class Fetcher:
             raise
         except Exception:  # a bug or a full disk: say so; the last good version stays
             log.exception("receiving version %d of %s failed", t.manifest.version, t.manifest.source)
+        nxt, self.next = self.next, None  # done (applied or not): on to the newest accepted meanwhile
+        if nxt is not None and nxt.version > t.manifest.version and nxt.digest not in self.node.held:
+            self.begin(nxt)
 
     async def _receive(self, t: Transfer, resumed: bool) -> None:
         node, m = self.node, t.manifest
@@ -175,7 +212,9 @@ class Fetcher:
                 log.info("looking up the relays of version %d: %s: %s", m.version, type(e).__name__, e)
             node.offer_down(m, only=set(wanted))
         node.suspects = {p: v for p, v in node.suspects.items() if m.version - v < SUSPECT_VERSIONS}
-        if node.store is not None:  # what an earlier run (or an older version) already got
+        if node.store is not None:  # on disk: the last good version and this one (abandoned ones go)
+            await asyncio.to_thread(node.store.prune, [x for x in (node.applied, m) if x is not None])
+            # what an earlier run (or an older version) already got
             found = await asyncio.to_thread(self._chunks_on_disk, m)
             for i, data in found.items():
                 self._keep(t, i, data, peer=None)
@@ -204,8 +243,7 @@ class Fetcher:
             node.store.save_manifest("applied", m)
             if node.store.load_manifest("pending") == m:
                 node.store.drop_manifest("pending")
-            keep = [m] + [x.manifest for x in node.held.values() if not x.done.is_set()]
-            await asyncio.to_thread(node.store.prune, keep)
+            await asyncio.to_thread(node.store.prune, [m])  # the next version's prune keeps it too
 
     async def _fetch_worker(self, t: Transfer, todo: collections.deque) -> None:
         while todo:

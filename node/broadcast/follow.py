@@ -105,6 +105,7 @@ class WeightFollower:
                  poll_s: float = 2.0):
         self.policy, self.peer, self.directory = policy, peer, directory
         self.max_staleness, self.poll_s = max_staleness, poll_s
+        peer.max_staleness = max_staleness  # the version in flight is finished while within the bound
         self.pointer_version: int | None = None
         self.applied_versions = 0
         self.apply_failures = 0
@@ -155,8 +156,7 @@ class WeightFollower:
 
     @property
     def newest_seen(self) -> int | None:
-        held = [t.manifest.version for t in self.peer.held.values()]
-        seen = [v for v in [*held, self.pointer_version] if v is not None]
+        seen = [v for v in [self.peer.newest_known, self.pointer_version] if v is not None]
         return max(seen) if seen else None
 
     @property
@@ -191,8 +191,8 @@ class WeightFollower:
             return
         self.peer.directory[self.directory.source] = pointer.address
         self.pointer_version = max(pointer.version, self.pointer_version or -1)
-        newest_held = max((t.manifest.version for t in self.peer.held.values()), default=-1)
-        if pointer.version > newest_held:  # an offer we missed (joined late, was down): ask for the
+        newest = self.peer.newest_known  # held, or accepted and waiting its turn
+        if newest is None or pointer.version > newest:  # an offer we missed (joined late, was down): ask for the
             # manifest the pointer names by digest: of the source first (a manifest is small, and a
             # follower's "I have it" is a claim anyone in our shard can make), then of two who say so
             # and have not failed us (a liar costs one request, and cannot hand over another version)

@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 
 __all__ = ["BroadcastPeer"]
 
-HELD_VERSIONS = 2  # versions a node keeps serving (the newest and the one before)
+HELD_VERSIONS = 2  # versions a node keeps serving at least (the newest and the one before) ...
 
 
 class BroadcastPeer:
@@ -41,13 +41,14 @@ class BroadcastPeer:
                  directory: dict[str, str], follow: str | None = None, store: ChunkStore | None = None,
                  on_version: Callable[[Manifest, bytes], Awaitable[None]] | None = None,
                  window: int = 4, chunk_wait_s: float = 5.0, request_timeout_s: float = 20.0,
-                 stall_s: float = 20.0):
+                 stall_s: float = 20.0, max_staleness: int = 2):
         self.identity, self.carrier, self.swarm = identity, carrier, swarm
         self.me = identity.peer_id
         self.directory = directory  # peer id -> carrier address (from announcements)
         self.store, self.on_version = store, on_version
         self.window, self.chunk_wait_s = window, chunk_wait_s
         self.request_timeout_s, self.stall_s = request_timeout_s, stall_s
+        self.max_staleness = max_staleness  # a version in flight this far behind the newest is finished (fetch.py)
         self.check = ManifestCheck(swarm, follow) if follow else None
         self.held: collections.OrderedDict[bytes, Transfer] = collections.OrderedDict()
         self.applied: Manifest | None = None
@@ -119,10 +120,11 @@ class BroadcastPeer:
 
     # -- what it holds, and who hears of it -----------------------------------------------------
     def hold(self, t: Transfer) -> None:
-        """Keep ``t`` as the newest version held; the oldest past HELD_VERSIONS goes."""
+        """Keep ``t`` as the newest version held; the oldest past the newest ``max_staleness`` + 1
+        (a follower may still be finishing any of them), and at least HELD_VERSIONS, goes."""
         self.held[t.manifest.digest] = t
         self.held.move_to_end(t.manifest.digest)
-        while len(self.held) > HELD_VERSIONS:
+        while len(self.held) > max(HELD_VERSIONS, self.max_staleness + 1):
             _, old = self.held.popitem(last=False)
             if old.task is not None:
                 old.task.cancel()
@@ -141,6 +143,14 @@ class BroadcastPeer:
         except CarrierError as e:
             log.debug("offer to %s failed: %s", peer, e)
 
+    @property
+    def newest_known(self) -> int | None:
+        """The newest version held, or accepted and waiting its turn (fetch.py)."""
+        versions = [t.manifest.version for t in self.held.values()]
+        if self.fetcher.next is not None:
+            versions.append(self.fetcher.next.version)
+        return max(versions, default=None)
+
     def neighbours(self) -> list[str]:
         """The peers the newest held version ties us to: children, then the nearest nodes above."""
         if not self.held:
@@ -158,14 +168,15 @@ class BroadcastPeer:
                 flight = {"version": t.manifest.version, "bytes": got, "total": t.manifest.total_size,
                           "from": dict(t.from_peer)}
                 break
-        newest = max((t.manifest.version for t in self.held.values()), default=None)
         return {
             "applied_version": self.applied.version if self.applied else None,
-            "newest_seen": newest, "transfer": flight,
+            "newest_seen": self.newest_known, "transfer": flight,
+            "next_version": self.fetcher.next.version if self.fetcher.next is not None else None,
             "bad_chunks": dict(self.stats.bad_chunks), "failed_requests": dict(self.stats.failed_requests),
             "fallbacks": self.stats.fallbacks, "served_bytes": self.stats.served_bytes,
             "turned_away": self.stats.turned_away, "over_budget": self.stats.over_budget,
             "refused_streams": self.carrier.refused_streams, "resumed_chunks": self.stats.resumed_chunks,
             "manifests_refused": dict(self.check.refused) if self.check else {},
             "versions_completed": self.stats.versions_completed,
+            "versions_abandoned": self.stats.versions_abandoned,
         }

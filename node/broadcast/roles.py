@@ -82,7 +82,7 @@ async def _broadcast_parts(ctx: RoleContext, follow: str | None):
     carrier, directory = await ctx.transport.broadcast_parts(ctx.identity, follow or ctx.peer_id, upload)
     store = ChunkStore(ctx.run_dir / "broadcast")  # a follower's chunks; a source's last manifest
     peer = BroadcastPeer(ctx.identity, carrier, swarm=ctx.swarm_name, directory={}, follow=follow,
-                         store=store if follow else None)
+                         store=store if follow else None, max_staleness=bc.max_staleness)
     return peer, directory, store
 
 

@@ -52,3 +52,4 @@ class BroadcastStats:
     over_budget: int = 0  # manifest offers and asks refused past a request budget
     resumed_chunks: int = 0  # chunks found on disk at a restart
     versions_completed: int = 0
+    versions_abandoned: int = 0  # versions given up midway: they fell out of the staleness bound

@@ -8,4 +8,5 @@ pytest's ``pythonpath``, see pyproject.toml):
     mqtt_fixtures.py  a real mosquitto per module, certificates, identities
     tls_certs.py      a throwaway CA and certificates for the MQTT TLS listener
     follower_proc.py  a broadcast follower run as its own process (killed mid-transfer)
+    broadcast_net.py  a broadcast source and followers on an in-memory hub (Net)
 """

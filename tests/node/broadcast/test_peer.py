@@ -5,76 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import os
-import random
 
 import msgpack
 import pytest
 
 from node.transport.ratelimit import TokenBucket
 from node.transport.carrier import MemoryCarrier, MemoryHub
-from node.broadcast.peer import BroadcastPeer
 from node.broadcast.wire import BUSY, NOT_YET, OK
-from node.broadcast.store import ChunkStore
 from protocol.identity import Identity
 from protocol.manifest import Manifest, build_manifest, encode_manifest
-
-SWARM = "s"
-META = dict(step=7, model_fingerprint="mf", tokenizer_fingerprint="tf", format="safetensors-full")
-
-
-class Net:
-    """A source and followers on one hub; ``got[name]`` = the versions each follower was handed."""
-
-    def __init__(self, n: int, tmp_path=None, upload: float | None = None, **peer_kw):
-        self.hub = MemoryHub()
-        self.ids = {name: Identity.generate() for name in ["src"] + [f"f{i}" for i in range(n)]}
-        self.directory = {i.peer_id: name for name, i in self.ids.items()}
-        self.tmp, self.upload, self.peer_kw = tmp_path, upload, peer_kw
-        self.got: dict[str, list[tuple[int, bytes]]] = {name: [] for name in self.ids}
-        self.peers: dict[str, BroadcastPeer] = {}
-
-    def pid(self, name: str) -> str:
-        return self.ids[name].peer_id
-
-    def make(self, name: str, carrier_cls=MemoryCarrier) -> BroadcastPeer:
-        async def on_version(m: Manifest, data: bytes, name=name):
-            self.got[name].append((m.version, data))
-
-        bucket = TokenBucket(self.upload) if self.upload else None
-        store = ChunkStore(self.tmp / name) if self.tmp is not None and name != "src" else None
-        p = BroadcastPeer(self.ids[name], carrier_cls(self.hub, name, bucket), swarm=SWARM, directory=self.directory,
-                          follow=None if name == "src" else self.pid("src"), store=store, on_version=on_version,
-                          **self.peer_kw)
-        self.peers[name] = p
-        return p
-
-    async def start(self, carrier_cls=None):
-        for name in self.ids:
-            if carrier_cls and name in carrier_cls:
-                self.make(name, carrier_cls[name])
-            else:
-                self.make(name)
-        for p in self.peers.values():
-            await p.start()
-
-    def followers(self) -> list[str]:
-        return [self.pid(n) for n in self.ids if n != "src"]
-
-    async def wait_all(self, version: int, timeout: float = 30.0, names=None):
-        names = names or [n for n in self.ids if n != "src"]
-
-        async def done():
-            while not all(any(v == version for v, _ in self.got[n]) for n in names):
-                await asyncio.sleep(0.01)
-        await asyncio.wait_for(done(), timeout)
-
-    async def close(self):
-        for p in self.peers.values():
-            await p.close()
-
-
-def weights(size: int, seed: int = 0) -> bytes:
-    return random.Random(seed).randbytes(size)  # no two chunks alike (chunks are content-addressed)
+from tests.helpers.broadcast_net import META, SWARM, Net, weights
 
 
 def run(coro):

@@ -1,6 +1,7 @@
 """The weight broadcast through a real Mosquitto: the same manifests, chunks and relay tree as over
-peer streams, a lying relay and a relay that drops off the broker mid-transfer routed around,
-and the weights directory as signed retained messages that no other account can forge."""
+peer streams, a lying relay and a relay that drops off the broker mid-transfer routed around, a
+follower on a link slower than its source publishes still applying versions, and the weights
+directory as signed retained messages that no other account can forge."""
 
 from __future__ import annotations
 
@@ -17,11 +18,13 @@ from node.transport.carrier import CarrierError
 from node.transport.mqtt.carrier import MqttCarrier
 from node.transport.mqtt.directory import MqttWeightDirectory
 from node.broadcast.peer import BroadcastPeer
+from node.broadcast.store import ChunkStore
 from protocol.identity import Identity
 from protocol.manifest import build_manifest, decode_manifest, encode_manifest
 from protocol.records import sign_record
 from node.transport.mqtt.parts import split
 from tests.helpers.mqtt_fixtures import broker, certs, idents  # noqa: F401 - fixtures
+from tests.helpers.broadcast_net import outpace
 from tests.helpers.mqtt_fixtures import transport, until
 
 pytestmark = pytest.mark.broker
@@ -229,3 +232,34 @@ def test_the_directory_is_signed_retained_and_unforgeable(broker):
             await ts.close(), await tf.close()
 
     asyncio.run(go())
+
+
+def test_a_follower_on_a_link_slower_than_the_publishing_applies_versions_through_the_broker(broker, tmp_path):
+    """Issue 28's worker: each new version cancelled the one in flight, so it applied none while
+    its learner published faster than its link, and abandoned chunks piled up on disk."""
+    size, chunk, versions = 1024 * 1024, 64 * 1024, 12
+
+    async def go():
+        ids = [Identity.generate() for _ in range(2)]
+        ts = [transport(broker, i, 0, "anonymous", swarm="b-slow") for i in ids]
+        for t in ts:
+            await t.start()
+        upload = TokenBucket(1_000_000)  # the source's: a version in about a second
+        directory: dict[str, str] = {}
+        src = BroadcastPeer(ids[0], MqttCarrier(ts[0], upload), swarm="b-slow", directory=directory)
+        follower = BroadcastPeer(ids[1], MqttCarrier(ts[1]), swarm="b-slow", directory=directory,
+                                 follow=ids[0].peer_id, store=ChunkStore(tmp_path), max_staleness=2,
+                                 request_timeout_s=10.0)
+        for p in (src, follower):
+            await p.start()
+            directory[p.me] = p.carrier.address
+        try:
+            return await outpace(src, follower, lambda: upload.taken, tmp_path / "chunks", versions=versions,
+                                 size=size, chunk_size=chunk, per_publish=0.4)
+        finally:
+            await close_all([src, follower], ts)
+
+    applied, lags, peak = asyncio.run(asyncio.wait_for(go(), 120))
+    print(f"applied {applied} of {versions} while publishing, peak chunk bytes on disk {peak / size:.2f} versions")
+    assert len(applied) >= 2 and all(lag <= 2 for lag in lags)  # about one version in 2.5
+    assert peak <= 2 * size + 4 * chunk  # the last applied, the one in flight, the window's writes
