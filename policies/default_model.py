@@ -66,12 +66,18 @@ class DefaultModelRecipe:
     # many eval.tasks_per_family (each count's set is a prefix of a larger one's: rewards/reserved.py),
     # at each warm-start level and at all of them. 64: the demo's (docs/examples/swarm_demo.toml).
     held_out_tasks: int = 64
+    # > 0: every warm-start completion opens with a working trace ("so so so ...") of a long-tailed
+    # length (lognormal, this median, sigma 1.2, at most 200 words), so the model's completions are
+    # long-tailed as reasoning traces are: the setting of scripts/bench_throughput.py. 0 = none.
+    sft_trace_median: float = 0.0
     format_version: int = 3  # bump when the build code changes meaning (3: held-out questions left out)
 
     def digest(self) -> str:
         fields = asdict(self)
         if not self.sft_families:  # every family, as before the field existed: the same digest, no rebuild
             del fields["sft_families"]
+        if not self.sft_trace_median:  # likewise
+            del fields["sft_trace_median"]
         return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:12]
 
 
@@ -158,9 +164,14 @@ def warm_start_examples(recipe: DefaultModelRecipe) -> list[tuple[str, str]]:
     and levels, no held-out question among them."""
     from rewards.corpus import supervised_examples
 
-    return supervised_examples(recipe.sft_steps * recipe.sft_batch_size, seed=recipe.seed,
-                               families=recipe.sft_families or None, difficulties=recipe.sft_difficulties,
-                               exclude=_held_out(recipe))
+    examples = supervised_examples(recipe.sft_steps * recipe.sft_batch_size, seed=recipe.seed,
+                                   families=recipe.sft_families or None, difficulties=recipe.sft_difficulties,
+                                   exclude=_held_out(recipe))
+    if recipe.sft_trace_median > 0:
+        rng = random.Random(f"{recipe.seed}:trace")
+        mu = math.log(recipe.sft_trace_median)
+        examples = [(p, "so " * min(200, int(rng.lognormvariate(mu, 1.2))) + c) for p, c in examples]
+    return examples
 
 
 def build_default_model(out_dir: Path, recipe: DefaultModelRecipe = DefaultModelRecipe(),

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The prepared GPU check (scripts/gpu_check.py): a real node on CUDA, bf16 + LoRA, every learner
-# option, out-of-memory recovery on a filled card; writes ${OUT:-.}/gpu_check.json. Under 8 minutes
-# on one H100/H200-class GPU by design (8 steps a run, 6 runs, a 0.5B-shaped model).
+# option, overlap and partial rollouts, out-of-memory recovery on a filled card; writes
+# ${OUT:-.}/gpu_check.json. Under 9 minutes on one H100/H200-class GPU by design (6 steps a run,
+# 9 runs and the out-of-memory one, a 0.5B-shaped model).
 #
 #   bash scripts/gpu_check.sh --fetch-wheels   # here, once: the wheels the GPU image lacks, into .whl/
 #   bash scripts/gpu_check.sh                  # there (the device tool, carry [".whl"])
@@ -24,4 +25,4 @@ if compgen -G ".whl/*.whl" > /dev/null; then
     export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 fi
 nvidia-smi --query-gpu=name,memory.total,memory.used --format=csv || true
-PYTHONUNBUFFERED=1 timeout 470 python3 scripts/gpu_check.py --device cuda --out "${OUT:-.}/gpu_check.json" "$@"
+PYTHONUNBUFFERED=1 timeout 540 python3 scripts/gpu_check.py --device cuda --out "${OUT:-.}/gpu_check.json" "$@"

@@ -134,9 +134,11 @@ def test_gpu_check_runs_in_its_cpu_form(tmp_path):
                         "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     report = json.loads(out.read_text())
-    assert set(report["runs"]) == {"mean", "median", "opob", "opob_approx", "m2po"}
+    assert set(report["runs"]) == {"mean", "overlap", "april", "overlap_april", "median", "opob", "opob_approx", "m2po"}
     for name, run in report["runs"].items():
         assert run["steps"] == 2 and run["finite"] and run["tokens_per_s"] > 0, name
+    assert report["runs"]["overlap"]["staleness_max"] == 1  # generated a step ahead: one version behind
+    assert set(report["overlap"]) == {"overlap", "april", "overlap_april"}
     oom = report["oom_recovery"]
     assert oom["mode"] == "injected (CPU)" and oom["oom_halvings"] == 2 and oom["micro_batch"] == 4
     assert report["profile"]["estimated_peak_gib"] > 0 and report["profile"]["run_estimated_peak_gib"] > 0

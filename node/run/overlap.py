@@ -20,9 +20,12 @@ unchanged: a step's rollouts are published when its round begins, however early 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import logging
 from typing import Callable, Generic, TypeVar
+
+import torch
 
 from policies.policy import Policy
 
@@ -49,6 +52,20 @@ class GeneratorCopy:
         self.policy.prompt_format = policy.prompt_format  # it samples the same prompts
         self.policy.generation_batch_size = policy.generation_batch_size
         self.version: int | None = None
+        # On CUDA the copy samples on a stream of its own, so its kernels can run beside the
+        # learner's (on the shared default stream they would queue behind them).
+        self.stream = torch.cuda.Stream(self.policy.device) if self.policy.device.type == "cuda" else None
+
+    def _settle(self, live: Policy) -> None:
+        """Wait for the devices' queued work: the learner's last update must be written before
+        the copy reads it, and the copy done before the learner may write again."""
+        for dev in {live.device, self.policy.device}:
+            if dev.type == "cuda":
+                torch.cuda.synchronize(dev)
+
+    def sampling(self):
+        """The context generation runs in: the copy's own CUDA stream, or nothing on a CPU."""
+        return torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext()
 
     def sync(self, live: Policy, version_of: Callable[[], int]) -> int:
         """Copy ``live``'s weights if its version moved; returns the version this copy now holds.
@@ -56,9 +73,11 @@ class GeneratorCopy:
         with live.weights_lock:
             version = version_of()
             if version != self.version:
+                self._settle(live)
                 state = live.trained_state()
                 with self.policy.weights_lock:
                     self.policy.load_trained_state(state)  # copies into this model's own tensors
+                self._settle(live)
                 self.version = version
         return version
 

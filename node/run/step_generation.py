@@ -11,6 +11,7 @@ exact: a follower applying a broadcast version, or the learner updating, waits f
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -84,7 +85,7 @@ class StepGenerator:
                 sampler = self.vllm
             lock = self.policy.weights_lock
         before = sampler.generation_oom_halvings
-        with lock:
+        with lock, (self.copy.sampling() if self.copy is not None else contextlib.nullcontext()):
             if self.copy is not None:
                 version = self.copy.sync(self.policy, self._version_now)
             else:
