@@ -1,7 +1,8 @@
 """The processes ``swarm-node sim`` owns: start them, kill one, stop them all in order.
 
 Every child runs in its own session (so a terminal's Ctrl-C reaches the simulator alone, which
-then stops the nodes in order: SIGTERM, each checkpoints, SIGKILL after a grace period) and is
+then stops the nodes in order: SIGTERM, each checkpoints, SIGKILL after a grace period, or at
+once when the user asks a second time: ``hurry``) and is
 told by the kernel to exit if the simulator dies (``PR_SET_PDEATHSIG``): no orphans, even after
 ``kill -9`` of the simulator.
 """
@@ -14,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -39,8 +41,9 @@ class Children:
     def __init__(self) -> None:
         self.procs: list[tuple[str, subprocess.Popen]] = []
         self.started: dict[int, float] = {}  # id(proc) -> launch time
-        self.killed: set[int] = set()  # id(proc) of processes killed on purpose (faults)
+        self.killed: set[int] = set()  # id(proc) of processes killed on purpose (faults, a hurried stop)
         self.terminated = False  # the simulator has sent SIGTERM to stop the run
+        self._hurry = threading.Event()  # a second Ctrl-C or SIGTERM: no more grace, SIGKILL what is left
 
     def spawn(self, name: str, args: list[str], log_path: Path) -> subprocess.Popen:
         env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
@@ -80,20 +83,31 @@ class Children:
                 except ProcessLookupError:
                     pass
 
+    def hurry(self) -> None:
+        """End a ``stop`` under way now (from any thread): what has not exited yet is killed, and
+        counts as killed on purpose."""
+        self._hurry.set()
+
     def stop(self, grace: float = GRACE_S) -> None:
-        """Nodes first (they checkpoint on SIGTERM), then the bootstrap; SIGKILL what lingers."""
+        """Nodes first (they checkpoint on SIGTERM), then the bootstrap; SIGKILL what lingers
+        after ``grace`` seconds, or at once after ``hurry``."""
         nodes = {n for n, _ in self.procs if n != "bootstrap"}
         self.terminated = True
         for group in (nodes, {"bootstrap"}):
             self.signal_all(signal.SIGTERM, group)
             deadline = time.time() + grace
             for name, p in self.procs:
-                if name in group:
-                    try:
-                        p.wait(timeout=max(0.1, deadline - time.time()))
-                    except subprocess.TimeoutExpired:
+                if name not in group:
+                    continue
+                while p.poll() is None and time.time() < deadline and not self._hurry.is_set():
+                    self._hurry.wait(0.1)
+                if p.poll() is None:
+                    if self._hurry.is_set():
+                        log.warning("%s: stopping now (asked twice): killing it", name)
+                        self.killed.add(id(p))
+                    else:
                         log.warning("%s did not stop in %.0f s: killing it", name, grace)
-                        self._kill_group(p)
+                    self._kill_group(p)
 
     def current(self, name: str) -> subprocess.Popen | None:
         """The newest process started under ``name`` (a restarted node's replacement)."""

@@ -18,6 +18,7 @@ Run folder::
     sim.json             the command, nodes, transport, start/end
     node0/ … nodeN-1/    each node's own run folder (metrics.jsonl, status.json, checkpoints, log)
     summary.json, summary.md   one row per node: steps, correctness first/last, groups, rejections
+                         (``"partial": true`` after a stop; an earlier run's are removed at start)
     reward.png, ess.png  correctness and ESS/B per node over steps
 """
 
@@ -36,7 +37,7 @@ from node.sim.children import Children
 from node.sim.infra import build_default_model, start_bootstrap, start_broker
 from node.sim.kills import KillFaults
 from node.sim.spec import SimSpec, is_control, node_log, processes
-from node.sim.summary import write_summary
+from node.sim.summary import clear_summary, write_summary
 from node.sim.table import plain_line, render_table, status_rows
 from node.transport.carriers import carrier
 
@@ -122,13 +123,35 @@ async def _watch(spec: SimSpec, kids: Children, faults: KillFaults | None, stop:
 
 
 async def run_sim(spec: SimSpec) -> dict:
-    """Launch, watch and stop the swarm; returns the summary (also written to the run folder)."""
+    """Launch, watch and stop the swarm; returns the summary (also written to the run folder).
+
+    Any stop writes what is known, marked partial: at once when the stop begins (the nodes may
+    take their grace period to checkpoint), then again once they have stopped. A second Ctrl-C
+    or SIGTERM kills what is still stopping, and the summary is written all the same."""
     spec.run_dir.mkdir(parents=True, exist_ok=True)
+    clear_summary(spec.run_dir)  # an earlier run's summary must not pass for this one's
     kids = Children()
     stop = asyncio.Event()
+    stopped_by: list[str] = []
     loop = asyncio.get_running_loop()
+
+    def on_signal(sig: int) -> None:
+        stopped_by.append(signal.Signals(sig).name)
+        if stop.is_set():  # asked again: no more grace for the nodes
+            log.warning("sim: %s again: stopping the nodes now", stopped_by[-1])
+            kids.hurry()
+        stop.set()
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on_signal, sig)
+    try:
+        return await _run(spec, kids, stop, stopped_by)
+    finally:  # only once the summary is written: a signal before then must not cut it short
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+
+
+async def _run(spec: SimSpec, kids: Children, stop: asyncio.Event, stopped_by: list[str]) -> dict:
     t0 = time.time()
     meta = {"nodes": spec.nodes, "control": spec.control, "transport": spec.transport, "argv": sys.argv, "started_at": t0,
             "overrides": spec.overrides, "config": str(spec.config) if spec.config else None,
@@ -154,14 +177,22 @@ async def run_sim(spec: SimSpec) -> dict:
     except _Stopped:
         interrupted = True
     finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
+        if stop.is_set():  # what is known now: the nodes may take their grace period to stop
+            _write_early(spec, time.time() - t0, faults, stopped_by)
         await asyncio.to_thread(kids.stop)
         if broker is not None:
             broker.stop()  # after the nodes: they say goodbye through it
-    # Judge each node by its last process; a process the simulator killed (fault) or stopped
-    # (SIGTERM before the node could install its handler: -15) did not fail.
+    # Judge each node by its last process; a process the simulator killed (fault, a second
+    # Ctrl-C) or stopped (SIGTERM before the node could install its handler: -15) did not fail.
     ok = {0, 130} | ({-signal.SIGTERM} if kids.terminated else set())
     last = {n: p for n, p in kids.procs if n.startswith("node")}
     failed = {n: p.returncode for n, p in last.items() if id(p) not in kids.killed and p.returncode not in ok}
-    return write_summary(spec, time.time() - t0, interrupted, failed, faults)
+    return write_summary(spec, time.time() - t0, interrupted, failed, faults, stopped_by=stopped_by[:1])
+
+
+def _write_early(spec: SimSpec, wall_s: float, faults: KillFaults | None, stopped_by: list[str]) -> None:
+    """The summary as a stop begins, without plots; rewritten once the nodes have stopped."""
+    try:
+        write_summary(spec, wall_s, True, {}, faults, stopped_by=stopped_by[:1], stopping=True)
+    except Exception as e:  # the final summary is still to come: never let this one end the stop
+        log.warning("sim: could not write the summary as the stop began: %s: %s", type(e).__name__, e)

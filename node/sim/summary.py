@@ -1,13 +1,15 @@
 """The end of a ``swarm-node sim`` run: summary.json and summary.md (one row per node: steps,
 correctness first/last, held-out before training and at the last evaluation, peer groups used,
 rejections, faults; each adversary's tally; the sharing nodes against the control nodes), the
-plots, and the end time in sim.json.
+plots, and the end time in sim.json. A stopped run's summary is marked partial; an earlier run's
+is removed when a run starts.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from node.sim.control import comparison, comparison_lines
@@ -26,8 +28,32 @@ def fault_text(n: dict) -> str:
     return ", ".join(p for p in parts if p) or "-"
 
 
+SUMMARY_FILES = ("summary.json", "summary.md", "reward.png", "ess.png", "held_out.png")
+
+
+def clear_summary(run_dir: Path) -> None:
+    """Remove an earlier run's summary and plots: a run stopped before it writes its own must not
+    leave them looking current."""
+    for name in SUMMARY_FILES:
+        (run_dir / name).unlink(missing_ok=True)
+
+
+def partial_line(wall_s: float, stopped_by: list[str], stopping: bool) -> str:
+    """summary.md's line under the title for a run stopped before its end."""
+    names = {"SIGINT": "Ctrl-C (SIGINT)"}
+    how = f"by {names.get(stopped_by[0], stopped_by[0])}" if stopped_by else "before its end"
+    line = (f"**Partial**: the run was stopped {how} after {wall_s:.0f} s; each row covers the steps that "
+            f"node had finished.")
+    if stopping:
+        line += " Written as the stop began: the nodes were still stopping (rewritten once they have)."
+    return line
+
+
 def write_summary(spec: SimSpec, wall_s: float, interrupted: bool, failed: dict,
-                  faults: KillFaults | None = None) -> dict:
+                  faults: KillFaults | None = None, *, stopped_by: list[str] | None = None,
+                  stopping: bool = False) -> dict:
+    """Write summary.json and summary.md (and the plots, unless ``stopping``: written as a stop
+    begins, then again once the nodes have stopped); ``interrupted`` marks it partial."""
     from node.observe.held_out import evaluations, held_out_score, last_eval
     from node.observe.metrics import read_metrics, summary_window
     from node.observe.plots import plot_swarm
@@ -77,11 +103,15 @@ def write_summary(spec: SimSpec, wall_s: float, interrupted: bool, failed: dict,
                             "refused": st.get("refused", {}), "used_by_honest": used})
     versus = comparison({n["node"]: n["role"] for n in nodes}, series)
     summary = {"nodes": nodes, "adversaries": adversaries, "transport": spec.transport, "versus_control": versus,
-               "wall_s": round(wall_s, 1), "interrupted": interrupted, "failed": failed,
+               "wall_s": round(wall_s, 1), "interrupted": interrupted, "partial": interrupted,
+               "stopped_by": (stopped_by or [None])[0], "stopping": stopping, "failed": failed,
                "run_dir": str(spec.run_dir), "window": w}
-    summary["plots"] = [str(p) for p in plot_swarm(spec.run_dir, spec.nodes, control=spec.control)]
+    summary["plots"] = [] if stopping else [str(p) for p in plot_swarm(spec.run_dir, spec.nodes, control=spec.control)]
     title = f"{spec.nodes - spec.control} nodes" + (f" and {spec.control} control" if spec.control else "")
-    lines = [f"# swarm-node sim: {title} over {spec.transport}", "",
+    lines = [f"# swarm-node sim: {title} over {spec.transport}", ""]
+    if interrupted:
+        lines += [partial_line(wall_s, stopped_by or [], stopping), ""]
+    lines += [
              f"| node | steps | correct first {w} | correct last {w} | held-out before | held-out last | peer groups used | "
              f"peers used | rollouts out | rejected | faults |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
