@@ -99,3 +99,16 @@ async def stop_dht_node(node, timeout: float = 10.0) -> None:
             await asyncio.wait_for(node.p2p.shutdown(), timeout)
         except (asyncio.TimeoutError, ConnectionError, OSError):
             log.warning("p2pd did not stop within %.0f s", timeout)
+    finally:
+        _retrieve_reader_failure(node)
+
+
+def _retrieve_reader_failure(node) -> None:
+    """hivemind's control client reads the daemon's persistent connection in a task of its own;
+    when p2pd died first (Ctrl-C in a terminal, or ``timeout``, signals the whole process group)
+    that task ends in ConnectionResetError that nothing retrieves, and asyncio prints it with a
+    traceback ("Task exception was never retrieved") on a clean stop. Retrieve it here."""
+    control = getattr(getattr(getattr(node, "p2p", None), "_client", None), "control", None)
+    task = getattr(control, "_read_task", None)
+    if isinstance(task, asyncio.Task) and task.done() and not task.cancelled() and task.exception() is not None:
+        log.debug("p2pd's connection ended before the stop: %s", type(task.exception()).__name__)
