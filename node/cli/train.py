@@ -18,7 +18,7 @@ from node.cli.parser import JOIN_RUN_DIR
 from node.errors import ConfigError
 from node.run.config import read_toml
 from node.run.resume_config import load_run_config
-from node.transport.carriers import CARRIERS, carrier
+from node.transport.carriers import CARRIERS, carrier, carrier_of_address
 
 log = logging.getLogger("swarm_node")
 
@@ -51,6 +51,7 @@ def run_join(args: argparse.Namespace, unknown: list[str]) -> int:
     if args.broker is not None:
         overrides["swarm.broker"] = args.broker  # (before join_transport: a broker implies mqtt)
     file = read_toml(args.config) if args.config else {}
+    _check_follow(args.follow is not None, overrides, file.get("broadcast") or {})
     overrides["swarm.transport"] = join_transport(args.transport, overrides, file.get("swarm") or {})
     if args.bootstrap:
         overrides["swarm.initial_peers"] = list(overrides.get("swarm.initial_peers", [])) + args.bootstrap
@@ -66,12 +67,32 @@ def _common_overrides(args: argparse.Namespace, unknown: list[str]) -> dict:
     return overrides
 
 
+def _check_follow(by_flag: bool, overrides: dict, file_broadcast: dict) -> None:
+    """A learner to follow (``--follow``, ``--broadcast.follow`` or the config file's) that is not a
+    node id is named as such, not reported as if none were given."""
+    from protocol.identity import PEER_ID_RE
+
+    flag = ("--follow" if by_flag else "--broadcast.follow" if "broadcast.follow" in overrides
+            else "broadcast.follow (config file)")
+    value = overrides.get("broadcast.follow", file_broadcast.get("follow"))
+    if isinstance(value, str) and value and not PEER_ID_RE.fullmatch(value):
+        raise ConfigError(f"{flag} {value!r} is not a node id: a node id is sn1 followed by 32 characters of "
+                          f"a-z and 2-7 (35 in all, e.g. sn1{'a' * 32}), as the learner logs it at start "
+                          f"(\"peer id sn1...\") and `swarm-node id --run-dir <its run folder>` prints it")
+
+
 def _check_swarm(cfg, new_swarm: bool) -> None:
-    """Refuse a join that names no swarm to join, or bootstrap peers where there are none."""
+    """Refuse a join that names no swarm to join, bootstrap peers where there are none, or a
+    bootstrap peer of another carrier (its peer id tells: node/transport/carriers.py)."""
     c = carrier(cfg.swarm.transport)  # join names one (join_transport)
     if c.needs_broker and (cfg.swarm.initial_peers or new_swarm):
         raise ConfigError(f"--bootstrap and --new-swarm are for the hivemind transport; over {c.name} every node "
                           "meets at the broker (--broker)")
+    for addr in cfg.swarm.initial_peers:
+        other = carrier_of_address(addr)
+        if other is not None and other is not c:
+            raise ConfigError(f"--bootstrap {addr} is a {other.name} peer (a peer id starting {other.peer_id_prefix} "
+                              f"is {other.name}'s), and this node joins over {c.name}: pass --transport {other.name}")
     if c.joins_through_bootstrap and not cfg.swarm.initial_peers and not new_swarm:
         raise ConfigError("join needs a swarm to join: pass --bootstrap MADDR (the address `swarm-node "
                           "bootstrap` prints, e.g. /ip4/1.2.3.4/tcp/31337/p2p/QmWyMy...) or set "

@@ -14,12 +14,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Awaitable, Callable
 
+from node.transport.addresses import peer_id_of
 from node.transport.base import Transport, TransportError
 from node.transport.hivemind import settings as hivemind_settings
 from node.transport.libp2p import settings as libp2p_settings
 from node.transport.mqtt import settings as mqtt_settings
 
-__all__ = ["CARRIERS", "Carrier", "carrier"]
+__all__ = ["CARRIERS", "Carrier", "carrier", "carrier_of_address"]
 
 # (sc, ident, *, p2p_identity_path, on_retry) -> the transport's keyword arguments
 TransportKwargs = Callable[..., dict]
@@ -52,6 +53,10 @@ class Carrier:
     bootstrap_key: str = ""
     # Its bootstrap peer's run function (``swarm-node bootstrap``), imported when called.
     load_bootstrap: Callable[[], BootstrapServer] | None = None
+    # How its peers' libp2p ids begin, in the addresses they give (hivemind's daemon makes RSA keys:
+    # Qm...; the libp2p host is the node's Ed25519 key: 12D3KooW...): tells one carrier's
+    # bootstrap address from another's before dialling it.
+    peer_id_prefix: str = ""
 
 
 def _memory() -> type[Transport]:
@@ -100,11 +105,12 @@ CARRIERS: dict[str, Carrier] = {c.name: c for c in (
     Carrier(name="memory", load_transport=_memory, transport_kwargs=_memory_kwargs, in_process=True),
     Carrier(name="hivemind", load_transport=_hivemind, transport_kwargs=hivemind_settings.transport_kwargs,
             joins_through_bootstrap=True, has_dht_index=True, uses_nat_traversal=True, join_default=True,
-            local_peer="the p2p daemon", bootstrap_key="bootstrap.p2p.key", load_bootstrap=_hivemind_bootstrap),
+            local_peer="the p2p daemon", bootstrap_key="bootstrap.p2p.key", load_bootstrap=_hivemind_bootstrap,
+            peer_id_prefix="Qm"),
     Carrier(name="mqtt", load_transport=_mqtt, transport_kwargs=mqtt_settings.transport_kwargs, needs_broker=True),
     Carrier(name="libp2p", load_transport=_libp2p, transport_kwargs=libp2p_settings.transport_kwargs,
             joins_through_bootstrap=True, local_peer="the libp2p host", bootstrap_key="bootstrap.libp2p.pem",
-            load_bootstrap=_libp2p_bootstrap),
+            load_bootstrap=_libp2p_bootstrap, peer_id_prefix="12D3KooW"),
 )}
 
 
@@ -115,3 +121,9 @@ def carrier(name: str) -> Carrier:
     except KeyError:
         *rest, last = CARRIERS
         raise ValueError(f"unknown transport {name!r}; choose {', '.join(rest)} or {last}") from None
+
+
+def carrier_of_address(addr: str) -> Carrier | None:
+    """The carrier whose peers' ids look like the one ``addr`` names (``.../p2p/<id>``), or None."""
+    peer = peer_id_of(addr) or ""
+    return next((c for c in CARRIERS.values() if c.peer_id_prefix and peer.startswith(c.peer_id_prefix)), None)

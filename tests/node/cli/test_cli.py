@@ -133,3 +133,23 @@ def test_id_prints_the_peer_id_join_will_use(tmp_path, capsys):
     assert main(["id", "--run-dir", str(tmp_path / "me")]) == 0
     assert capsys.readouterr().out.strip() == first and first.startswith("sn1")
     assert (tmp_path / "me" / "identity.pem").stat().st_mode & 0o777 == 0o600
+
+
+@pytest.mark.parametrize("transport_flags, bootstrap, needed", [
+    ([], "/ip4/127.0.0.1/tcp/4001/p2p/12D3KooWM8aByEo7zCu8VenXkDgs5Z52C5UefjziKWKtSoo8i524", "libp2p"),
+    (["--transport", "libp2p"], "/ip4/127.0.0.1/tcp/4001/p2p/QmWyMywt33NGEr2d32nqvpPeQq36fd3tj9eZaiBj2CbKSM", "hivemind"),
+])
+def test_join_names_the_transport_another_carriers_bootstrap_needs_at_once(transport_flags, bootstrap, needed, capsys):
+    # Over hivemind a libp2p bootstrap was retried for over a minute, then "no bootstrap peer answered".
+    assert main(["join", *transport_flags, "--bootstrap", bootstrap, "--print-config"]) == 2
+    err = capsys.readouterr().err
+    assert f"is a {needed} peer" in err and f"pass --transport {needed}" in err
+
+
+@pytest.mark.parametrize("flags, named", [(["--follow", "sn1typo"], "--follow 'sn1typo'"),
+                                          (["--broadcast.follow", "sn1typo"], "--broadcast.follow 'sn1typo'")])
+def test_join_says_a_follow_that_is_no_node_id_is_not_one(flags, named, capsys):
+    assert main(["join", "--role", "worker", *flags, "--new-swarm", "--print-config"]) == 2
+    err = capsys.readouterr().err
+    assert f"{named} is not a node id" in err and "sn1 followed by 32 characters" in err
+    assert "needs broadcast.follow" not in err  # not "missing": it was given, and is wrong
