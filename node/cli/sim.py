@@ -90,7 +90,7 @@ def run_simulation(args: argparse.Namespace, unknown: list[str]) -> int:
                               f"{node_cfgs[k.node].train.steps} steps")
     # The nodes' own start-up checks, once, here: a mistake is one message before anything starts,
     # not N node failures after a model build.
-    from node.run.preflight import check_device, check_resume_matches, check_run_dir
+    from node.run.preflight import check_device, check_model_source, check_resume_matches, check_run_dir
 
     check_run_dir(run_dir)
     if swarm_carrier.needs_broker:
@@ -99,6 +99,8 @@ def run_simulation(args: argparse.Namespace, unknown: list[str]) -> int:
         mosquitto_binary()  # installed? (the simulator starts its own broker)
     for device in sorted({c.model.device for c in node_cfgs}):
         check_device(device)
+    for name in sorted({c.model.name for c in node_cfgs}):
+        check_model_source(name)
     setup_logging()
     if base.run.resume:
         for i, c in enumerate(node_cfgs):

@@ -1,6 +1,7 @@
 """Checks a node runs before it loads anything heavy: can it write its run folder, does its
-device exist, does the checkpoint it resumes belong to this configuration; and, once the model
-is loaded, do its prompts and completions fit the model's context.
+device exist, can a model named by hub id be had (cached, or the Hub reachable), does the
+checkpoint it resumes belong to this configuration; and, once the model is loaded, do its
+prompts and completions fit the model's context.
 
 A mistake found here costs the user a second, not a model load; each check raises a
 ``ConfigError`` whose message names the problem and the fix (the CLI prints it and exits 2).
@@ -19,7 +20,9 @@ from node.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["check_run_dir", "check_device", "check_resume_matches", "check_context"]
+__all__ = ["check_run_dir", "check_device", "check_model_source", "check_resume_matches", "check_context"]
+
+HUB_CHECK_S = 3.0  # how long a TCP connection to the Hub may take before it counts as unreachable
 
 
 def _existing_ancestor(path: Path) -> Path:
@@ -77,6 +80,49 @@ def check_device(device: str) -> None:
     except (RuntimeError, AssertionError) as e:  # e.g. mps on a machine without it
         raise ConfigError(f"--model.device {device} cannot be used here: {e}; "
                           f"use --model.device cpu") from None
+
+
+def check_model_source(name: str) -> None:
+    """A ``model.name`` that is a hub id (not ``default``, not a local folder) is in the local
+    Hugging Face cache, or the Hub answers: otherwise the load would retry for most of a minute
+    and end in the Hub's own message (there may be no network at all where nodes run)."""
+    if name == "default" or Path(name).expanduser().exists() or name.startswith(("/", ".", "~")) or name.count("/") > 1:
+        return  # the embedded model, a local folder, or a path the load names as missing
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    if isinstance(try_to_load_from_cache(name, "config.json"), str):
+        return  # cached: it loads without the Hub
+    why = "HF_HUB_OFFLINE is set" if constants.HF_HUB_OFFLINE else _unreachable(constants.ENDPOINT)
+    if why is None:
+        return  # the Hub answers: the load downloads it (or names a wrong id)
+    raise ConfigError(f"--model.name {name}: not a local folder, not in the Hugging Face cache, and the Hub "
+                      f"cannot be reached ({why}): pass a local model folder (one with config.json, e.g. "
+                      f"downloaded with `huggingface-cli download {name} --local-dir DIR` where there is a "
+                      f"network), or --model.name default, the embedded model built here")
+
+
+def _unreachable(endpoint: str) -> str | None:
+    """Why ``endpoint``'s host takes no TCP connection within ``HUB_CHECK_S`` (None: it does). The
+    name lookup runs in a daemon thread: a resolver without a network may hang past any timeout."""
+    import socket
+    import threading
+    from urllib.parse import urlparse
+
+    url = urlparse(endpoint)
+    host, port = url.hostname or "", url.port or (443 if url.scheme == "https" else 80)
+    out: list[str | None] = []
+
+    def connect() -> None:
+        try:
+            socket.create_connection((host, port), timeout=HUB_CHECK_S).close()
+            out.append(None)
+        except OSError as e:
+            out.append(f"{host}:{port}: {e.strerror or e}")
+
+    t = threading.Thread(target=connect, daemon=True, name="hub-check")
+    t.start()
+    t.join(HUB_CHECK_S + 0.5)
+    return out[0] if out else f"{host}:{port}: no answer in {HUB_CHECK_S:g} s"
 
 
 def check_resume_matches(ckpt_root: Path, model_cfg: dict) -> None:

@@ -26,7 +26,7 @@ from node.observe.endpoint import MetricsEndpoint
 from node.observe.record_sinks import check_sinks_available
 from node.observe.status import StatusFile
 from node.run.config import NodeConfig
-from node.run.preflight import check_context, check_device, check_resume_matches, check_run_dir
+from node.run.preflight import check_context, check_device, check_model_source, check_resume_matches, check_run_dir
 from node.run.resume import resume_latest
 from node.run.run_lock import LOCK_FILE, RunLock
 from node.run.wiring import build_exchange, build_learner, generation_backend, load_policy, start_vllm
@@ -91,6 +91,7 @@ def _check_before_loading(cfg: NodeConfig, transport: Transport | None) -> str:
     if transport is not None and cfg.swarm.transport == "none":
         raise ConfigError("a transport was given but swarm.transport is 'none'")
     check_device(cfg.model.device)
+    check_model_source(cfg.model.name)
     check_sinks_available(cfg.run.tensorboard, cfg.run.wandb)
     return generation_backend(cfg)  # before the model loads: an explicit vllm that cannot run fails now
 

@@ -1,0 +1,48 @@
+"""node/run/preflight.py's model check: a hub id that is not cached, where the Hub cannot be reached,
+is one clear message within seconds, not a minute of retries printed twice."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from node.errors import ConfigError
+from node.run.preflight import check_model_source
+from tests.helpers.paths import ROOT
+
+
+def test_a_hub_id_offline_and_not_cached_is_refused_naming_the_way_out(monkeypatch, tmp_path):
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(ConfigError) as e:
+        check_model_source("someorg/not-a-cached-model")
+    msg = str(e.value)
+    assert "not in the Hugging Face cache" in msg and "HF_HUB_OFFLINE is set" in msg
+    assert "--model.name default" in msg and "local model folder" in msg
+
+
+def test_the_embedded_model_and_local_folders_need_no_hub(monkeypatch, tiny_model_dir):
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    for name in ("default", str(tiny_model_dir), "./no/such/folder"):  # the last: the load names it missing
+        check_model_source(name)
+
+
+@pytest.mark.subprocess
+def test_a_node_without_the_hub_fails_at_once_with_one_message(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"}
+    # Nothing listens on port 9: the Hub "cannot be reached" on any machine, with or without a network.
+    env.update(HF_ENDPOINT="http://127.0.0.1:9", HF_HOME=str(tmp_path / "hf"), HF_HUB_CACHE=str(tmp_path / "hf" / "hub"))
+    p = subprocess.run([sys.executable, "-m", "node.cli", "train", "--model.name", "someorg/not-a-cached-model",
+                        "--run.dir", str(tmp_path / "run"), "--train.steps", "1"],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2, p.stderr[-3000:]
+    assert "--model.name someorg/not-a-cached-model: not a local folder, not in the Hugging Face cache" in p.stderr
+    assert "127.0.0.1:9" in p.stderr and "Retrying" not in p.stderr and "Traceback" not in p.stderr
+    assert not (tmp_path / "run").exists()
