@@ -84,7 +84,9 @@ def node_config(model: Path, run: Path, device: str, steps: int, quick: bool, **
             "generation.prompts_per_step": 4 if quick else 8, "generation.num_generations": 4 if quick else 8,
             "generation.max_completion_length": 8 if quick else 128,
             "learner.warmup_steps": 0, "train.steps": steps, "run.dir": str(run), "run.progress": "off",
-            "run.plot": False, "run.checkpoint_every": 0, "tasks.difficulties": [1]}
+            "run.plot": False, "run.checkpoint_every": 0, "tasks.difficulties": [1],
+            # Held-out evaluation is not what this checks, and on this shape it cost 80 s a run.
+            "eval.every": 0, "eval.at_end": False}
     base.update(over)
     return load_config(None, base)
 
@@ -171,9 +173,11 @@ def verdicts(report: dict) -> dict:
             "oom_recovered": report["oom_recovery"]["oom_halvings"] > 0 and report["oom_recovery"]["finite"]}
 
 
-def oom_run(model: Path, work: Path, device: str, steps: int, quick: bool) -> dict:
+def oom_run(model: Path, work: Path, device: str, steps: int, quick: bool, measured_peak_mib: float | None = None) -> dict:
     """The whole batch in one learner pass on a card filled until it cannot fit: the node must
-    halve its micro-batch and go on."""
+    halve its micro-batch and go on. With the peak a run of the same batch measured, the ballast
+    leaves 40% of it free (the first H200 run sized it from a formula, left 5.9 GiB, and the
+    whole batch fit: nothing was halved)."""
     import torch
 
     cfg = node_config(model, work / "oom", device, steps, quick, **{"learner.micro_batch_size": 0})
@@ -183,7 +187,8 @@ def oom_run(model: Path, work: Path, device: str, steps: int, quick: bool) -> di
         # Leave what weights, adapter, optimizer and a quarter-batch pass need: the whole batch's
         # logits (rows x tokens x 152k x ~10 B) cannot fit in that.
         rows = cfg.generation.prompts_per_step * cfg.group_size
-        keep = int(3 * 2 ** 30 + rows // 4 * cfg.generation.max_completion_length * QWEN05["vocab_size"] * 10)
+        keep = (int(0.4 * measured_peak_mib * 2 ** 20) if measured_peak_mib else
+                int(3 * 2 ** 30 + rows // 4 * cfg.generation.max_completion_length * QWEN05["vocab_size"] * 10))
         ballast = torch.empty(max(0, free - keep), dtype=torch.uint8, device=dev)
         try:
             recs = train(cfg)
@@ -215,6 +220,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=6, help="steps per run (each option, and the out-of-memory run)")
     ap.add_argument("--quick", action="store_true", help="a tiny model and batch: the CPU form, for CI")
     ap.add_argument("--out", type=Path, default=Path("gpu_check.json"))
+    ap.add_argument("--only", default="", help="comma-separated options to run (default: all, then the out-of-memory run)")
     args = ap.parse_args()
     import torch
     from transformers.utils import logging as hf_logging
@@ -234,7 +240,10 @@ def main() -> None:
         report["profile"] = prof
         micro = {"learner.micro_batch_size": prof["micro_batch"]}
         report["runs"] = {}
+        only = set(filter(None, args.only.split(",")))
         for name, over in OPTIONS.items():
+            if only and name not in only:
+                continue
             t = time.time()
             try:
                 recs = train(node_config(model, work / name, args.device, args.steps, args.quick, **micro, **over))
@@ -244,7 +253,8 @@ def main() -> None:
             print(f"gpu_check: {name}: {json.dumps(report['runs'][name])}", flush=True)
             write_json(args.out, report, end="")  # what finished survives a timeout
         report["overlap"] = overlap_ratios(report["runs"])
-        report["oom_recovery"] = oom_run(model, work, args.device, max(2, args.steps // 2), args.quick)
+        report["oom_recovery"] = oom_run(model, work, args.device, max(2, args.steps // 2), args.quick,
+                                         report["runs"].get("mean", {}).get("peak_mib"))
         print(f"gpu_check: out-of-memory run: {json.dumps(report['oom_recovery'])}", flush=True)
     report["total_s"] = round(time.time() - t0, 1)
     report["verdicts"] = verdicts(report)
