@@ -104,11 +104,17 @@ async def stop_dht_node(node, timeout: float = 10.0) -> None:
 
 
 def _retrieve_reader_failure(node) -> None:
-    """hivemind's control client reads the daemon's persistent connection in a task of its own;
-    when p2pd died first (Ctrl-C in a terminal, or ``timeout``, signals the whole process group)
-    that task ends in ConnectionResetError that nothing retrieves, and asyncio prints it with a
-    traceback ("Task exception was never retrieved") on a clean stop. Retrieve it here."""
+    """hivemind's control client reads and writes the daemon's persistent connection in tasks of
+    its own; when p2pd died first (Ctrl-C in a terminal, or ``timeout``, signals the whole process
+    group) they end in ConnectionResetError that nothing retrieves, and asyncio prints it with a
+    traceback ("Task exception was never retrieved") on a clean stop. Retrieve it, now or when
+    the task ends."""
     control = getattr(getattr(getattr(node, "p2p", None), "_client", None), "control", None)
-    task = getattr(control, "_read_task", None)
-    if isinstance(task, asyncio.Task) and task.done() and not task.cancelled() and task.exception() is not None:
+    for task in (getattr(control, "_read_task", None), getattr(control, "_write_task", None)):
+        if isinstance(task, asyncio.Task):
+            task.add_done_callback(_retrieve)
+
+
+def _retrieve(task: asyncio.Task) -> None:
+    if not task.cancelled() and task.exception() is not None:
         log.debug("p2pd's connection ended before the stop: %s", type(task.exception()).__name__)
