@@ -118,7 +118,16 @@ def _run(args: argparse.Namespace, overrides: dict, check: Callable[[object], No
     summary = asyncio.run(_train(cfg))
     log.info("summary: %s", json.dumps(summary))
     print(json.dumps(summary, indent=2))
+    _warn_if_alone(cfg, summary)
     return 130 if summary.get("stopped_early") else 0
+
+
+def _warn_if_alone(cfg, summary: dict) -> None:
+    """The last word of a swarm node that heard no peer of its swarm at all (node/run/swarm_watch.py)."""
+    sw = summary.get("swarm")
+    if sw and summary.get("steps") and not sw.get("peers_heard") and not sw.get("peers_alive"):
+        log.warning("heard no peer of swarm %r in %d steps: are the peers using another --swarm.name? "
+                    "(this node's is %r)", cfg.swarm.name, summary["steps"], cfg.swarm.name)
 
 
 def _with_profile(cfg, args: argparse.Namespace, overrides: dict):

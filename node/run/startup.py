@@ -29,6 +29,7 @@ from node.run.config import NodeConfig
 from node.run.preflight import check_context, check_device, check_model_source, check_resume_matches, check_run_dir
 from node.run.resume import resume_latest
 from node.run.run_lock import LOCK_FILE, RunLock
+from node.run.swarm_watch import watch_swarm
 from node.run.wiring import build_exchange, build_learner, generation_backend, load_policy, start_vllm
 from node.transport import Transport
 from node.transport.carriers import CARRIERS
@@ -172,6 +173,10 @@ async def start_node(node_cls: type["TrainingNode"], cfg: NodeConfig,
             except BaseException:
                 await node.role.close()
                 raise
+        if swarm is not None:  # says so when it hears no peer of its swarm, or no learner it follows
+            c = CARRIERS.get(cfg.swarm.transport)
+            node.swarm_watch = asyncio.ensure_future(watch_swarm(cfg, swarm, status, node.role.status,
+                                                                 c is not None and c.in_process))
         (run_dir / "config.json").write_text(cfg.to_json())
         return node
     except BaseException as e:
