@@ -68,6 +68,7 @@ async def start_dht_node(*, initial_peers: list[str], host_maddrs: list[str],
         except RuntimeError as e:
             if "bootstrap" not in str(e):
                 raise
+            await _stop_half_made(e)
             raise TryAgain(_no_bootstrap(initial_peers)) from e
 
     def retrying(attempt: int, failure: TryAgain, delay: float) -> None:
@@ -82,6 +83,20 @@ async def start_dht_node(*, initial_peers: list[str], host_maddrs: list[str],
         return await retry(create, retries=retries, first_delay=backoff, before_wait=retrying)
     except TryAgain as e:
         raise TransportError(f"could not join the swarm after {retries + 1} attempts: {e}") from None
+
+
+async def _stop_half_made(e: BaseException) -> None:
+    """A ``DHTNode.create`` that reached none of its bootstrap peers raises with its p2pd still
+    running (hivemind stops a daemon only through a node it returned): find that node in the
+    failure's frames and stop it, so no daemon of a failed attempt lives on until exit (where its
+    subprocess transport prints "Event loop is closed" tracebacks)."""
+    tb = e.__traceback__
+    while tb is not None:
+        made = tb.tb_frame.f_locals.get("self")
+        if isinstance(made, DHTNode) and getattr(made, "p2p", None) is not None:
+            await stop_dht_node(made, timeout=5.0)
+            return
+        tb = tb.tb_next
 
 
 async def stop_dht_node(node, timeout: float = 10.0) -> None:
