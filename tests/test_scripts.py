@@ -145,3 +145,19 @@ def test_gpu_check_runs_in_its_cpu_form(tmp_path):
     assert "LoRA rank 16" in report["profile"]["run_settings"]  # the estimate is of what the runs ran
     v = report["verdicts"]
     assert v["every_option_finite"] and v["oom_recovered"] and v["peak_within_estimate"] is None  # no CUDA peak here
+
+
+@pytest.mark.subprocess
+def test_bench_throughput_runs_every_arm_and_reports_ratios(tmp_path, warm_tiny_model_dir):
+    """scripts/bench_throughput.py, tiny: the four arms are real runs from the same seed, and the
+    report gives each arm's finished groups a second against the synchronous loop's."""
+    r = subprocess.run([sys.executable, "scripts/bench_throughput.py", "--model", str(warm_tiny_model_dir),
+                        "--steps", "4", "--rounds", "1", "--max-new-tokens", "12", "--out", str(tmp_path)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    report = json.loads((tmp_path / "bench_throughput.json").read_text())
+    med = report["median"]
+    assert set(med) == {"sync", "overlap", "april", "overlap_april"} and med["sync"]["groups_per_s_vs_sync"] == 1
+    assert med["sync"]["staleness_max"] == 0 and med["overlap"]["staleness_max"] == 1
+    assert all(run[0]["finite"] and run[0]["steps"] == 4 for run in report["rounds"].values())
+    assert (tmp_path / "bench_throughput.png").exists() and "| overlap_april |" in (tmp_path / "bench_throughput.md").read_text()
