@@ -20,6 +20,14 @@ also reads one shard of each level above on a round's first read and whenever a 
 few, which is how a newcomer that starts believing it is alone finds a big swarm in one read. Reading one shard
 returns at most ~2 x SHARD_TARGET entries at any N.
 
+The size is estimated from the shards a reader chose at random only (``ReadPlan.sampled``), each
+counted up to MAX_SHARD_COUNT entries (``estimate_size``). Keys can be ground into a chosen shard
+(about 16**level key generations each): a reader that counted the shard of a peer it follows
+(the one a Sybil floods) would believe in a swarm of thousands and read levels that peer never
+writes, and lose it. Nodes whose estimates still differ find each other through
+``search_levels``: a known publisher missing from its shard is looked for at every other level,
+lower first (node/transport/hivemind/known_shards.py).
+
 A node then fetches only what it will use (``choose_fetches``): about J groups' worth of
 envelopes a round, publishers it has admitted before first (a verified history), and at most
 one unknown one every EXPLORE_EVERY_ROUNDS rounds on top (``explore_allowance``: all of them
@@ -42,11 +50,12 @@ from protocol.identity import PEER_ID_RE
 
 __all__ = ["SHARD_FANOUT", "MAX_LEVEL", "SHARD_TARGET", "EXPLORE_EVERY_ROUNDS", "FOLLOWER_LEVEL", "peer_hash",
            "shard_prefix", "level_for", "write_levels", "round_key", "peers_key", "weights_key", "followers_key",
-           "parse_key", "ParsedKey", "read_plan", "estimate_size", "choose_fetches", "explore_order", "envelopes_wanted", "explore_allowance", "bulky_threshold"]
+           "parse_key", "ParsedKey", "ReadPlan", "read_plan", "search_levels", "MAX_SHARD_COUNT", "estimate_size", "choose_fetches", "explore_order", "envelopes_wanted", "explore_allowance", "bulky_threshold"]
 
 SHARD_FANOUT = 16  # one hex digit of the peer-id hash per level
 MAX_LEVEL = 3  # 4096 shards: ~64 entries a shard at a quarter of a million peers
 SHARD_TARGET = 32  # entries a reader aims to find in one shard (~10 KB of signed entries)
+MAX_SHARD_COUNT = 2 * SHARD_TARGET  # the most one shard read counts for in the size estimate
 EXPLORE_EVERY_ROUNDS = 2  # a node that knows enough peers tries one unknown publisher this often
 FETCH_MARGIN = 2.0  # envelopes fetched per round, in multiples of what J needs
 MIN_ENVELOPES = 2
@@ -130,33 +139,61 @@ def parse_key(raw: str) -> ParsedKey | None:
     return ParsedKey(swarm, kind, round, prefix)
 
 
+@dataclass(frozen=True)
+class ReadPlan:
+    """The shards to read for one round: ``favoured`` ones (where publishers with a verified
+    history were last found: read to find them, so never counted in the swarm-size estimate, for
+    a shard is favoured because someone is in it) and ``sampled`` ones (chosen at random at the
+    reader's level, and the probes of the levels above: the estimate's sample)."""
+
+    favoured: list[str]
+    sampled: list[str]
+
+    @property
+    def prefixes(self) -> list[str]:
+        return self.favoured + [p for p in self.sampled if p not in self.favoured]
+
+
 def read_plan(n_estimate: float, wanted: int, rng: random.Random, probe_up: bool = False,
-              favour: Sequence[str] = ()) -> list[str]:
-    """Prefixes of the shards to read for one round, at the reader's level: the shards of the
-    ``favour``ed publishers (those with a verified history the reader wants to fetch: in a big
-    swarm they are spread over thousands of shards, so a random read would rarely meet them),
-    then random shards (newcomers, and everyone while the reader knows no one) until it expects
-    ``2 x wanted`` entries in all (at most SHARD_FANOUT shards); plus one shard of each level
-    above when ``probe_up`` (a round's first read, or the last read found too few: the swarm may
-    be bigger than believed, and a level only some writers use under-counts)."""
+              favour: Sequence[str] = (), elsewhere: Mapping[str, Sequence[int]] | None = None) -> ReadPlan:
+    """The shards to read for one round, at the reader's level: the shards of the ``favour``ed
+    publishers (those with a verified history the reader wants to fetch: in a big swarm they are
+    spread over thousands of shards, so a random read would rarely meet them), at the levels
+    ``elsewhere`` names for one (where it was last found, or every level while it is missing:
+    node/transport/hivemind/known_shards.py) or else the reader's own; then random shards
+    (newcomers, and everyone while the reader knows no one) until it expects ``2 x wanted``
+    entries in all (at most SHARD_FANOUT shards, always at least one); plus one shard of each
+    level above when ``probe_up`` (a round's first read, or the last read found too few: the
+    swarm may be bigger than believed, and a level only some writers use under-counts)."""
     level = level_for(n_estimate)
+    elsewhere = elsewhere or {}
+    favoured = list(dict.fromkeys(shard_prefix(p, lv) for p in favour[:wanted]
+                                  for lv in elsewhere.get(p, (level,))))
     if level == 0:
-        prefixes = [""]
+        sampled = [""]
     else:
+        own = [p for p in favoured if len(p) == level]
         per_shard = max(n_estimate / SHARD_FANOUT ** level, 1.0)
         k = min(SHARD_FANOUT, max(1, math.ceil(2 * wanted / per_shard)))
-        prefixes = list(dict.fromkeys(shard_prefix(p, level) for p in favour[:wanted]))
-        explore = max(1, k - len(prefixes))  # always one random shard: newcomers must be found
-        others = [p for p in range(SHARD_FANOUT ** level) if format(p, "x").zfill(level) not in prefixes] \
-            if level == 1 else None
-        if others is not None:  # 16 shards: sample among those not chosen yet
-            prefixes += [format(p, "x").zfill(1) for p in rng.sample(others, min(explore, len(others)))]
+        explore = max(1, k - len(own))  # always one random shard: newcomers must be found
+        # Random among the shards not favoured: the sample the estimate counts is one nobody chose.
+        pool = [format(p, "x").zfill(level) for p in range(SHARD_FANOUT ** level)] if level == 1 else None
+        if pool is not None:  # 16 shards: sample among those not chosen yet
+            others = [p for p in pool if p not in own]
+            sampled = rng.sample(others, min(explore, len(others)))
         else:
-            prefixes += [p for p in _random_prefixes(level, explore + len(prefixes), rng) if p not in prefixes][:explore]
+            sampled = [p for p in _random_prefixes(level, explore + len(own), rng) if p not in own][:explore]
     if probe_up:  # one shard of every level above: empty ones cost a key, not bytes
         for up in range(level + 1, MAX_LEVEL + 1):
-            prefixes += _random_prefixes(up, 1, rng)
-    return prefixes
+            sampled += _random_prefixes(up, 1, rng)
+    return ReadPlan(favoured, sampled)
+
+
+def search_levels(level: int) -> list[int]:
+    """Where to look for a known publisher that its shard at ``level`` no longer holds: every
+    other level, the ones below first (nearest first: a writer whose estimate is lower than the
+    reader's writes lower), then those above."""
+    return list(range(level - 1, -1, -1)) + list(range(level + 1, MAX_LEVEL + 1))
 
 
 def _random_prefixes(level: int, k: int, rng: random.Random) -> list[str]:
@@ -167,14 +204,17 @@ def _random_prefixes(level: int, k: int, rng: random.Random) -> list[str]:
 
 
 def estimate_size(reads: Iterable[tuple[int, int]], min_found: int = 3) -> float | None:
-    """The swarm's size from shards read: ``reads`` = (level, entries found) per shard. Each
-    level's shards stand for SHARD_FANOUT**level of theirs. A level only some writers use
+    """The swarm's size from shards read at random: ``reads`` = (level, entries found) per shard.
+    Each level's shards stand for SHARD_FANOUT**level of theirs. One shard counts for at most
+    MAX_SHARD_COUNT entries, what an honest shard of a level its writers use can hold (a writer
+    leaves a level once its estimate puts more than that in a shard): keys ground into one shard
+    move the estimate no further than one full honest shard. A level only some writers use
     (their estimates differ) can only under-count, so the largest estimate wins, among levels
     that found at least ``min_found`` entries (fewer is noise); else the level that found most.
     None when nothing was found."""
     by_level: dict[int, list[int]] = {}
     for level, n in reads:
-        by_level.setdefault(level, []).append(n)
+        by_level.setdefault(level, []).append(min(n, MAX_SHARD_COUNT))
     est = {level: sum(c) / len(c) * SHARD_FANOUT ** level for level, c in by_level.items() if sum(c) > 0}
     if not est:
         return None

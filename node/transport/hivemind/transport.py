@@ -54,8 +54,9 @@ from node.transport.base import MAX_ANNOUNCEMENT_SIZE, MAX_ENVELOPE_SIZE, Delive
 from node.transport.hivemind.daemon import start_dht_node, stop_dht_node
 from node.transport.hivemind.fetcher import Fetcher
 from node.transport.hivemind.heartbeats import HeardHeartbeats
-from node.transport.hivemind.index import peers_key, read_plan, round_key, shard_prefix, write_levels
+from node.transport.hivemind.index import level_for, peers_key, read_plan, round_key, shard_prefix, write_levels
 from node.transport.hivemind.index_records import heartbeat_entry, index_entry, shard_entries, swarm_validator
+from node.transport.hivemind.known_shards import KnownShards
 from node.transport.hivemind.rollout_stream import Outbox, ServesAnother, answer, download, handler_name
 from node.transport.hivemind.size_estimate import next_estimate
 from protocol.identity import Identity
@@ -94,7 +95,8 @@ class HivemindTransport(Transport):
     # reading the index (fetching what it points at: node/transport/hivemind/fetcher.py)
     _fetcher: Fetcher = field(init=False, repr=False)
     _short: dict = field(default_factory=dict, init=False, repr=False)  # round -> last read found too few
-    _sizes: list = field(default_factory=list, init=False, repr=False)  # (round, level, entries) read, not folded yet
+    _sizes: list = field(default_factory=list, init=False, repr=False)  # (round, level, entries) sampled, not folded yet
+    _where: KnownShards = field(default_factory=KnownShards, init=False, repr=False)  # the level each known peer is at
     _rng: random.Random = field(default_factory=random.Random, init=False, repr=False)
     _heard: HeardHeartbeats = field(default_factory=HeardHeartbeats, init=False, repr=False)
     maddrs: list = field(default_factory=list, init=False)
@@ -198,17 +200,28 @@ class HivemindTransport(Transport):
             log.debug("a DHT replica did not confirm an index record (%s)", keys[0])
 
     # -- reading the index ------------------------------------------------------------------------
-    async def _read(self, plan: dict[str, tuple[int, int]]) -> dict[tuple[int, int], dict[str, dict]]:
-        """Read index shards, ``plan`` = {raw key: (round or -1, level)}, in one traversal; returns
-        {(round, level): {publisher: value}} and counts the bytes read (``index_bytes``)."""
+    async def _read(self, plan: dict[str, tuple[int, int, bool]],
+                    looked: dict[str, list[int]] | None = None) -> dict[tuple[int, int], dict[str, dict]]:
+        """Read index shards, ``plan`` = {raw key: (round or -1, level, sampled)}, in one traversal;
+        returns {(round, level): {publisher: value}} and counts the bytes read (``index_bytes``).
+        Only shards chosen at random (``sampled``) go into the size estimate; ``looked`` (the levels
+        each favoured publisher was read at) tells the known publishers' bookkeeping what was found."""
         # sufficient_expiration_time=inf is what get(latest=True) does: ask until the newest is found.
         found = await self._node.get_many(list(plan), sufficient_expiration_time=float("inf")) if plan else {}
         out: dict[tuple[int, int], dict[str, dict]] = {}
-        for key, (r, level) in plan.items():
+        for key, (r, level, sampled) in plan.items():
             entries, size = shard_entries(found.get(key))
             self.index_bytes += size
-            self._sizes.append((r, level, len(entries)))
+            if sampled:
+                self._sizes.append((r, level, len(entries)))
             out.setdefault((r, level), {}).update(entries)
+        if looked:
+            at: dict[str, set[int]] = {}
+            for (_r, level), entries in out.items():
+                for p in looked:
+                    if p in entries:
+                        at.setdefault(p, set()).add(level)
+            self._where.observe(looked, at, level_for(self.swarm_size))
         return out
 
     def _observe_size(self, skip_round: int | None = None) -> None:
@@ -217,15 +230,28 @@ class HivemindTransport(Transport):
         self.swarm_size = next_estimate(self.swarm_size, self._sizes, skip_round)
         self._sizes = []
 
-    def _plan(self, key_of, rounds: Iterable[int], wanted: int) -> dict[str, tuple[int, int]]:
-        plan = {}
-        known = list(self._fetcher.known)
+    def _plan(self, key_of, rounds: Iterable[int], wanted: int) -> tuple[dict[str, tuple[int, int, bool]],
+                                                                          dict[str, list[int]]]:
+        """The shards to read for ``rounds`` ({raw key: (round, level, sampled)}), and the levels
+        each favoured known publisher is read at. Known publishers missing from their shard last
+        time are favoured first, so they are looked for at their other levels at once."""
+        plan: dict[str, tuple[int, int, bool]] = {}
+        looked: dict[str, list[int]] = {}
+        known = self._fetcher.known
+        level = level_for(self.swarm_size)
         for r in rounds:
             probe = self._short.get(r, True)  # first read of the round, or the last found too few
-            favour = self._rng.sample(known, min(wanted, len(known)))
-            for prefix in read_plan(self.swarm_size, wanted, self._rng, probe_up=probe, favour=favour):
-                plan[key_of(r, prefix)] = (r, len(prefix))
-        return plan
+            missing = [p for p in self._where.missing if p in known][:wanted]
+            rest = [p for p in known if p not in self._where.missing]
+            favour = missing + self._rng.sample(rest, min(wanted - len(missing), len(rest)))
+            elsewhere = self._where.plan(favour, level)
+            rp = read_plan(self.swarm_size, wanted, self._rng, probe_up=probe, favour=favour, elsewhere=elsewhere)
+            for prefix in rp.prefixes:
+                key = key_of(r, prefix)
+                plan[key] = (r, len(prefix), prefix in rp.sampled or plan.get(key, (0, 0, False))[2])
+            for p in favour:
+                looked.setdefault(p, []).extend(lv for lv in elsewhere[p] if lv not in looked.get(p, ()))
+        return plan, looked
 
     def vouch(self, publisher: str) -> None:
         self._fetcher.vouch(publisher)
@@ -247,7 +273,7 @@ class HivemindTransport(Transport):
         newest = max(rounds, default=0)
         due = self._fetcher.budget.due(rounds, want, len(self._fetcher.known), get_dht_time(), self.round_seconds)
         wanted = want if want is not None else 64
-        found = await self._read(self._plan(lambda r, p: round_key(self.swarm, r, p), due, wanted))
+        found = await self._read(*self._plan(lambda r, p: round_key(self.swarm, r, p), due, wanted))
         self._observe_size(skip_round=newest if len(rounds) > 1 else None)
         by_round: dict[int, dict[str, dict]] = {}
         for (r, _level), entries in found.items():
@@ -291,8 +317,7 @@ class HivemindTransport(Transport):
         """Heartbeats of the shards read this time (all of them in a small swarm, a sample of a
         few dozen in a big one) not heard before: who is alive, without a read that grows with
         the swarm."""
-        plan = self._plan(lambda _r, p: peers_key(self.swarm, p), [-1], HEARTBEATS_WANTED)
-        found = await self._read(plan)
+        found = await self._read(*self._plan(lambda _r, p: peers_key(self.swarm, p), [-1], HEARTBEATS_WANTED))
         self._observe_size()
         entries: dict[str, dict] = {}
         for got in found.values():
@@ -319,6 +344,7 @@ class HivemindTransport(Transport):
                 "_host_strikes": len(s.hosts.counts), "_host_backoff": len(s.hosts.until),
                 "_served_by": len(s.served_by), "_host_owner": len(s.owners), "_known": len(f.known),
                 "_budget": len(b.rounds), "_short": len(self._short), "_sizes": len(self._sizes),
+                "_found_at": len(self._where.found_at), "_missing": len(self._where.missing),
                 "_body_sizes": len(f.body_sizes), "_seen_entries": sum(len(v) for v in b.judged.values())}
 
     async def broadcast_parts(self, identity, source: str, upload):

@@ -6,9 +6,10 @@ import random
 
 import pytest
 
-from node.transport.hivemind.index import (SHARD_FANOUT, choose_fetches, envelopes_wanted, estimate_size,
-                                      explore_allowance, level_for, parse_key, peer_hash, read_plan, round_key,
-                                      shard_prefix, write_levels)
+from node.transport.hivemind.index import (MAX_SHARD_COUNT, SHARD_FANOUT, ReadPlan, choose_fetches,
+                                           envelopes_wanted, estimate_size, explore_allowance, level_for,
+                                           parse_key, peer_hash, read_plan, round_key, search_levels,
+                                           shard_prefix, write_levels)
 
 
 @pytest.mark.parametrize("n, level", [(1, 0), (32, 0), (33, 1), (512, 1), (513, 2), (8192, 2), (8193, 3),
@@ -40,13 +41,13 @@ def test_a_peer_has_one_shard_per_level_and_shards_nest():
 
 def test_a_reader_reads_enough_shards_of_its_level_and_probes_one_up():
     rng = random.Random(0)
-    assert read_plan(4, wanted=2, rng=rng) == [""]  # small swarm: the one shard holds everyone
+    assert read_plan(4, wanted=2, rng=rng).prefixes == [""]  # small swarm: the one shard holds everyone
     # 10,000 peers: level 3 (4096 shards, ~2.4 entries each); 2 x 2 wanted -> ceil(4 / 2.44) = 2 shards.
-    plan = read_plan(10_000, wanted=2, rng=rng)
+    plan = read_plan(10_000, wanted=2, rng=rng).prefixes
     assert len(plan) == 2 and all(len(p) == 3 for p in plan) and len(set(plan)) == 2
     # 1,000 peers: level 2 (~3.9 a shard) -> ceil(4 / 3.9) = 2 shards
-    assert [len(p) for p in read_plan(1000, wanted=2, rng=rng)] == [2, 2]
-    probe = read_plan(4, wanted=2, rng=rng, probe_up=True)
+    assert [len(p) for p in read_plan(1000, wanted=2, rng=rng).prefixes] == [2, 2]
+    probe = read_plan(4, wanted=2, rng=rng, probe_up=True).prefixes
     assert probe[0] == "" and [len(p) for p in probe[1:]] == [1, 2, 3]  # one shard of each level above
 
 
@@ -106,7 +107,7 @@ def test_unknown_keys_get_half_a_fetch_a_round_once_a_node_knows_enough():
 def test_a_reader_in_a_big_swarm_reads_the_shards_of_the_peers_it_knows():
     rng = random.Random(2)
     known = [f"sn1known{i}" for i in range(3)]
-    plan = read_plan(10_000, wanted=2, rng=rng, favour=known)
+    plan = read_plan(10_000, wanted=2, rng=rng, favour=known).prefixes
     # Level 3: the first two known peers' shards, then one random shard (newcomers are still found).
     assert plan[:2] == [shard_prefix(known[0], 3), shard_prefix(known[1], 3)]
     assert len(plan) == 3 and len(plan[2]) == 3
@@ -135,3 +136,47 @@ def test_a_newcomer_explores_one_key_per_host_reachable_hosts_first():
     assert found == 1.0  # of 3 reachable hosts, 2 picks always include an honest one
     picks = choose_fetches(list(hosts), set(), 0, 2, rng, hosts=hosts, reachable=reachable)
     assert len({hosts[p] for p in picks}) == 2 and all(hosts[p] in reachable for p in picks)
+
+
+def test_the_size_estimate_samples_only_shards_chosen_at_random():
+    # 1,000 peers: level 2. The shard of the known peer the reader follows is favoured (read to find
+    # that peer), never among the sampled ones the estimate counts: a Sybil that grinds keys into
+    # its victim's shard fills exactly the shard every reader that follows the victim reads.
+    victim = "sn1victim"
+    for seed in range(20):
+        plan = read_plan(1000, wanted=2, rng=random.Random(seed), favour=[victim], probe_up=True)
+        assert plan.favoured == [shard_prefix(victim, 2)]
+        assert shard_prefix(victim, 2) not in plan.sampled
+        assert [len(p) for p in plan.sampled] == [2, 3]  # one random level-2 shard, one probe of level 3
+        assert plan.prefixes == plan.favoured + plan.sampled
+    # Level 1 (16 shards): the random ones are drawn from the 15 others (33 peers, 2.06 a shard:
+    # 2 x 16 wanted -> ceil(32 / 2.06) = 16 shards, the favoured one and the 15 others).
+    plans = [read_plan(33, wanted=16, rng=random.Random(s), favour=[victim]) for s in range(20)]
+    assert all(shard_prefix(victim, 1) not in p.sampled and len(p.sampled) == 15 for p in plans)
+    # 100 peers, 6.25 a level-1 shard: 2 x 8 wanted -> ceil(16 / 6.25) = 3 shards, minus the favoured 1
+    assert len(read_plan(100, wanted=8, rng=random.Random(0), favour=[]).sampled) == 3
+    assert len(read_plan(100, wanted=8, rng=random.Random(0), favour=["sn1a"]).sampled) == 2
+    # Level 0: the one shard is both (and the transport counts it: it is the whole index).
+    assert read_plan(4, wanted=2, rng=random.Random(0), favour=[victim]) == ReadPlan([""], [""])
+
+
+def test_one_shard_counts_for_at_most_a_full_honest_shard():
+    assert MAX_SHARD_COUNT == 64  # 2 x SHARD_TARGET: writers leave a level whose shards hold more
+    # 160 ground keys and the victim in one level-1 shard: 64 x 16 = 1024, not 161 x 16 = 2576.
+    assert estimate_size([(1, 161)]) == 1024
+    # With two ordinary shards read beside it, it moves the mean by 64 / 3: (64 + 0 + 2) / 3 x 16 = 352.
+    assert estimate_size([(1, 161), (1, 0), (1, 2)]) == pytest.approx(352)
+    assert estimate_size([(0, 163)]) == 64  # the level-0 shard of a small swarm under the same flood
+    assert estimate_size([(2, 40), (2, 38)]) == pytest.approx(39 * 256)  # honest counts are untouched
+
+
+def test_a_known_peer_missing_from_its_shard_is_looked_for_lower_first():
+    assert search_levels(2) == [1, 0, 3]  # below, nearest first, then above
+    assert search_levels(3) == [2, 1, 0]
+    assert search_levels(0) == [1, 2, 3]
+    # A reader at level 3 (10,000 peers) reads a known peer's shards at the levels it is told to.
+    plan = read_plan(10_000, wanted=2, rng=random.Random(0), favour=["sn1v", "sn1w"],
+                     elsewhere={"sn1v": search_levels(3)})
+    assert plan.favoured == [shard_prefix("sn1v", lv) for lv in (2, 1, 0)] + [shard_prefix("sn1w", 3)]
+    # Only own-level favoured shards count toward the expected entries: 2 - 1 = 1 random level-3 shard.
+    assert [len(p) for p in plan.sampled] == [3]

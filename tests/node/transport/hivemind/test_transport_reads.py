@@ -1,0 +1,92 @@
+"""What the hivemind transport does with the index shards it read, against a stand-in DHT node
+(no daemon): only shards chosen at random go into the swarm-size estimate, and a known publisher
+missing from its shard is looked for at its other levels, lower first, then read where it was found.
+
+The stand-in answers ``get_many`` from a dict, as hivemind returns a dictionary value: {raw key:
+ValueWithExpiration({publisher: ValueWithExpiration(entry, t)}, t)}."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+
+from hivemind.utils import ValueWithExpiration
+
+from node.transport.hivemind.index import round_key, shard_prefix
+from node.transport.hivemind.index_records import index_entry
+from node.transport.hivemind.transport import HivemindTransport
+from protocol.identity import Identity
+
+R = 1000
+BODY = b"the victim's envelope"
+
+
+class StandInNode:
+    def __init__(self):
+        self.shards: dict[str, dict[str, dict]] = {}  # raw key -> {publisher: entry value}
+        self.reads: list[list[str]] = []  # the keys of each get_many
+
+    def put(self, publisher: str, level: int, p2p: str = "Qm" + "x" * 44) -> None:
+        key, sub, value = index_entry("t", R, publisher, p2p, len(BODY), hashlib.sha256(BODY).hexdigest(),
+                                      shard_prefix(publisher, level))
+        self.shards.setdefault(key, {})[sub] = value
+
+    async def get_many(self, keys, sufficient_expiration_time=None):
+        self.reads.append(list(keys))
+        return {k: ValueWithExpiration({p: ValueWithExpiration(v, 1e12) for p, v in self.shards[k].items()}, 1e12)
+                for k in keys if k in self.shards}
+
+
+def _reader(node: StandInNode, size: float) -> HivemindTransport:
+    me = Identity.generate()
+    t = HivemindTransport(swarm="t", publisher=me.peer_id, signer=me)
+    t._node, t.swarm_size = node, size
+
+    async def download(peer, round, publisher, declared):
+        return BODY
+
+    t._download = download
+    return t
+
+
+def _ground(prefix: str, n: int) -> list[str]:
+    """Peer ids whose shard at level len(prefix) is ``prefix`` (keys ground into it)."""
+    out = []
+    while len(out) < n:
+        pid = Identity.generate().peer_id
+        if shard_prefix(pid, len(prefix)) == prefix:
+            out.append(pid)
+    return out
+
+
+def test_the_shard_of_a_followed_peer_does_not_count_toward_the_size_estimate():
+    victim = Identity.generate().peer_id
+    node = StandInNode()
+    node.put(victim, 1)
+    for pid in _ground(shard_prefix(victim, 1), 40):  # 40 ground keys beside it (160 in the DHT test)
+        node.put(pid, 1)
+    t = _reader(node, 100.0)  # level 1: 6.25 a shard
+    t.vouch(victim)
+    got = asyncio.run(t.poll([R]))
+    assert victim in {d.publisher for d in got}  # found in its shard, which was read...
+    assert round_key("t", R, shard_prefix(victim, 1)) in node.reads[0]
+    # ... but the estimate saw only the 15 random level-1 shards, all empty: (100 + 1) / 2. Counted,
+    # the flooded shard would have made it min(41 x 16, 4 x 100) = 400.
+    assert t.swarm_size == 50.5
+
+
+def test_a_known_peer_missing_from_its_shard_is_looked_for_lower_and_then_followed_there():
+    victim = Identity.generate().peer_id
+    node = StandInNode()
+    node.put(victim, 1)  # the victim believes in ~40 peers: it writes at level 1
+    t = _reader(node, 10_000.0)  # the reader reads level 3
+    t.vouch(victim)
+    asyncio.run(t.poll([R]))
+    assert round_key("t", R, shard_prefix(victim, 3)) in node.reads[0]  # not there: missing
+    got = asyncio.run(t.poll([R]))
+    searched = [round_key("t", R, shard_prefix(victim, lv)) for lv in (2, 1, 0)]
+    assert all(k in node.reads[1] for k in searched)
+    assert [d.publisher for d in got] == [victim]
+    asyncio.run(t.poll([R]))  # from now on read where it was found
+    assert round_key("t", R, shard_prefix(victim, 1)) in node.reads[2]
+    assert round_key("t", R, shard_prefix(victim, 3)) not in node.reads[2]
