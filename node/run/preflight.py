@@ -83,18 +83,23 @@ def check_device(device: str) -> None:
 
 
 def check_model_source(name: str) -> None:
-    """A ``model.name`` that is a hub id (not ``default``, not a local folder) is in the local
-    Hugging Face cache, or the Hub answers: otherwise the load would retry for most of a minute
-    and end in the Hub's own message (there may be no network at all where nodes run)."""
+    """A ``model.name`` that is a hub id (not ``default``, not a local folder) can be had: the Hub
+    answers, or it is in the local Hugging Face cache (then it loads offline). Otherwise the load
+    would retry for most of a minute and end in the Hub's own message (there may be no network
+    at all where nodes run)."""
     if name == "default" or Path(name).expanduser().exists() or name.startswith(("/", ".", "~")) or name.count("/") > 1:
         return  # the embedded model, a local folder, or a path the load names as missing
     from huggingface_hub import constants, try_to_load_from_cache
 
-    if isinstance(try_to_load_from_cache(name, "config.json"), str):
-        return  # cached: it loads without the Hub
     why = "HF_HUB_OFFLINE is set" if constants.HF_HUB_OFFLINE else _unreachable(constants.ENDPOINT)
     if why is None:
         return  # the Hub answers: the load downloads it (or names a wrong id)
+    if isinstance(try_to_load_from_cache(name, "config.json"), str):
+        if not constants.HF_HUB_OFFLINE:  # else every file's request is retried for most of a minute first
+            log.info("the Hugging Face Hub cannot be reached (%s): loading %s from the cache, offline", why, name)
+            constants.HF_HUB_OFFLINE = True
+            os.environ["HF_HUB_OFFLINE"] = "1"  # and any process this one starts (the vLLM engine)
+        return
     raise ConfigError(f"--model.name {name}: not a local folder, not in the Hugging Face cache, and the Hub "
                       f"cannot be reached ({why}): pass a local model folder (one with config.json, e.g. "
                       f"downloaded with `huggingface-cli download {name} --local-dir DIR` where there is a "

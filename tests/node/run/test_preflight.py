@@ -46,3 +46,24 @@ def test_a_node_without_the_hub_fails_at_once_with_one_message(tmp_path):
     assert "--model.name someorg/not-a-cached-model: not a local folder, not in the Hugging Face cache" in p.stderr
     assert "127.0.0.1:9" in p.stderr and "Retrying" not in p.stderr and "Traceback" not in p.stderr
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.subprocess
+def test_a_cached_hub_model_loads_offline_at_once_where_the_hub_cannot_be_reached(tiny_model_dir, tmp_path):
+    import shutil
+
+    hub = tmp_path / "hf" / "hub"
+    repo = hub / "models--someorg--tiny"
+    shutil.copytree(tiny_model_dir, repo / "snapshots" / ("0" * 40), ignore=shutil.ignore_patterns(".built"))
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0" * 40)
+    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"}
+    env.update(HF_ENDPOINT="http://127.0.0.1:9", HF_HOME=str(tmp_path / "hf"), HF_HUB_CACHE=str(hub), OMP_NUM_THREADS="1")
+    p = subprocess.run([sys.executable, "-m", "node.cli", "train", "--model.name", "someorg/tiny", "--run.dir",
+                        str(tmp_path / "run"), "--train.steps", "1", "--eval.at_start", "false", "--eval.at_end", "false",
+                        "--generation.max_completion_length", "8", "--run.progress", "off", "--run.plot", "false"],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out[-3000:]
+    assert "loading someorg/tiny from the cache, offline" in out
+    assert "Retrying" not in out and "Traceback" not in out, out[-3000:]
