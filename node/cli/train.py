@@ -51,7 +51,6 @@ def run_join(args: argparse.Namespace, unknown: list[str]) -> int:
     if args.broker is not None:
         overrides["swarm.broker"] = args.broker  # (before join_transport: a broker implies mqtt)
     file = read_toml(args.config) if args.config else {}
-    _check_follow(args.follow is not None, overrides, file.get("broadcast") or {})
     overrides["swarm.transport"] = join_transport(args.transport, overrides, file.get("swarm") or {})
     if args.bootstrap:
         overrides["swarm.initial_peers"] = list(overrides.get("swarm.initial_peers", [])) + args.bootstrap
@@ -103,6 +102,8 @@ def _check_swarm(cfg, new_swarm: bool) -> None:
 def _run(args: argparse.Namespace, overrides: dict, check: Callable[[object], None] | None = None) -> int:
     from node.observe.logs import setup_logging
 
+    _check_follow(getattr(args, "follow", None) is not None, overrides,
+                  (read_toml(args.config).get("broadcast") or {}) if args.config else {})
     cfg, changed = load_run_config(args.config, overrides)  # a resume: the run's own config under these
     setup_logging(cfg.run.log_level, cfg.run.log_format)
     if cfg.run.resume and (Path(cfg.run.dir) / "config.json").is_file():
