@@ -55,7 +55,12 @@ def learner_heard(swarm, learner: str, role_status: dict) -> bool:
             or role_status.get("pointer_version") is not None or bool(role_status.get("applied_versions")))
 
 
-def alone_warning(name: str, waited_s: float, what: str) -> str:
+def alone_warning(name: str, waited_s: float, what: str, others: list[str] = ()) -> str:
+    """``others``: swarm names the transport saw connected peers use (libp2p's gossip topics)."""
+    if others:
+        names = ", ".join(repr(o) for o in others)
+        return (f"heard no peer of swarm {name!r} in {waited_s:.0f} s, but connected peers are in swarm {names}: "
+                f"are the peers using another --swarm.name? (to join them: --swarm.name {others[0]})")
     return (f"heard no peer of swarm {name!r} in {waited_s:.0f} s, though this node reached {what}: are the "
             f"peers using another --swarm.name? (this node's is {name!r}; every node of a swarm must use the same)")
 
@@ -83,9 +88,10 @@ async def watch_swarm(cfg, swarm, status, role_status: Callable[[], dict], in_pr
             text = None if ok or waited < window else learner_warning(learner, name, waited, len(swarm.peers))
         else:
             ok = heard_any(swarm)
-            what = None if ok or waited < window else reached(swarm.transport.info(), cfg.swarm.initial_peers,
-                                                                in_process)
-            text = alone_warning(name, waited, what) if what else None
+            info = None if ok or waited < window else swarm.transport.info()
+            what = reached(info, cfg.swarm.initial_peers, in_process) if info is not None else None
+            others = (info or {}).get("other_swarms") or []
+            text = alone_warning(name, waited, what, others) if what else None
         if ok:
             if warned is not None:
                 log.info("heard %s of swarm %r after all", f"learner {learner}" if learner else "a peer", name)
@@ -95,5 +101,6 @@ async def watch_swarm(cfg, swarm, status, role_status: Callable[[], dict], in_pr
         if text is not None and warned is None:
             log.warning("%s", text)
             warned = text.split(" (")[0] if learner else \
-                f"heard no peer of swarm {name!r}: are the peers using another --swarm.name?"
+                f"heard no peer of swarm {name!r}: are the peers using another --swarm.name?" + \
+                (f" (connected peers are in swarm {', '.join(map(repr, others))})" if others else "")
             status.write(note=warned)  # the simulator's table and summary show a node's note

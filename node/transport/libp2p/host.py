@@ -332,6 +332,14 @@ class Libp2pHost:
         router = self.pubsub.router if self.pubsub is not None else None
         return len(getattr(router, "mesh", {}).get(topic, ())) if router is not None else 0
 
+    def topics_of_peers(self) -> set[str]:
+        """The gossip topics the connected peers subscribe to (each says so on connecting), ours or
+        not: read from the trio thread's map, so a copy taken while it changes is skipped."""
+        try:
+            return {t for t, peers in list(getattr(self.pubsub, "peer_topics", {}).items()) if peers}
+        except RuntimeError:  # changed size while copied
+            return set()
+
     # -- streams (asyncio side) -------------------------------------------------------------------
     async def set_stream_handler(self, protocol: str, handler: StreamHandler) -> None:
         """Streams opened to this host on ``protocol`` are served by ``handler`` on the asyncio loop."""

@@ -354,7 +354,16 @@ class Libp2pTransport(Transport):
         host = self.host.info() if self.host is not None else {}
         return {"transport": "libp2p", **host, "peers_heard": self.inbox.heard(),
                 "mesh": self.host.mesh_peers(self._rollouts) if self.host is not None else 0,
+                **({"other_swarms": others} if (others := self.other_swarms()) else {}),
                 **{f"libp2p_{k}": v for k, v in sorted(self.counts.items())}}
+
+    def other_swarms(self) -> list[str]:
+        """The swarm names of connected peers' rollout topics other than this node's: peers started
+        with another ``--swarm.name`` (node/run/swarm_watch.py names them)."""
+        topics = self.host.topics_of_peers() if self.host is not None else set()
+        return sorted(t.split("/")[1] for t in topics
+                      if t != self._rollouts and t.startswith("swarm-node/") and t.endswith("/rollouts")
+                      and t.count("/") == 2)
 
     def buffer_sizes(self) -> dict[str, int]:
         return {"mine": len(self._mine), "fetching": len(self._fetching), **self.inbox.buffer_sizes()}

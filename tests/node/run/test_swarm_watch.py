@@ -86,3 +86,25 @@ def test_a_worker_names_its_learner_at_once_and_says_when_none_is_heard_of(monke
 ])
 def test_what_a_node_reached_besides_its_swarm(info, peers, in_process, expected):
     assert swarm_watch.reached(info, peers, in_process) == expected
+
+
+def test_a_node_names_the_swarms_its_connected_peers_are_in(monkeypatch, caplog):
+    monkeypatch.setattr(swarm_watch, "ALONE_MIN_S", 0.0)
+    monkeypatch.setattr(swarm_watch, "POLL_S", 0.02)
+    cfg = load_config(None, {"swarm.transport": "libp2p", "swarm.round_seconds": 0.25, "swarm.name": "alpha",
+                             "swarm.initial_peers": ["/ip4/127.0.0.1/tcp/1/p2p/12D3KooWM8aByEo7zCu8VenXkDgs5Z52C5UefjziKWKtSoo8i524"]})
+    swarm = _fake_swarm({"connected": 2, "other_swarms": ["beta"]})
+    status = SimpleNamespace(extra={}, write=lambda **f: status.extra.update(f))
+
+    async def go():
+        task = asyncio.ensure_future(swarm_watch.watch_swarm(cfg, swarm, status, lambda: {}, False))
+        while "note" not in status.extra:
+            await asyncio.sleep(0.02)
+        swarm._task = None  # the node closes its exchange: the watch ends
+        await asyncio.wait_for(task, 10)
+
+    asyncio.run(go())
+    warning = next(r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
+    assert "heard no peer of swarm 'alpha'" in warning and "connected peers are in swarm 'beta'" in warning
+    assert "--swarm.name beta" in warning
+    assert status.extra["note"].endswith("(connected peers are in swarm 'beta')")

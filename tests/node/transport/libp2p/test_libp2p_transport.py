@@ -272,6 +272,28 @@ def test_nodes_that_know_only_a_bootstrap_host_find_each_other_by_peer_exchange(
     asyncio.run(main())
 
 
+def test_a_node_sees_the_swarm_names_of_peers_that_joined_another_swarm():
+    """Through the same bootstrap, a node of swarm "u" connects to one of swarm "t" (peer exchange
+    knows no swarm): each sees the other's rollout topic, so a node that hears no peer of its own
+    swarm can name the one its peers are in (node/run/swarm_watch.py)."""
+    ia, ib = Identity.generate(), Identity.generate()
+
+    async def main():
+        boot = Libp2pHost(Identity.generate(), LOOPBACK, [], px_interval=0.5)
+        await boot.start(20)
+        a = transport(ia, boot.addrs)
+        b = Libp2pTransport(swarm="u", publisher=ib.peer_id, identity=ib, listen=LOOPBACK, bootstrap=boot.addrs,
+                            join_retries=0, startup_timeout=20)
+        await a.start(), await b.start()
+        try:
+            await until(lambda: a.info().get("other_swarms") == ["u"] and b.info().get("other_swarms") == ["t"], 30,
+                        "each to see the other's swarm name")
+        finally:
+            await a.close(), await b.close(), await boot.close()
+
+    asyncio.run(main())
+
+
 def forged(kp, topic: str, data: bytes):
     """A gossip message whose origin is ``kp``, signed by it: what a raw host makes for each of
     the fresh identities it floods with (keys are free)."""
