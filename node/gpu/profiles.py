@@ -20,7 +20,9 @@ would take. The estimate is a sum of named terms (``Estimate``), each a closed f
   ``generate`` call, and three float32 (rows, V) tensors a step.
 
 Generation and the learner run one after the other, so the peak is the resident part (weights,
-trained state, CUDA's context) plus the larger of the two. Pure functions; only
+trained state, CUDA's context) plus the larger of the two; with generation overlapped with learning
+on the same card (``train.max_async``, node/run/overlap.py) it is the resident part plus a second
+copy of the weights plus both. Pure functions; only
 ``free_device_memory`` touches torch.
 """
 
@@ -129,6 +131,7 @@ class Estimate:
     context: int = CONTEXT_BYTES
     vllm_share: float = 0.0  # of the card, for a vLLM engine (its own weights copy and KV cache)
     learner_recompute: int = 0  # one layer's activations, live again while checkpointing recomputes it
+    overlap: bool = False  # train.max_async on this card: a copy of the weights generates while the learner runs
 
     @property
     def learner(self) -> int:
@@ -136,14 +139,18 @@ class Estimate:
 
     @property
     def peak(self) -> int:
-        return self.context + self.weights + self.trained_state + max(self.learner, self.generation)
+        rest = (self.weights + self.learner + self.generation if self.overlap
+                else max(self.learner, self.generation))
+        return self.context + self.weights + self.trained_state + rest
 
     def describe(self) -> str:
         g = lambda b: f"{b / GiB:.2f}"  # noqa: E731
+        learner = (f"learner {g(self.learner)} [activations {g(self.learner_activations)}, "
+                   f"recomputed layer {g(self.learner_recompute)}, logits {g(self.learner_logits)}]")
+        both = (f"the generating copy {g(self.weights)} + {learner} + generation {g(self.generation)}" if self.overlap
+                else f"max({learner}, generation {g(self.generation)})")
         return (f"peak {g(self.peak)} GiB = context {g(self.context)} + weights {g(self.weights)} + trained state "
-                f"{g(self.trained_state)} + max(learner {g(self.learner)} [activations {g(self.learner_activations)}, "
-                f"recomputed layer {g(self.learner_recompute)}, logits {g(self.learner_logits)}], "
-                f"generation {g(self.generation)})")
+                f"{g(self.trained_state)} + {both}")
 
 
 def _bytes(dtype: str) -> int:
@@ -218,13 +225,14 @@ def _generation_batch(shape: ModelShape, s: Settings, w: Workload, room: int) ->
 
 
 def choose_settings(shape: ModelShape, budget_bytes: int, w: Workload, *, bf16: bool = True,
-                    vllm: bool = False) -> tuple[Settings, Estimate]:
+                    vllm: bool = False, overlap: bool = False) -> tuple[Settings, Estimate]:
     """The most capable settings whose peak fits ``budget_bytes`` less the margin. If none does
     at the workload's completion length, it is halved (down to 32 tokens); then ``NoFit``.
 
     ``vllm``: a vLLM engine samples, beside the learner on the same card: it takes its share
     (``vllm_share``) for good, generation costs the learner's process nothing, and the learner
-    must fit in the rest."""
+    must fit in the rest. ``overlap``: generation runs beside the learner on this card with a copy
+    of the weights (``train.max_async``), so both, and the copy, must fit at once."""
     while True:
         for s in _candidates(shape, w, bf16):
             e = estimate(shape, s, w)
@@ -236,9 +244,10 @@ def choose_settings(shape: ModelShape, budget_bytes: int, w: Workload, *, bf16: 
                     return s, replace(e, generation=0, vllm_share=share)
                 continue
             limit = usable(budget_bytes)
-            if resident + e.learner <= limit:
-                s = replace(s, generation_batch=_generation_batch(shape, s, w, max(limit - resident, 0)))
-                e = estimate(shape, s, w)
+            beside = e.weights + e.learner if overlap else 0  # what generation shares the card with
+            if resident + e.learner + (e.weights if overlap else 0) <= limit:
+                s = replace(s, generation_batch=_generation_batch(shape, s, w, max(limit - resident - beside, 0)))
+                e = replace(estimate(shape, s, w), overlap=overlap)
                 if e.peak <= limit:
                     return s, replace(e, vllm_share=vllm_share(shape, s, w, budget_bytes))
         if w.completion_tokens <= 32:

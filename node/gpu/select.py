@@ -112,8 +112,10 @@ def plan_profile(cfg: NodeConfig, profile: str) -> ProfilePlan | None:
     w = Workload(rows=cfg.generation.prompts_per_step * cfg.group_size, prompt_tokens=_prompt_tokens(cfg),
                  completion_tokens=cfg.generation.max_completion_length)
     vllm = _vllm_samples(cfg)
+    # Generation overlapped with learning on this card holds a second copy of the weights.
+    overlap = cfg.train.max_async > 0 and (cfg.generation.device or cfg.model.device) == cfg.model.device
     try:
-        settings, est = choose_settings(shape, budget, w, bf16=bf16, vllm=vllm)
+        settings, est = choose_settings(shape, budget, w, bf16=bf16, vllm=vllm, overlap=overlap)
     except NoFit as e:
         raise ConfigError(f"memory profile ({source}): {e}") from None
     return ProfilePlan(source, budget, shape, w, settings, est, largest_class(budget, w, bf16=bf16), vllm, card)

@@ -203,3 +203,20 @@ def test_auto_reads_the_free_memory_and_gives_vllm_its_share_of_the_whole_card(h
     fixed = ps.plan_profile(cfg, "8gb")
     assert fixed.card == fixed.budget and ps.profile_overrides(fixed)["generation.vllm_gpu_memory_utilization"] == \
         max(0.05, fixed.estimate.vllm_share)
+
+
+def test_overlap_on_one_card_fits_a_second_copy_and_both_sides_at_once():
+    """With train.max_async on the learner's card, the chosen settings' peak counts the generating
+    copy and generation beside the learner (not the larger of the two), and still fits."""
+    shape = QWEN25["1.5B"]
+    for gib in (24, 80):
+        budget = gib * GiB
+        s0, e0 = choose_settings(shape, budget, WORKLOAD)
+        s1, e1 = choose_settings(shape, budget, WORKLOAD, overlap=True)
+        assert e1.overlap and not e0.overlap
+        assert e1.peak == e1.context + 2 * e1.weights + e1.trained_state + e1.learner + e1.generation
+        assert e1.peak <= usable(budget)
+        assert "generating copy" in e1.describe()
+        # Less room for the same work: never a larger generation batch or micro-batch than alone.
+        assert (s1.generation_batch or WORKLOAD.rows) <= (s0.generation_batch or WORKLOAD.rows)
+        assert (s1.micro_batch or WORKLOAD.rows) <= (s0.micro_batch or WORKLOAD.rows)
