@@ -3,10 +3,12 @@
 A writer stores its entry at the levels its own swarm-size estimate picks, a reader reads the
 level its estimate picks (node/transport/hivemind/index.py); two nodes whose estimates drifted
 more than two-fold apart (one of them fooled, or just new) would read past each other's entries
-for good. So a reader remembers the level it last found each known publisher at and reads that
-publisher's shard there; when it is not there, the next read looks at every other level, lower
-ones first (``search_levels``), and once that finds nothing either it is looked for where it
-was last seen again (it may have left, or not published into the round yet).
+for good. So a reader looks for a known publisher at its own level first; when it is not there,
+the next read looks at every other level, lower ones first (``search_levels``), and the level it
+turns up at is where the reader reads it from then on, until the reader's own level changes (then
+its own level is tried again: most publishers are there, and a lower shard costs more bytes).
+Once a search finds nothing either it is looked for where it was last seen again (it may have
+left, or not published into the round yet).
 """
 
 from __future__ import annotations
@@ -22,19 +24,22 @@ MAX_REMEMBERED = 4096  # publishers whose level is remembered (as many as the fe
 
 
 class KnownShards:
-    """Per known publisher: the level it was last found at, and whether it is being searched for."""
+    """Per known publisher found away from the reader's level: that level; and who is being searched for."""
 
     def __init__(self, limit: int = MAX_REMEMBERED):
         self.limit = limit
-        self.found_at: collections.OrderedDict[str, int] = collections.OrderedDict()  # LRU
+        # publisher -> (the level it was found at, the reader's level then), LRU
+        self.found_at: collections.OrderedDict[str, tuple[int, int]] = collections.OrderedDict()
         self.missing: dict[str, int] = {}  # publisher -> the level it was missed at
 
     def levels(self, publisher: str, reader_level: int) -> list[int]:
-        """The levels to read ``publisher``'s shard at: where it was last found (the reader's own
-        level if never), or every other level while it is missing."""
+        """The levels to read ``publisher``'s shard at: every level but the one it was missed at
+        while it is missing; else where it was found away from the reader's level (while that
+        level is unchanged), else the reader's own."""
         if publisher in self.missing:
             return search_levels(self.missing[publisher])
-        return [self.found_at.get(publisher, reader_level)]
+        level, then = self.found_at.get(publisher, (reader_level, reader_level))
+        return [level if then == reader_level else reader_level]
 
     def plan(self, publishers: Iterable[str], reader_level: int) -> dict[str, list[int]]:
         return {p: self.levels(p, reader_level) for p in publishers}
@@ -45,9 +50,12 @@ class KnownShards:
         ``found`` = the levels of the shards it turned up in (any shard read, of any round)."""
         for p, levels in looked.items():
             at = found.get(p)
-            if at:  # found: remember the level nearest the reader's own
+            if at:
                 self.missing.pop(p, None)
-                self.found_at[p] = min(at, key=lambda lv: (abs(lv - reader_level), lv))
+                if reader_level in at:  # where the reader looks anyway: nothing to remember
+                    self.found_at.pop(p, None)
+                    continue
+                self.found_at[p] = (min(at, key=lambda lv: (abs(lv - reader_level), lv)), reader_level)
                 self.found_at.move_to_end(p)
                 if len(self.found_at) > self.limit:
                     self.found_at.popitem(last=False)
