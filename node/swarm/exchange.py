@@ -29,6 +29,7 @@ from typing import Callable, Mapping, Sequence
 from node.clock import RoundClock
 from node.swarm import limits
 from node.swarm.admission import SENDER_FAULTS, Admission, Admitted, Refused, open_message, still_fresh
+from node.swarm.clock_offset import DELIVERY_ALLOWANCE_S, ClockWatch
 from node.swarm.limits import envelope_ttl, heartbeat_ttl, usable_envelope_bytes
 from node.swarm.link import SwarmLink
 from node.swarm.pool import AdmittedGroup, PeerPool
@@ -92,6 +93,8 @@ class SwarmExchange:
         self._loop: asyncio.AbstractEventLoop | None = None
         self.peers: dict[str, Announcement] = {}  # sender -> latest verified heartbeat
         self._last_heartbeat_poll = 0.0
+        # This clock against peers' signed heartbeats (polled every half round): warned of once.
+        self.clock_watch = ClockWatch(clock.round_seconds, uncertainty=clock.round_seconds / 4 + DELIVERY_ALLOWANCE_S)
         self.link = SwarmLink(transport)  # up / down / rejoining, and the rejoining itself
         # A publish or heartbeat that takes longer than this is abandoned: a round never waits on it.
         self.publish_timeout = max(1.0, clock.round_seconds / 2)
@@ -222,6 +225,7 @@ class SwarmExchange:
                     log.exception("admission check failed on a message from %.48s; message dropped", d.publisher)
             if time.time() - self._last_heartbeat_poll >= self.clock.round_seconds / 2:
                 self._last_heartbeat_poll = time.time()
+                self.clock_watch.polled(self._last_heartbeat_poll)
                 for d in await self.transport.poll_announcements():
                     self._guarded(self.admit_announcement, d)
             self.link.poll_ok()
@@ -274,6 +278,8 @@ class SwarmExchange:
             # heartbeat heard longest ago makes room (it is the next to expire anyway).
             del self.peers[min(self.peers, key=lambda k: self.peers[k].created_at)]
         self.peers[msg.sender] = msg
+        if warning := self.clock_watch.heard_now(msg.sender, env.timestamp):
+            log.warning("%s", warning)
         return True
 
     def gate(self, d: Delivery) -> bool:
@@ -424,6 +430,7 @@ class SwarmExchange:
             "publish_skipped": s.publish_skipped,
             "publish_timeouts": s.publish_timeouts,
             "internal_errors": s.internal_errors,
+            "clock_offset_s": self.clock_watch.offset(),
             # checked once over gossip: hits are polled messages whose gate verdict was reused
             "verdicts": {"rollouts": dict(self.verdicts.counts), "heartbeats": dict(self.heartbeat_verdicts.counts)},
             **self.link.status(),
