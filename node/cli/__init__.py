@@ -7,6 +7,7 @@
     sim.py         sim (a local swarm, one live table) and sim-worker (its in-process nodes)
     adversary.py   adversary (a malicious peer, for testing a swarm)
     bootstrap.py   bootstrap (the peer nodes join through)
+    doctor.py      doctor (what a node would meet if it joined now: peers, NAT, clock, GPU, disk)
     tools.py       id, build-model and plot
     eval.py        eval (a checkpoint's held-out correctness, after the fact)
 

@@ -17,6 +17,7 @@ from typing import Callable
 
 from node.cli.adversary import run_adversary
 from node.cli.bootstrap import run_bootstrap
+from node.cli.doctor import run_doctor
 from node.cli.eval import run_eval
 from node.cli.export import run_export
 from node.cli.parser import build_parser
@@ -38,6 +39,7 @@ class Command:
 COMMANDS: dict[str, Command] = {
     "train": Command(run_train, config_flags=True),
     "join": Command(run_join, config_flags=True),
+    "doctor": Command(run_doctor, config_flags=True),
     "bootstrap": Command(run_bootstrap),
     "sim": Command(run_simulation, config_flags=True),
     "adversary": Command(run_adversary, config_flags=True),

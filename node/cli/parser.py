@@ -22,6 +22,7 @@ examples:
   swarm-node train --learner.baseline median --generation.num_generations 4
   swarm-node sim --nodes 4 --train.steps 200        # a local swarm: 4 nodes, one live table, plots
   swarm-node bootstrap --port 31337                  # run a bootstrap peer; prints its multiaddr
+  swarm-node doctor --bootstrap /ip4/1.2.3.4/tcp/31337/p2p/QmWyMy... # check before joining: peers, NAT, clock, GPU, disk
   swarm-node join --bootstrap /ip4/1.2.3.4/tcp/31337/p2p/QmWyMy...   # train in a public swarm
   swarm-node build-model                             # build/cache the embedded default model
   swarm-node plot runs/solo                          # (re)draw reward_curve.png (or a sim folder's plots)
@@ -40,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "policy with off-policy-corrected GRPO (ESS-scaled learning rate).",
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for add in (_add_train, _add_join, _add_bootstrap, _add_sim, _add_adversary, _add_sim_worker, _add_id,
+    for add in (_add_train, _add_join, _add_doctor, _add_bootstrap, _add_sim, _add_adversary, _add_sim_worker, _add_id,
                 _add_build_model, _add_plot, _add_eval, _add_export):
         add(sub)
     return parser
@@ -122,6 +123,39 @@ def _add_join(sub) -> None:
     join.add_argument("--print-config", action="store_true", help="print the resolved config as JSON and exit")
     _add_role_flags(join)
     _add_profile_flag(join)
+
+
+def _add_doctor(sub) -> None:
+    doc = sub.add_parser(
+        "doctor", allow_abbrev=False,
+        help="check, before joining, what a node would meet: bootstrap peers, NAT, clock, GPU profile, disk",
+        description="Check what `join` with the same flags would meet, one line per check (ok, warn or fail,\n"
+                    "what was found, and the fix when not ok): config: the swarm it names; bootstrap (or\n"
+                    "broker): which peers answer on their TCP port; port: whether the fixed listen ports in\n"
+                    "swarm.host_maddrs are free; join: joining the swarm over its transport as a throw-away\n"
+                    "peer (a fresh key: nothing of the node's is used or written); addresses and nat: the\n"
+                    "addresses the transport gives peers and what it says of NAT (unknown where it cannot tell);\n"
+                    "clock: this clock's offset from the median of peers' signed heartbeats, timed for\n"
+                    "--window seconds (rounds come from wall clocks: a skewed clock loses its envelopes);\n"
+                    "device and profile: the device and the memory profile join would pick; disk: free space\n"
+                    "in the run folder for its checkpoints. Every network step is bounded by --timeout.\n"
+                    "Exit 0 when nothing failed (warnings allowed), 1 when a check failed, 2 for a bad config.",
+        epilog="examples:\n  swarm-node doctor --bootstrap /ip4/203.0.113.7/tcp/31337/p2p/QmWyMy...\n"
+               "  swarm-node doctor --config node.toml --json\n"
+               "  swarm-node doctor --broker mqtts://node1@broker.example:8883",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    doc.add_argument("--bootstrap", action="append", default=[], metavar="MADDR", help="as for join")
+    doc.add_argument("--transport", choices=["hivemind", "libp2p", "mqtt"], default=None, help="as for join")
+    doc.add_argument("--broker", metavar="URL", default=None, help="as for join")
+    doc.add_argument("--window", type=float, default=6.0, metavar="S",
+                     help="seconds to listen to peers' heartbeats for the clock check (default 6: nodes send one "
+                          "a round, 5 s by default; raise it above a longer swarm.round_seconds)")
+    doc.add_argument("--timeout", type=float, default=3.0, metavar="S",
+                     help="seconds each dial may take (default 3); the join may take swarm.startup_timeout more")
+    doc.add_argument("--json", action="store_true", help="print one JSON object (every check, the clock offset) "
+                                                         "instead of lines, for tools")
+    _add_profile_flag(doc)
+    _add_config_flags(doc)
 
 
 def _add_bootstrap(sub) -> None:

@@ -43,25 +43,28 @@ def run_train(args: argparse.Namespace, unknown: list[str]) -> int:
 
 
 def run_join(args: argparse.Namespace, unknown: list[str]) -> int:
+    return _run(args, join_overrides(args, unknown), check=lambda cfg: check_swarm(cfg, args.new_swarm))
+
+
+def join_overrides(args: argparse.Namespace, unknown: list[str]) -> dict:
+    """The config ``join`` runs with: its flags' overrides, its own flags (role, follow, broker,
+    bootstrap) as config keys, the transport it infers, its run folder. ``doctor`` reads the same."""
     overrides = _common_overrides(args, unknown)
-    if args.role is not None:
-        overrides["broadcast.role"] = args.role
-    if args.follow is not None:
-        overrides["broadcast.follow"] = args.follow
-    if args.broker is not None:
-        overrides["swarm.broker"] = args.broker  # (before join_transport: a broker implies mqtt)
+    for flag, key in (("role", "broadcast.role"), ("follow", "broadcast.follow"), ("broker", "swarm.broker")):
+        if getattr(args, flag, None) is not None:  # (the broker before join_transport: a broker implies mqtt)
+            overrides[key] = getattr(args, flag)
     file = read_toml(args.config) if args.config else {}
     overrides["swarm.transport"] = join_transport(args.transport, overrides, file.get("swarm") or {})
     if args.bootstrap:
         overrides["swarm.initial_peers"] = list(overrides.get("swarm.initial_peers", [])) + args.bootstrap
     if "run.dir" not in overrides and "dir" not in (file.get("run") or {}):
         overrides["run.dir"] = JOIN_RUN_DIR  # not train's runs/solo: this node is not alone
-    return _run(args, overrides, check=lambda cfg: _check_swarm(cfg, args.new_swarm))
+    return overrides
 
 
 def _common_overrides(args: argparse.Namespace, unknown: list[str]) -> dict:
     overrides = config_overrides(args, unknown)
-    if args.resume:
+    if getattr(args, "resume", False):
         overrides["run.resume"] = True
     return overrides
 
@@ -80,7 +83,7 @@ def _check_follow(by_flag: bool, overrides: dict, file_broadcast: dict) -> None:
                           f"(\"peer id sn1...\") and `swarm-node id --run-dir <its run folder>` prints it")
 
 
-def _check_swarm(cfg, new_swarm: bool) -> None:
+def check_swarm(cfg, new_swarm: bool) -> None:
     """Refuse a join that names no swarm to join, bootstrap peers where there are none, or a
     bootstrap peer of another carrier (its peer id tells: node/transport/carriers.py)."""
     c = carrier(cfg.swarm.transport)  # join names one (join_transport)

@@ -1,0 +1,129 @@
+"""The verdicts of ``swarm-node doctor``: each check as one line (ok, warn or fail, what was found,
+the fix when not ok), the exit code, and the pure judgements behind the lines that need one
+(addresses and NAT, clock offset, free disk). Nothing here touches the network or a file: the
+command (node/cli/doctor.py) measures, these functions judge.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import asdict, dataclass
+
+from node.swarm.clock_offset import SKEW_FRACTION, median_offset, peer_offsets, skew_exceeds
+
+__all__ = ["Check", "render", "exit_code", "report", "address_check", "nat_check", "clock_check", "disk_check",
+           "checkpoint_bytes"]
+
+GiB = 1024 ** 3
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: str  # ok, warn or fail
+    found: str
+    fix: str = ""
+
+
+def render(c: Check) -> str:
+    """One line: status, check, what was found, and the fix when not ok."""
+    fix = f"  fix: {c.fix}" if c.fix and c.status != "ok" else ""
+    return f"{c.status:<4}  {c.name:<9}  {c.found}{fix}"
+
+
+def exit_code(checks: list[Check]) -> int:
+    """0 when nothing failed (warnings allowed), 1 when something did."""
+    return 1 if any(c.status == "fail" for c in checks) else 0
+
+
+def report(checks: list[Check], **extra) -> dict:
+    """The ``--json`` form: every check, the exit code, and measured values (``extra``)."""
+    return {"ok": exit_code(checks) == 0, "exit": exit_code(checks), "checks": [asdict(c) for c in checks], **extra}
+
+
+def _host(maddr: str) -> str | None:
+    parts = maddr.strip("/").split("/")
+    return parts[1] if len(parts) >= 2 and parts[0] in ("ip4", "ip6") else None
+
+
+def _kind(maddr: str) -> str:
+    """public, private, loopback or name (a DNS name: where it points is not known here)."""
+    host = _host(maddr)
+    if host is None:
+        return "name"
+    ip = ipaddress.ip_address(host)
+    return "loopback" if ip.is_loopback else "private" if (ip.is_private or ip.is_link_local) else "public"
+
+
+def address_check(maddrs: list[str], carrier: str) -> Check:
+    """The addresses the joined transport gives its peers (its ``info()``)."""
+    if carrier == "mqtt":
+        return Check("addresses", "ok", "none needed: over mqtt every node dials out to the broker")
+    if not maddrs:
+        return Check("addresses", "warn", f"the {carrier} transport reported no address",
+                     "set --swarm.host_maddrs to an address of this machine, e.g. '[\"/ip4/0.0.0.0/tcp/31338\"]'")
+    kinds = sorted({_kind(m) for m in maddrs})
+    shown = ", ".join(maddrs[:4]) + (f" (+{len(maddrs) - 4})" if len(maddrs) > 4 else "")
+    return Check("addresses", "ok", f"{len(maddrs)} address(es), {'/'.join(kinds)}: {shown}")
+
+
+def nat_check(maddrs: list[str], carrier: str, *, announced: bool, use_relay: bool) -> Check:
+    """NAT status as far as the transport tells it; reachability from outside is never guessed."""
+    if carrier == "mqtt":
+        return Check("nat", "ok", "not needed: every node dials out to the broker (no port to open)")
+    source = {"hivemind": "hivemind's p2pd does not report its AutoNAT result to the node",
+              "libp2p": "py-libp2p's host runs no AutoNAT"}.get(carrier, f"the {carrier} transport reports none")
+    kinds = {_kind(m) for m in maddrs}
+    if "public" in kinds or "name" in kinds or announced:
+        return Check("nat", "ok", f"unknown: {source}; a public address is announced, so peers can dial it "
+                                  f"where its port is open")
+    relay = " (swarm.use_relay is on: it can still be reached through a relay)" if use_relay else ""
+    return Check("nat", "warn", f"unknown: {source}; every address is private or loopback, so peers outside "
+                                f"this network cannot dial this node{relay}",
+                 "behind NAT, fix a port (--swarm.host_maddrs '[\"/ip4/0.0.0.0/tcp/31338\"]'), forward it and "
+                 "announce it (--swarm.announce_maddrs '[\"/ip4/PUBLIC_IP/tcp/31338\"]'); on a private "
+                 "cluster or loopback this is expected")
+
+
+def clock_check(stamps: list[tuple[str, float, float]], heard: int, *, round_seconds: float,
+                uncertainty: float, window: float) -> tuple[Check, float | None]:
+    """The clock line and the median offset (peers' clocks minus this one, seconds) or None."""
+    offsets = peer_offsets(stamps)
+    off = median_offset((o, 0.0) for o in offsets.values())
+    if off is None:
+        why = (f"heard {heard} peer(s), but no heartbeat new enough to time in {window:g} s"
+               if heard else f"no peer's heartbeat heard in {window:g} s")
+        return Check("clock", "warn", f"not measured: {why}",
+                     "listen longer (--window, above swarm.round_seconds), or check that peers run with this "
+                     "--swarm.name and --swarm.round_seconds; a new swarm has no peers yet"), None
+    side = "behind" if off > 0 else "ahead of"
+    found = (f"{abs(off):.3f} s {side} the median of {len(offsets)} peer(s)' signed heartbeats "
+             f"(±{uncertainty:.2f} s), {abs(off) / round_seconds:.2f} of a {round_seconds:g} s round")
+    fix = ("synchronise this machine's clock (NTP: `timedatectl set-ntp true`, or chrony); "
+           "rounds come from wall clocks")
+    if abs(off) - uncertainty >= round_seconds:
+        return Check("clock", "fail", found + ": its rollouts go out under rounds its peers are not in", fix), off
+    if skew_exceeds(off, round_seconds, uncertainty=uncertainty):
+        return Check("clock", "warn", found + f": over {SKEW_FRACTION:g} of a round", fix), off
+    return Check("clock", "ok", found), off
+
+
+def checkpoint_bytes(params: int, lora_rank: int) -> int:
+    """A rough size of one checkpoint: float32 weights and Adam's two moments (12 bytes a parameter);
+    with LoRA the adapter only, counted generously at 1 byte per base parameter."""
+    return params * (12 if lora_rank == 0 else 1)
+
+
+def disk_check(path: str, free: int, need: int | None, what: str) -> Check:
+    """Free space where the run folder goes, against ``need`` bytes (None: not estimated)."""
+    found = f"{free / GiB:.1f} GiB free at {path}"
+    if need is None:
+        return Check("disk", "ok" if free >= GiB else "warn", f"{found} ({what})",
+                     "free some space, or choose a --run.dir on a larger disk")
+    found += f"; {what} need about {need / GiB:.2f} GiB"
+    if free < need / 2:
+        return Check("disk", "fail", found, "free space, lower --run.keep_checkpoints, or choose a --run.dir on a "
+                                            "larger disk")
+    if free < need:
+        return Check("disk", "warn", found, "free space or lower --run.keep_checkpoints before the run fills the disk")
+    return Check("disk", "ok", found)

@@ -1,0 +1,61 @@
+"""``swarm-node doctor``'s verdicts (node/run/checkup.py): one line per check, the exit code,
+and the judgements of addresses, NAT, clock offset and disk, on hand-made findings."""
+
+from __future__ import annotations
+
+import pytest
+
+from node.run.checkup import (GiB, Check, address_check, checkpoint_bytes, clock_check, disk_check, exit_code,
+                                  nat_check, render, report)
+
+
+def test_a_line_shows_the_fix_only_when_not_ok():
+    assert render(Check("disk", "ok", "9 GiB free", "free space")) == "ok    disk       9 GiB free"
+    assert render(Check("clock", "warn", "2 s behind", "use NTP")).endswith("2 s behind  fix: use NTP")
+
+
+def test_exit_1_only_when_a_check_failed():
+    ok, warn, fail = Check("a", "ok", ""), Check("b", "warn", ""), Check("c", "fail", "")
+    assert exit_code([ok, warn]) == 0 and exit_code([ok, fail, warn]) == 1
+    r = report([ok, fail], clock_offset_s=0.1)
+    assert r["exit"] == 1 and not r["ok"] and r["checks"][1]["status"] == "fail" and r["clock_offset_s"] == 0.1
+
+
+def test_nat_is_unknown_and_said_so_and_private_addresses_are_a_warning():
+    private = ["/ip4/192.168.1.5/tcp/4001/p2p/12D3KooWx", "/ip4/127.0.0.1/tcp/4001/p2p/12D3KooWx"]
+    c = nat_check(private, "hivemind", announced=False, use_relay=True)
+    assert c.status == "warn" and c.found.startswith("unknown: hivemind's p2pd does not report") and "relay" in c.found
+    assert "--swarm.announce_maddrs" in c.fix
+    public = nat_check(["/ip4/93.184.216.34/tcp/4001"], "libp2p", announced=False, use_relay=False)
+    assert public.status == "ok" and "py-libp2p's host runs no AutoNAT" in public.found
+    assert nat_check(private, "hivemind", announced=True, use_relay=False).status == "ok"
+    assert nat_check([], "mqtt", announced=False, use_relay=False).status == "ok"
+    assert "loopback/private" in address_check(private, "hivemind").found
+    assert address_check([], "hivemind").status == "warn"
+
+
+def test_the_clock_line_reads_the_median_of_peers_and_grades_it_by_the_round():
+    near = [("a", 100.1, 100.0), ("b", 200.0, 200.1), ("c", 300.05, 300.0)]
+    c, off = clock_check(near, 3, round_seconds=5.0, uncertainty=0.6, window=6)
+    assert c.status == "ok" and off == pytest.approx(0.05) and "3 peer(s)" in c.found
+    behind = [("a", 102.0, 100.0), ("b", 202.2, 200.0)]
+    c, off = clock_check(behind, 2, round_seconds=5.0, uncertainty=0.6, window=6)
+    assert c.status == "warn" and off == pytest.approx(2.1) and "2.100 s behind" in c.found and "NTP" in c.fix
+    ahead = [("a", 92.0, 100.0)]
+    c, off = clock_check(ahead, 1, round_seconds=5.0, uncertainty=0.6, window=6)
+    assert c.status == "fail" and "8.000 s ahead of" in c.found
+    c, off = clock_check([], 0, round_seconds=5.0, uncertainty=0.6, window=6)
+    assert c.status == "warn" and off is None and "no peer's heartbeat heard in 6 s" in c.found
+    c, _ = clock_check([], 2, round_seconds=5.0, uncertainty=0.6, window=6)
+    assert "heard 2 peer(s)" in c.found
+
+
+def test_disk_against_the_checkpoints_it_will_write():
+    need = 4 * checkpoint_bytes(500_000_000, 0)  # 0.5B parameters, full fine-tuning: 6 GB a checkpoint
+    assert need == 24_000_000_000
+    assert disk_check("/r", 100 * GiB, need, "4 checkpoints").status == "ok"
+    assert disk_check("/r", 15 * GiB, need, "4 checkpoints").status == "warn"
+    c = disk_check("/r", 5 * GiB, need, "4 checkpoints")
+    assert c.status == "fail" and "22.35 GiB" in c.found and "keep_checkpoints" in c.fix
+    assert checkpoint_bytes(500_000_000, 16) == 500_000_000
+    assert disk_check("/r", GiB // 2, None, "not sized").status == "warn"
