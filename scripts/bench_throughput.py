@@ -143,12 +143,14 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--rounds", type=int, default=2, help="times each arm runs (orders rotated)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=2, help="torch threads of the arms that do not overlap")
+    ap.add_argument("--threads", type=int, default=2,
+                    help="torch threads of the arms that do not overlap (2: the same cores as an overlapped arm's two sides at 1 each)")
     ap.add_argument("--threads-overlap", type=int, default=1,
                     help="torch threads of the overlapped arms (each side, generation and learning, uses this many)")
     ap.add_argument("--arms", default=",".join(ARMS))
     ap.add_argument("--model", type=Path, default=None, help="another model folder (default: the long-tail setting's, built once)")
     ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--tag", default="", help="suffix of the output file names")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "results")
     args = ap.parse_args()
     names = [a for a in args.arms.split(",") if a]
@@ -190,10 +192,11 @@ def main() -> None:
                   f"{m.get('step_over_sync_max_gen_learn', 0):.2f} | {m['gen_s']:.2f} | {m['learn_s']:.2f} | "
                   f"{m['gen_share']:.2f} | {m['learn_share']:.2f} | {m['correct_last_quarter']:.3f} | "
                   f"{m['staleness_max']:.0f} |")
-    md += ["", "![correctness against wall-clock seconds](bench_throughput.png)"]
+    stem = "bench_throughput" + (f"-{args.tag}" if args.tag else "")
+    md += ["", f"![correctness against wall-clock seconds]({stem}.png)"]
     args.out.mkdir(parents=True, exist_ok=True)
-    plot(result, args.out / "bench_throughput.png")
-    print(write_results(args.out, "bench_throughput", result, md))
+    plot(result, args.out / f"{stem}.png")
+    print(write_results(args.out, stem, result, md))
 
 
 if __name__ == "__main__":
