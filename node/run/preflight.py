@@ -54,32 +54,33 @@ def check_run_dir(run_dir: Path) -> None:
                           f"{base} writable for this user") from None
 
 
-def check_device(device: str) -> None:
-    """``model.device`` names a device this torch build can use (allocates one element on it)."""
+def check_device(device: str, flag: str = "--model.device") -> None:
+    """``device`` (the setting ``flag`` names) is a device this torch build can use (allocates one
+    element on it)."""
     import torch
 
     try:
         dev = torch.device(device)
     except (RuntimeError, ValueError):
-        raise ConfigError(f"--model.device {device!r} is not a torch device: use cpu, cuda, cuda:N "
+        raise ConfigError(f"{flag} {device!r} is not a torch device: use cpu, cuda, cuda:N "
                           f"(or mps on Apple silicon)") from None
     if dev.type == "cuda":
         if not torch.backends.cuda.is_built():
-            raise ConfigError(f"--model.device {device}: this torch ({torch.__version__}) was built "
-                              f"without CUDA; install a CUDA build of torch, or use --model.device cpu")
+            raise ConfigError(f"{flag} {device}: this torch ({torch.__version__}) was built "
+                              f"without CUDA; install a CUDA build of torch, or use {flag} cpu")
         n = torch.cuda.device_count()
         if n == 0:
-            raise ConfigError(f"--model.device {device}: no CUDA GPU is visible (check the driver, "
-                              f"nvidia-smi and CUDA_VISIBLE_DEVICES), or use --model.device cpu")
+            raise ConfigError(f"{flag} {device}: no CUDA GPU is visible (check the driver, "
+                              f"nvidia-smi and CUDA_VISIBLE_DEVICES), or use {flag} cpu")
         if dev.index is not None and dev.index >= n:
-            raise ConfigError(f"--model.device {device}: this machine has {n} CUDA GPU(s); use "
-                              f"--model.device cuda:0" + (f" ... cuda:{n - 1}" if n > 1 else "")
-                              + " or --model.device cpu")
+            raise ConfigError(f"{flag} {device}: this machine has {n} CUDA GPU(s); use "
+                              f"{flag} cuda:0" + (f" ... cuda:{n - 1}" if n > 1 else "")
+                              + f" or {flag} cpu")
     try:
         torch.empty(1, device=dev)
     except (RuntimeError, AssertionError) as e:  # e.g. mps on a machine without it
-        raise ConfigError(f"--model.device {device} cannot be used here: {e}; "
-                          f"use --model.device cpu") from None
+        raise ConfigError(f"{flag} {device} cannot be used here: {e}; "
+                          f"use {flag} cpu") from None
 
 
 def check_model_source(name: str) -> None:

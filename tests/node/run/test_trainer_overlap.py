@@ -67,3 +67,14 @@ def test_a_stopped_overlapped_run_resumes_from_its_checkpoint(warm_tiny_model_di
 def test_settings_that_cannot_overlap_are_refused_with_the_reason(over, words):
     with pytest.raises(ConfigError, match=words):
         load_config(None, over)
+
+
+def test_a_generation_device_this_machine_lacks_is_refused_before_the_model_loads(warm_tiny_model_dir, tmp_path):
+    import asyncio
+
+    from node.run.trainer import TrainingNode
+
+    cfg = _cfg(warm_tiny_model_dir, tmp_path / "run", **{"train.max_async": 1, "generation.device": "cuda:7"})
+    with pytest.raises(ConfigError, match="--generation.device cuda:7"):
+        asyncio.run(TrainingNode.create(cfg))
+    assert not (tmp_path / "run" / "config.json").exists()
