@@ -25,8 +25,8 @@ counted up to MAX_SHARD_COUNT entries (``estimate_size``). Keys can be ground in
 (about 16**level key generations each): a reader that counted the shard of a peer it follows
 (the one a Sybil floods) would believe in a swarm of thousands and read levels that peer never
 writes, and lose it. Nodes whose estimates still differ find each other through
-``search_levels``: a known publisher missing from its shard is looked for at every other level,
-lower first (node/transport/hivemind/known_shards.py).
+``search_levels``: a known publisher missing from its shard in a round before the newest is
+looked for at every level, lower first, a few publishers a round (node/transport/hivemind/known_shards.py).
 
 A node then fetches only what it will use (``choose_fetches``): about J groups' worth of
 envelopes a round, publishers it has admitted before first (a verified history), and at most

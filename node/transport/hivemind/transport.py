@@ -43,7 +43,7 @@ import hashlib
 import logging
 import random
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Optional
+from typing import Callable, Collection, Iterable, Optional
 
 from hivemind.utils import get_dht_time
 
@@ -200,12 +200,13 @@ class HivemindTransport(Transport):
             log.debug("a DHT replica did not confirm an index record (%s)", keys[0])
 
     # -- reading the index ------------------------------------------------------------------------
-    async def _read(self, plan: dict[str, tuple[int, int, bool]],
-                    looked: dict[str, list[int]] | None = None) -> dict[tuple[int, int], dict[str, dict]]:
+    async def _read(self, plan: dict[str, tuple[int, int, bool]], looked: dict[str, list[int]] | None = None,
+                    searched: Collection[str] = ()) -> dict[tuple[int, int], dict[str, dict]]:
         """Read index shards, ``plan`` = {raw key: (round or -1, level, sampled)}, in one traversal;
         returns {(round, level): {publisher: value}} and counts the bytes read (``index_bytes``).
         Only shards chosen at random (``sampled``) go into the size estimate; ``looked`` (the levels
-        each favoured publisher was read at) tells the known publishers' bookkeeping what was found."""
+        each favoured publisher was read at, in rounds whose absence counts) and ``searched`` (those
+        of them searched for at every level) tell the known publishers' bookkeeping what was found."""
         # sufficient_expiration_time=inf is what get(latest=True) does: ask until the newest is found.
         found = await self._node.get_many(list(plan), sufficient_expiration_time=float("inf")) if plan else {}
         out: dict[tuple[int, int], dict[str, dict]] = {}
@@ -221,8 +222,15 @@ class HivemindTransport(Transport):
                 for p in looked:
                     if p in entries:
                         at.setdefault(p, set()).add(level)
-            self._where.observe(looked, at, level_for(self.swarm_size))
+            self._where.observe(looked, at, level_for(self.swarm_size), self._round_now(), searched)
         return out
+
+    def _sampled_found(self, round: int) -> int:
+        """Entries the shards chosen at random found for ``round`` since the last fold: fewer than a
+        read wants means the swarm may be bigger than believed (the next read probes the levels
+        above). The favoured shards do not count: a reader whose level holds none of the peers
+        it knows still finds them where it searched, and would stop probing up."""
+        return sum(n for r, _level, n in self._sizes if r == round)
 
     def _observe_size(self, skip_round: int | None = None) -> None:
         """Fold the shards read since the last call into the swarm-size estimate
@@ -230,28 +238,37 @@ class HivemindTransport(Transport):
         self.swarm_size = next_estimate(self.swarm_size, self._sizes, skip_round)
         self._sizes = []
 
-    def _plan(self, key_of, rounds: Iterable[int], wanted: int) -> tuple[dict[str, tuple[int, int, bool]],
-                                                                          dict[str, list[int]]]:
-        """The shards to read for ``rounds`` ({raw key: (round, level, sampled)}), and the levels
-        each favoured known publisher is read at. Known publishers missing from their shard last
-        time are favoured first, so they are looked for at their other levels at once."""
+    def _round_now(self) -> int:
+        return int(get_dht_time() // self.round_seconds)
+
+    def _plan(self, key_of, rounds: Iterable[int], wanted: int, skip: int | None = None
+              ) -> tuple[dict[str, tuple[int, int, bool]], dict[str, list[int]], list[str]]:
+        """The shards to read for ``rounds`` ({raw key: (round, level, sampled)}), the levels each
+        favoured known publisher is read at in the rounds whose absence counts (all but ``skip``,
+        the newest round: most peers have not published into it yet), and the missing publishers
+        searched for at every level this time (in those rounds only, at most MAX_SEARCHES a round:
+        node/transport/hivemind/known_shards.py)."""
         plan: dict[str, tuple[int, int, bool]] = {}
         looked: dict[str, list[int]] = {}
+        searched: list[str] = []
         known = self._fetcher.known
         level = level_for(self.swarm_size)
         for r in rounds:
             probe = self._short.get(r, True)  # first read of the round, or the last found too few
-            missing = [p for p in self._where.missing if p in known][:wanted]
-            rest = [p for p in known if p not in self._where.missing]
-            favour = missing + self._rng.sample(rest, min(wanted - len(missing), len(rest)))
-            elsewhere = self._where.plan(favour, level)
+            judged = r != skip
+            search = self._where.searches(known, self._round_now(), most=wanted) if judged else []
+            rest = [p for p in known if p not in search]
+            favour = search + self._rng.sample(rest, min(wanted - len(search), len(rest)))
+            elsewhere = self._where.plan(favour, level, search)
             rp = read_plan(self.swarm_size, wanted, self._rng, probe_up=probe, favour=favour, elsewhere=elsewhere)
             for prefix in rp.prefixes:
                 key = key_of(r, prefix)
                 plan[key] = (r, len(prefix), prefix in rp.sampled or plan.get(key, (0, 0, False))[2])
-            for p in favour:
-                looked.setdefault(p, []).extend(lv for lv in elsewhere[p] if lv not in looked.get(p, ()))
-        return plan, looked
+            searched += [p for p in search if p not in searched]
+            if judged:
+                for p in favour:
+                    looked.setdefault(p, []).extend(lv for lv in elsewhere[p] if lv not in looked.get(p, ()))
+        return plan, looked, searched
 
     def vouch(self, publisher: str) -> None:
         self._fetcher.vouch(publisher)
@@ -273,15 +290,17 @@ class HivemindTransport(Transport):
         newest = max(rounds, default=0)
         due = self._fetcher.budget.due(rounds, want, len(self._fetcher.known), get_dht_time(), self.round_seconds)
         wanted = want if want is not None else 64
-        found = await self._read(*self._plan(lambda r, p: round_key(self.swarm, r, p), due, wanted))
-        self._observe_size(skip_round=newest if len(rounds) > 1 else None)
+        skip = newest if len(rounds) > 1 else None  # the newest round: absence there is not telling yet
+        found = await self._read(*self._plan(lambda r, p: round_key(self.swarm, r, p), due, wanted, skip))
+        for r in due:  # judged on the shards chosen at random: known peers found elsewhere say nothing of N
+            self._short[r] = self._sampled_found(r) < 2 * wanted
+        self._observe_size(skip_round=skip)
         by_round: dict[int, dict[str, dict]] = {}
         for (r, _level), entries in found.items():
             by_round.setdefault(r, {}).update(entries)
         started = []
         size_limit = MAX_ENVELOPE_SIZE if max_size is None else min(max_size, MAX_ENVELOPE_SIZE)
         for r, entries in by_round.items():
-            self._short[r] = len(entries) < 2 * wanted
             started += self._fetcher.start_round(r, entries, want, size_limit, self._rng, self._reachable,
                                                  self._download)
         if started:  # fast fetches come back in this poll; a stalling peer cannot hold it long
@@ -318,11 +337,11 @@ class HivemindTransport(Transport):
         few dozen in a big one) not heard before: who is alive, without a read that grows with
         the swarm."""
         found = await self._read(*self._plan(lambda _r, p: peers_key(self.swarm, p), [-1], HEARTBEATS_WANTED))
+        self._short[-1] = self._sampled_found(-1) < 2 * HEARTBEATS_WANTED
         self._observe_size()
         entries: dict[str, dict] = {}
         for got in found.values():
             entries.update(got)
-        self._short[-1] = len(entries) < 2 * HEARTBEATS_WANTED
         return self._heard.news(entries, self.publisher)
 
     async def close(self) -> None:

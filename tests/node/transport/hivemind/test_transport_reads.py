@@ -26,8 +26,8 @@ class StandInNode:
         self.shards: dict[str, dict[str, dict]] = {}  # raw key -> {publisher: entry value}
         self.reads: list[list[str]] = []  # the keys of each get_many
 
-    def put(self, publisher: str, level: int, p2p: str = "Qm" + "x" * 44) -> None:
-        key, sub, value = index_entry("t", R, publisher, p2p, len(BODY), hashlib.sha256(BODY).hexdigest(),
+    def put(self, publisher: str, level: int, p2p: str = "Qm" + "x" * 44, round: int = R) -> None:
+        key, sub, value = index_entry("t", round, publisher, p2p, len(BODY), hashlib.sha256(BODY).hexdigest(),
                                       shard_prefix(publisher, level))
         self.shards.setdefault(key, {})[sub] = value
 
@@ -91,3 +91,35 @@ def test_a_known_peer_missing_from_its_shard_is_looked_for_lower_and_then_follow
     asyncio.run(t.poll([R]))  # from now on read where it was found
     assert round_key("t", R, shard_prefix(victim, 1)) in node.reads[2]
     assert round_key("t", R, shard_prefix(victim, 3)) not in node.reads[2]
+
+
+def test_a_known_peer_not_in_the_newest_round_yet_is_not_searched_for():
+    victim = Identity.generate().peer_id
+    node = StandInNode()
+    node.put(victim, 1, round=R - 1)  # it published into the round before; the newest has nothing yet
+    t = _reader(node, 100.0)  # level 1
+    t.vouch(victim)
+    asyncio.run(t.poll([R - 1, R]))
+    assert round_key("t", R, shard_prefix(victim, 1)) in node.reads[0]  # read to fetch it when it comes
+    assert not t._where.missing  # ... but its absence there says nothing yet: no search of every level
+    t.swarm_size = 100.0
+    node.reads.clear()
+    asyncio.run(t.poll([R - 1, R]))
+    assert not any(round_key("t", r, shard_prefix(victim, lv)) in keys
+                   for keys in node.reads for r in (R - 1, R) for lv in (0, 2, 3))
+
+
+def test_a_read_that_found_its_peers_only_where_it_searched_still_probes_up():
+    victim = Identity.generate().peer_id
+    node = StandInNode()
+    for pid in [victim] + _ground(shard_prefix(victim, 1), 1):  # two peers that write at level 1 only
+        node.put(pid, 1)
+    t = _reader(node, 1.0)  # a newcomer: level 0, whose one shard is empty
+    t.vouch(victim)
+    asyncio.run(t.poll([R], want=1))  # the victim is not at level 0: missing
+    t.swarm_size, t._short[R] = 1.0, False  # (no probe this time: what the random shards found decides)
+    t._fetcher.budget.rounds[R].last_read = float("-inf")  # (due again at once)
+    got = asyncio.run(t.poll([R], want=1))
+    assert victim in [d.publisher for d in got]  # found where it was searched, with its neighbour: 2 entries
+    # ... but the shard chosen at random (level 0) found none: the next read probes the levels above.
+    assert t._short[R] is True
