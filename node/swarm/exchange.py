@@ -344,7 +344,7 @@ class SwarmExchange:
         self.stats.envelopes_in += 1
         if not groups:  # nothing this node can use: it earns no fetch slot, nor sizes the budget
             return 0
-        self.transport.vouch(msg.sender)
+        self.transport.admitted(msg.sender, msg.round)
         # What one envelope can give a step: a sender cannot supply more than its share, so a
         # batch of 64 groups must not shrink the fetch budget (nor one of 1 grow it past J).
         usable = len(groups) if self.external_groups is None else min(

@@ -86,6 +86,11 @@ class Transport(abc.ABC):
     def vouch(self, publisher: str) -> None:
         """The node admitted an envelope of ``publisher`` (it verified and passed every check)."""
 
+    def admitted(self, publisher: str, round: int) -> None:
+        """The node admitted ``publisher``'s envelope for ``round``: ``vouch`` unless the carrier
+        counts the rounds (a push carrier vouches only after several: node/transport/standing.py)."""
+        self.vouch(publisher)
+
     def distrust(self, publisher: str, round: int) -> None:
         """The node refused ``publisher``'s envelope for ``round`` for a fault of its own (a bad
         signature, a lying record): a carrier that pays per fetch backs it off."""

@@ -80,6 +80,9 @@ class FaultyTransport(Transport):
     def vouch(self, publisher: str) -> None:
         self.inner.vouch(publisher)
 
+    def admitted(self, publisher: str, round: int) -> None:
+        self.inner.admitted(publisher, round)
+
     async def broadcast_parts(self, identity, source: str, upload):
         return await self.inner.broadcast_parts(identity, source, upload)
 

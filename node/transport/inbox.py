@@ -6,7 +6,8 @@ stranger must not be able to make that grow. ``Inbox`` keeps, bounded whatever p
 
 - whole bodies of the poll window's rounds (and ``MAX_ROUND_AHEAD`` past it: clocks drift a
   little), one per (publisher, round), newest first, within ``max_bytes``: when full, bodies of
-  publishers with no admitted history (``vouch``) make room for one with, never the reverse;
+  publishers with no admitted history make room for one with, never the reverse (who has one:
+  ``vouch``, node/transport/standing.py: envelopes admitted in 3 distinct rounds, not one);
 - the (publisher, sha256) of every body handed over or refused this window, so a duplicate (QoS
   1, a retained copy after a reconnect, gossip from two mesh peers) is dropped, and at most
   ``MAX_DELIVERIES`` bodies a round per publisher (a restarted node republishes once);
@@ -22,13 +23,13 @@ import hashlib
 from typing import Iterable
 
 from node.transport.base import MAX_ANNOUNCEMENT_SIZE, MAX_ENVELOPE_SIZE, Delivery
+from node.transport.standing import MAX_VOUCHED, Standing
 
 __all__ = ["Inbox", "MAX_ROUND_AHEAD", "MAX_DELIVERIES", "MAX_HEARD", "MAX_VOUCHED"]
 
 MAX_ROUND_AHEAD = 2  # rounds past the newest polled one still buffered
 MAX_DELIVERIES = 2  # bodies a round handed over per publisher
 MAX_HEARD = 4096  # publishers whose heartbeat is kept
-MAX_VOUCHED = 1024  # publishers remembered as having an admitted history
 
 
 class Inbox:
@@ -37,7 +38,7 @@ class Inbox:
         self.counts, self.rejected = counts, rejected  # the owning transport's
         self.window: tuple[int, int] | None = None  # rounds of the last poll
         self.max_size = MAX_ENVELOPE_SIZE
-        self.vouched: collections.OrderedDict = collections.OrderedDict()
+        self.vouched = Standing()  # publishers with an admitted history
         self._ready: dict = {}  # round -> {publisher: body}
         self._ready_bytes = 0
         self._seen: dict = {}  # round -> {(publisher, sha256)} handed out or refused
@@ -116,11 +117,9 @@ class Inbox:
                 out.append(Delivery(r, publisher, body))
         return out
 
-    def vouch(self, publisher: str) -> None:
-        self.vouched[publisher] = None
-        self.vouched.move_to_end(publisher)
-        while len(self.vouched) > MAX_VOUCHED:
-            self.vouched.popitem(last=False)
+    def vouch(self, publisher: str, round: int) -> None:
+        """The node admitted an envelope of ``publisher`` for ``round``."""
+        self.vouched.admitted(publisher, round)
 
     # -- heartbeats -------------------------------------------------------------------------------
     def offer_heartbeat(self, publisher: str, payload: bytes) -> None:
@@ -151,4 +150,5 @@ class Inbox:
     def buffer_sizes(self) -> dict[str, int]:
         return {"ready_rounds": len(self._ready), "ready": sum(len(v) for v in self._ready.values()),
                 "seen_rounds": len(self._seen), "seen": sum(len(v) for v in self._seen.values()),
-                "heard": len(self._heard), "vouched": len(self.vouched)}
+                "heard": len(self._heard), "vouched": len(self.vouched),
+                "vouch_candidates": len(self.vouched.candidates)}

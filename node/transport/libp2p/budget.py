@@ -15,7 +15,13 @@ thread hop, whether a message is worth a full check:
   token bucket, node/transport/ratelimit.py's, full at the first stranger), on top of the same
   per-publisher limits. A newcomer competes with a flood for that share, as
   over hivemind (where a node explores one unknown publisher every few rounds): it is admitted
-  more slowly under a flood, never shut out, and once admitted it is vouched.
+  more slowly under a flood, never shut out, and once admitted in a few rounds it is vouched.
+
+A heartbeat's gap is charged only to one newer than the publisher's last accepted heartbeat (its
+signed timestamp, read unverified: pubsub's signature already binds the bytes to their origin),
+and given back when the full check refuses it (``heartbeat_checked``): an old heartbeat replayed
+past pubsub's seen cache is dropped (``heartbeat_replay``) or refused, and the publisher's real
+one still gets through.
 
 Rounds are bounded around the newest round the node has polled (``newest``): more than
 ``AHEAD`` past it is refused (the node's admission would refuse it as ``wrong_round``, and far-future
@@ -80,18 +86,34 @@ class CheckBudget:
         counts[publisher] += 1
         return None
 
-    def heartbeat(self, publisher: str, vouched: bool, now: float) -> str | None:
-        """None if a heartbeat of ``publisher`` may be checked now, else the reason it is not."""
-        last = self._beats.get(publisher)
-        if last is not None and now - last < self.heartbeat_gap_s:
+    def heartbeat(self, publisher: str, vouched: bool, now: float, stamp: float = float("inf")) -> str | None:
+        """None if a heartbeat of ``publisher`` signed at ``stamp`` may be checked now, else the
+        reason it is not."""
+        beat = self._beats.get(publisher)  # [charged at, charged before that, newest accepted stamp]
+        if beat is not None and stamp <= beat[2]:
+            return "heartbeat_replay"  # not newer than one already accepted: no check, no charge
+        if beat is not None and now - beat[0] < self.heartbeat_gap_s:
             return "heartbeat_rate"
         if not vouched and not self._take(now):
             return "strangers_over_budget"
-        self._beats[publisher] = now
+        if beat is None:
+            beat = self._beats[publisher] = [-float("inf")] * 3
+        beat[0], beat[1] = now, beat[0]
         self._beats.move_to_end(publisher)
         while len(self._beats) > MAX_PUBLISHERS:
             self._beats.popitem(last=False)
         return None
+
+    def heartbeat_checked(self, publisher: str, stamp: float, ok: bool) -> None:
+        """The full check's verdict on a heartbeat ``heartbeat`` let through: an accepted one's
+        stamp is the newest, a refused one gives its gap back."""
+        beat = self._beats.get(publisher)
+        if beat is None:
+            return
+        if ok:
+            beat[2] = max(beat[2], stamp)
+        else:
+            beat[0] = beat[1]
 
     def _take(self, now: float) -> bool:
         if self._strangers is None:

@@ -240,14 +240,25 @@ class Libp2pHost:
         return await self.px.connect_bootstrap()
 
     def connected(self) -> list[ID]:
+        """(trio side: the table is the trio thread's) the peers this host has a connection to."""
         return list(self.host.get_connected_peers()) if self.host is not None else []
+
+    async def is_connected(self, peer: str) -> bool:
+        """(asyncio side) whether this host has a connection to libp2p ``peer`` (base58), read on
+        the trio thread, which changes that table while it runs."""
+
+        async def read() -> bool:
+            return any(p.to_base58() == peer for p in self.connected())
+
+        return await self.bridge.call(read)
 
     # -- pubsub (asyncio side) --------------------------------------------------------------------
     async def subscribe(self, topic: str, handler: MessageHandler, validator: Validator,
-                        precheck: Validator | None = None) -> None:
+                        precheck: Validator | None = None, settle: Callable | None = None) -> None:
         """Messages on ``topic`` that ``precheck`` (if given; on the trio thread) and then
         ``validator`` (in a worker thread) pass reach ``handler`` on the asyncio loop; the rest are
-        dropped before this node forwards them."""
+        dropped before this node forwards them. ``settle(publisher, data, ok)`` (on the trio
+        thread) hears the validator's verdict on each message the precheck passed."""
 
         async def validate(forwarder: ID, msg) -> bool:
             # One topic a message: pubsub runs every topic's validator on a message at once, and a
@@ -288,6 +299,8 @@ class Libp2pHost:
             except Exception:  # noqa: BLE001 - a bug in a check must not let the message through
                 log.exception("gossip validator failed on a message from %s; dropped", publisher)
                 ok = False
+            if settle is not None:
+                settle(publisher, data, bool(ok))
             return bool(ok)
 
         async def subscribe() -> None:

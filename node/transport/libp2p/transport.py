@@ -21,16 +21,18 @@ hosts only. It carries the same signed envelopes as every transport:
   origin and data, so a duplicate is dropped by gossipsub's seen cache before it costs a check.
 - **A flood costs a bounded amount.** Before that check, a budget (node/transport/libp2p/budget.py)
   decides in microseconds whether a message is worth one: two bodies a round and a heartbeat
-  every 0.5 s per publisher, and publishers with no admitted history (``vouch``) share 20 checks
-  a second. What it refuses is counted (``strangers_over_budget``, ``republished``,
-  ``heartbeat_rate``) and not forwarded.
+  every 0.5 s per publisher (none for one not newer than its last accepted: a replay), and
+  publishers with no admitted history (``admitted`` in 3 rounds) share 20 checks a second. What it
+  refuses is counted (``strangers_over_budget``, ``republished``, ``heartbeat_rate``,
+  ``heartbeat_replay``) and not forwarded.
 - **Bodies above the gossip limit** (1 MiB, ``GOSSIP_MAX``: a 4 MiB envelope is allowed) are
   announced by a pointer and fetched over a libp2p stream from the publisher: by its peer id
   when this host is connected to it, else at the address the pointer names, which must end in
   the publisher's own /p2p/ id. The body must hash to the pointer's sha256 (``hash_mismatch``) and
   then passes every check as any other. At most ``MAX_FETCHES`` fetches run at once, one per
   publisher, and publishers with no admitted history hold at most half of them; a node serves
-  each of its large bodies at most ``MAX_SERVES`` times to one peer.
+  each of its large bodies at most twice to one peer and 16 times in all to peers with no
+  admitted history (node/transport/libp2p/serving.py).
 - Incoming bodies and heartbeats wait for the node's poll in the ``Inbox`` every push carrier
   shares (node/transport/inbox.py); gossip keeps nothing for late joiners: a node that joins
   mid-round gets the next rounds.
@@ -60,7 +62,10 @@ from node.transport.base import MAX_ANNOUNCEMENT_SIZE, MAX_ENVELOPE_SIZE, Delive
 from node.transport.libp2p.budget import CheckBudget
 from node.transport.inbox import Inbox
 from node.transport.libp2p.host import GOSSIP_MAX, Libp2pHost, publisher_of
+from node.transport.libp2p.serving import Serves
+from node.transport.libp2p.trio_bridge import BridgeClosed
 from protocol.identity import Identity
+from protocol.signing import envelope_from_bytes
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +76,6 @@ MAX_BUFFERED = 64 * 1024 * 1024  # bytes of incoming bodies held before polls ta
 MAX_FETCHES = 8  # pointer bodies fetched at once (one per publisher); more are dropped (counted fetch_dropped)
 FETCH_TIMEOUT_S = 10.0
 KEEP_MINE = 16  # our own large bodies kept to serve (rounds: more than a node polls)
-MAX_SERVES = 2  # times one peer is served one of our bodies
 OK, MISSING = 0, 1
 
 
@@ -118,7 +122,7 @@ class Libp2pTransport(Transport):
     inbox: Inbox = field(default=None, init=False)
     _gate: Callable | None = field(default=None, init=False)
     _budget: CheckBudget = field(default_factory=CheckBudget, init=False)  # the trio thread's
-    _served: collections.Counter = field(default_factory=collections.Counter, init=False)  # (remote, round)
+    _serves: Serves = field(default_factory=Serves, init=False)  # how often our large bodies were served
     _mine: dict = field(default_factory=dict, init=False)  # round -> our body too large for gossip
     _fetching: dict = field(default_factory=dict, init=False)  # (publisher, round) -> task
     _bodies: Libp2pCarrier | None = field(default=None, init=False)
@@ -140,7 +144,8 @@ class Libp2pTransport(Transport):
         await self.host.start(self.startup_timeout)
         try:
             await self.host.subscribe(self._rollouts, self._on_rollout, self._check_rollout, self._afford_rollout)
-            await self.host.subscribe(self._peers, self._on_heartbeat, self._check_heartbeat, self._afford_heartbeat)
+            await self.host.subscribe(self._peers, self._on_heartbeat, self._check_heartbeat, self._afford_heartbeat,
+                                      self._heartbeat_checked)
             self._bodies = Libp2pCarrier(self.host, bodies_protocol(self.swarm))
             await self._bodies.start(self._serve_body)
             await self._join()
@@ -185,8 +190,7 @@ class Libp2pTransport(Transport):
             self._mine[round] = bytes(data)
             while len(self._mine) > KEEP_MINE:
                 del self._mine[min(self._mine)]
-            for key in [k for k in self._served if k[1] not in self._mine]:
-                del self._served[key]
+            self._serves.keep_only(self._mine)
             frame = msgpack.packb([round, len(data), hashlib.sha256(data).digest(), self.host.addrs[0]])
         await self.host.publish(self._rollouts, frame)
         self.counts["published"] += 1
@@ -203,9 +207,9 @@ class Libp2pTransport(Transport):
         except Exception:  # noqa: BLE001 - a malformed request gets nothing
             return MISSING, b""
         body = self._mine.get(round)
-        if body is None or self._served[remote, round] >= MAX_SERVES:
-            return MISSING, b""  # a peer asking again and again is not served again and again
-        self._served[remote, round] += 1
+        if body is None or not self._serves.take(remote, round, self.inbox.is_vouched(publisher_of_remote(remote))):
+            self.counts["serves_refused"] += body is not None
+            return MISSING, b""  # a peer asking again and again, or ids by the hundred, are not all served
         return OK, body
 
     # -- the budgets (the trio thread, before a check is paid for) ----------------------------------
@@ -223,8 +227,11 @@ class Libp2pTransport(Transport):
         return self._refuse("rejected" if why == "wrong_round" and self._clock is not None else "counts", why)
 
     def _afford_heartbeat(self, publisher: str, data: bytes) -> bool:
-        why = self._budget.heartbeat(publisher, self.inbox.is_vouched(publisher), time.monotonic())
+        why = self._budget.heartbeat(publisher, self.inbox.is_vouched(publisher), time.monotonic(), signed_at(data))
         return True if why is None else self._refuse("counts", why)
+
+    def _heartbeat_checked(self, publisher: str, data: bytes, ok: bool) -> None:
+        self._budget.heartbeat_checked(publisher, signed_at(data), ok)
 
     # -- the validators (worker threads: before gossipsub forwards anything) ------------------------
     def _check_rollout(self, publisher: str, data: bytes) -> bool:
@@ -291,8 +298,11 @@ class Libp2pTransport(Transport):
         # By peer id where connected: the pointer's address is the publisher's claim (its IP may be
         # anyone's); the /p2p/ id in it is checked, and noise proves it on any dial.
         peer = peer_id_of(addr)
-        if any(p.to_base58() == peer for p in self.host.connected()):
-            addr = with_peer("", peer)  # the bare /p2p/<id>
+        try:
+            if peer is not None and await self.host.is_connected(peer):
+                addr = with_peer("", peer)  # the bare /p2p/<id>
+        except BridgeClosed:
+            return  # the host is closing
         try:
             # The whole fetch at 1 MB/s at least: a sender that trickles must not hold a slot for a minute.
             status, body = await asyncio.wait_for(
@@ -325,8 +335,8 @@ class Libp2pTransport(Transport):
     async def poll_announcements(self) -> list[Delivery]:
         return self.inbox.take_heartbeats()
 
-    def vouch(self, publisher: str) -> None:
-        self.inbox.vouch(publisher)
+    def admitted(self, publisher: str, round: int) -> None:
+        self.inbox.vouch(publisher, round)
 
     async def broadcast_parts(self, identity, source: str, upload):
         from node.transport.libp2p.carrier import weights_protocol
@@ -369,14 +379,24 @@ class Libp2pTransport(Transport):
         return {"mine": len(self._mine), "fetching": len(self._fetching), **self.inbox.buffer_sizes()}
 
 
-def publisher_of_address(addr: str) -> str | None:
-    """The swarm peer id whose key a ``.../p2p/<libp2p id>`` address names."""
+def signed_at(data: bytes) -> float:
+    """The timestamp a heartbeat's envelope says it was signed at (unverified; inf if unreadable:
+    the full check refuses it)."""
+    env = envelope_from_bytes(data) if len(data) <= MAX_ANNOUNCEMENT_SIZE else None
+    return env.timestamp if env is not None else float("inf")
+
+
+def publisher_of_remote(remote: str) -> str | None:
+    """The swarm peer id of a libp2p peer id (base58), None if it is not an Ed25519 key's."""
     from libp2p.peer.id import ID
 
-    peer = peer_id_of(addr)
-    if peer is None:
-        return None
     try:
-        return publisher_of(ID.from_base58(peer))
+        return publisher_of(ID.from_base58(remote))
     except Exception:  # noqa: BLE001 - hostile text
         return None
+
+
+def publisher_of_address(addr: str) -> str | None:
+    """The swarm peer id whose key a ``.../p2p/<libp2p id>`` address names."""
+    peer = peer_id_of(addr)
+    return None if peer is None else publisher_of_remote(peer)

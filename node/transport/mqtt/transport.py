@@ -361,8 +361,8 @@ class MqttTransport(Transport):
     async def poll_announcements(self) -> list[Delivery]:
         return self.inbox.take_heartbeats()
 
-    def vouch(self, publisher: str) -> None:
-        self.inbox.vouch(publisher)
+    def admitted(self, publisher: str, round: int) -> None:
+        self.inbox.vouch(publisher, round)
 
     # -- the rest ---------------------------------------------------------------------------------
     async def close(self) -> None:

@@ -46,3 +46,40 @@ def test_far_future_rounds_counted_before_a_clock_was_known_do_not_lock_the_tabl
     assert b.body("friend", 10, True, 0.0) == "outside_window"  # the table is full of them
     assert b.body("friend", 10, True, 0.0, newest=10) is None  # a clock: they go, round 10 is counted
     assert set(b._rounds) == {10}
+
+
+def test_a_replayed_old_heartbeat_does_not_take_its_publishers_gap_from_the_real_one():
+    """An old signed heartbeat replayed past pubsub's seen cache used to stamp its publisher's
+    0.5 s gap, so the publisher's real heartbeat right after it was refused (heartbeat_rate)."""
+    b = CheckBudget()
+    assert b.heartbeat("friend", True, 0.0, stamp=500.0) is None
+    b.heartbeat_checked("friend", 500.0, True)
+    # The replay: older than the newest accepted, dropped before any check and charged nothing.
+    assert b.heartbeat("friend", True, 1.0, stamp=100.0) == "heartbeat_replay"
+    assert b.heartbeat("friend", True, 1.1, stamp=510.0) is None  # the real one, 0.1 s later
+    b.heartbeat_checked("friend", 510.0, True)
+    assert b.heartbeat("friend", True, 1.2, stamp=520.0) == "heartbeat_rate"  # the gap still holds
+
+
+def test_a_heartbeat_the_full_check_refuses_gives_its_gap_back():
+    """Before any heartbeat of it was accepted, a replay is checked (and refused as a replay or
+    stale): its charge is given back, and the real heartbeat that follows is checked."""
+    b = CheckBudget()
+    assert b.heartbeat("friend", True, 0.0, stamp=100.0) is None
+    b.heartbeat_checked("friend", 100.0, False)
+    assert b.heartbeat("friend", True, 0.1, stamp=500.0) is None
+    b.heartbeat_checked("friend", 500.0, True)
+    assert b.heartbeat("friend", True, 0.2, stamp=501.0) == "heartbeat_rate"  # an accepted one keeps it
+    assert b.heartbeat("friend", True, 0.7, stamp=501.0) is None
+
+
+def test_serves_of_one_body_twice_a_peer_and_sixteen_in_all_to_strangers():
+    from node.transport.libp2p.serving import MAX_SERVES, MAX_STRANGER_SERVES, Serves
+
+    s = Serves()
+    assert [s.take("p", 1, False) for _ in range(3)] == [True] * MAX_SERVES + [False]
+    assert sum(s.take(f"fresh{k}", 1, False) for k in range(100)) == MAX_STRANGER_SERVES - MAX_SERVES
+    assert s.take("friend", 1, True) and s.take("friend", 1, True) and not s.take("friend", 1, True)
+    assert s.take("fresh0", 2, False)  # another body: its own count
+    s.keep_only({2})
+    assert set(s.by_strangers) == {2} and all(r == 2 for _, r in s.by_peer)
