@@ -30,6 +30,7 @@ from node.run.preflight import check_context, check_device, check_model_source, 
 from node.run.resume import resume_latest
 from node.run.run_lock import LOCK_FILE, RunLock
 from node.run.swarm_watch import watch_swarm
+from node.swarm.peer_cache import keep_peer_cache
 from node.run.wiring import build_exchange, build_learner, generation_backend, load_policy, start_vllm
 from node.transport import Transport
 from node.transport.carriers import CARRIERS
@@ -179,6 +180,8 @@ async def start_node(node_cls: type["TrainingNode"], cfg: NodeConfig,
             c = CARRIERS.get(cfg.swarm.transport)
             node.swarm_watch = asyncio.ensure_future(watch_swarm(cfg, swarm, status, node.role.status,
                                                                  c is not None and c.in_process))
+            node.peer_cache_task = asyncio.ensure_future(
+                keep_peer_cache(swarm, swarm.peer_cache, cfg.swarm.round_seconds))
         (run_dir / "config.json").write_text(cfg.to_json())
         return node
     except BaseException as e:

@@ -107,6 +107,7 @@ class TrainingNode:
                                        self.held_out.reserved, self.reward_cfg, self.sampling)
         self.ahead: GenerationAhead | None = None  # train.max_async > 0: generation runs ahead (run())
         self.run_lock = None  # the run folder's lock (node/run/run_lock.py), set by start_node
+        self.peer_cache_task: asyncio.Future | None = None  # keeps RUN/peers.json (node/swarm/peer_cache.py)
 
     def _role_context(self) -> RoleContext:
         """What the role may read and call of this node (node/broadcast/context.py)."""
@@ -410,6 +411,9 @@ class TrainingNode:
             try:
                 if self.vllm is not None:
                     self.vllm.close()
+                if self.peer_cache_task is not None:  # saves the cache once more as it ends
+                    self.peer_cache_task.cancel()
+                    await asyncio.gather(self.peer_cache_task, return_exceptions=True)
                 await close_within("the weight broadcast", self.role.close())  # before the swarm: it shares its link
                 if self.swarm is not None:
                     await close_within("the swarm connection", self.swarm.close())

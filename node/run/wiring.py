@@ -21,6 +21,7 @@ from node.errors import ConfigError
 from node.observe.status import Phase
 from node.run.config import NodeConfig
 from node.swarm.exchange import SwarmExchange
+from node.swarm.peer_cache import CACHE_FILE, PeerCache
 from node.transport import Transport
 from node.transport.from_config import transport_from_config
 from policies.errors import PolicyError
@@ -132,9 +133,12 @@ async def build_exchange(cfg: NodeConfig, policy: Policy, transport: Transport |
     sc = cfg.swarm
     ident = load_or_create_identity(identity_path(cfg))
     log.info("peer id %s (key %s)", ident.peer_id, identity_path(cfg))
+    cache = PeerCache(Path(cfg.run.dir) / CACHE_FILE, ident).load()
     if transport is None:
         transport = transport_from_config(sc, ident, p2p_identity_path=str(identity_path(cfg)) + ".p2p",
                                           on_retry=(lambda d: phase("joining the swarm", d)) if phase else None)
+    if hasattr(transport, "fallback_peers"):  # a carrier that joins through bootstraps: the cache after them
+        transport.fallback_peers = cache.addrs
     if cfg.faults.active:
         from node.transport.faulty import FaultyTransport
 
@@ -158,5 +162,8 @@ async def build_exchange(cfg: NodeConfig, policy: Policy, transport: Transport |
         reward_cfg=RewardConfig(format_weight=cfg.tasks.format_weight),
         held_out=held_out_set(cfg.tasks.names, cfg.tasks.difficulties, cfg.eval.tasks_per_family).holds)
     await exchange.start()
-    log.info("joined swarm %r over %s as %s", sc.name, type(transport).__name__, ident.peer_id)
+    via = getattr(transport, "found_via", "")
+    log.info("joined swarm %r over %s as %s%s", sc.name, type(transport).__name__, ident.peer_id,
+             f" (through its {via})" if via.startswith("peer cache") else "")
+    exchange.peer_cache = cache  # kept up to date by node/swarm/peer_cache.py's keep_peer_cache
     return exchange

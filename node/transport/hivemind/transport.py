@@ -87,6 +87,9 @@ class HivemindTransport(Transport):
     round_seconds: float = 5.0  # for the record validator (round expiry) and how often the index is read
     on_retry: Optional[Callable[[str], None]] = field(default=None, repr=False)  # join attempts, for status
     signer: Optional[Identity] = field(default=None, repr=False)  # signs our DHT records; its peer id is ours
+    # Peers verified before (node/swarm/peer_cache.py): tried when no bootstrap answers.
+    fallback_peers: Optional[Callable[[], list[str]]] = field(default=None, repr=False)
+    found_via: str = field(default="", init=False)  # how the last join found the swarm (status)
     _node: object = field(default=None, init=False, repr=False)
     # serving our envelopes
     _outbox: Outbox = field(default_factory=Outbox, init=False, repr=False)
@@ -119,13 +122,22 @@ class HivemindTransport(Transport):
         if self.signer is None or self.signer.peer_id != self.publisher:
             raise TransportError("the hivemind transport needs the publisher's identity (signer) to sign "
                                  "its DHT records; its peer id must be the publisher")
-        self._node = await start_dht_node(
-            initial_peers=self.initial_peers, host_maddrs=self.host_maddrs,
-            announce_maddrs=self.announce_maddrs, identity_path=self.p2p_identity_path,
-            startup_timeout=self.startup_timeout, retries=self.join_retries if retries is None else retries,
-            backoff=self.join_backoff, use_relay=self.use_relay, nat_port_map=self.nat_port_map,
-            record_validator=swarm_validator(self.swarm, self.round_seconds, self.signer),
-            on_retry=self.on_retry)
+        retries = self.join_retries if retries is None else retries
+        cached = [a for a in (self.fallback_peers() if self.fallback_peers and self.initial_peers else [])
+                  if a not in self.initial_peers]
+        try:  # the bootstraps once first when there is a cache to fall back on, else with every retry
+            self._node = await self._join(self.initial_peers, 0 if cached else retries)
+            self.found_via = "bootstrap" if self.initial_peers else "new swarm"
+        except TransportError as e:
+            if not cached:
+                raise
+            log.warning("no bootstrap answered (%s); trying %d address(es) of peers this node verified "
+                        "before (its peer cache)", str(e).split(":")[0], len(cached))
+            try:
+                self._node = await self._join(cached, retries)
+            except TransportError as e2:
+                raise TransportError(f"{e}; nor did any of the {len(cached)} cached peer address(es): {e2}") from None
+            self.found_via = f"peer cache ({len(cached)} addresses)"
         try:
             await self._node.p2p.add_binary_stream_handler(handler_name(self.swarm), self._serve)
             self.maddrs = [str(m) for m in await self._node.p2p.get_visible_maddrs()]
@@ -133,6 +145,15 @@ class HivemindTransport(Transport):
             await self.close()
             raise
         log.info("hivemind transport up: %s", ", ".join(self.maddrs))
+
+    async def _join(self, initial_peers: list[str], retries: int):
+        return await start_dht_node(
+            initial_peers=initial_peers, host_maddrs=self.host_maddrs,
+            announce_maddrs=self.announce_maddrs, identity_path=self.p2p_identity_path,
+            startup_timeout=self.startup_timeout, retries=retries,
+            backoff=self.join_backoff, use_relay=self.use_relay, nat_port_map=self.nat_port_map,
+            record_validator=swarm_validator(self.swarm, self.round_seconds, self.signer),
+            on_retry=self.on_retry)
 
     def alive(self) -> bool:
         # hivemind's P2P.is_alive() stays True when the daemon dies by itself: ask the process.
@@ -379,7 +400,7 @@ class HivemindTransport(Transport):
                 "store_unconfirmed": self.store_unconfirmed, "refused_requests": self.refused_requests,
                 "misdirected": self.misdirected,
                 "backed_off": self.backed_off, "swarm_size": round(self.swarm_size),
-                "index_bytes": self.index_bytes, "body_bytes": self.body_bytes}
+                "index_bytes": self.index_bytes, "body_bytes": self.body_bytes, "found_via": self.found_via}
         if self._node is not None:
             info["routing_peers"] = len(self._node.protocol.routing_table.uid_to_peer_id)
         return info

@@ -31,6 +31,14 @@ def test_sim_runs_a_swarm_to_the_end_and_writes_its_folder(transport, warm_tiny_
     assert all(n["held_out"]["step"] == 6 and 0 <= n["held_out"]["greedy"] <= 1 for n in summary["nodes"])
     assert len(seen) >= (1 if transport == "memory" else 4)  # it did start processes (mqtt: the broker too)...
     assert alive(seen) == set()  # ...and none is left
+    if transport == "hivemind":  # each node keeps the peers it trained on (node/swarm/peer_cache.py)
+        from node.swarm.peer_cache import PeerCache
+        from protocol.identity import load_or_create_identity
+
+        for i in range(3):
+            cache = PeerCache(run / f"node{i}" / "peers.json",
+                              load_or_create_identity(run / f"node{i}" / "identity.pem")).load()
+            assert len(cache.peers) == 2 and all("/p2p/" in a for a in cache.addrs())
 
 
 def test_ctrl_c_stops_every_node_with_a_checkpoint(warm_tiny_model_dir, tmp_path):

@@ -1,0 +1,103 @@
+"""The peer cache (node/swarm/peer_cache.py): who gets in, the bound, the signature on disk; and a
+hivemind node whose bootstrap is gone joining the swarm through a peer it cached."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+
+import pytest
+
+from node.swarm.peer_cache import ADDRS_PER_PEER, PeerCache
+from protocol.identity import Identity
+
+
+@dataclass
+class _Heard:  # what the cache reads of a verified Announcement
+    addrs: tuple[str, ...]
+
+
+def _cache(tmp_path, limit=64, ident=None) -> PeerCache:
+    return PeerCache(tmp_path / "peers.json", ident or Identity.generate(), limit=limit)
+
+
+def test_only_peers_heard_and_trained_on_get_in_with_a_few_addresses(tmp_path):
+    c = _cache(tmp_path)
+    heard = {"sn1a": _Heard(tuple(f"/ip4/10.0.0.1/tcp/{p}" for p in range(10))),
+             "sn1b": _Heard(("/ip4/10.0.0.2/tcp/1",)),  # heard, never trained on: a heartbeat costs nothing
+             "sn1c": _Heard(())}  # trained on, no address to join through
+    assert c.note(heard, {"sn1a": 3, "sn1c": 1}, now=100.0)
+    assert list(c.peers) == ["sn1a"] and len(c.peers["sn1a"]["addrs"]) == ADDRS_PER_PEER
+    assert not c.note(heard, {"sn1a": 3}, now=110.0)  # nothing new within a minute: no rewrite
+
+
+def test_the_most_recently_heard_are_kept_and_tried_first(tmp_path):
+    c = _cache(tmp_path, limit=2)
+    for i, t in enumerate((10.0, 30.0, 20.0)):
+        c.note({f"sn1p{i}": _Heard((f"/ip4/10.0.0.{i}/tcp/1",))}, {f"sn1p{i}"}, now=t)
+    assert set(c.peers) == {"sn1p1", "sn1p2"}  # the one heard longest ago made room
+    assert c.addrs() == ["/ip4/10.0.0.1/tcp/1", "/ip4/10.0.0.2/tcp/1"]
+
+
+def test_the_file_is_signed_and_a_tampered_or_foreign_one_is_refused(tmp_path, caplog):
+    me = Identity.generate()
+    c = _cache(tmp_path, ident=me)
+    c.note({"sn1a": _Heard(("/ip4/10.0.0.1/tcp/1",))}, {"sn1a"}, now=1.0)
+    c.save()
+    assert _cache(tmp_path, ident=me).load().addrs() == ["/ip4/10.0.0.1/tcp/1"]
+    doc = json.loads((tmp_path / "peers.json").read_text())
+    doc["peers"]["sn1a"]["addrs"] = ["/ip4/6.6.6.6/tcp/1"]  # an attacker's address written into the file
+    (tmp_path / "peers.json").write_text(json.dumps(doc))
+    assert _cache(tmp_path, ident=me).load().peers == {}
+    assert "not this node's" in caplog.text
+    c.save()
+    assert _cache(tmp_path).load().peers == {}  # another node's cache
+    (tmp_path / "peers.json").write_text("{not json")
+    assert _cache(tmp_path, ident=me).load().peers == {}
+
+
+@pytest.mark.daemon
+def test_a_node_whose_bootstrap_is_gone_joins_through_a_cached_peer(tmp_path):
+    """Three hivemind peers on loopback: a bootstrap, a peer that joined through it, and a node
+    whose only bootstrap has stopped; its cache holds the second peer, so it joins through it and
+    says so."""
+    from tests.helpers.hivemind_dht import _bootstrap, _transport, pid
+
+    async def go():
+        boot, maddrs = await _bootstrap()
+        peer = _transport(pid("cached-peer"), maddrs)
+        late = None
+        try:
+            await peer.start()
+            cache = _cache(tmp_path)
+            cache.note({pid("cached-peer"): _Heard(tuple(peer.maddrs))}, {pid("cached-peer")}, now=1.0)
+            await boot.shutdown()  # the only bootstrap is gone
+            late = _transport(pid("late"), maddrs, fallback_peers=cache.addrs)
+            await late.start()
+            return late.found_via, late.info()["routing_peers"]
+        finally:
+            for t in (late, peer):
+                if t is not None:
+                    await t.close()
+
+    via, routing = asyncio.run(go())
+    assert via.startswith("peer cache") and routing >= 1
+
+
+@pytest.mark.daemon
+def test_with_no_cache_a_dead_bootstrap_still_fails_with_its_message():
+    from node.transport.base import TransportError
+    from tests.helpers.hivemind_dht import _bootstrap, _transport, pid
+
+    async def go():
+        boot, maddrs = await _bootstrap()
+        await boot.shutdown()
+        t = _transport(pid("alone"), maddrs, fallback_peers=lambda: [])
+        try:
+            await t.start()
+        finally:
+            await t.close()
+
+    with pytest.raises(TransportError, match="no bootstrap peer answered"):
+        asyncio.run(go())
