@@ -35,6 +35,24 @@ CACHE_FILE = "peers.json"
 LIMIT = 64  # peers kept
 ADDRS_PER_PEER = 4  # of the up to 16 a heartbeat may carry
 JOIN_ADDRS = 16  # addresses a join tries from the cache
+JOIN_ADDRS_PER_PEER = 2  # of them from one peer: a few keys cannot fill the join list
+REFRESH_S = 60.0  # a peer's "last heard" moves at most this often (changing its addresses does not move it)
+
+
+def dialable(addr: str) -> bool:
+    """A multiaddr that parses and names the peer to dial (``.../p2p/<id>``). The daemon refuses to
+    start on a bootstrap list with one entry that does not parse, so a peer's garbage address would
+    sink every cached address of a join: each is checked alone, here."""
+    try:
+        from multiaddr import Multiaddr
+
+        return any(p.name == "p2p" for p in Multiaddr(addr).protocols())
+    except Exception:  # noqa: BLE001 - any parse failure: not an address to dial
+        return False
+
+
+def _routable_first(addrs: list[str]) -> list[str]:
+    return sorted(addrs, key=lambda a: a.startswith(("/ip4/127.", "/ip6/::1/")))
 
 
 class PeerCache:
@@ -76,12 +94,17 @@ class PeerCache:
         now = time.time() if now is None else now
         changed = False
         for sender, ann in heard.items():
-            addrs = [str(a) for a in getattr(ann, "addrs", ())][:ADDRS_PER_PEER]
-            if sender not in trained_on or not addrs or sender == self.identity.peer_id:
+            if sender not in trained_on or sender == self.identity.peer_id:
+                continue
+            addrs = _routable_first([str(a) for a in getattr(ann, "addrs", ()) if dialable(str(a))])[:ADDRS_PER_PEER]
+            if not addrs:
                 continue
             old = self.peers.get(sender)
-            if old is None or old["addrs"] != addrs or now - old["seen"] > 60:
+            if old is None or now - old["seen"] > REFRESH_S:
                 self.peers[sender] = {"addrs": addrs, "seen": now}
+                changed = True
+            elif old["addrs"] != addrs:  # new addresses, but no fresher: permuting them buys no rank
+                old["addrs"] = addrs
                 changed = True
         return self._trim() or changed
 
@@ -96,7 +119,7 @@ class PeerCache:
         """Addresses to join through, the most recently heard peers first."""
         out: list[str] = []
         for _, p in sorted(self.peers.items(), key=lambda kv: kv[1]["seen"], reverse=True):
-            out += [a for a in p["addrs"] if a not in out]
+            out += [a for a in p["addrs"] if dialable(a) and a not in out][:JOIN_ADDRS_PER_PEER]
         return out[:limit]
 
     def save(self) -> None:

@@ -125,19 +125,11 @@ class HivemindTransport(Transport):
         retries = self.join_retries if retries is None else retries
         cached = [a for a in (self.fallback_peers() if self.fallback_peers and self.initial_peers else [])
                   if a not in self.initial_peers]
-        try:  # the bootstraps once first when there is a cache to fall back on, else with every retry
-            self._node = await self._join(self.initial_peers, 0 if cached else retries)
+        if not cached:
+            self._node = await self._join(self.initial_peers, retries)
             self.found_via = "bootstrap" if self.initial_peers else "new swarm"
-        except TransportError as e:
-            if not cached:
-                raise
-            log.warning("no bootstrap answered (%s); trying %d address(es) of peers this node verified "
-                        "before (its peer cache)", str(e).split(":")[0], len(cached))
-            try:
-                self._node = await self._join(cached, retries)
-            except TransportError as e2:
-                raise TransportError(f"{e}; nor did any of the {len(cached)} cached peer address(es): {e2}") from None
-            self.found_via = f"peer cache ({len(cached)} addresses)"
+        else:
+            self._node, self.found_via = await self._join_or_cache(cached, retries)
         try:
             await self._node.p2p.add_binary_stream_handler(handler_name(self.swarm), self._serve)
             self.maddrs = [str(m) for m in await self._node.p2p.get_visible_maddrs()]
@@ -145,6 +137,26 @@ class HivemindTransport(Transport):
             await self.close()
             raise
         log.info("hivemind transport up: %s", ", ".join(self.maddrs))
+
+    async def _join_or_cache(self, cached: list[str], retries: int):
+        """Each attempt tries the bootstraps, then the peers this node verified before (its peer
+        cache), with the usual back-off between attempts: a bootstrap slow to come up is tried
+        again, and a cache gone stale does not end the join early."""
+        failed = ""
+        for attempt in range(retries + 1):
+            for peers, via in ((self.initial_peers, "bootstrap"), (cached, f"peer cache ({len(cached)} addresses)")):
+                try:
+                    return await self._join(peers, 0), via
+                except TransportError as e:
+                    failed = f"{failed}; {via}: {e}" if via != "bootstrap" else str(e)
+            if attempt < retries:
+                delay = min(30.0, self.join_backoff * 2 ** attempt)
+                log.warning("no bootstrap and none of %d cached peer address(es) answered (attempt %d/%d); "
+                            "retrying in %.0f s", len(cached), attempt + 1, retries + 1, delay)
+                if self.on_retry is not None:
+                    self.on_retry(f"attempt {attempt + 1}/{retries + 1}: no bootstrap or cached peer answered")
+                await asyncio.sleep(delay)
+        raise TransportError(f"{failed} (tried {retries + 1} time(s), the bootstraps then the cache)")
 
     async def _join(self, initial_peers: list[str], retries: int):
         return await start_dht_node(
