@@ -228,7 +228,19 @@ class Libp2pHost:
         self.host.set_stream_handler(PX_PROTOCOL, self.px.serve)
         self.addrs = dialable_addrs([str(a) for a in self.host.get_addrs()], self.announce, self.peer_id)
 
-    async def close(self) -> None:
+    async def close(self, timeout: float = 3.0) -> None:
+        # Close the connections before the trio thread stops: cancelling the host's services alone
+        # leaves their sockets open, and peers then see an established connection that never
+        # answers again (every request to it waited for its 10-20 s timeout, measured).
+        if self.host is not None and self.bridge.alive():
+            async def shut() -> None:
+                with trio.move_on_after(timeout):
+                    await self.host.close()
+
+            try:
+                await self.bridge.call(shut)
+            except Exception as e:  # noqa: BLE001 - closing anyway: the thread stops below
+                log.debug("closing the libp2p host: %s", e)
         await self.bridge.stop()
 
     def alive(self) -> bool:

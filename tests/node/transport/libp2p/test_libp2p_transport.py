@@ -245,3 +245,36 @@ def test_a_node_sees_the_swarm_names_of_peers_that_joined_another_swarm():
             await a.close(), await b.close(), await boot.close()
 
     asyncio.run(main())
+
+
+def test_a_closed_host_hangs_up_on_its_peers_so_their_next_request_fails_at_once():
+    """A host that dialled a peer and then closed used to leave that connection open: the peer's
+    next stream to it waited for py-libp2p's 10 s negotiation timeout (a killed broadcast relay cost
+    its children 10-20 s a request). Closing now closes the connections first."""
+
+    async def main() -> str:
+        a = Libp2pHost(Identity.generate(), LOOPBACK, [])
+        b = Libp2pHost(Identity.generate(), LOOPBACK, [])
+        await a.start()
+        await b.start()
+        try:
+            async def echo(stream):
+                stream.write(await stream.read(10))
+                await stream.drain()
+
+            await b.set_stream_handler("/echo/1", echo)
+            s = await a.open_stream(b.addrs[0], "/echo/1", 10)  # a dials b: the direction that stayed open
+            s.write(b"x")
+            await s.drain()
+            assert await s.read(10) == b"x"
+            s.close()
+            await a.close()
+            # 8 s: under py-libp2p's 10 s negotiation timeout, so a connection left open shows as
+            # our own deadline passing (TooSlowError), a closed one as a refused dial.
+            with pytest.raises(ConnectionError) as e:
+                await b.open_stream(a.addrs[0], "/echo/1", 8)
+            return str(e.value)
+        finally:
+            await b.close()
+
+    assert "TooSlowError" not in asyncio.run(main())
