@@ -13,6 +13,13 @@ is its *oldest* token's, so the staleness bound (``learner.max_off_policy_steps`
 oldest part of it, and a batch published to peers is labelled with its oldest rollout's version.
 Only finished groups leave this buffer: they are trained on and published, never a partial one.
 
+How long a row is carried is bounded too (``max_age``): a row whose oldest token is more than
+``max_age`` versions behind the weights generating now is restarted from its prompt (its tokens
+dropped, counted ``april_restarted_rows``). The learner would drop it anyway (its staleness bound),
+and worse, the batch published to peers carries its oldest rollout's label, so one straggler
+would make a worker's learner drop every group of that batch. The node sets ``max_age`` to the
+bound its data must meet (node/run/step_generation.py).
+
 Bounds: a step returns exactly ``need`` finished groups (the learner's batch, and its memory, stay
 what the configuration says; groups that finished beyond that wait for the next step, oldest
 first), and it starts new prompts only up to ``ceil(need × (1 + over_provision))`` groups in
@@ -61,10 +68,13 @@ class _Group:
 class PartialRollouts:
     """The groups in play between steps, and one step's generation over them."""
 
-    def __init__(self, over_provision: float, group_size: int, max_tokens: int):
+    def __init__(self, over_provision: float, group_size: int, max_tokens: int, max_age: int | None = None):
         if over_provision <= 0:
             raise ValueError("over_provision must be > 0 (0 is the loop without partial rollouts)")
+        if max_age is not None and max_age < 0:
+            raise ValueError("max_age must be >= 0 versions")
         self.over_provision = over_provision
+        self.max_age = max_age  # versions a row's oldest token may be behind the generating weights
         self.group_size = group_size
         self.max_tokens = max_tokens
         self.groups: list[_Group] = []  # carried: unfinished, or finished beyond a step's need
@@ -90,6 +100,7 @@ class PartialRollouts:
         for t in task_ids:
             prompt = policy.encode_prompts([policy.prompt_of(make_task(t))])[0]
             self.groups.append(_Group(t, prompt, [_Row() for _ in range(self.group_size)], drawn_at=step))
+        restarted = self._restart_stale(version)
         ready = sum(g.finished for g in self.groups)  # finished beyond an earlier step's need
         requests, where = [], []
         for gi, g in enumerate(self.groups):
@@ -118,11 +129,25 @@ class PartialRollouts:
             "april_carried": len(self.groups),
             "april_carried_rows": self.carried_rows,
             "april_halted": int(halted),
+            "april_restarted_rows": restarted,
             "april_mixed_versions": sum(r.policy_version != r_newest for r, r_newest in
                                         zip(rollouts, [row.newest for g in done for row in g.rows])),
             "april_oldest_group_age": max((step - g.drawn_at for g in done), default=0),
         }
         return rollouts, stats
+
+    def _restart_stale(self, version: int) -> int:
+        """Restart (from the prompt) every row, finished or not, whose oldest token is more than
+        ``max_age`` versions behind ``version``; returns how many."""
+        if self.max_age is None:
+            return 0
+        n = 0
+        for g in self.groups:
+            for i, row in enumerate(g.rows):
+                if row.oldest is not None and version - row.oldest > self.max_age:
+                    g.rows[i] = _Row()
+                    n += 1
+        return n
 
     def _rollout(self, policy: Policy, g: _Group, row: _Row, reward_cfg: RewardConfig) -> Rollout:
         task = make_task(g.task_id)

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from rewards.reserved import HeldOutSet
     from rewards.scoring import RewardConfig
 
-__all__ = ["StepRollouts", "StepGenerator"]
+__all__ = ["StepRollouts", "StepGenerator", "carry_bound"]
 
 
 @dataclass
@@ -40,6 +40,19 @@ class StepRollouts:
     version: int  # the batch's label: its oldest rollout's version
     seconds: float  # the generation's own time
     metrics: dict = field(default_factory=dict)
+
+
+def carry_bound(cfg: "NodeConfig") -> int:
+    """How many versions a carried APRIL row may fall behind before it is restarted: the bound its
+    rollouts must meet where they are trained. A worker's go to its learner, which drops groups
+    made more than ``broadcast.max_staleness`` of its updates ago (a worker's version numbers are the
+    learner's published ones: one update each at ``publish_every 1``; a learner publishing less often
+    moves further per version, so there this cap is looser than its bound). A node that learns
+    drops rollouts more than ``learner.max_off_policy_steps`` old at training time, which comes up
+    to ``train.max_async`` versions after generation."""
+    if cfg.broadcast.role == "worker":
+        return cfg.broadcast.max_staleness
+    return max(cfg.learner.max_off_policy_steps - cfg.train.max_async, 0)
 
 
 class StepGenerator:
@@ -53,8 +66,8 @@ class StepGenerator:
         self.reward_cfg, self.sampling = reward_cfg, sampling
         gen = cfg.generation
         self.copy = (GeneratorCopy(policy, gen.device or cfg.model.device) if cfg.train.max_async > 0 else None)
-        self.april = (PartialRollouts(gen.over_provision, cfg.group_size, gen.max_completion_length)
-                      if gen.over_provision > 0 else None)
+        self.april = (PartialRollouts(gen.over_provision, cfg.group_size, gen.max_completion_length,
+                                      max_age=carry_bound(cfg)) if gen.over_provision > 0 else None)
 
     @property
     def sampler_policy(self) -> "Policy":

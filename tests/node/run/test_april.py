@@ -106,3 +106,39 @@ def test_a_carried_completion_keeps_each_tokens_log_prob_of_the_weights_that_sam
         assert checked > 0
     finally:
         policy.model.load_state_dict(old)
+
+
+def test_a_row_carried_past_the_staleness_bound_is_restarted_not_published_with_an_old_label(policy):
+    """One straggler would label its whole published batch with its oldest version (and a worker's
+    learner drops every group of a batch past its bound): a row whose oldest token is more than
+    max_age versions behind the generating weights starts again from its prompt."""
+    april = PartialRollouts(3.0, group_size=4, max_tokens=24, max_age=2)
+    params = SamplingParams(max_new_tokens=24, temperature=1.5)
+    torch.manual_seed(1)
+    ids = round_task_ids(1, 0, april.new_prompts(1), FAMILIES, [1])
+    april.generate(policy, ids, 1, params, version=0, reward_cfg=RewardConfig(), step=0)
+    carried = [row for g in april.groups for row in g.rows if row.ids]
+    assert carried and all(row.oldest == 0 for row in carried)  # tokens from version 0 carried
+    # (no generation in between: a step that already has its group ready generates nothing)
+    assert april._restart_stale(2) == 0  # 2 versions behind: within max_age, kept
+    assert all(row.ids for row in carried)
+    n_rows = sum(1 for g in april.groups for row in g.rows if row.oldest is not None)
+    out, stats = april.generate(policy, [], 1, params, version=3, reward_cfg=RewardConfig(), step=3)
+    assert stats["april_restarted_rows"] == n_rows  # 3 behind: every row with version-0 tokens restarted
+    assert all(r.policy_version == 3 for r in out)  # nothing published under the old label
+    assert all(row.oldest in (None, 3) for g in april.groups for row in g.rows)
+    with pytest.raises(ValueError):
+        PartialRollouts(1.0, 4, 16, max_age=-1)
+
+
+def test_the_carry_bound_is_the_bound_where_the_rollouts_are_trained():
+    from node.run.config import NodeConfig
+    from node.run.step_generation import carry_bound
+
+    cfg = NodeConfig()
+    assert carry_bound(cfg) == cfg.learner.max_off_policy_steps  # synchronous: trained at once
+    cfg.train.max_async = 2
+    assert carry_bound(cfg) == cfg.learner.max_off_policy_steps - 2  # trained up to 2 versions later
+    cfg = NodeConfig()
+    cfg.broadcast.role, cfg.broadcast.follow, cfg.broadcast.max_staleness = "worker", "sn1x", 3
+    assert carry_bound(cfg) == 3  # its learner's bound on its workers
