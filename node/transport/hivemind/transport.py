@@ -98,6 +98,7 @@ class HivemindTransport(Transport):
     # reading the index (fetching what it points at: node/transport/hivemind/fetcher.py)
     _fetcher: Fetcher = field(init=False, repr=False)
     _short: dict = field(default_factory=dict, init=False, repr=False)  # round -> last read found too few
+    _polled: Optional[int] = field(default=None, init=False, repr=False)  # the newest round polled: ours
     _sizes: list = field(default_factory=list, init=False, repr=False)  # (round, level, entries) sampled, not folded yet
     _where: KnownShards = field(default_factory=KnownShards, init=False, repr=False)  # the level each known peer is at
     _rng: random.Random = field(default_factory=random.Random, init=False, repr=False)
@@ -303,8 +304,10 @@ class HivemindTransport(Transport):
                     looked.setdefault(p, []).extend(lv for lv in elsewhere[p] if lv not in looked.get(p, ()))
         return plan, looked, searched
 
-    def vouch(self, publisher: str) -> None:
-        self._fetcher.vouch(publisher)
+    def admitted(self, publisher: str, round: int) -> None:
+        # Standing counts this node's rounds (the newest it polled), not the label (standing.py).
+        if self._polled is not None:
+            self._fetcher.admitted(publisher, round, self._polled)
 
     def distrust(self, publisher: str, round: int) -> None:
         self._fetcher.distrust(publisher, round)
@@ -321,6 +324,9 @@ class HivemindTransport(Transport):
         self._fetcher.forget_before(oldest)
         self._short = {r: v for r, v in self._short.items() if r >= oldest or r == -1}  # -1: heartbeats
         newest = max(rounds, default=0)
+        if rounds:
+            self._polled = newest
+            self._fetcher.standing.tick(newest)  # a new round: who qualified is vouched
         due = self._fetcher.budget.due(rounds, want, len(self._fetcher.known), get_dht_time(), self.round_seconds)
         wanted = want if want is not None else 64
         skip = newest if len(rounds) > 1 else None  # the newest round: absence there is not telling yet
