@@ -111,6 +111,7 @@ class HivemindTransport(Transport):
 
     def __post_init__(self):
         self._fetcher = Fetcher(self.publisher, self.rejected)
+        self._where.rng = self._rng  # one generator: a test that seeds ``_rng`` fixes the searches too
 
     # What fetching counted (the fetcher's): bodies given up on (peer gone, cut off), entries pointing
     # at a host that serves another publisher, back-offs of publishers whose bodies failed, bytes fetched.
@@ -252,10 +253,10 @@ class HivemindTransport(Transport):
             out.setdefault((r, level), {}).update(entries)
         if looked:
             at: dict[str, set[int]] = {}
+            gone = self._where.gone  # (found in any shard read: missing again when next not found)
             for (_r, level), entries in out.items():
-                for p in looked:
-                    if p in entries:
-                        at.setdefault(p, set()).add(level)
+                for p in [p for p in looked if p in entries] + [p for p in entries if p in gone]:
+                    at.setdefault(p, set()).add(level)
             self._where.observe(looked, at, level_for(self.swarm_size), self._round_now(), searched)
         return out
 
