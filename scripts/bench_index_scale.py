@@ -151,7 +151,7 @@ def run(n: int, *, before: bool, rounds: int, j: int, groups: int, body: bytes, 
                 now[0] += poll_seconds
                 cur = int(now[0] // round_seconds)
                 for d in await t.poll(range(max(first_round, cur - window), cur + 1), want):
-                    t.vouch(d.publisher)  # the exchange vouches for what it admits
+                    t.admitted(d.publisher, d.round)  # as the exchange does with what it admits
                     got += 1
                 if before:
                     t.swarm_size = 1.0  # the old index had one shard whatever the size

@@ -42,8 +42,10 @@ LINGER_S = 5.0  # after a reply, how long to wait for the requester to close its
 MIN_RATE = 64 * 1024  # bytes/s: a reply slower than this is given up (a 256 KiB chunk: 4 s + the timeout)
 
 # handler(remote carrier id, request) -> (status, payload) or (status, payload, done[, low]):
-# ``done`` is called once the reply is written (or failed), so a handler's serve slot covers the
-# upload too; ``low``: the upload yields to normal ones (TokenBucket.take).
+# ``done(written)`` is called once the reply is written (or failed), so a handler's serve slot
+# covers the upload too; ``written``: the payload's bytes that went out (all of them, or fewer when
+# the requester reset the stream or stalled: what it cost us); ``low``: the upload yields to
+# normal ones (TokenBucket.take).
 Handler = Callable[[str, bytes], Awaitable[tuple]]
 
 
@@ -52,7 +54,7 @@ def unpack_reply(result: tuple) -> tuple[int, bytes | memoryview, Callable[[], N
         return result
     if len(result) == 3:
         return (*result, False)
-    return result[0], result[1], lambda: None, False
+    return result[0], result[1], lambda written: None, False
 
 
 class CarrierError(ConnectionError):
@@ -152,16 +154,19 @@ class StreamCarrier(Carrier):
             # A stream slot is held while the request arrives: a trickling peer gives it back soon.
             request = await asyncio.wait_for(reader.readexactly(n), REQUEST_TIMEOUT_S + n / REQUEST_RATE)
             status, payload, done, low = unpack_reply(await self._handler(remote, request))
+            sent = 0
             try:
                 writer.write(HEADER.pack(status, len(payload)))
 
                 async def write(piece: memoryview) -> None:
+                    nonlocal sent
                     writer.write(piece)
+                    sent += len(piece)  # handed over: it may reach the requester even if the drain fails
                     await asyncio.wait_for(writer.drain(), READ_TIMEOUT_S)
 
                 await self.paced(payload, write, remote, low)
             finally:
-                done()
+                done(sent)
             self.leave(remote)  # the slot covers the request and the reply, not the wait below
             admitted = False
             # Close only once the requester has read it all and closed its end: p2pd drops what is
@@ -270,10 +275,10 @@ class MemoryCarrier(Carrier):
 
     async def _serve_admitted(self, remote: str, request: bytes, max_reply: int) -> tuple[int, bytes]:
         status, payload, done, low = unpack_reply(await self._handler(remote, request))
+        parts: list[bytes] = []
         try:
             if len(payload) > max_reply:
                 raise CarrierError(f"{self.address} replied {len(payload)} bytes, over {max_reply}")
-            parts: list[bytes] = []
 
             async def write(piece: memoryview) -> None:
                 parts.append(bytes(piece))
@@ -282,7 +287,7 @@ class MemoryCarrier(Carrier):
             await self.paced(payload, write, remote, low)
             return status, b"".join(parts)
         finally:
-            done()
+            done(sum(map(len, parts)))
 
     async def close(self) -> None:
         if self.hub.carriers.get(self.address) is self:

@@ -7,7 +7,8 @@ stranger must not be able to make that grow. ``Inbox`` keeps, bounded whatever p
 - whole bodies of the poll window's rounds (and ``MAX_ROUND_AHEAD`` past it: clocks drift a
   little), one per (publisher, round), newest first, within ``max_bytes``: when full, bodies of
   publishers with no admitted history make room for one with, never the reverse (who has one:
-  ``vouch``, node/transport/standing.py: envelopes admitted in 3 distinct rounds, not one);
+  ``vouch``, node/transport/standing.py: envelopes admitted in 3 distinct rounds of the
+  receiver's, not one);
 - the (publisher, sha256) of every body handed over or refused this window, so a duplicate (QoS
   1, a retained copy after a reconnect, gossip from two mesh peers) is dropped, and at most
   ``MAX_DELIVERIES`` bodies a round per publisher (a restarted node republishes once);
@@ -93,6 +94,7 @@ class Inbox:
         if not rounds:
             return
         self.window = (rounds[0], rounds[-1])
+        self.vouched.tick(rounds[-1])  # a new round of the receiver's: who qualified is vouched
         for r in [r for r in self._ready if not self.in_window(r)]:
             self._ready_bytes -= sum(len(b) for b in self._ready.pop(r).values())
         for d in (self._seen, self._delivered):
@@ -118,8 +120,11 @@ class Inbox:
         return out
 
     def vouch(self, publisher: str, round: int) -> None:
-        """The node admitted an envelope of ``publisher`` for ``round``."""
-        self.vouched.admitted(publisher, round)
+        """The node admitted an envelope of ``publisher`` for ``round``. Its standing counts the
+        receiver's round, the newest it polled (node/transport/standing.py): before a first poll
+        there is none, and nothing counts."""
+        if self.window is not None:
+            self.vouched.admitted(publisher, round, self.window[1])
 
     # -- heartbeats -------------------------------------------------------------------------------
     def offer_heartbeat(self, publisher: str, payload: bytes) -> None:

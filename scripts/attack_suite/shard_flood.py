@@ -81,7 +81,7 @@ async def _start_transport(ident: Identity, maddrs: list[str], round_seconds: fl
 
 async def _honest_loop(me: Honest, other: Honest, first: int, last: int, round_seconds: float) -> None:
     """Rounds ``first`` .. ``last``: publish and announce at each round's start, poll every quarter
-    round (heartbeats every half), vouch for the other's envelopes."""
+    round (heartbeats every half), admit the other's envelopes (``admitted``, as the exchange does)."""
     t, published, hb_polled = me.transport, None, 0.0
     while True:
         now = time.time()
@@ -96,7 +96,7 @@ async def _honest_loop(me: Honest, other: Honest, first: int, last: int, round_s
         for d in await t.poll(range(max(first, r - MAX_ROUND_LAG), min(r, last) + 1), WANT):
             if d.publisher == other.ident.peer_id and d.data.startswith(f"{other.name}:{d.round}:".encode()):
                 me.got.setdefault(d.round, r)
-                t.vouch(d.publisher)
+                t.admitted(d.publisher, d.round)  # as the exchange does with what it admits
         if now - hb_polled >= round_seconds / 2:
             hb_polled = now
             if any(d.publisher == other.ident.peer_id for d in await t.poll_announcements()):

@@ -7,7 +7,8 @@ struck for a bad body (node/transport/hivemind/strikes.py), already judged or be
 pointing at a host that said it serves someone else (``misdirected``), or announcing more than
 the node could use (``oversized``). Of the rest, about what the node will use is fetched
 (node/transport/hivemind/fetch_budget.py, ``choose_fetches``): publishers with a verified
-history (``known``: the node admitted their envelopes, ``vouch``) first. A body that arrives
+history first (``known``: vouched by the rule every carrier follows, node/transport/standing.py:
+envelopes admitted in 3 of the receiver's rounds, ``admitted``). A body that arrives
 with the size and sha256 its owner-signed entry announced is ready for the next poll; one that
 does not strikes its publisher and the host that served it.
 """
@@ -29,13 +30,13 @@ from node.transport.hivemind.fetch_budget import MAX_FETCH_FAILURES, FetchBudget
 from node.transport.hivemind.index import bulky_threshold, choose_fetches
 from node.transport.hivemind.rollout_stream import FETCH_TIMEOUT_S, NotAnnounced, Oversized
 from node.transport.hivemind.strikes import SourceStrikes
+from node.transport.standing import Standing
 
 log = logging.getLogger("node.transport.hivemind.transport")  # the transport's log name, as before the split
 
-__all__ = ["Fetcher", "Download", "MAX_INFLIGHT_FETCHES", "MAX_KNOWN_PUBLISHERS"]
+__all__ = ["Fetcher", "Download", "MAX_INFLIGHT_FETCHES"]
 
 MAX_INFLIGHT_FETCHES = 16  # bodies downloading at once (x 4 MiB at most each)
-MAX_KNOWN_PUBLISHERS = 4096  # publishers with a verified history remembered
 
 # download(libp2p peer, round, publisher, declared size) -> the body
 Download = Callable[[PeerID, int, str, int], Awaitable[bytes]]
@@ -52,7 +53,7 @@ def valid_index(record: object) -> bool:
 class Fetcher:
     me: str  # our publisher id: our own entries are not fetched
     rejected: collections.Counter  # the transport's refusals, counted here too
-    known: collections.OrderedDict = field(default_factory=collections.OrderedDict)  # publisher -> True, LRU
+    standing: Standing = field(default_factory=Standing)  # who has a verified history (bounded)
     budget: FetchBudget = field(default_factory=FetchBudget)
     strikes: SourceStrikes = field(default_factory=SourceStrikes)
     inflight: dict = field(default_factory=dict)  # (round, publisher, sha) -> task
@@ -62,6 +63,11 @@ class Fetcher:
     misdirected: int = 0  # entries pointing at a host that serves another publisher
     backed_off: int = 0  # back-offs of publishers whose bodies failed
     body_bytes: int = 0  # envelope bodies downloaded
+
+    @property
+    def known(self) -> dict:
+        """Publishers with a verified history (vouched), fetched before unknown keys."""
+        return self.standing.vouched
 
     def forget_before(self, oldest: int) -> None:
         self.budget.forget_before(oldest)
@@ -172,18 +178,16 @@ class Fetcher:
             return
         self.fetch_failures += counted
         if publisher in self.known:
-            self.known.pop(publisher, None)
+            self.standing.forget(publisher)
         elif not retry:
             self.back_off(publisher, round)
 
-    def vouch(self, publisher: str) -> None:
-        """The node admitted an envelope of ``publisher``: it now has a verified history, and is
-        fetched before unknown keys (bounded: keys are free); its strikes, and its hosts', end."""
-        self.known[publisher] = True
-        self.known.move_to_end(publisher)
+    def admitted(self, publisher: str, round: int, now: int) -> None:
+        """The node admitted an envelope of ``publisher`` for ``round`` in its own round ``now``:
+        its strikes, and its hosts', end; it counts toward a verified history (fetched before
+        unknown keys), which one envelope does not buy (keys are free: node/transport/standing.py)."""
         self.strikes.vouch(publisher)
-        if len(self.known) > MAX_KNOWN_PUBLISHERS:
-            self.known.popitem(last=False)
+        self.standing.admitted(publisher, round, now)
 
     def distrust(self, publisher: str, round: int) -> None:
         # The body is what the publisher's owner-signed entry announced (sha256), so a refusal of
@@ -195,5 +199,5 @@ class Fetcher:
         """Skip a publisher whose body failed verification, and ``host``, the libp2p peer that
         served it, for the next rounds; it loses its verified history."""
         self.strikes.strike(publisher, round, host)
-        self.known.pop(publisher, None)
+        self.standing.forget(publisher)
         self.backed_off += 1

@@ -12,25 +12,32 @@ most publishers are there, and a lower shard costs more bytes).
 Most publishers missing from a shard are not lost, only not publishing: the round is the newest
 and they have not written into it yet (the transport judges absence only in rounds before the
 newest), or they skipped a round, or left. A search reads a shard of every level, so it is
-bounded: at most MAX_SEARCHES publishers are searched a round, and one a search did not find is
-searched again only after a back-off of 1, 2, 4 ... MAX_BACKOFF_ROUNDS rounds (in between it is
-read where it was last seen, and found again there for free if it comes back).
+bounded: at most MAX_SEARCHES publishers are searched a round, chosen at random among those due
+(``searches``), and one a search did not find is searched again only after a back-off of 2, 4
+rounds; after MAX_FAILED_SEARCHES searches found it nowhere it is *gone*: searched no more, and
+made missing again only once it turns up in a shard read (any shard, any level: the reader
+still reads where it was last seen). Before, a publisher stayed missing for good (back-off up to
+32 rounds, the longest missing searched first): 64 known keys gone silent took both searches of
+every round, and an honest peer that went missing after them waited 200-odd rounds or more.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+import random
 from dataclasses import dataclass
 from typing import Collection, Iterable, Mapping
 
 from node.transport.hivemind.index import search_levels
 
-__all__ = ["KnownShards", "Missing", "MAX_REMEMBERED", "MAX_SEARCHES", "MAX_BACKOFF_ROUNDS", "backoff_rounds"]
+__all__ = ["KnownShards", "Missing", "MAX_REMEMBERED", "MAX_SEARCHES", "MAX_BACKOFF_ROUNDS", "MAX_FAILED_SEARCHES",
+           "backoff_rounds"]
 
 MAX_REMEMBERED = 4096  # publishers whose level is remembered (as many as the fetcher knows)
 MAX_SEARCHES = 2  # missing publishers searched for a round (a search reads a shard of every level)
 MAX_BACKOFF_ROUNDS = 32  # the longest wait before a publisher no search found is searched again
+MAX_FAILED_SEARCHES = 3  # searches that found a publisher nowhere before it is taken for gone
 
 
 def backoff_rounds(failed: int) -> int:
@@ -48,9 +55,12 @@ class Missing:
 class KnownShards:
     """Per known publisher found away from the reader's level: that level; and who is missing."""
 
-    def __init__(self, limit: int = MAX_REMEMBERED, max_searches: int = MAX_SEARCHES):
+    def __init__(self, limit: int = MAX_REMEMBERED, max_searches: int = MAX_SEARCHES,
+                 rng: random.Random | None = None):
         self.limit = limit
         self.max_searches = max_searches
+        self.rng = rng or random.Random()
+        self.gone: collections.OrderedDict[str, None] = collections.OrderedDict()  # searched for in vain, LRU
         # publisher -> (the level it was found at, the reader's level then), LRU
         self.found_at: collections.OrderedDict[str, tuple[int, int]] = collections.OrderedDict()
         self.missing: collections.OrderedDict[str, Missing] = collections.OrderedDict()
@@ -58,11 +68,13 @@ class KnownShards:
 
     def searches(self, candidates: Collection[str], round: int, most: int | None = None) -> list[str]:
         """The missing publishers among ``candidates`` to search for now, in ``round``: those whose
-        back-off is over, longest missing first, at most ``max_searches`` a round all calls
-        together (and ``most`` this call), none twice a round; the ones returned are counted as searched."""
+        back-off is over, chosen at random (whoever is missing longest cannot keep the searches
+        from a peer missing since), at most ``max_searches`` a round all calls together (and
+        ``most`` this call), none twice a round; the ones returned are counted as searched."""
         spent = self._spent[1] if self._spent[0] == round else 0
         room = max(min(self.max_searches - spent, self.max_searches if most is None else most), 0)
-        out = [p for p, m in self.missing.items() if p in candidates and m.not_before <= round][:room]
+        due = [p for p, m in self.missing.items() if p in candidates and m.not_before <= round]
+        out = self.rng.sample(due, min(room, len(due)))
         self._spent = (round, spent + len(out))
         for p in out:  # once a round (``observe`` moves it on)
             self.missing[p] = dataclasses.replace(self.missing[p], not_before=round + 1)
@@ -85,7 +97,10 @@ class KnownShards:
                 round: int = 0, searched: Collection[str] = ()) -> None:
         """After a read in ``round``: ``looked`` = the levels each favoured publisher's shard was
         read at (in rounds whose absence counts), ``found`` = the levels of the shards it turned
-        up in (any shard read, of any round), ``searched`` = those of them searched for."""
+        up in (any shard read, of any round; a gone publisher found there is missing again when
+        next not found), ``searched`` = those of them searched for."""
+        for p in [p for p in found if p in self.gone]:
+            del self.gone[p]
         for p, levels in looked.items():
             at = found.get(p)
             if at:
@@ -99,8 +114,15 @@ class KnownShards:
                     self.found_at.popitem(last=False)
             elif p in searched and p in self.missing:  # every level, and nowhere: back off
                 m = self.missing[p]
+                if m.failed + 1 >= MAX_FAILED_SEARCHES:  # gone (or silent): no more searches
+                    del self.missing[p]
+                    self.gone[p] = None
+                    self.gone.move_to_end(p)
+                    if len(self.gone) > self.limit:
+                        self.gone.popitem(last=False)
+                    continue
                 self.missing[p] = Missing(m.level, m.failed + 1, round + backoff_rounds(m.failed + 1))
-            elif p not in self.missing:
+            elif p not in self.missing and p not in self.gone:
                 levels = list(levels)
                 self.missing[p] = Missing(levels[0] if levels else reader_level)
                 if len(self.missing) > self.limit:

@@ -98,6 +98,7 @@ class HivemindTransport(Transport):
     # reading the index (fetching what it points at: node/transport/hivemind/fetcher.py)
     _fetcher: Fetcher = field(init=False, repr=False)
     _short: dict = field(default_factory=dict, init=False, repr=False)  # round -> last read found too few
+    _polled: Optional[int] = field(default=None, init=False, repr=False)  # the newest round polled: ours
     _sizes: list = field(default_factory=list, init=False, repr=False)  # (round, level, entries) sampled, not folded yet
     _where: KnownShards = field(default_factory=KnownShards, init=False, repr=False)  # the level each known peer is at
     _rng: random.Random = field(default_factory=random.Random, init=False, repr=False)
@@ -110,6 +111,7 @@ class HivemindTransport(Transport):
 
     def __post_init__(self):
         self._fetcher = Fetcher(self.publisher, self.rejected)
+        self._where.rng = self._rng  # one generator: a test that seeds ``_rng`` fixes the searches too
 
     # What fetching counted (the fetcher's): bodies given up on (peer gone, cut off), entries pointing
     # at a host that serves another publisher, back-offs of publishers whose bodies failed, bytes fetched.
@@ -251,10 +253,10 @@ class HivemindTransport(Transport):
             out.setdefault((r, level), {}).update(entries)
         if looked:
             at: dict[str, set[int]] = {}
+            gone = self._where.gone  # (found in any shard read: missing again when next not found)
             for (_r, level), entries in out.items():
-                for p in looked:
-                    if p in entries:
-                        at.setdefault(p, set()).add(level)
+                for p in [p for p in looked if p in entries] + [p for p in entries if p in gone]:
+                    at.setdefault(p, set()).add(level)
             self._where.observe(looked, at, level_for(self.swarm_size), self._round_now(), searched)
         return out
 
@@ -303,8 +305,10 @@ class HivemindTransport(Transport):
                     looked.setdefault(p, []).extend(lv for lv in elsewhere[p] if lv not in looked.get(p, ()))
         return plan, looked, searched
 
-    def vouch(self, publisher: str) -> None:
-        self._fetcher.vouch(publisher)
+    def admitted(self, publisher: str, round: int) -> None:
+        # Standing counts this node's rounds (the newest it polled), not the label (standing.py).
+        if self._polled is not None:
+            self._fetcher.admitted(publisher, round, self._polled)
 
     def distrust(self, publisher: str, round: int) -> None:
         self._fetcher.distrust(publisher, round)
@@ -321,6 +325,9 @@ class HivemindTransport(Transport):
         self._fetcher.forget_before(oldest)
         self._short = {r: v for r, v in self._short.items() if r >= oldest or r == -1}  # -1: heartbeats
         newest = max(rounds, default=0)
+        if rounds:
+            self._polled = newest
+            self._fetcher.standing.tick(newest)  # a new round: who qualified is vouched
         due = self._fetcher.budget.due(rounds, want, len(self._fetcher.known), get_dht_time(), self.round_seconds)
         wanted = want if want is not None else 64
         skip = newest if len(rounds) > 1 else None  # the newest round: absence there is not telling yet

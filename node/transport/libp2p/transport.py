@@ -207,10 +207,12 @@ class Libp2pTransport(Transport):
         except Exception:  # noqa: BLE001 - a malformed request gets nothing
             return MISSING, b""
         body = self._mine.get(round)
-        if body is None or not self._serves.take(remote, round, self.inbox.is_vouched(publisher_of_remote(remote))):
+        settle = None if body is None else self._serves.take(
+            remote, round, self.inbox.is_vouched(publisher_of_remote(remote)), len(body))
+        if settle is None:
             self.counts["serves_refused"] += body is not None
             return MISSING, b""  # a peer asking again and again, or ids by the hundred, are not all served
-        return OK, body
+        return OK, body, settle  # charged by what the carrier wrote (a reset stream costs what it took)
 
     # -- the budgets (the trio thread, before a check is paid for) ----------------------------------
     def _afford_rollout(self, publisher: str, data: bytes) -> bool:

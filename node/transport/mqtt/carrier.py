@@ -124,17 +124,20 @@ class MqttCarrier(Carrier):
 
         try:
             status, payload, done, low = unpack_reply(await self._handler(sender, request))
+            sent = 0
             try:
                 await send(HEADER.pack(status, len(payload)))  # piece 0: the header alone
                 size = self._piece_size()
 
                 async def write(piece: memoryview) -> None:
+                    nonlocal sent
                     for i in range(0, len(piece), size):
                         await send(bytes(piece[i:i + size]))
+                        sent += len(piece[i:i + size])
 
                 await self.paced(payload, write, sender, low)
             finally:
-                done()
+                done(sent)
         except (BrokerDown, PermissionError) as e:
             log.debug("weights reply to %s failed: %s", sender, e)
         except asyncio.CancelledError:  # close(): the reply is cut, as a killed node's would be

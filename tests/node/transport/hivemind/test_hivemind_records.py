@@ -20,6 +20,7 @@ from node.transport.hivemind.index_records import heartbeat_entry, index_entry
 from node.transport.hivemind.transport import HivemindTransport
 from node.transport.hivemind.daemon import start_dht_node, stop_dht_node
 from protocol.identity import Identity
+from tests.helpers.standing import give_standing
 from tests.helpers.hivemind_dht import (LOOPBACK, _bootstrap, _hostile_server, _now_round,  # noqa: F401
                                        _transport, ident, pid)
 
@@ -295,7 +296,7 @@ def test_junk_entries_first_cannot_take_the_slots_of_known_peers():
         a, b = _transport(pid("a"), maddrs), _transport(pid("b"), maddrs)
         try:
             await a.start(), await b.start()
-            b.vouch(pid("a"))  # a verified history: b admitted a's envelopes before
+            give_standing(b, pid("a"))  # a verified history: b admitted a's envelopes before
             for j in junk_ids:
                 key, sub, value = index_entry("t", R, j.peer_id, junk.peer_id.to_base58(), 10, "0" * 64)
                 assert await junk.store(key, value, get_dht_time() + 60, subkey=sub)

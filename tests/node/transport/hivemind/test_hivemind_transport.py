@@ -175,7 +175,8 @@ def test_a_refusal_is_blamed_on_the_host_that_served_that_round():
     assert hosts.until == {}
     t.distrust("sn1" + "a" * 32, 5)
     assert set(hosts.until) == {"hostA"} and hosts.counts == {"hostA": 1}
-    t.vouch("sn1" + "a" * 32)  # a later verified body from that publisher clears its host too
+    t._polled = 7
+    t.admitted("sn1" + "a" * 32, 7)  # a later verified body from that publisher clears its host too
     assert hosts.counts == {}
 
 

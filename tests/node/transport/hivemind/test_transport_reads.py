@@ -16,6 +16,7 @@ from node.transport.hivemind.index import round_key, shard_prefix
 from node.transport.hivemind.index_records import index_entry
 from node.transport.hivemind.transport import HivemindTransport
 from protocol.identity import Identity
+from tests.helpers.standing import give_standing
 
 R = 1000
 BODY = b"the victim's envelope"
@@ -66,7 +67,7 @@ def test_the_shard_of_a_followed_peer_does_not_count_toward_the_size_estimate():
     for pid in _ground(shard_prefix(victim, 1), 40):  # 40 ground keys beside it (160 in the DHT test)
         node.put(pid, 1)
     t = _reader(node, 100.0)  # level 1: 6.25 a shard
-    t.vouch(victim)
+    give_standing(t, victim)
     asyncio.run(t.poll([R]))
     assert round_key("t", R, shard_prefix(victim, 1)) in node.reads[0]
     # ... but the estimate saw only the 15 random level-1 shards, all empty: (100 + 1) / 2. Counted,
@@ -79,7 +80,7 @@ def test_a_known_peer_missing_from_its_shard_is_looked_for_lower_and_then_follow
     node = StandInNode()
     node.put(victim, 1)  # the victim believes in ~40 peers: it writes at level 1
     t = _reader(node, 10_000.0)  # the reader reads level 3
-    t.vouch(victim)
+    give_standing(t, victim)
     asyncio.run(t.poll([R]))
     assert round_key("t", R, shard_prefix(victim, 3)) in node.reads[0]  # not there: missing
     t.swarm_size = 10_000.0  # (the empty random shards lowered it: keep the reader at level 3)
@@ -98,7 +99,7 @@ def test_a_known_peer_not_in_the_newest_round_yet_is_not_searched_for():
     node = StandInNode()
     node.put(victim, 1, round=R - 1)  # it published into the round before; the newest has nothing yet
     t = _reader(node, 100.0)  # level 1
-    t.vouch(victim)
+    give_standing(t, victim)
     asyncio.run(t.poll([R - 1, R]))
     assert round_key("t", R, shard_prefix(victim, 1)) in node.reads[0]  # read to fetch it when it comes
     assert not t._where.missing  # ... but its absence there says nothing yet: no search of every level
@@ -115,7 +116,7 @@ def test_a_read_that_found_its_peers_only_where_it_searched_still_probes_up():
     for pid in [victim] + _ground(shard_prefix(victim, 1), 1):  # two peers that write at level 1 only
         node.put(pid, 1)
     t = _reader(node, 1.0)  # a newcomer: level 0, whose one shard is empty
-    t.vouch(victim)
+    give_standing(t, victim)
     # No probe on this first read: a probe reads one random level-1 shard, the victim's 1 time in 16,
     # and would find it before the read this test is about (it failed CI that way).
     t._short[R] = False

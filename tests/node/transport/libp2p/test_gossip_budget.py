@@ -76,10 +76,41 @@ def test_a_heartbeat_the_full_check_refuses_gives_its_gap_back():
 def test_serves_of_one_body_twice_a_peer_and_sixteen_in_all_to_strangers():
     from node.transport.libp2p.serving import MAX_SERVES, MAX_STRANGER_SERVES, Serves
 
-    s = Serves()
-    assert [s.take("p", 1, False) for _ in range(3)] == [True] * MAX_SERVES + [False]
-    assert sum(s.take(f"fresh{k}", 1, False) for k in range(100)) == MAX_STRANGER_SERVES - MAX_SERVES
-    assert s.take("friend", 1, True) and s.take("friend", 1, True) and not s.take("friend", 1, True)
-    assert s.take("fresh0", 2, False)  # another body: its own count
+    s, size = Serves(), 1000
+
+    def served(remote, round=1, vouched=False, written=size):
+        settle = s.take(remote, round, vouched, size)
+        if settle is not None:
+            settle(written)
+        return settle is not None
+
+    assert [served("p") for _ in range(3)] == [True] * MAX_SERVES + [False]
+    assert sum(served(f"fresh{k}") for k in range(100)) == MAX_STRANGER_SERVES - MAX_SERVES
+    assert served("friend", vouched=True) and served("friend", vouched=True) and not served("friend", vouched=True)
+    assert served("fresh0", round=2)  # another body: its own count
     s.keep_only({2})
-    assert set(s.by_strangers) == {2} and all(r == 2 for _, r in s.by_peer)
+    assert set(s.charged) == {2} and all(r == 2 for _, r in s.by_peer)
+
+
+def test_a_strangers_serve_is_charged_what_was_written_and_in_flight_ones_are_reserved():
+    """Serves were charged before the write and never given back: 8 fresh ids whose streams reset
+    at once used up the 16 serves of a body nobody received."""
+    from node.transport.libp2p.serving import MAX_STRANGER_SERVES, Serves, stranger_may_start
+
+    s, size = Serves(), 1000
+    for k in range(8):  # 8 fresh ids, 2 serves each, each reset after 10 bytes
+        for _ in range(2):
+            s.take(f"reset{k}", 1, False, size)(10)
+    assert s.charged[1] == 160 and s.reserved[1] == 0
+    honest = s.take("honest", 1, False, size)
+    assert honest is not None  # the honest stranger is still served
+    honest(size)
+    # In flight, a serve holds the whole body: no more start than the cap allows at once.
+    flight = [s.take(f"f{k}", 1, False, size) for k in range(40)]
+    started = [f for f in flight if f is not None]
+    assert len(started) == MAX_STRANGER_SERVES - 2  # (the honest one's and the resets' 160 bytes)
+    for settle in started:
+        settle(size)
+        settle(size)  # settled once only
+    assert s.charged[1] == 160 + size + len(started) * size and s.reserved[1] == 0
+    assert not stranger_may_start(s.charged[1], 0, size) and stranger_may_start(0, 15 * size, size)

@@ -54,8 +54,8 @@ def test_a_flood_of_fresh_identities_buys_a_bounded_number_of_checks_and_honest_
 
     ia, ib, ic, ix = (Identity.generate() for _ in range(4))
     sybils = [Identity.generate() for _ in range(300)]
-    clock = RoundClock(10.0)
-    r = clock.current()
+    ahead = [0.0]  # the swarm's clock, stepped a round at a time while A earns its standing
+    clock = RoundClock(10.0, now=lambda: time.time() + ahead[0])
     topic, peers_topic = gossip_topics("t")
 
     async def main():
@@ -76,10 +76,14 @@ def test_a_flood_of_fresh_identities_buys_a_bounded_number_of_checks_and_honest_
             await x.subscribe(peers_topic, lambda *a: None, lambda *a: True)
             await until(lambda: b.host.mesh_peers(topic) >= 3 and x.mesh_peers(topic) >= 1 and
                         c.host.mesh_peers(topic) >= 1, 20, "A, C and X in B's mesh")
-            for k, rr in enumerate((r - 3, r - 2, r - 1)):  # admitted in 3 rounds: a history (standing.py)
+            for k in range(3):  # admitted in 3 of B's rounds: a history (standing.py)
+                rr = clock.current()
                 await a.publish(rr, envelope(ia, rr, seq=1 + k), 60)
-                await until(lambda: ec.stats.groups_in[ia.peer_id] == 1 + k, 20, "A's envelope admitted at C")
-            await until(lambda: b.inbox.is_vouched(ia.peer_id), 20, "A vouched at B")
+                await until(lambda: ec.stats.groups_in[ia.peer_id] == 1 + k and
+                            eb.stats.groups_in[ia.peer_id] == 1 + k, 20, "A's envelope admitted at B and C")
+                ahead[0] += clock.round_seconds
+            await until(lambda: b.inbox.is_vouched(ia.peer_id), 20, "A vouched at B as its next round began")
+            r = clock.current()
             flood = [forged(libp2p_key_pair(s), topic, msgpack.packb([r, envelope(s, r)])) for s in sybils]
             # And junk under fresh identities of their own: malformed, or signed by another key.
             junk = [forged(libp2p_key_pair(Identity.generate()), topic,
@@ -227,7 +231,8 @@ def test_a_large_body_is_served_a_bounded_number_of_times_to_fresh_ids_and_still
             for _ in range(2):
                 served += (await t._serve_body(fresh, ask))[0] == 0
         assert served == 16, served
-        for r in (1, 2, 3):
+        for r in (1, 2, 3, 4):  # admitted in 3 of the receiver's rounds: vouched as the 4th begins
+            t.inbox.set_window([r], None)
             t.admitted(friend.peer_id, r)
         replies = [(await t._serve_body(libp2p_peer_id(friend), ask))[0] for _ in range(3)]
         assert replies == [0, 0, 1]  # a known peer is served its share, and no more
