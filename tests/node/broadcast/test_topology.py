@@ -49,5 +49,7 @@ def test_late_followers_spread_over_the_listed_nodes_and_end_at_the_source():
         assert up[-1] == SRC.peer_id
         parents[up[0]] = parents.get(up[0], 0) + 1
         assert topology.children(m, f"sn1late{i}") == []
-    assert len(parents) == 8 and min(parents.values()) > 10  # every listed node takes some
+    # Every listed node takes some: 25 each expected. The manifest's digest (its time, the key) changes
+    # every run, so this is a draw: > 10 fails about 1 run in 400; >= 5 about 1 in 1.6 million.
+    assert len(parents) == 8 and min(parents.values()) >= 5
     assert topology.upstream(m, "sn1late0") == topology.upstream(m, "sn1late0")  # everyone agrees
