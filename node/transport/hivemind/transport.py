@@ -49,6 +49,7 @@ from hivemind.utils import get_dht_time
 
 import node.transport.hivemind.patches  # noqa: F401  (hivemind's DHT, patched at import: see that module)
 from node.observe.logs import adopt_library_logging
+from node.transport.addresses import peer_id_of
 from node.transport.backoff import JOIN_BACKOFF_S, JOIN_RETRIES
 from node.transport.base import MAX_ANNOUNCEMENT_SIZE, MAX_ENVELOPE_SIZE, Delivery, Transport, TransportError
 from node.transport.hivemind.daemon import start_dht_node, stop_dht_node
@@ -309,6 +310,11 @@ class HivemindTransport(Transport):
     def distrust(self, publisher: str, round: int) -> None:
         self._fetcher.distrust(publisher, round)
 
+    def is_own_address(self, publisher: str, addr: str) -> bool:
+        # The publisher's signed heartbeat may name any /p2p/ id; only a host that served its body
+        # (matching its owner-signed entry) is known to be its own (node/transport/hivemind/served_hosts.py).
+        return self._fetcher.served.served(publisher, peer_id_of(addr) or "")
+
     # -- fetching peers' envelopes ---------------------------------------------------------------
     async def poll(self, rounds: Iterable[int], want: int | None = None,
                    max_size: int | None = None) -> list[Delivery]:
@@ -397,7 +403,7 @@ class HivemindTransport(Transport):
                 "_served_by": len(s.served_by), "_host_owner": len(s.owners), "_known": len(f.known),
                 "_budget": len(b.rounds), "_short": len(self._short), "_sizes": len(self._sizes),
                 "_found_at": len(self._where.found_at), "_missing": len(self._where.missing),
-                "_body_sizes": len(f.body_sizes), "_seen_entries": sum(len(v) for v in b.judged.values())}
+                "_body_sizes": len(f.body_sizes), "_served_hosts": len(f.served), "_seen_entries": sum(len(v) for v in b.judged.values())}
 
     async def broadcast_parts(self, identity, source: str, upload):
         from node.transport.hivemind.directory import WeightDirectory
