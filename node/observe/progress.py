@@ -60,7 +60,7 @@ class Progress:
         swarm = "round" in m
         cols = ["step", "reward", "correct", "held-out", "ESS/B", "LR (x ESS factor)", "tok/s", "s/step", "ETA"]
         if swarm:
-            cols += ["round", "peers", "groups in/used", "out", "rejected", "link"]
+            cols += ["round", "peers", "groups in/used", "out", "rejected", "link (found via)"]
         for col in cols:
             t.add_column(col, justify="right")
         if m:
@@ -75,7 +75,8 @@ class Progress:
                 row += [f"{m['round']} (+{m.get('rounds_skipped', 0)} skipped)", str(m.get("peers_alive", 0)),
                         f"{m.get('groups_in', 0)}/{m.get('groups_used', 0)}", str(m.get("rollouts_out", 0)),
                         f"{m.get('rejected_total', 0)}" + (f" ({rejected})" if rejected else ""),
-                        f"{m.get('link', 'up')}" + (f" ({m['link_outages']} outages)" if m.get("link_outages") else "")]
+                        f"{m.get('link', 'up')}" + (f" ({m['link_outages']} outages)" if m.get("link_outages") else "")
+                        + (f" ({m['found_via']})" if m.get("found_via") else "")]
             t.add_row(*row)
         return t
 
@@ -93,8 +94,9 @@ class Progress:
                          m.get("rho", 1), m.get("lr", 0), m.get("lr_factor", 1), m.get("tokens_per_s", 0),
                          _fmt_eta(self._eta(m["step"])), extra={"metrics": m})
                 if "round" in m:
-                    log.info("round %d: %d peers alive, groups in %d used %d (this step %d), rollouts out %d, "
-                             "rejected %d %s%s", m["round"], m.get("peers_alive", 0), m.get("groups_in", 0),
+                    log.info("round %d: %d peers alive%s, groups in %d used %d (this step %d), rollouts out %d, "
+                             "rejected %d %s%s", m["round"], m.get("peers_alive", 0),
+                             f" (swarm found via {m['found_via']})" if m.get("found_via") else "", m.get("groups_in", 0),
                              m.get("groups_used", 0), m.get("external_groups", 0), m.get("rollouts_out", 0),
                              m.get("rejected_total", 0), m.get("rejected") or "",
                              f"; link {m['link']} ({m.get('link_outages', 0)} outages)"

@@ -286,6 +286,7 @@ class TrainingNode:
             "rejected": st["rejected"],
             "link": st["link"],
             "link_outages": st["outages"],
+            "found_via": st.get("found_via", ""),  # bootstrap, peer cache, new swarm, broker: the live line shows it
         })
         return record
 

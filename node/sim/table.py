@@ -55,6 +55,7 @@ def status_rows(spec: SimSpec, faults: KillFaults | None = None, kids: Children 
             "delay": sw.get("fault_delay_s", 0.0), "stale": (last.get("staleness") or 0),
             "phase": phase, "note": st.get("note"),
             "link": sw.get("link", "up"), "outages": sw.get("outages", 0),
+            "via": sw.get("found_via"),  # how its join found the swarm: bootstrap, peer cache, broker...
             "weights": weights_text(st.get("broadcast")),
         })
     for j in range(len(spec.faults.malicious)):
@@ -90,6 +91,7 @@ def plain_line(rows: list[dict]) -> str:
         f"{r['node']} {r['phase']} step {r['step']} correct {fmt(r['correct'], '.3f')} "
         f"held-out {fmt(r.get('held_out'), '.3f')} "
         f"ESS/B {fmt(r['ess'], '.3f')} in {fmt(r['in'])} rejected {fmt(r['rejected'])} "
+        + (f"via {r['via']} " if r.get("via") else "") +
         f"restarts {r['restarts']}" + (f" weights {r['weights']}" if r.get("weights", "-") != "-" else "")
         if not r.get("adversary") else f"{r['node']} sent {r['sent']}" for r in rows)
 
@@ -100,12 +102,12 @@ def render_table(rows: list[dict], title: str):
     t = Table(title=title)
     weights = any(r.get("weights", "-") != "-" for r in rows)
     for col in ("node", "phase", "round", "step", "reward", "correct", "held-out", "ESS/B", "LR factor", "groups in",
-                "rollouts out", "peers", "rejected", "faults") + (("weights",) if weights else ()):
+                "rollouts out", "peers", "found via", "rejected", "faults") + (("weights",) if weights else ()):
         t.add_column(col, justify="left" if col in ("phase", "weights") else "right")
     for r in rows:
         if r.get("adversary"):
             sent = ", ".join(f"{k} {v}" for k, v in sorted(r["sent"].items()) if v)
-            t.add_row(r["node"], "malicious", *["-"] * 11, f"sent {sum(r['sent'].values())} ({sent})",
+            t.add_row(r["node"], "malicious", *["-"] * 12, f"sent {sum(r['sent'].values())} ({sent})",
                       *(["-"] if weights else []))
             continue
         rej = ", ".join(f"{k} {v}" for k, v in sorted(r["rejected_by"].items()))
@@ -119,6 +121,6 @@ def render_table(rows: list[dict], title: str):
                   fmt(r["reward"], ".3f"),
                   fmt(r["correct"], ".3f"), fmt(r.get("held_out"), ".3f"), fmt(r["ess"], ".3f"),
                   fmt(r["lr_factor"], ".2f"), fmt(r["in"]),
-                  fmt(r["out"]), fmt(r["peers"]), fmt(r["rejected"]) + (f" ({rej})" if rej else ""), fault,
+                  fmt(r["out"]), fmt(r["peers"]), fmt(r.get("via")), fmt(r["rejected"]) + (f" ({rej})" if rej else ""), fault,
                   *([r.get("weights", "-")] if weights else []))
     return t

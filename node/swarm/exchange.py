@@ -32,6 +32,7 @@ from node.swarm.admission import SENDER_FAULTS, Admission, Admitted, Refused, op
 from node.swarm.clock_offset import DELIVERY_ALLOWANCE_S, ClockWatch
 from node.swarm.limits import envelope_ttl, heartbeat_ttl, usable_envelope_bytes
 from node.swarm.link import SwarmLink
+from node.swarm.peer_work import PeerWork
 from node.swarm.pool import AdmittedGroup, PeerPool
 from node.swarm.selection import sender_cap
 from node.swarm.stats import SwarmStats, bump
@@ -85,6 +86,7 @@ class SwarmExchange:
         self.heartbeat_verdicts: VerdictCache[tuple[Envelope, Announcement]] = VerdictCache.for_heartbeats(
             clock.round_seconds)
         self.stats = SwarmStats()
+        self.work = PeerWork()  # rounds of each peer trained on, with a gradient (the peer cache ranks by it)
         self.pool = PeerPool(random.Random(f"swarm-exchange:{seed}:{identity.peer_id}"))
         self._batches: set[tuple[str, int]] = set()  # (sender, round) admitted, inside the window
         self._arrived = asyncio.Event()
@@ -389,6 +391,7 @@ class SwarmExchange:
         picked = self.pool.take(n, self.max_sender_share, self.select, extra, weakness)
         for g in picked:
             bump(self.stats.groups_used, g.sender)
+            self.work.trained(g.sender, g.round, g.informative)
         return picked
 
     def buffer_sizes(self) -> dict[str, int]:
@@ -396,7 +399,7 @@ class SwarmExchange:
         v = self.verifier
         return {"pool": len(self.pool), "pool_bytes": len(self.pool.sizes), "sender_bytes": len(self.pool.sender_bytes),
                 "batches": len(self._batches), "peers": len(self.peers), "groups_in": len(self.stats.groups_in),
-                "groups_used": len(self.stats.groups_used), "rejected": len(self.stats.rejected),
+                "groups_used": len(self.stats.groups_used), "work": len(self.work), "rejected": len(self.stats.rejected),
                 "verifier_senders": len(v._senders), "verifier_entries": v.remembered(),
                 "verdicts": len(self.verdicts), "heartbeat_verdicts": len(self.heartbeat_verdicts),
                 **{f"transport.{k}": n for k, n in self.transport.buffer_sizes().items()}}

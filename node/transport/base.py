@@ -91,6 +91,12 @@ class Transport(abc.ABC):
         counts the rounds (a push carrier vouches only after several: node/transport/standing.py)."""
         self.vouch(publisher)
 
+    def is_own_address(self, publisher: str, addr: str) -> bool:
+        """Whether the ``/p2p/`` id of ``addr`` (an address ``publisher``'s signed heartbeat gives)
+        is known to be ``publisher``'s own host, so that a node keeps it to find the swarm again
+        (node/swarm/peer_cache.py). True where the carrier cannot tell (it dials no peer's host)."""
+        return True
+
     def distrust(self, publisher: str, round: int) -> None:
         """The node refused ``publisher``'s envelope for ``round`` for a fault of its own (a bad
         signature, a lying record): a carrier that pays per fetch backs it off."""

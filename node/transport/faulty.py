@@ -83,6 +83,9 @@ class FaultyTransport(Transport):
     def admitted(self, publisher: str, round: int) -> None:
         self.inner.admitted(publisher, round)
 
+    def is_own_address(self, publisher: str, addr: str) -> bool:
+        return self.inner.is_own_address(publisher, addr)
+
     async def broadcast_parts(self, identity, source: str, upload):
         return await self.inner.broadcast_parts(identity, source, upload)
 

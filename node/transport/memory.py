@@ -110,7 +110,7 @@ class MemoryTransport(Transport):
         self._started = False
 
     def info(self) -> dict:
-        return {"transport": "memory"}
+        return {"transport": "memory", "found_via": "hub"}  # the process's in-memory hub: no join to speak of
 
     def buffer_sizes(self) -> dict[str, int]:
         return {"seen_rounds": len(self._seen), "seen": sum(len(v) for v in self._seen.values()),

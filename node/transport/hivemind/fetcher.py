@@ -29,6 +29,7 @@ from node.transport.base import Delivery
 from node.transport.hivemind.fetch_budget import MAX_FETCH_FAILURES, FetchBudget
 from node.transport.hivemind.index import bulky_threshold, choose_fetches
 from node.transport.hivemind.rollout_stream import FETCH_TIMEOUT_S, NotAnnounced, Oversized
+from node.transport.hivemind.served_hosts import ServedHosts
 from node.transport.hivemind.strikes import SourceStrikes
 from node.transport.standing import Standing
 
@@ -56,6 +57,7 @@ class Fetcher:
     standing: Standing = field(default_factory=Standing)  # who has a verified history (bounded)
     budget: FetchBudget = field(default_factory=FetchBudget)
     strikes: SourceStrikes = field(default_factory=SourceStrikes)
+    served: ServedHosts = field(default_factory=ServedHosts)  # hosts that served a publisher's matching body
     inflight: dict = field(default_factory=dict)  # (round, publisher, sha) -> task
     ready: list = field(default_factory=list)  # fetched, not yet returned
     body_sizes: collections.deque = field(default_factory=lambda: collections.deque(maxlen=64))  # fetched lately
@@ -166,6 +168,7 @@ class Fetcher:
             self.back_off(publisher, round, host=record["p2p"])
             return
         self.strikes.served_by[(round, publisher)] = record["p2p"]  # the host the node's verdict is about
+        self.served.note(publisher, record["p2p"])  # its own host: the peer cache keeps only such addresses
         self.ready.append(Delivery(round, publisher, data))
 
     def _fetch_failed(self, round: int, publisher: str, entry: tuple[str, str], retry: bool) -> None:

@@ -33,7 +33,8 @@ while: node/transport/hivemind/strikes.py), and hands the bytes to the node, whi
 signature. A publisher that does not answer (gone, or cut off mid-transfer) is retried on the
 next polls, then given up (``fetch_failures``); that is routine churn, not a rejection.
 
-Joining (node/transport/hivemind/daemon.py) retries with back-off and says what to check.
+Joining (node/transport/hivemind/daemon.py) retries with back-off and says what to check; with a
+peer cache, each attempt tries the bootstraps and then the cached peers (node/transport/join.py).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from hivemind.utils import get_dht_time
 
 import node.transport.hivemind.patches  # noqa: F401  (hivemind's DHT, patched at import: see that module)
 from node.observe.logs import adopt_library_logging
+from node.transport.addresses import peer_id_of
 from node.transport.backoff import JOIN_BACKOFF_S, JOIN_RETRIES
 from node.transport.base import MAX_ANNOUNCEMENT_SIZE, MAX_ENVELOPE_SIZE, Delivery, Transport, TransportError
 from node.transport.hivemind.daemon import start_dht_node, stop_dht_node
@@ -59,6 +61,7 @@ from node.transport.hivemind.index_records import heartbeat_entry, index_entry, 
 from node.transport.hivemind.known_shards import KnownShards
 from node.transport.hivemind.rollout_stream import Outbox, ServesAnother, answer, download, handler_name
 from node.transport.hivemind.size_estimate import next_estimate
+from node.transport.join import join_swarm
 from protocol.identity import Identity
 
 adopt_library_logging()  # JSON logs: hivemind's own handler gives way to the node's
@@ -87,9 +90,9 @@ class HivemindTransport(Transport):
     round_seconds: float = 5.0  # for the record validator (round expiry) and how often the index is read
     on_retry: Optional[Callable[[str], None]] = field(default=None, repr=False)  # join attempts, for status
     signer: Optional[Identity] = field(default=None, repr=False)  # signs our DHT records; its peer id is ours
-    # Peers verified before (node/swarm/peer_cache.py): tried when no bootstrap answers.
+    # Peers verified before (node/swarm/peer_cache.py): tried when no bootstrap answers (node/transport/join.py).
     fallback_peers: Optional[Callable[[], list[str]]] = field(default=None, repr=False)
-    found_via: str = field(default="", init=False)  # how the last join found the swarm (status)
+    found_via: str = field(default="", init=False)  # bootstrap, peer cache or new swarm: how the last join found it
     _node: object = field(default=None, init=False, repr=False)
     # serving our envelopes
     _outbox: Outbox = field(default_factory=Outbox, init=False, repr=False)
@@ -125,13 +128,9 @@ class HivemindTransport(Transport):
             raise TransportError("the hivemind transport needs the publisher's identity (signer) to sign "
                                  "its DHT records; its peer id must be the publisher")
         retries = self.join_retries if retries is None else retries
-        cached = [a for a in (self.fallback_peers() if self.fallback_peers and self.initial_peers else [])
-                  if a not in self.initial_peers]
-        if not cached:
-            self._node = await self._join(self.initial_peers, retries)
-            self.found_via = "bootstrap" if self.initial_peers else "new swarm"
-        else:
-            self._node, self.found_via = await self._join_or_cache(cached, retries)
+        # The bootstraps, then the peer cache: the decision every carrier that joins through peers shares.
+        self._node, self.found_via = await join_swarm(self._join, self.initial_peers, self.fallback_peers, retries,
+                                                      self.join_backoff, self.on_retry)
         try:
             await self._node.p2p.add_binary_stream_handler(handler_name(self.swarm), self._serve)
             self.maddrs = [str(m) for m in await self._node.p2p.get_visible_maddrs()]
@@ -139,26 +138,6 @@ class HivemindTransport(Transport):
             await self.close()
             raise
         log.info("hivemind transport up: %s", ", ".join(self.maddrs))
-
-    async def _join_or_cache(self, cached: list[str], retries: int):
-        """Each attempt tries the bootstraps, then the peers this node verified before (its peer
-        cache), with the usual back-off between attempts: a bootstrap slow to come up is tried
-        again, and a cache gone stale does not end the join early."""
-        failed = ""
-        for attempt in range(retries + 1):
-            for peers, via in ((self.initial_peers, "bootstrap"), (cached, f"peer cache ({len(cached)} addresses)")):
-                try:
-                    return await self._join(peers, 0), via
-                except TransportError as e:
-                    failed = f"{failed}; {via}: {e}" if via != "bootstrap" else str(e)
-            if attempt < retries:
-                delay = min(30.0, self.join_backoff * 2 ** attempt)
-                log.warning("no bootstrap and none of %d cached peer address(es) answered (attempt %d/%d); "
-                            "retrying in %.0f s", len(cached), attempt + 1, retries + 1, delay)
-                if self.on_retry is not None:
-                    self.on_retry(f"attempt {attempt + 1}/{retries + 1}: no bootstrap or cached peer answered")
-                await asyncio.sleep(delay)
-        raise TransportError(f"{failed} (tried {retries + 1} time(s), the bootstraps then the cache)")
 
     async def _join(self, initial_peers: list[str], retries: int):
         return await start_dht_node(
@@ -313,6 +292,11 @@ class HivemindTransport(Transport):
     def distrust(self, publisher: str, round: int) -> None:
         self._fetcher.distrust(publisher, round)
 
+    def is_own_address(self, publisher: str, addr: str) -> bool:
+        # The publisher's signed heartbeat may name any /p2p/ id; only a host that served its body
+        # (matching its owner-signed entry) is known to be its own (node/transport/hivemind/served_hosts.py).
+        return self._fetcher.served.served(publisher, peer_id_of(addr) or "")
+
     # -- fetching peers' envelopes ---------------------------------------------------------------
     async def poll(self, rounds: Iterable[int], want: int | None = None,
                    max_size: int | None = None) -> list[Delivery]:
@@ -404,7 +388,7 @@ class HivemindTransport(Transport):
                 "_served_by": len(s.served_by), "_host_owner": len(s.owners), "_known": len(f.known),
                 "_budget": len(b.rounds), "_short": len(self._short), "_sizes": len(self._sizes),
                 "_found_at": len(self._where.found_at), "_missing": len(self._where.missing),
-                "_body_sizes": len(f.body_sizes), "_seen_entries": sum(len(v) for v in b.judged.values())}
+                "_body_sizes": len(f.body_sizes), "_served_hosts": len(f.served), "_seen_entries": sum(len(v) for v in b.judged.values())}
 
     async def broadcast_parts(self, identity, source: str, upload):
         from node.transport.hivemind.directory import WeightDirectory

@@ -30,7 +30,7 @@ import msgpack
 
 from node.transport.directory import ANNOUNCE_TTL_S, HeldDirectory
 from node.transport.libp2p.budget import CheckBudget
-from node.transport.libp2p.transport import publisher_of_address
+from node.transport.libp2p.frames import publisher_of_address
 from protocol.identity import PEER_ID_RE, Identity
 from protocol.manifest import Manifest
 from protocol.records import MAX_RECORD_BYTES, open_record, sign_record

@@ -251,6 +251,10 @@ class Libp2pHost:
         """(trio side) dial every bootstrap address; returns how many answered."""
         return await self.px.connect_bootstrap()
 
+    async def connect(self, addrs: list[str]) -> int:
+        """(trio side) dial each of ``addrs``; returns how many answered."""
+        return await self.px.connect(addrs)
+
     def connected(self) -> list[ID]:
         """(trio side: the table is the trio thread's) the peers this host has a connection to."""
         return list(self.host.get_connected_peers()) if self.host is not None else []

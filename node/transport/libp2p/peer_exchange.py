@@ -66,8 +66,12 @@ class PeerExchange:
 
     async def connect_bootstrap(self) -> int:
         """Dial every bootstrap address; returns how many answered."""
+        return await self.connect(self.bootstrap)
+
+    async def connect(self, addrs: list[str]) -> int:
+        """Dial each of ``addrs`` (the bootstraps, or the peers a node cached); returns how many answered."""
         ok = 0
-        for addr in self.bootstrap:
+        for addr in addrs:
             ok += await self.dial(addr)
         return ok
 

@@ -33,6 +33,9 @@ hosts only. It carries the same signed envelopes as every transport:
   publisher, and publishers with no admitted history hold at most half of them; a node serves
   each of its large bodies at most twice to one peer and 16 times in all to peers with no
   admitted history (node/transport/libp2p/serving.py).
+- **Joining**: the bootstrap addresses, then the peers this node verified before (its peer cache;
+  node/transport/join.py decides, as for hivemind); peer exchange finds the rest of the swarm
+  from whichever answered (``found_via``).
 - Incoming bodies and heartbeats wait for the node's poll in the ``Inbox`` every push carrier
   shares (node/transport/inbox.py); gossip keeps nothing for late joiners: a node that joins
   mid-round gets the next rounds.
@@ -49,7 +52,7 @@ import hashlib
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Optional
 
 import msgpack
 
@@ -61,11 +64,13 @@ from node.transport.libp2p.carrier import Libp2pCarrier
 from node.transport.base import MAX_ANNOUNCEMENT_SIZE, MAX_ENVELOPE_SIZE, Delivery, Transport, TransportError
 from node.transport.libp2p.budget import CheckBudget
 from node.transport.inbox import Inbox
-from node.transport.libp2p.host import GOSSIP_MAX, Libp2pHost, publisher_of
+from node.transport.libp2p.frames import (bodies_protocol, gossip_topics, parse_frame, publisher_of_address,  # noqa: F401
+                                          publisher_of_remote, signed_at)
+from node.transport.libp2p.host import GOSSIP_MAX, Libp2pHost
 from node.transport.libp2p.serving import Serves
+from node.transport.join import join_swarm
 from node.transport.libp2p.trio_bridge import BridgeClosed
 from protocol.identity import Identity
-from protocol.signing import envelope_from_bytes
 
 log = logging.getLogger(__name__)
 
@@ -77,31 +82,6 @@ MAX_FETCHES = 8  # pointer bodies fetched at once (one per publisher); more are 
 FETCH_TIMEOUT_S = 10.0
 KEEP_MINE = 16  # our own large bodies kept to serve (rounds: more than a node polls)
 OK, MISSING = 0, 1
-
-
-def gossip_topics(swarm: str) -> tuple[str, str]:
-    return f"swarm-node/{swarm}/rollouts", f"swarm-node/{swarm}/peers"
-
-
-def bodies_protocol(swarm: str) -> str:
-    return f"/swarm-node/{swarm}/bodies/1.0.0"
-
-
-def parse_frame(data: bytes):
-    """(round, body, None) for a whole body, (round, None, (size, sha256, addr)) for a pointer,
-    None for anything else."""
-    try:
-        f = msgpack.unpackb(data, raw=False)
-    except Exception:  # noqa: BLE001 - hostile bytes
-        return None
-    if not isinstance(f, list) or not f or not isinstance(f[0], int) or not 0 <= f[0] < 1 << 40:
-        return None
-    if len(f) == 2 and isinstance(f[1], bytes):
-        return f[0], f[1], None
-    if (len(f) == 4 and isinstance(f[1], int) and isinstance(f[2], bytes) and len(f[2]) == 32
-            and isinstance(f[3], str) and len(f[3]) < 512):
-        return f[0], None, (f[1], f[2], f[3])
-    return None
 
 
 @dataclass
@@ -117,6 +97,9 @@ class Libp2pTransport(Transport):
     target_peers: int = 8
     round_seconds: float | None = None  # the shared clock's: rounds far past it are not worth a check
     max_buffered: int = MAX_BUFFERED
+    # Peers verified before (node/swarm/peer_cache.py): tried when no bootstrap answers (node/transport/join.py).
+    fallback_peers: Optional[Callable[[], list[str]]] = field(default=None, repr=False)
+    found_via: str = field(default="", init=False)  # bootstrap, peer cache or new swarm: how the join found it
     host: Libp2pHost | None = field(default=None, init=False)
     counts: collections.Counter = field(default_factory=collections.Counter, init=False)
     inbox: Inbox = field(default=None, init=False)
@@ -160,23 +143,32 @@ class Libp2pTransport(Transport):
             raise
 
     async def _join(self) -> None:
-        if not self.bootstrap:
+        # The bootstraps, then the peer cache: the decision every carrier that joins through peers shares.
+        _, self.found_via = await join_swarm(self._dial, self.bootstrap, self.fallback_peers, self.join_retries,
+                                             self.join_backoff, self.on_retry)
+
+    async def _dial(self, addrs: list[str], retries: int) -> None:
+        """Dial ``addrs`` until one answers, ``retries`` more times with back-off; peer exchange
+        finds the rest of the swarm from there (node/transport/libp2p/peer_exchange.py)."""
+        if not addrs:
             return  # the first node of a new swarm
 
         async def dial() -> None:
-            if not await self.host.bridge.call(self.host.connect_bootstrap):
-                raise TryAgain("no bootstrap peer answered")
+            if not await self.host.bridge.call(self.host.connect, addrs):
+                raise TryAgain("no bootstrap peer answered" if addrs == self.bootstrap else "no cached peer answered")
 
         def retrying(attempt: int, failure: TryAgain, delay: float) -> None:
-            msg = f"{failure} (attempt {attempt + 1}/{self.join_retries + 1}); retrying in {delay:g} s"
+            msg = f"{failure} (attempt {attempt + 1}/{retries + 1}); retrying in {delay:g} s"
             log.warning("%s", msg)
             if callable(self.on_retry):
                 self.on_retry(msg)
 
         try:
-            await retry(dial, retries=self.join_retries, first_delay=self.join_backoff, before_wait=retrying)
+            await retry(dial, retries=retries, first_delay=self.join_backoff, before_wait=retrying)
         except TryAgain:
-            raise TransportError(f"none of the bootstrap peers {self.bootstrap} answered after {self.join_retries + 1} "
+            if addrs != self.bootstrap:
+                raise TransportError(f"none of them answered ({', '.join(addrs)})") from None
+            raise TransportError(f"none of the bootstrap peers {self.bootstrap} answered after {retries + 1} "
                                  f"attempts: check the addresses (as `swarm-node bootstrap --transport libp2p` prints "
                                  f"them) and that their port is reachable from here") from None
 
@@ -340,6 +332,10 @@ class Libp2pTransport(Transport):
     def admitted(self, publisher: str, round: int) -> None:
         self.inbox.vouch(publisher, round)
 
+    def is_own_address(self, publisher: str, addr: str) -> bool:
+        # The host's key is the node's: an address is the publisher's own only if its /p2p/ id is its key.
+        return publisher_of_address(addr) == publisher
+
     async def broadcast_parts(self, identity, source: str, upload):
         from node.transport.libp2p.carrier import weights_protocol
         from node.transport.libp2p.directory import Libp2pWeightDirectory
@@ -364,7 +360,9 @@ class Libp2pTransport(Transport):
 
     def info(self) -> dict:
         host = self.host.info() if self.host is not None else {}
-        return {"transport": "libp2p", **host, "peers_heard": self.inbox.heard(),
+        # maddrs: what the node's heartbeats give peers (its peer cache's entries, node/swarm/peer_cache.py)
+        return {"transport": "libp2p", **host, "maddrs": host.get("addrs", []), "found_via": self.found_via,
+                "peers_heard": self.inbox.heard(),
                 "mesh": self.host.mesh_peers(self._rollouts) if self.host is not None else 0,
                 **({"other_swarms": others} if (others := self.other_swarms()) else {}),
                 **{f"libp2p_{k}": v for k, v in sorted(self.counts.items())}}
@@ -379,26 +377,3 @@ class Libp2pTransport(Transport):
 
     def buffer_sizes(self) -> dict[str, int]:
         return {"mine": len(self._mine), "fetching": len(self._fetching), **self.inbox.buffer_sizes()}
-
-
-def signed_at(data: bytes) -> float:
-    """The timestamp a heartbeat's envelope says it was signed at (unverified; inf if unreadable:
-    the full check refuses it)."""
-    env = envelope_from_bytes(data) if len(data) <= MAX_ANNOUNCEMENT_SIZE else None
-    return env.timestamp if env is not None else float("inf")
-
-
-def publisher_of_remote(remote: str) -> str | None:
-    """The swarm peer id of a libp2p peer id (base58), None if it is not an Ed25519 key's."""
-    from libp2p.peer.id import ID
-
-    try:
-        return publisher_of(ID.from_base58(remote))
-    except Exception:  # noqa: BLE001 - hostile text
-        return None
-
-
-def publisher_of_address(addr: str) -> str | None:
-    """The swarm peer id whose key a ``.../p2p/<libp2p id>`` address names."""
-    peer = peer_id_of(addr)
-    return None if peer is None else publisher_of_remote(peer)

@@ -379,7 +379,8 @@ class MqttTransport(Transport):
     def info(self) -> dict:
         link = self.link.info() if self.link is not None else {"broker": self.broker.url, "connected": False}
         waiting = len(self._queue) + (self._inflight is not None)
-        return {"transport": "mqtt", **link, "peers_heard": self.inbox.heard(), "queued": waiting,
+        # found_via: MQTT nodes meet at the broker (its URL is "broker"), never through cached peers.
+        return {"transport": "mqtt", **link, "found_via": "broker", "peers_heard": self.inbox.heard(), "queued": waiting,
                 **{f"mqtt_{k}": v for k, v in sorted(self.counts.items())}}
 
     def buffer_sizes(self) -> dict[str, int]:

@@ -32,6 +32,7 @@ def test_three_nodes_train_on_each_others_rollouts(warm_tiny_model_dir, tmp_path
         assert all(r["external_groups"] <= 2 for r in recs)
         status = json.loads((Path(n.run_dir) / "status.json").read_text())
         assert status["swarm"]["peer_id"] == n.swarm.peer_id
+        assert status["swarm"]["found_via"] == "hub" and all(r["found_via"] == "hub" for r in recs)  # the live line's
         assert max(r["peers_alive"] for r in recs) == 2  # both heartbeats verified (while all ran)
 
 

@@ -32,6 +32,7 @@ def test_envelopes_and_heartbeats_reach_peers_split_under_the_broker_limit(broke
         await a.start(), await b.start()
         try:
             assert a.link.max_packet == PART_LIMIT  # the broker's CONNACK said so
+            assert a.info()["found_via"] == "broker"  # MQTT nodes meet at the broker, never through cached peers
             big = bytes(range(256)) * 4096  # 1 MiB: 17 parts under a 64 KiB packet limit
             await a.publish(7, big, 60)
             await a.publish(8, b"small", 60)
