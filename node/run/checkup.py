@@ -9,7 +9,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import asdict, dataclass
 
-from node.swarm.clock_offset import SKEW_FRACTION, median_offset, peer_offsets, skew_exceeds
+from node.swarm.clock_offset import MIN_PEERS, SKEW_FRACTION, agreeing, median_offset, peer_offsets, skew_exceeds
 
 __all__ = ["Check", "render", "exit_code", "report", "address_check", "nat_check", "clock_check", "disk_check",
            "checkpoint_bytes"]
@@ -87,18 +87,36 @@ def nat_check(maddrs: list[str], carrier: str, *, announced: bool, use_relay: bo
 
 def clock_check(stamps: list[tuple[str, float, float]], heard: int, *, round_seconds: float,
                 uncertainty: float, window: float) -> tuple[Check, float | None]:
-    """The clock line and the median offset (peers' clocks minus this one, seconds) or None."""
+    """The clock line and the median offset (peers' clocks minus this one, seconds) or None.
+
+    Keys are free, so a throw-away peer with no history cannot tell an honest peer from a forged
+    one: each peer is one vote (the median of its own samples), no offset is reported from fewer
+    than ``MIN_PEERS`` distinct peers, and none when most peers do not agree with their median
+    (within a quarter round plus twice the timing's ±): a few keys with false stamps can make the
+    line say "cannot tell", not report a wrong offset, unless they outnumber the honest peers."""
     offsets = peer_offsets(stamps)
-    off = median_offset((o, 0.0) for o in offsets.values())
-    if off is None:
+    listen = ("listen longer (--window, above swarm.round_seconds), or check that peers run with this "
+              "--swarm.name and --swarm.round_seconds; a new swarm has no peers yet")
+    if not offsets:
         why = (f"heard {heard} peer(s), but no heartbeat new enough to time in {window:g} s"
                if heard else f"no peer's heartbeat heard in {window:g} s")
-        return Check("clock", "warn", f"not measured: {why}",
-                     "listen longer (--window, above swarm.round_seconds), or check that peers run with this "
-                     "--swarm.name and --swarm.round_seconds; a new swarm has no peers yet"), None
+        return Check("clock", "warn", f"not measured: {why}", listen), None
+    if len(offsets) < MIN_PEERS:
+        return Check("clock", "warn", f"not measured: not enough peers: timed {len(offsets)} peer(s)' heartbeats in "
+                                      f"{window:g} s, {MIN_PEERS} distinct peers needed (one or two keys could be "
+                                      f"anyone's)", listen), None
+    off = median_offset((o, 0.0) for o in offsets.values())
+    tolerance = SKEW_FRACTION * round_seconds + 2 * uncertainty
+    agree = agreeing(offsets.values(), off, tolerance)
+    if 2 * agree <= len(offsets):
+        return Check("clock", "warn", f"not measured: peers disagree: {agree} of {len(offsets)} peers' clocks are "
+                                      f"within {tolerance:.2f} s of their median ({off:+.3f} s), so it cannot tell this "
+                                      f"clock's offset (some peers' clocks are wrong, or their stamps forged)",
+                     "check this clock against NTP (`timedatectl`, `chronyc tracking`); run the doctor again later"), None
     side = "behind" if off > 0 else "ahead of"
-    found = (f"{abs(off):.3f} s {side} the median of {len(offsets)} peer(s)' signed heartbeats "
-             f"(±{uncertainty:.2f} s), {abs(off) / round_seconds:.2f} of a {round_seconds:g} s round")
+    found = (f"{abs(off):.3f} s {side} the median of {len(offsets)} peers' signed heartbeats ({agree} of them "
+             f"within {tolerance:.2f} s of it; ±{uncertainty:.2f} s), {abs(off) / round_seconds:.2f} of a "
+             f"{round_seconds:g} s round")
     fix = ("synchronise this machine's clock (NTP: `timedatectl set-ntp true`, or chrony); "
            "rounds come from wall clocks")
     if abs(off) - uncertainty >= round_seconds:

@@ -22,7 +22,9 @@ __all__ = ["endpoint_of", "dial", "Listened", "join_and_listen"]
 
 POLL_S = 0.25  # between heartbeat polls: half of it is the timing's uncertainty
 CLOSE_S = 5.0  # leaving the swarm may take this long at most
-SKEW_MEASURED_S = 365 * 86400.0  # a doctor measures any clock, however far off; a node refuses past max_clock_skew
+# A doctor measures a clock well past a node's max_clock_skew, but not any stamp at all: a year-old
+# heartbeat replayed, or a forged far-off one, is refused (counted under stale_clock) rather than timed.
+SKEW_MEASURED_S = 86400.0
 
 
 def endpoint_of(addr: str) -> tuple[str, int] | None:

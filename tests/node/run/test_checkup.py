@@ -37,17 +37,38 @@ def test_nat_is_unknown_and_said_so_and_private_addresses_are_a_warning():
 def test_the_clock_line_reads_the_median_of_peers_and_grades_it_by_the_round():
     near = [("a", 100.1, 100.0), ("b", 200.0, 200.1), ("c", 300.05, 300.0)]
     c, off = clock_check(near, 3, round_seconds=5.0, uncertainty=0.6, window=6)
-    assert c.status == "ok" and off == pytest.approx(0.05) and "3 peer(s)" in c.found
-    behind = [("a", 102.0, 100.0), ("b", 202.2, 200.0)]
-    c, off = clock_check(behind, 2, round_seconds=5.0, uncertainty=0.6, window=6)
+    assert c.status == "ok" and off == pytest.approx(0.05) and "median of 3 peers'" in c.found
+    assert "3 of them within" in c.found
+    behind = [("a", 102.0, 100.0), ("b", 202.2, 200.0), ("c", 302.1, 300.0)]
+    c, off = clock_check(behind, 3, round_seconds=5.0, uncertainty=0.6, window=6)
     assert c.status == "warn" and off == pytest.approx(2.1) and "2.100 s behind" in c.found and "NTP" in c.fix
-    ahead = [("a", 92.0, 100.0)]
-    c, off = clock_check(ahead, 1, round_seconds=5.0, uncertainty=0.6, window=6)
+    ahead = [("a", 92.0, 100.0), ("b", 192.0, 200.0), ("c", 291.9, 300.0)]
+    c, off = clock_check(ahead, 3, round_seconds=5.0, uncertainty=0.6, window=6)
     assert c.status == "fail" and "8.000 s ahead of" in c.found
     c, off = clock_check([], 0, round_seconds=5.0, uncertainty=0.6, window=6)
     assert c.status == "warn" and off is None and "no peer's heartbeat heard in 6 s" in c.found
     c, _ = clock_check([], 2, round_seconds=5.0, uncertainty=0.6, window=6)
     assert "heard 2 peer(s)" in c.found
+
+
+def test_fewer_than_three_peers_give_no_offset_however_many_heartbeats_they_send():
+    # Two keys (anyone's), one of them sending many heartbeats with a stamp a year off: not measured.
+    two = [("a", 100.0, 100.0)] + [("sybil", 100.0 + 365 * 86400, 100.0)] * 20
+    c, off = clock_check(two, 2, round_seconds=5.0, uncertainty=0.6, window=6)
+    assert c.status == "warn" and off is None and "not enough peers" in c.found and "3 distinct peers" in c.found
+
+
+def test_a_few_forged_stamps_cannot_make_the_clock_line_fail():
+    honest = [(f"h{i}", 100.0 + i * 0.01, 100.0) for i in range(3)]
+    # Two Sybil keys 30 s off, each sending 10 heartbeats: one vote each; the median stays honest.
+    sybils = [(f"s{k}", 130.0, 100.0) for k in range(2) for _ in range(10)]
+    c, off = clock_check(honest + sybils, 5, round_seconds=5.0, uncertainty=0.6, window=6)
+    assert c.status == "ok" and off == pytest.approx(0.02) and "median of 5 peers'" in c.found
+    assert "3 of them within" in c.found
+    # As many Sybils as honest peers, split around them: the median is theirs to move, so no verdict.
+    split = honest + [("s0", 130.0, 100.0), ("s1", 130.0, 100.0), ("s2", 70.0, 100.0)]
+    c, off = clock_check(split, 6, round_seconds=5.0, uncertainty=0.6, window=6)
+    assert c.status == "warn" and off is None and "peers disagree" in c.found
 
 
 def test_disk_against_the_checkpoints_it_will_write():
