@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from node.run.checkup import (GiB, Check, address_check, checkpoint_bytes, clock_check, disk_check, exit_code,
-                                  nat_check, render, report)
+                              listening_port, nat_check, reach_checks, render, report)
+from node.transport.hivemind.dialback import Reach
 
 
 def test_a_line_shows_the_fix_only_when_not_ok():
@@ -32,6 +33,60 @@ def test_nat_is_unknown_and_said_so_and_private_addresses_are_a_warning():
     assert nat_check([], "mqtt", announced=False, use_relay=False).status == "ok"
     assert "loopback/private" in address_check(private, "hivemind").found
     assert address_check([], "hivemind").status == "warn"
+
+
+def test_the_port_tested_is_a_direct_listening_one():
+    assert listening_port(["/ip4/1.2.3.4/tcp/4001/p2p/QmR/p2p-circuit/p2p/12D3x", "/ip4/10.0.0.5/tcp/31338/p2p/12D3x"]) \
+        == 31338
+    assert listening_port(["/ip4/1.2.3.4/udp/4001/quic"]) is None
+
+
+LISTENING = ["/ip4/192.168.1.5/tcp/31338/p2p/12D3KooWx"]
+
+
+def test_a_dial_back_that_reached_the_port_says_so_and_where_the_peer_saw_this_node():
+    direct = Reach("12D3KooWBootstrapPeer", 31338, "/ip4/192.168.1.5/tcp/52044", "192.168.1.5:31338", True, "")
+    nat, reach = reach_checks([direct], LISTENING, use_relay=True)
+    assert nat.status == "ok" and nat.found.startswith("none between this node and peer 12D3KooWBootstrap")
+    assert reach.status == "ok" and "port 31338 is reachable" in reach.found and "192.168.1.5:31338" in reach.found
+
+
+def test_behind_nat_with_the_port_closed_says_what_to_forward_and_announce():
+    shut = Reach("12D3KooWBootstrapPeer", 31338, "/ip4/203.0.113.9/tcp/61002", "203.0.113.9:31338", False,
+                 "no answer in 3 s (a firewall or NAT drops it)")
+    nat, reach = reach_checks([shut], LISTENING, use_relay=True)
+    assert nat.status == "ok" and "behind NAT" in nat.found and "/ip4/203.0.113.9/tcp/61002" in nat.found
+    assert "192.168.1.5 port 31338" in nat.found
+    assert reach.status == "warn" and "not reachable" in reach.found and "through a relay" in reach.found
+    assert "forward TCP port 31338 on the router to this machine (192.168.1.5 port 31338)" in reach.fix
+    assert '"/ip4/203.0.113.9/tcp/31338"' in reach.fix and "fix the port first" in reach.fix
+    with_loopback = LISTENING + ["/ip4/127.0.0.1/tcp/31338/p2p/12D3KooWx"]
+    _, fixed = reach_checks([shut], with_loopback, use_relay=False, fixed_port=True)
+    assert "(192.168.1.5 port 31338)" in fixed.fix and "fix the port first" not in fixed.fix
+    assert "peers outside this network cannot reach it" in fixed.found
+    # No NAT, the port closed: the firewall is the place.
+    firewalled = Reach("12D3KooWBootstrapPeer", 31338, "/ip4/192.168.1.5/tcp/52044", "192.168.1.5:31338", False,
+                       "connection refused")
+    assert "ufw allow 31338/tcp" in reach_checks([firewalled], LISTENING, use_relay=False)[1].fix
+
+
+def test_a_forwarded_port_not_announced_is_reachable_but_peers_do_not_learn_it():
+    forwarded = Reach("12D3KooWBootstrapPeer", 31338, "/ip4/203.0.113.9/tcp/31338", "203.0.113.9:31338", True, "")
+    _, reach = reach_checks([forwarded], LISTENING, use_relay=True)
+    assert reach.status == "warn" and "is reachable" in reach.found and "does not give peers that address" in reach.found
+    assert reach.fix.startswith("announce it: --swarm.announce_maddrs '[\"/ip4/203.0.113.9/tcp/31338\"]'")
+    announced = ["/ip4/203.0.113.9/tcp/31338/p2p/12D3KooWx"]  # what the transport gives peers once announced
+    nat, reach = reach_checks([forwarded], announced, use_relay=True, announced=True)
+    assert reach.status == "ok" and nat.found.endswith("saw this node at 203.0.113.9, the address it announces "
+                                                       "(swarm.announce_maddrs)")
+
+
+def test_with_no_dial_back_answer_reachability_is_unknown_and_said_so():
+    old = Reach("12D3KooWBootstrapPeer", 31338, why="could not ask (P2PHandlerError): a bootstrap older than dial-back")
+    nat, reach = reach_checks([old], LISTENING, use_relay=True)
+    assert nat.found.startswith("unknown") and reach.status == "warn" and reach.found.startswith("unknown")
+    assert "older than dial-back" in reach.found
+    assert "no peer to ask" in reach_checks([], LISTENING, use_relay=True)[1].found
 
 
 def test_the_clock_line_reads_the_median_of_peers_and_grades_it_by_the_round():
