@@ -340,7 +340,7 @@ class TrainingNode:
                      "continue it)", self.run_dir, self.step, total)
         if self.cfg.train.max_async > 0:
             self.ahead = GenerationAhead(lambda s: self.generator(s, self.cfg.local_groups, self._task_seed()),
-                                         self.cfg.train.max_async, self.step)
+                                         self.cfg.train.max_async, self.step, sampler=self.generator.sampler_policy)
         try:
             self.metrics.start_eval(await self.held_out.before_training(self.step, self.stop_requested))
             if self.ahead is not None:  # after the first evaluation: it reads the live weights, not the copy
