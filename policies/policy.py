@@ -22,10 +22,12 @@ import logging
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 
 from policies.errors import PolicyError
+from policies.halt import GenerationStopped, HaltWhen
 from policies.oom import fit_by_halving
 from policies.prompt_format import RAW
 from policies.sampling import BehaviourLogprobs, sampling_config
@@ -157,6 +159,7 @@ class Policy:
         # Held by generate for a whole call and by whoever swaps the weights (policies/weight_state.py,
         # a follower applying a broadcast version): no completion mixes two versions' weights.
         self.weights_lock = threading.RLock()
+        self.halt: Callable[[], bool] | None = None  # true: a sampling call ends at the next token (policies/halt.py)
         base = model.get_base_model() if hasattr(model, "get_base_model") else model  # under a LoRA wrapper
         self._keeps_logits = "logits_to_keep" in inspect.signature(base.forward).parameters
 
@@ -310,9 +313,11 @@ class Policy:
         the start of a completion): the new tokens and their behaviour log-probs, both (B, T) on
         the host. Columns past a row's end (EOS, or where ``stopping``, a transformers stopping
         criterion, ended it) are padding the caller cuts. The caller holds ``weights_lock`` and
-        has the model in eval mode (``generate`` does both)."""
+        has the model in eval mode (``generate`` does both). Raises ``GenerationStopped`` when
+        ``halt`` ended the call (policies/halt.py)."""
         from transformers import LogitsProcessorList, StoppingCriteriaList
 
+        halt = HaltWhen(self.halt) if self.halt is not None else None
         pad = int(self.tokenizer.pad_token_id)
         batch = TokenBatch.build(rows, [()] * len(rows), pad)
         P = batch.prompt_len
@@ -327,8 +332,10 @@ class Policy:
             attention_mask=batch.attention_mask[:, :P].to(self.device),
             generation_config=gen,
             logits_processor=LogitsProcessorList([recorder]),
-            stopping_criteria=StoppingCriteriaList([stopping] if stopping is not None else []),
+            stopping_criteria=StoppingCriteriaList([c for c in (stopping, halt) if c is not None]),
         )
+        if halt is not None and halt.fired:
+            raise GenerationStopped("generation stopped by request (Policy.halt)")
         # Only (B, T) values: the sampled tokens' log-probs, gathered step by step.
         return sequences[:, P:].cpu(), recorder.finish(sequences).cpu()
 

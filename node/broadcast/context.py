@@ -28,6 +28,7 @@ class RoleSettings:
     max_staleness: int = 2  # versions a worker's rollouts may lag
     fanout: int = 1  # learner: children per node in the relay tree
     upload_mbps: float = 0.0  # cap on uploaded chunks, MB/s (0: none)
+    learner_timeout: float = 180.0  # worker: seconds waiting with no sign of the learner before it stops (0: never)
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,7 @@ class RoleContext:
     stop_requested: Callable[[], bool]
     set_phase: Callable[[str, str], None]  # status.json's phase and its detail
     after_apply: Callable[[], None] | None = None  # a worker: after each applied version (vLLM's sync)
+    heard_at: Callable[[str], float | None] = lambda _peer: None  # a peer's latest verified heartbeat's stamp
 
     @property
     def peer_id(self) -> str:

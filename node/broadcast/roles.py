@@ -14,7 +14,9 @@
 - ``worker``: follows a learner's versions (node/broadcast/follow.py), generates with the newest
   applied one, publishes its rollouts labelled with that version, and trains nothing. It waits
   (and says so) until it has a version within ``max_staleness`` of the newest the learner
-  announced.
+  announced; while it waits with no sign of the learner (no new version announced or applied,
+  no new heartbeat of it, no chunk arriving) for ``learner_timeout`` seconds, the learner has
+  stopped or left, and it stops with ``LearnerGone`` (exit 1), naming the learner.
 
 The trainer calls a role at fixed points (``start``, ``before_step``, ``rollout_version``,
 ``admit_groups``, ``learns``, ``after_step``, ``status``, ``close``), each with the node's
@@ -29,10 +31,11 @@ import dataclasses
 import logging
 import time
 from node.broadcast.context import RoleContext
+from node.errors import NodeError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Role", "LearnerRole", "WorkerRole", "make_role"]
+__all__ = ["Role", "LearnerRole", "WorkerRole", "LearnerGone", "make_role"]
 
 REFRESH_S = 20.0  # the learner re-announces its pointer and re-reads its followers this often
 VOUCH_STEPS = 3  # a follower is vouched for once its rollouts were admitted at this many steps ...
@@ -194,6 +197,10 @@ class LearnerRole(Role):
             await self.source.directory.close()
 
 
+class LearnerGone(NodeError):
+    """A worker waited for weights and its learner gave no sign of life for ``learner_timeout`` s."""
+
+
 class WorkerRole(Role):
     name = "worker"
     learns = False
@@ -202,6 +209,19 @@ class WorkerRole(Role):
         self.follower = None
         self._task: asyncio.Task | None = None
         self._version: int | None = None
+        self._sign: tuple | None = None  # what the worker last saw of its learner ...
+        self._sign_at = 0.0  # ... and since when (monotonic)
+
+    def _learner_seen(self, ctx: RoleContext) -> float:
+        """When the learner last gave a sign this worker can see: a newer version announced or
+        applied, a new heartbeat of it in the swarm, or chunks of a version arriving (a slow link
+        is no silence)."""
+        f = self.follower
+        t = f.peer.status().get("transfer") or {}
+        sign = (f.newest_seen, f.applied, ctx.heard_at(f.directory.source), t.get("version"), t.get("bytes"))
+        if sign != self._sign:
+            self._sign, self._sign_at = sign, time.monotonic()
+        return self._sign_at
 
     async def start(self, ctx: RoleContext) -> None:
         from node.broadcast.follow import WeightFollower
@@ -217,9 +237,18 @@ class WorkerRole(Role):
     async def before_step(self, ctx: RoleContext) -> None:
         f = self.follower
         since = time.monotonic()
+        timeout = ctx.settings.learner_timeout
         while not f.fresh_enough() and not ctx.stop_requested():
             what = ("no version yet" if f.applied is None
                     else f"version {f.applied} applied, the learner announced {f.newest_seen}")
+            silent = time.monotonic() - max(self._learner_seen(ctx), since)
+            if timeout and silent > timeout:
+                why = (f"the learner {f.directory.source} (--follow) gave no sign for {silent:.0f} s while this worker "
+                       f"waited for weights within broadcast.max_staleness {ctx.settings.max_staleness} ({what}): no "
+                       f"new version, no heartbeat, no chunk arriving. It has stopped or left the swarm; start the "
+                       f"worker again once the learner runs (or follow another), or raise --broadcast.learner_timeout")
+                ctx.set_phase("stopped", why)
+                raise LearnerGone(why)
             t = f.peer.status().get("transfer")
             if t:
                 what += f"; receiving version {t['version']}: {t['bytes'] / 1e6:.1f} of {t['total'] / 1e6:.1f} MB"

@@ -2,11 +2,13 @@
 
 It reads the config exactly as ``join`` does (``join_overrides``), dials each bootstrap peer (or
 the broker), checks the fixed listen ports are free, joins the swarm as a throw-away peer over
-the carrier's own transport (node/swarm/probe.py), reports the addresses and NAT status the
-transport gives, times peers' signed heartbeats for ``--window`` seconds to measure this clock's
-offset from the swarm, and names the device, the memory profile it would pick and the free disk.
-Every network step is bounded; nothing is written. The verdicts are node/run/checkup.py's;
-the exit code is 1 when a check failed, else 0.
+the carrier's own transport (node/swarm/probe.py), reports the addresses the transport gives,
+asks each bootstrap that answered to dial its listening port back (over hivemind: the address
+the peer saw it at, so a NAT shows, and whether the port answers there:
+node/transport/hivemind/dialback.py), times peers' signed heartbeats for ``--window`` seconds to
+measure this clock's offset from the swarm, and names the device, the memory profile it would
+pick and the free disk. Every network step is bounded; nothing is written. The verdicts are
+node/run/checkup.py's; the exit code is 1 when a check failed, else 0.
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ import time
 from pathlib import Path
 
 from node.errors import ConfigError
-from node.run.checkup import (Check, address_check, checkpoint_bytes, clock_check, disk_check, exit_code, nat_check,
-                                  render, report)
+from node.run.checkup import (Check, address_check, checkpoint_bytes, clock_check, disk_check, exit_code,
+                              listening_port, nat_check, reach_checks, render, report)
 
 __all__ = ["run_doctor"]
 
@@ -63,11 +65,12 @@ async def _network(cfg, args, say) -> float | None:
     from node.transport.port_free import check_port_free
     from node.swarm.probe import POLL_S, dial, endpoint_of, join_and_listen
     from node.swarm.clock_offset import DELIVERY_ALLOWANCE_S
+    from node.transport.addresses import peer_id_of
 
     sc, c = cfg.swarm, carrier(cfg.swarm.transport)
     name = "broker" if c.needs_broker else "bootstrap"
     targets = [sc.broker] if c.needs_broker else list(sc.initial_peers)
-    answered = 0
+    answered, peers = 0, []
     for addr in targets:
         where = endpoint_of(addr)
         if where is None:
@@ -76,6 +79,7 @@ async def _network(cfg, args, say) -> float | None:
             continue
         ok, why, secs = await dial(*where, args.timeout)
         answered += ok
+        peers += [peer_id_of(addr)] if ok and peer_id_of(addr) else []
         say(Check(name, "ok", f"{addr} answered in {secs:.2f} s") if ok else
             Check(name, "fail", f"{addr} did not answer: {why}",
                   "check the address, that the peer is running and that its port is open to this machine"))
@@ -94,7 +98,8 @@ async def _network(cfg, args, say) -> float | None:
         say(Check("join", "warn", f"not tried: no {name} answered"))
         say(Check("clock", "warn", "not measured: not joined"))
         return None
-    got = await join_and_listen(sc, join_timeout=sc.startup_timeout + args.timeout, window=args.window)
+    got = await join_and_listen(sc, join_timeout=sc.startup_timeout + args.timeout, window=args.window,
+                                ask=_dialback(peers, args.timeout) if c.name == "hivemind" else None)
     if not got.joined:
         say(Check("join", "fail", f"could not join over {c.name} in {got.join_s:.1f} s: {got.error}",
                   "see docs/troubleshooting.md for the message"))
@@ -105,11 +110,31 @@ async def _network(cfg, args, say) -> float | None:
                             f"{len(got.heard)} peer(s)' heartbeats in {args.window:g} s{refused}"))
     maddrs = list(got.info.get("maddrs") or got.info.get("addrs") or [])
     say(address_check(maddrs, c.name))
-    say(nat_check(maddrs, c.name, announced=bool(sc.announce_maddrs), use_relay=sc.use_relay))
+    if c.name == "hivemind":
+        fixed = any((endpoint_of(m) or ("", 0))[1] for m in sc.host_maddrs)
+        for check in reach_checks(got.asked, maddrs, use_relay=sc.use_relay, fixed_port=fixed,
+                                  announced=bool(sc.announce_maddrs)):
+            say(check)
+    else:
+        say(nat_check(maddrs, c.name, announced=bool(sc.announce_maddrs), use_relay=sc.use_relay))
+        if c.name != "mqtt":  # over mqtt nothing listens: every node dials out to the broker
+            say(Check("reachable", "warn", f"unknown: the {c.name} carrier has no dial-back to ask a peer with",
+                      "check the port from another machine (`nc -vz PUBLIC_IP PORT`), or run the doctor "
+                      "against a hivemind bootstrap"))
     check, offset = clock_check(got.stamps, len(got.heard), round_seconds=sc.round_seconds,
                                 uncertainty=POLL_S / 2 + DELIVERY_ALLOWANCE_S, window=args.window)
     say(check)
     return offset
+
+
+def _dialback(peers: list[str], timeout: float):
+    """The request made while joined: each answered bootstrap (3 at most) dials the port back."""
+    async def ask(transport) -> list:
+        from node.transport.hivemind.dialback import ask_dialback
+
+        port = listening_port(list(transport.maddrs))
+        return [] if port is None else [await ask_dialback(transport.p2p, p, port, timeout) for p in peers[:3]]
+    return ask
 
 
 def _device(cfg, args) -> Check:

@@ -1,6 +1,6 @@
 """The verdicts of ``swarm-node doctor``: each check as one line (ok, warn or fail, what was found,
 the fix when not ok), the exit code, and the pure judgements behind the lines that need one
-(addresses and NAT, clock offset, free disk). Nothing here touches the network or a file: the
+(addresses, NAT and the port's reachability from a peer's dial-back, clock offset, free disk). Nothing here touches the network or a file: the
 command (node/cli/doctor.py) measures, these functions judge.
 """
 
@@ -9,10 +9,10 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import asdict, dataclass
 
-from node.swarm.clock_offset import SKEW_FRACTION, median_offset, peer_offsets, skew_exceeds
+from node.swarm.clock_offset import MIN_PEERS, SKEW_FRACTION, agreeing, median_offset, peer_offsets, skew_exceeds
 
-__all__ = ["Check", "render", "exit_code", "report", "address_check", "nat_check", "clock_check", "disk_check",
-           "checkpoint_bytes"]
+__all__ = ["Check", "render", "exit_code", "report", "address_check", "nat_check", "reach_checks", "listening_port",
+           "clock_check", "disk_check", "checkpoint_bytes"]
 
 GiB = 1024 ** 3
 
@@ -85,20 +85,94 @@ def nat_check(maddrs: list[str], carrier: str, *, announced: bool, use_relay: bo
                  "cluster or loopback this is expected")
 
 
+def listening_port(maddrs: list[str]) -> int | None:
+    """The TCP port of the first direct address the transport listens on (not a relay circuit)."""
+    for m in maddrs:
+        parts = m.strip("/").split("/")
+        if "p2p-circuit" not in parts and len(parts) >= 4 and parts[2] == "tcp" and parts[3].isdigit():
+            return int(parts[3])
+    return None
+
+
+def reach_checks(reaches: list, maddrs: list[str], *, use_relay: bool, fixed_port: bool = False,
+                 announced: bool = False) -> tuple[Check, Check]:
+    """The nat and reachable lines from peers' dial-back answers (node/transport/hivemind/dialback.py's
+    ``Reach``): where a peer saw this node (its address, or its router's: NAT) and whether that
+    peer could open a connection to the listening port at that address."""
+    answered = [r for r in reaches if r.observed]
+    if not answered:
+        why = reaches[0].why if reaches else "no peer to ask"
+        return (nat_check(maddrs, "hivemind", announced=False, use_relay=use_relay),
+                Check("reachable", "warn", f"unknown: no peer answered the dial-back request ({why})",
+                      "ask through a bootstrap that runs this swarm-node version (`swarm-node bootstrap`)"))
+    r = next((a for a in answered if a.reachable), answered[0])
+    seen = _host(r.observed) or r.observed
+    hosts = sorted({h for h in map(_host, maddrs) if h})
+    listening = [h for h in hosts if not ipaddress.ip_address(h).is_loopback] or hosts  # loopback is no target
+    port = r.port
+    if seen in hosts and announced:  # the transport gives peers the announced addresses only
+        nat = Check("nat", "ok", f"peer {r.peer} saw this node at {seen}, the address it announces "
+                                 f"(swarm.announce_maddrs)")
+    elif seen in hosts:
+        nat = Check("nat", "ok", f"none between this node and peer {r.peer}: it saw this node at {seen}, "
+                                 f"an address it listens on")
+    else:
+        nat = Check("nat", "ok", f"behind NAT (or a proxy): peer {r.peer} saw this node at {r.observed}, "
+                                 f"it listens on {', '.join(listening) or 'no direct address'} port {port}")
+    announce = f"--swarm.announce_maddrs '[\"/ip4/{seen}/tcp/{port}\"]'"
+    if r.reachable:
+        found = (f"port {port} is reachable: peer {r.peer} dialed {r.dialed} (where it saw this node) and this "
+                 f"node's libp2p listener answered")
+        if seen in hosts:
+            return nat, Check("reachable", "ok", found)
+        return nat, Check("reachable", "warn", found + f", but this node does not give peers that address",
+                          f"announce it: {announce} (else peers learn it only once libp2p's identify has "
+                          f"seen it from several peers)")
+    relay = (" Until then peers reach this node through a relay (swarm.use_relay is on), more slowly."
+             if use_relay else " With swarm.use_relay off, peers outside this network cannot reach it at all.")
+    found = f"port {port} is not reachable from peer {r.peer}: {r.dialed or r.observed}: {r.why}.{relay}"
+    if seen in hosts:
+        fix = f"open TCP port {port} in this machine's firewall (e.g. `ufw allow {port}/tcp`)"
+    else:
+        fix = (f"forward TCP port {port} on the router to this machine ({' or '.join(listening) or 'its address'} "
+               f"port {port}) and announce it: {announce}" +
+               ("" if fixed_port else f"; fix the port first (--swarm.host_maddrs '[\"/ip4/0.0.0.0/tcp/{port}\"]': "
+                                      f"a free port changes at each start)"))
+    return nat, Check("reachable", "warn", found, fix)
+
+
 def clock_check(stamps: list[tuple[str, float, float]], heard: int, *, round_seconds: float,
                 uncertainty: float, window: float) -> tuple[Check, float | None]:
-    """The clock line and the median offset (peers' clocks minus this one, seconds) or None."""
+    """The clock line and the median offset (peers' clocks minus this one, seconds) or None.
+
+    Keys are free, so a throw-away peer with no history cannot tell an honest peer from a forged
+    one: each peer is one vote (the median of its own samples), no offset is reported from fewer
+    than ``MIN_PEERS`` distinct peers, and none when most peers do not agree with their median
+    (within a quarter round plus twice the timing's ±): a few keys with false stamps can make the
+    line say "cannot tell", not report a wrong offset, unless they outnumber the honest peers."""
     offsets = peer_offsets(stamps)
-    off = median_offset((o, 0.0) for o in offsets.values())
-    if off is None:
+    listen = ("listen longer (--window, above swarm.round_seconds), or check that peers run with this "
+              "--swarm.name and --swarm.round_seconds; a new swarm has no peers yet")
+    if not offsets:
         why = (f"heard {heard} peer(s), but no heartbeat new enough to time in {window:g} s"
                if heard else f"no peer's heartbeat heard in {window:g} s")
-        return Check("clock", "warn", f"not measured: {why}",
-                     "listen longer (--window, above swarm.round_seconds), or check that peers run with this "
-                     "--swarm.name and --swarm.round_seconds; a new swarm has no peers yet"), None
+        return Check("clock", "warn", f"not measured: {why}", listen), None
+    if len(offsets) < MIN_PEERS:
+        return Check("clock", "warn", f"not measured: not enough peers: timed {len(offsets)} peer(s)' heartbeats in "
+                                      f"{window:g} s, {MIN_PEERS} distinct peers needed (one or two keys could be "
+                                      f"anyone's)", listen), None
+    off = median_offset((o, 0.0) for o in offsets.values())
+    tolerance = SKEW_FRACTION * round_seconds + 2 * uncertainty
+    agree = agreeing(offsets.values(), off, tolerance)
+    if 2 * agree <= len(offsets):
+        return Check("clock", "warn", f"not measured: peers disagree: {agree} of {len(offsets)} peers' clocks are "
+                                      f"within {tolerance:.2f} s of their median ({off:+.3f} s), so it cannot tell this "
+                                      f"clock's offset (some peers' clocks are wrong, or their stamps forged)",
+                     "check this clock against NTP (`timedatectl`, `chronyc tracking`); run the doctor again later"), None
     side = "behind" if off > 0 else "ahead of"
-    found = (f"{abs(off):.3f} s {side} the median of {len(offsets)} peer(s)' signed heartbeats "
-             f"(±{uncertainty:.2f} s), {abs(off) / round_seconds:.2f} of a {round_seconds:g} s round")
+    found = (f"{abs(off):.3f} s {side} the median of {len(offsets)} peers' signed heartbeats ({agree} of them "
+             f"within {tolerance:.2f} s of it; ±{uncertainty:.2f} s), {abs(off) / round_seconds:.2f} of a "
+             f"{round_seconds:g} s round")
     fix = ("synchronise this machine's clock (NTP: `timedatectl set-ntp true`, or chrony); "
            "rounds come from wall clocks")
     if abs(off) - uncertainty >= round_seconds:

@@ -13,7 +13,10 @@ the learner's step, and on a CPU they share the cores.
 
 Checkpoints and resume: a checkpoint at step N holds the learner's weights after N updates; a
 generation already running for a later step belongs to no checkpoint and is dropped at a stop, so
-a resumed run generates step N+1 again, from step N's weights. The swarm's round clock is
+a resumed run generates step N+1 again, from step N's weights. A thread cannot be interrupted, and
+the process's exit waits for it, so the stop raises ``stopping``, which the sampling copy's
+``Policy.halt`` reads once per new token (policies/halt.py): the generation ends at its next token
+with ``GenerationStopped``, and ``close`` waits for that (at most ``stop_wait_s``). The swarm's round clock is
 unchanged: a step's rollouts are published when its round begins, however early they were made.
 """
 
@@ -23,6 +26,7 @@ import asyncio
 import contextlib
 import copy
 import logging
+import threading
 from typing import Callable, Generic, TypeVar
 
 import torch
@@ -88,10 +92,18 @@ class GenerationAhead(Generic[T]):
     ``learned(step)`` says a step's learning is done. Owned by the round loop: ``start`` it
     inside the loop's event loop, ``close`` it when the loop ends."""
 
-    def __init__(self, generate: Callable[[int], T], max_async: int, first_step: int):
+    def __init__(self, generate: Callable[[int], T], max_async: int, first_step: int,
+                 sampler: Policy | None = None, stop_wait_s: float = 10.0):
         if max_async < 1:
             raise ValueError("max_async must be >= 1 (0 is the synchronous loop)")
         self._generate = generate
+        self.stopping = threading.Event()  # raised by close: the generation in flight ends at its next token
+        self._idle = threading.Event()  # no generation runs in the worker thread
+        self._idle.set()
+        self.stop_wait_s = stop_wait_s
+        self.sampler = sampler
+        if sampler is not None:
+            sampler.halt = self.stopping.is_set
         self.max_async = max_async
         self._learned = first_step  # steps learned so far (the step being learned next)
         self._next = first_step  # the next step to generate
@@ -116,7 +128,8 @@ class GenerationAhead(Generic[T]):
             step, fut = self._next, self._future(self._next)
             self.generating = step
             try:
-                result = await asyncio.to_thread(self._generate, step)
+                self._idle.clear()
+                result = await asyncio.to_thread(self._in_thread, step)
                 if not fut.done():
                     fut.set_result(result)
             except asyncio.CancelledError:
@@ -128,6 +141,12 @@ class GenerationAhead(Generic[T]):
             finally:
                 self.generating = None
             self._next += 1
+
+    def _in_thread(self, step: int) -> T:
+        try:
+            return self._generate(step)
+        finally:
+            self._idle.set()
 
     async def take(self, step: int) -> T:
         """Step ``step``'s rollouts, generated ahead or waited for; its generation's error, if
@@ -143,8 +162,10 @@ class GenerationAhead(Generic[T]):
             self._changed.notify_all()
 
     async def close(self) -> None:
-        """Stop generating ahead. A generation already running in its thread finishes there and
-        is dropped (a thread cannot be interrupted); nothing waits on it."""
+        """Stop generating ahead. A generation running in its thread is asked to end at its next
+        token (``stopping``) and waited for, ``stop_wait_s`` at most (one that does not read the
+        flag is left to finish there); its rollouts are dropped."""
+        self.stopping.set()
         if self._task is not None:
             self._task.cancel()
             try:
@@ -152,6 +173,11 @@ class GenerationAhead(Generic[T]):
             except (asyncio.CancelledError, Exception):  # noqa: BLE001 - its error belongs to a step never taken
                 pass
             self._task = None
+        if not self._idle.is_set() and not await asyncio.to_thread(self._idle.wait, self.stop_wait_s):
+            log.warning("the generation running ahead did not stop within %g s: left to finish in its thread",
+                        self.stop_wait_s)
+        if self.sampler is not None:
+            self.sampler.halt = None  # the copy may sample again (a later GenerationAhead)
         for fut in self._results.values():
             if fut.done() and not fut.cancelled():
                 fut.exception()  # retrieved: a dropped step's error is not "never retrieved"

@@ -114,13 +114,14 @@ class TrainingNode:
         bc, swarm, vllm = self.cfg.broadcast, self.swarm, self.vllm
         return RoleContext(
             settings=RoleSettings(follow=bc.follow, publish_every=bc.publish_every, max_staleness=bc.max_staleness,
-                                  fanout=bc.fanout, upload_mbps=bc.upload_mbps),
+                                  fanout=bc.fanout, upload_mbps=bc.upload_mbps, learner_timeout=bc.learner_timeout),
             swarm_name=self.cfg.swarm.name, run_dir=Path(self.run_dir), policy=self.policy,
             transport=swarm.transport if swarm is not None else None,
             identity=swarm.identity if swarm is not None else None,
             learner_version=lambda: self.learner.version, step=lambda: self.step,
             stop_requested=lambda: self.stop_requested, set_phase=self.status.phase,
-            after_apply=(lambda: vllm.sync(self.policy)) if vllm is not None else None)
+            after_apply=(lambda: vllm.sync(self.policy)) if vllm is not None else None,
+            heard_at=lambda p: getattr(swarm.peers.get(p), "created_at", None) if swarm is not None else None)
 
     @classmethod
     async def create(cls, cfg: NodeConfig, transport: Transport | None = None) -> "TrainingNode":
@@ -340,7 +341,7 @@ class TrainingNode:
                      "continue it)", self.run_dir, self.step, total)
         if self.cfg.train.max_async > 0:
             self.ahead = GenerationAhead(lambda s: self.generator(s, self.cfg.local_groups, self._task_seed()),
-                                         self.cfg.train.max_async, self.step)
+                                         self.cfg.train.max_async, self.step, sampler=self.generator.sampler_policy)
         try:
             self.metrics.start_eval(await self.held_out.before_training(self.step, self.stop_requested))
             if self.ahead is not None:  # after the first evaluation: it reads the live weights, not the copy

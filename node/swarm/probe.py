@@ -2,7 +2,8 @@
 broker's) TCP port, then join the swarm as a throw-away peer and listen to its heartbeats.
 
 The join is the carrier's own (node/transport/from_config.py, one attempt, a fresh key: nothing
-of the node's is used or written); what it reports is the transport's ``info()``. Each heartbeat
+of the node's is used or written); what it reports is the transport's ``info()``, and what a
+request of the caller's (``ask``: the doctor's dial-back) found while joined. Each heartbeat
 heard is verified as a running node verifies it (signature and schema, node/swarm/admission.py),
 with the clock check widened so that a skewed peer is measured rather than refused, and kept as
 ``(sender, signed_at, seen_at)``, ``seen_at`` the middle of the interval in which it first appeared
@@ -22,7 +23,9 @@ __all__ = ["endpoint_of", "dial", "Listened", "join_and_listen"]
 
 POLL_S = 0.25  # between heartbeat polls: half of it is the timing's uncertainty
 CLOSE_S = 5.0  # leaving the swarm may take this long at most
-SKEW_MEASURED_S = 365 * 86400.0  # a doctor measures any clock, however far off; a node refuses past max_clock_skew
+# A doctor measures a clock well past a node's max_clock_skew, but not any stamp at all: a year-old
+# heartbeat replayed, or a forged far-off one, is refused (counted under stale_clock) rather than timed.
+SKEW_MEASURED_S = 86400.0
 
 
 def endpoint_of(addr: str) -> tuple[str, int] | None:
@@ -73,11 +76,13 @@ class Listened:
     heard: set[str] = field(default_factory=set)  # every peer whose heartbeat verified
     stamps: list[tuple[str, float, float]] = field(default_factory=list)  # (sender, signed_at, seen_at)
     refused: Counter = field(default_factory=Counter)  # heartbeats that failed a check, by reason
+    asked: list = field(default_factory=list)  # what ``ask`` returned (the doctor: dial-back answers)
 
 
-async def join_and_listen(sc, *, join_timeout: float, window: float) -> Listened:
+async def join_and_listen(sc, *, join_timeout: float, window: float, ask=None, ask_timeout: float = 15.0) -> Listened:
     """Join the swarm ``sc`` (the ``[swarm]`` config) as a throw-away peer within ``join_timeout``
-    seconds, then poll its heartbeats for ``window`` seconds; leave. Never raises for the network."""
+    seconds, then poll its heartbeats for ``window`` seconds, then ``await ask(transport)`` (a
+    list, at most ``ask_timeout`` seconds) when given; leave. Never raises for the network."""
     from node.swarm.admission import Refused, open_message
     from node.transport.from_config import transport_from_config
     from protocol.identity import Identity
@@ -124,6 +129,11 @@ async def join_and_listen(sc, *, join_timeout: float, window: float) -> Listened
                 break
             await asyncio.sleep(min(POLL_S, max(0.0, end - time.monotonic())))
         out.info = dict(transport.info())
+        if ask is not None:
+            try:
+                out.asked = list(await asyncio.wait_for(ask(transport), ask_timeout))
+            except Exception:  # noqa: BLE001 - an unanswered request is reported as no answer
+                out.asked = []
     finally:
         try:
             await asyncio.wait_for(transport.close(), CLOSE_S)

@@ -2,7 +2,8 @@
 
 It trains nothing. It keeps a persistent p2p key so its multiaddr (which embeds the libp2p peer
 id) stays valid across restarts, prints the multiaddrs nodes should pass as ``--bootstrap``,
-relays for peers behind NAT unless told not to, refuses DHT records under a peer's subkey that
+relays for peers behind NAT unless told not to, dials a peer's port back when asked (whether it
+is reachable from outside: node/transport/hivemind/dialback.py), refuses DHT records under a peer's subkey that
 the peer did not sign (as every node does), logs how many peers it knows every ``report_every``
 seconds, and shuts its daemon down cleanly on Ctrl-C or SIGTERM.
 """
@@ -15,6 +16,7 @@ from pathlib import Path
 from node.transport.backoff import JOIN_BACKOFF_S
 from node.transport.bootstrap_serve import serve_until_stopped
 from node.transport.hivemind.daemon import start_dht_node, stop_dht_node
+from node.transport.hivemind.dialback import serve_dialback
 from node.transport.hivemind.records import bootstrap_validator
 from policies.default_model import default_home
 
@@ -36,6 +38,7 @@ async def run_bootstrap(*, host: str, port: int, announce: list[str], initial_pe
         # for its swarm's keys) expiring within the hour. It knows no swarm or round: it needs not.
         record_validator=bootstrap_validator())
     try:
+        await serve_dialback(node.p2p)  # `swarm-node doctor` asks whether its port is reachable
         maddrs = [str(m) for m in await node.p2p.get_visible_maddrs()]
         log.info("bootstrap peer %s listening on %s (identity %s)", node.peer_id, maddrs, identity)
         await serve_until_stopped(

@@ -54,6 +54,7 @@ from node.transport.addresses import peer_id_of
 from node.transport.backoff import JOIN_BACKOFF_S, JOIN_RETRIES
 from node.transport.base import MAX_ANNOUNCEMENT_SIZE, MAX_ENVELOPE_SIZE, Delivery, Transport, TransportError
 from node.transport.hivemind.daemon import start_dht_node, stop_dht_node
+from node.transport.hivemind.dialback import serve_dialback
 from node.transport.hivemind.fetcher import Fetcher
 from node.transport.hivemind.heartbeats import HeardHeartbeats
 from node.transport.hivemind.index import level_for, peers_key, read_plan, round_key, shard_prefix, write_levels
@@ -133,6 +134,7 @@ class HivemindTransport(Transport):
                                                       self.join_backoff, self.on_retry)
         try:
             await self._node.p2p.add_binary_stream_handler(handler_name(self.swarm), self._serve)
+            await serve_dialback(self._node.p2p)  # any node may be named a bootstrap: it answers the doctor too
             self.maddrs = [str(m) for m in await self._node.p2p.get_visible_maddrs()]
         except BaseException:
             await self.close()
@@ -167,6 +169,11 @@ class HivemindTransport(Transport):
     @property
     def p2p_peer_id(self) -> str:
         return self._node.p2p.peer_id.to_base58()
+
+    @property
+    def p2p(self):
+        """The p2p daemon's client, for a request of the node's own (``swarm-node doctor``'s dial-back)."""
+        return self._node.p2p
 
     # -- serving our envelopes (node/transport/hivemind/rollout_stream.py) ---------------------
     async def _serve(self, info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

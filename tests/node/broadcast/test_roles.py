@@ -89,3 +89,26 @@ def test_a_learner_killed_and_resumed_behind_its_last_version_never_signs_a_numb
     assert w["applied_version"] > last_signed and w["manifests_refused"] == {} and w["bad_chunks"] == {}
     worker.send_signal(signal.SIGTERM)
     assert worker.wait(timeout=60) == 130  # stopped before its steps were done, cleanly
+
+
+def test_a_worker_behind_a_learner_that_has_exited_stops_naming_it(procs, warm_tiny_model_dir, tmp_path):
+    """The learner ran and exited; a worker that follows it holds no version of it (it is behind
+    by more than max_staleness), hears no new version, heartbeat or chunk, and after
+    --broadcast.learner_timeout stops with exit 1 and one line naming the learner, no traceback."""
+    _, maddr = procs.bootstrap()
+    (tmp_path / "learner").mkdir()
+    learner_id = load_or_create_identity(tmp_path / "learner" / "identity.pem").peer_id
+    common = ["--swarm.round_seconds", "2", "--broadcast.max_staleness", "2"]
+    learner = procs.node("learner", maddr, warm_tiny_model_dir, "--role", "learner", "--train.steps", "3", *common)
+    assert learner.wait(timeout=300) == 0, (tmp_path / "learner.log").read_text()[-4000:]
+    t0 = time.monotonic()
+    worker = procs.node("w0", maddr, warm_tiny_model_dir, "--role", "worker", "--follow", learner_id,
+                        "--train.steps", "1000", "--broadcast.learner_timeout", "8", *common)
+    assert worker.wait(timeout=240) == 1, (tmp_path / "w0.log").read_text()[-4000:]
+    took = time.monotonic() - t0
+    out = (tmp_path / "w0.log").read_text()
+    assert f"swarm-node: error: the learner {learner_id} (--follow) gave no sign for" in out, out[-4000:]
+    assert "It has stopped or left the swarm" in out and "Traceback" not in out
+    st = status(tmp_path / "w0")
+    assert st["phase"] == "stopped" and learner_id in st["phase_detail"], st
+    assert took < 200, took  # the join, the model, then the 8 s: not a wait for ever

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from node.run.checkup import (GiB, Check, address_check, checkpoint_bytes, clock_check, disk_check, exit_code,
-                                  nat_check, render, report)
+                              listening_port, nat_check, reach_checks, render, report)
+from node.transport.hivemind.dialback import Reach
 
 
 def test_a_line_shows_the_fix_only_when_not_ok():
@@ -34,20 +35,95 @@ def test_nat_is_unknown_and_said_so_and_private_addresses_are_a_warning():
     assert address_check([], "hivemind").status == "warn"
 
 
+def test_the_port_tested_is_a_direct_listening_one():
+    assert listening_port(["/ip4/1.2.3.4/tcp/4001/p2p/QmR/p2p-circuit/p2p/12D3x", "/ip4/10.0.0.5/tcp/31338/p2p/12D3x"]) \
+        == 31338
+    assert listening_port(["/ip4/1.2.3.4/udp/4001/quic"]) is None
+
+
+LISTENING = ["/ip4/192.168.1.5/tcp/31338/p2p/12D3KooWx"]
+
+
+def test_a_dial_back_that_reached_the_port_says_so_and_where_the_peer_saw_this_node():
+    direct = Reach("12D3KooWBootstrapPeer", 31338, "/ip4/192.168.1.5/tcp/52044", "192.168.1.5:31338", True, "")
+    nat, reach = reach_checks([direct], LISTENING, use_relay=True)
+    assert nat.status == "ok" and nat.found.startswith("none between this node and peer 12D3KooWBootstrap")
+    assert reach.status == "ok" and "port 31338 is reachable" in reach.found and "192.168.1.5:31338" in reach.found
+
+
+def test_behind_nat_with_the_port_closed_says_what_to_forward_and_announce():
+    shut = Reach("12D3KooWBootstrapPeer", 31338, "/ip4/203.0.113.9/tcp/61002", "203.0.113.9:31338", False,
+                 "no answer in 3 s (a firewall or NAT drops it)")
+    nat, reach = reach_checks([shut], LISTENING, use_relay=True)
+    assert nat.status == "ok" and "behind NAT" in nat.found and "/ip4/203.0.113.9/tcp/61002" in nat.found
+    assert "192.168.1.5 port 31338" in nat.found
+    assert reach.status == "warn" and "not reachable" in reach.found and "through a relay" in reach.found
+    assert "forward TCP port 31338 on the router to this machine (192.168.1.5 port 31338)" in reach.fix
+    assert '"/ip4/203.0.113.9/tcp/31338"' in reach.fix and "fix the port first" in reach.fix
+    with_loopback = LISTENING + ["/ip4/127.0.0.1/tcp/31338/p2p/12D3KooWx"]
+    _, fixed = reach_checks([shut], with_loopback, use_relay=False, fixed_port=True)
+    assert "(192.168.1.5 port 31338)" in fixed.fix and "fix the port first" not in fixed.fix
+    assert "peers outside this network cannot reach it" in fixed.found
+    # No NAT, the port closed: the firewall is the place.
+    firewalled = Reach("12D3KooWBootstrapPeer", 31338, "/ip4/192.168.1.5/tcp/52044", "192.168.1.5:31338", False,
+                       "connection refused")
+    assert "ufw allow 31338/tcp" in reach_checks([firewalled], LISTENING, use_relay=False)[1].fix
+
+
+def test_a_forwarded_port_not_announced_is_reachable_but_peers_do_not_learn_it():
+    forwarded = Reach("12D3KooWBootstrapPeer", 31338, "/ip4/203.0.113.9/tcp/31338", "203.0.113.9:31338", True, "")
+    _, reach = reach_checks([forwarded], LISTENING, use_relay=True)
+    assert reach.status == "warn" and "is reachable" in reach.found and "does not give peers that address" in reach.found
+    assert reach.fix.startswith("announce it: --swarm.announce_maddrs '[\"/ip4/203.0.113.9/tcp/31338\"]'")
+    announced = ["/ip4/203.0.113.9/tcp/31338/p2p/12D3KooWx"]  # what the transport gives peers once announced
+    nat, reach = reach_checks([forwarded], announced, use_relay=True, announced=True)
+    assert reach.status == "ok" and nat.found.endswith("saw this node at 203.0.113.9, the address it announces "
+                                                       "(swarm.announce_maddrs)")
+
+
+def test_with_no_dial_back_answer_reachability_is_unknown_and_said_so():
+    old = Reach("12D3KooWBootstrapPeer", 31338, why="could not ask (P2PHandlerError): a bootstrap older than dial-back")
+    nat, reach = reach_checks([old], LISTENING, use_relay=True)
+    assert nat.found.startswith("unknown") and reach.status == "warn" and reach.found.startswith("unknown")
+    assert "older than dial-back" in reach.found
+    assert "no peer to ask" in reach_checks([], LISTENING, use_relay=True)[1].found
+
+
 def test_the_clock_line_reads_the_median_of_peers_and_grades_it_by_the_round():
     near = [("a", 100.1, 100.0), ("b", 200.0, 200.1), ("c", 300.05, 300.0)]
     c, off = clock_check(near, 3, round_seconds=5.0, uncertainty=0.6, window=6)
-    assert c.status == "ok" and off == pytest.approx(0.05) and "3 peer(s)" in c.found
-    behind = [("a", 102.0, 100.0), ("b", 202.2, 200.0)]
-    c, off = clock_check(behind, 2, round_seconds=5.0, uncertainty=0.6, window=6)
+    assert c.status == "ok" and off == pytest.approx(0.05) and "median of 3 peers'" in c.found
+    assert "3 of them within" in c.found
+    behind = [("a", 102.0, 100.0), ("b", 202.2, 200.0), ("c", 302.1, 300.0)]
+    c, off = clock_check(behind, 3, round_seconds=5.0, uncertainty=0.6, window=6)
     assert c.status == "warn" and off == pytest.approx(2.1) and "2.100 s behind" in c.found and "NTP" in c.fix
-    ahead = [("a", 92.0, 100.0)]
-    c, off = clock_check(ahead, 1, round_seconds=5.0, uncertainty=0.6, window=6)
+    ahead = [("a", 92.0, 100.0), ("b", 192.0, 200.0), ("c", 291.9, 300.0)]
+    c, off = clock_check(ahead, 3, round_seconds=5.0, uncertainty=0.6, window=6)
     assert c.status == "fail" and "8.000 s ahead of" in c.found
     c, off = clock_check([], 0, round_seconds=5.0, uncertainty=0.6, window=6)
     assert c.status == "warn" and off is None and "no peer's heartbeat heard in 6 s" in c.found
     c, _ = clock_check([], 2, round_seconds=5.0, uncertainty=0.6, window=6)
     assert "heard 2 peer(s)" in c.found
+
+
+def test_fewer_than_three_peers_give_no_offset_however_many_heartbeats_they_send():
+    # Two keys (anyone's), one of them sending many heartbeats with a stamp a year off: not measured.
+    two = [("a", 100.0, 100.0)] + [("sybil", 100.0 + 365 * 86400, 100.0)] * 20
+    c, off = clock_check(two, 2, round_seconds=5.0, uncertainty=0.6, window=6)
+    assert c.status == "warn" and off is None and "not enough peers" in c.found and "3 distinct peers" in c.found
+
+
+def test_a_few_forged_stamps_cannot_make_the_clock_line_fail():
+    honest = [(f"h{i}", 100.0 + i * 0.01, 100.0) for i in range(3)]
+    # Two Sybil keys 30 s off, each sending 10 heartbeats: one vote each; the median stays honest.
+    sybils = [(f"s{k}", 130.0, 100.0) for k in range(2) for _ in range(10)]
+    c, off = clock_check(honest + sybils, 5, round_seconds=5.0, uncertainty=0.6, window=6)
+    assert c.status == "ok" and off == pytest.approx(0.02) and "median of 5 peers'" in c.found
+    assert "3 of them within" in c.found
+    # As many Sybils as honest peers, split around them: the median is theirs to move, so no verdict.
+    split = honest + [("s0", 130.0, 100.0), ("s1", 130.0, 100.0), ("s2", 70.0, 100.0)]
+    c, off = clock_check(split, 6, round_seconds=5.0, uncertainty=0.6, window=6)
+    assert c.status == "warn" and off is None and "peers disagree" in c.found
 
 
 def test_disk_against_the_checkpoints_it_will_write():

@@ -1,6 +1,6 @@
 """Tests of node/run/overlap.py: which step's generation may start when (hand-made timings), the
-staleness that follows, a stop while a generation runs, and the generating copy's weights and
-version label."""
+staleness that follows, a stop while a generation runs (it ends at its next token), and the
+generating copy's weights and version label."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ import pytest
 import torch
 
 from node.run.overlap import GenerationAhead, GeneratorCopy, may_start
-from policies.policy import Policy
+from policies.halt import GenerationStopped
+from policies.policy import Policy, SamplingParams
+from tests.helpers.wait import wait_for
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
@@ -92,26 +94,69 @@ def test_a_failed_generation_is_raised_by_the_step_that_takes_it():
     asyncio.run(main())
 
 
-def test_close_while_a_generation_runs_returns_without_waiting_for_it():
+def test_close_while_a_generation_that_ignores_the_stop_runs_returns_after_the_bound():
     release = threading.Event()
     running = threading.Event()
 
-    def generate(step):
+    def generate(step):  # not a policy's sampling: it never reads the stop flag
         if step == 1:
             running.set()
             release.wait(30)
         return step
 
     async def main():
-        ahead = GenerationAhead(generate, 1, first_step=0)
+        ahead = GenerationAhead(generate, 1, first_step=0, stop_wait_s=0.2)
         ahead.start()
         await ahead.take(0)
         await asyncio.to_thread(running.wait, 30)  # step 1 is generating in its thread
         assert ahead.generating == 1
-        await asyncio.wait_for(ahead.close(), 5)  # does not wait for the thread
+        await asyncio.wait_for(ahead.close(), 5)  # waits the bound, then leaves the thread to finish
         release.set()
 
     asyncio.run(main())
+
+
+def test_a_stop_ends_a_running_generation_at_its_next_token(tiny_model_dir):
+    policy = Policy.load(tiny_model_dir)
+    policy.model.generation_config.min_new_tokens = 900  # no EOS: it would run 900 tokens
+    tokens: list[int] = [0]
+    ended = threading.Event()
+
+    def generate(step):
+        try:
+            return policy.generate(["1+1="], 2, SamplingParams(max_new_tokens=900))
+        finally:
+            ended.set()
+
+    async def main():
+        ahead = GenerationAhead(generate, 1, first_step=0, sampler=policy)
+        flag = policy.halt
+        assert flag is not None  # the sampler reads the schedule's stop flag
+
+        def counted() -> bool:  # read once per new token
+            tokens[0] += 1
+            return flag()
+
+        policy.halt = counted
+        ahead.start()
+        await wait_for(lambda: tokens[0] >= 5, 60)  # step 0 is generating
+        at_stop = tokens[0]
+        await ahead.close()  # raises the flag at once, then waits for the thread
+        assert ended.is_set()  # the generation is over when close returns
+        return at_stop
+
+    at_stop = asyncio.run(main())
+    assert tokens[0] - at_stop <= 8, (at_stop, tokens[0])  # a token or so past the stop, of 900
+    assert policy.halt is None  # the copy may sample again later
+
+
+def test_a_halted_sampling_call_raises_rather_than_return_cut_rows(tiny_model_dir):
+    policy = Policy.load(tiny_model_dir)
+    policy.halt = lambda: True
+    with pytest.raises(GenerationStopped):
+        policy.generate(["1+1="], 2, SamplingParams(max_new_tokens=50))
+    policy.halt = lambda: False
+    assert len(policy.generate(["1+1="], 2, SamplingParams(max_new_tokens=4))[0]) == 2
 
 
 def test_the_copy_holds_the_version_it_was_given_until_the_next_sync(tiny_model_dir):

@@ -65,6 +65,49 @@ def test_a_watch_keeps_a_bounded_number_of_peers():
     assert len(w._offsets) == 3
 
 
+def _rounds_of_heartbeats(w: ClockWatch, polls: range, senders: dict[str, float], t0: float = 1000.0) -> None:
+    # One heartbeat per sender per poll (half a 5 s round apart), its stamp ``skew`` off this clock.
+    for k in polls:
+        seen = t0 + 2.5 * k
+        w.polled(seen)
+        for sender, skew in senders.items():
+            w.heard(sender, seen + skew, seen)
+
+
+def test_a_flood_of_fresh_keys_with_false_stamps_cannot_move_the_median_or_push_out_honest_peers():
+    w = ClockWatch(5.0)  # 256 peers, as a running node's
+    honest = {f"honest{i}": 0.05 * i for i in range(3)}
+    _rounds_of_heartbeats(w, range(4), honest)
+    assert w.offset() == pytest.approx(0.05)
+    # 600 fresh keys, each 8 s ahead of this clock (a whole round and a half), heard in every poll.
+    flood = {f"sybil{i}": 8.0 for i in range(600)}
+    _rounds_of_heartbeats(w, range(4, 60), {**honest, **flood})
+    assert len(w._offsets) <= 256 and set(honest) <= set(w._offsets)  # the long-heard peers stayed
+    assert w.offset() == pytest.approx(0.05) and not w.warned  # the flood is tracked, not counted
+    assert w.untracked > 0
+
+
+def test_peers_with_standing_outvote_keys_that_came_first():
+    trained_on: set[str] = set()
+    w = ClockWatch(5.0, standing=trained_on.__contains__)
+    flood = {f"sybil{i}": 8.0 for i in range(40)}  # there before the honest peers, so met on joining
+    _rounds_of_heartbeats(w, range(3), flood)
+    honest = {"a": 0.1, "b": 0.2}
+    _rounds_of_heartbeats(w, range(3, 6), {**flood, **honest})
+    assert w.offset() == pytest.approx(8.0)  # no history yet: the keys met first count
+    trained_on.update(honest)  # the exchange trained on their rollouts
+    assert w.offset() == pytest.approx(0.15)
+    assert list(w.counted()) == ["a", "b"]
+
+
+def test_a_peer_with_standing_finds_room_in_a_full_table():
+    w = ClockWatch(5.0, max_peers=4, standing={"vouched"}.__contains__)
+    _rounds_of_heartbeats(w, range(2), {f"k{i}": 1.0 for i in range(4)})
+    _rounds_of_heartbeats(w, range(2, 4), {"vouched": 0.0})
+    assert "vouched" in w._offsets and w.offset() == 0.0 and len(w._offsets) == 4
+    assert "k3" not in w._offsets  # the newest without standing made room
+
+
 def _heartbeat(ident: Identity, seq: int, skew: float) -> bytes:
     now = time.time() + skew
     msg = Announcement(sender=ident.peer_id, round=5, policy_version=0, model_fingerprint="m",
