@@ -232,16 +232,17 @@ class Libp2pHost:
         # Close the connections before the trio thread stops: cancelling the host's services alone
         # leaves their sockets open, and peers then see an established connection that never
         # answers again (every request to it waited for its 10-20 s timeout, measured).
-        if self.host is not None and self.bridge.alive():
-            async def shut() -> None:
-                with trio.move_on_after(timeout):
-                    await self.host.close()
+        async def shut() -> None:
+            with trio.move_on_after(timeout):
+                await self.host.close()
 
-            try:
+        try:
+            if self.host is not None and self.bridge.alive():
                 await self.bridge.call(shut)
-            except Exception as e:  # noqa: BLE001 - closing anyway: the thread stops below
-                log.debug("closing the libp2p host: %s", e)
-        await self.bridge.stop()
+        except Exception as e:  # noqa: BLE001 - closing anyway: the thread stops below
+            log.debug("closing the libp2p host: %s", e)
+        finally:  # also when cancelled while closing: the thread holds the sockets
+            await self.bridge.stop()
 
     def alive(self) -> bool:
         return self.bridge.alive()
