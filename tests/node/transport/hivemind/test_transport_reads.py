@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hivemind.utils import ValueWithExpiration
 
 from node.transport.hivemind.index import round_key, shard_prefix
@@ -38,9 +39,17 @@ class StandInNode:
                 for k in keys if k in self.shards}
 
 
+def _fixed_key() -> str:
+    """The same victim every run: with the reader's seeded generator below, which shards a read
+    picks at random is fixed too (random picks meet the victim's shard now and then: 1 in 40 to 1
+    in 250 runs of these tests failed before both were fixed)."""
+    return Identity(Ed25519PrivateKey.from_private_bytes(bytes(range(32)))).peer_id
+
+
 def _reader(node: StandInNode, size: float) -> HivemindTransport:
     me = Identity.generate()
     t = HivemindTransport(swarm="t", publisher=me.peer_id, signer=me)
+    t._rng.seed(0)  # the searches' generator too (KnownShards shares it)
     t._node, t.swarm_size = node, size
 
     async def download(peer, round, publisher, declared):
@@ -61,7 +70,7 @@ def _ground(prefix: str, n: int) -> list[str]:
 
 
 def test_the_shard_of_a_followed_peer_does_not_count_toward_the_size_estimate():
-    victim = Identity.generate().peer_id
+    victim = _fixed_key()
     node = StandInNode()
     node.put(victim, 1)
     for pid in _ground(shard_prefix(victim, 1), 40):  # 40 ground keys beside it (160 in the DHT test)
@@ -76,7 +85,7 @@ def test_the_shard_of_a_followed_peer_does_not_count_toward_the_size_estimate():
 
 
 def test_a_known_peer_missing_from_its_shard_is_looked_for_lower_and_then_followed_there():
-    victim = Identity.generate().peer_id
+    victim = _fixed_key()
     node = StandInNode()
     node.put(victim, 1)  # the victim believes in ~40 peers: it writes at level 1
     t = _reader(node, 10_000.0)  # the reader reads level 3
@@ -95,7 +104,7 @@ def test_a_known_peer_missing_from_its_shard_is_looked_for_lower_and_then_follow
 
 
 def test_a_known_peer_not_in_the_newest_round_yet_is_not_searched_for():
-    victim = Identity.generate().peer_id
+    victim = _fixed_key()
     node = StandInNode()
     node.put(victim, 1, round=R - 1)  # it published into the round before; the newest has nothing yet
     t = _reader(node, 100.0)  # level 1
@@ -112,7 +121,7 @@ def test_a_known_peer_not_in_the_newest_round_yet_is_not_searched_for():
 
 
 def test_a_read_that_found_its_peers_only_where_it_searched_still_probes_up():
-    victim = Identity.generate().peer_id
+    victim = _fixed_key()
     node = StandInNode()
     for pid in [victim] + _ground(shard_prefix(victim, 1), 1):  # two peers that write at level 1 only
         node.put(pid, 1)
