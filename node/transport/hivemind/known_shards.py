@@ -14,9 +14,11 @@ and they have not written into it yet (the transport judges absence only in roun
 newest), or they skipped a round, or left. A search reads a shard of every level, so it is
 bounded: at most MAX_SEARCHES publishers are searched a round, chosen at random among those due
 (``searches``), and one a search did not find is searched again only after a back-off of 2, 4
-rounds; after MAX_FAILED_SEARCHES searches found it nowhere it is *gone*: searched no more, and
-made missing again only once it turns up in a shard read (any shard, any level: the reader
-still reads where it was last seen). Before, a publisher stayed missing for good (back-off up to
+rounds; after MAX_FAILED_SEARCHES searches found it nowhere it is *gone*: made missing again once
+it turns up in a shard read (any shard, any level: the reader still reads where it was last
+seen), else searched once more every GONE_RETRY_ROUNDS rounds (at most one a round, only with a
+search left over): Sybil DHT nodes near its shard keys could withhold it through three searches,
+and random reads alone would find it about one read in 40. Before, a publisher stayed missing for good (back-off up to
 32 rounds, the longest missing searched first): 64 known keys gone silent took both searches of
 every round, and an honest peer that went missing after them waited 200-odd rounds or more.
 """
@@ -32,12 +34,13 @@ from typing import Collection, Iterable, Mapping
 from node.transport.hivemind.index import search_levels
 
 __all__ = ["KnownShards", "Missing", "MAX_REMEMBERED", "MAX_SEARCHES", "MAX_BACKOFF_ROUNDS", "MAX_FAILED_SEARCHES",
-           "backoff_rounds"]
+           "GONE_RETRY_ROUNDS", "backoff_rounds"]
 
 MAX_REMEMBERED = 4096  # publishers whose level is remembered (as many as the fetcher knows)
 MAX_SEARCHES = 2  # missing publishers searched for a round (a search reads a shard of every level)
 MAX_BACKOFF_ROUNDS = 32  # the longest wait before a publisher no search found is searched again
 MAX_FAILED_SEARCHES = 3  # searches that found a publisher nowhere before it is taken for gone
+GONE_RETRY_ROUNDS = 64  # a gone publisher is searched once more after this many rounds
 
 
 def backoff_rounds(failed: int) -> int:
@@ -60,7 +63,8 @@ class KnownShards:
         self.limit = limit
         self.max_searches = max_searches
         self.rng = rng or random.Random()
-        self.gone: collections.OrderedDict[str, None] = collections.OrderedDict()  # searched for in vain, LRU
+        # searched for in vain: publisher -> (the level it was missed at, the round it was given up), LRU
+        self.gone: collections.OrderedDict[str, tuple[int, int]] = collections.OrderedDict()
         # publisher -> (the level it was found at, the reader's level then), LRU
         self.found_at: collections.OrderedDict[str, tuple[int, int]] = collections.OrderedDict()
         self.missing: collections.OrderedDict[str, Missing] = collections.OrderedDict()
@@ -75,6 +79,13 @@ class KnownShards:
         room = max(min(self.max_searches - spent, self.max_searches if most is None else most), 0)
         due = [p for p, m in self.missing.items() if p in candidates and m.not_before <= round]
         out = self.rng.sample(due, min(room, len(due)))
+        if len(out) < room:  # a search left over: one gone publisher, given up long enough ago
+            again = [p for p, (_lv, since) in self.gone.items() if p in candidates and round - since >= GONE_RETRY_ROUNDS]
+            if again:
+                p = self.rng.choice(again)
+                level, _since = self.gone.pop(p)
+                self.missing[p] = Missing(level, MAX_FAILED_SEARCHES - 1)  # one more search in vain: gone again
+                out.append(p)
         self._spent = (round, spent + len(out))
         for p in out:  # once a round (``observe`` moves it on)
             self.missing[p] = dataclasses.replace(self.missing[p], not_before=round + 1)
@@ -114,9 +125,9 @@ class KnownShards:
                     self.found_at.popitem(last=False)
             elif p in searched and p in self.missing:  # every level, and nowhere: back off
                 m = self.missing[p]
-                if m.failed + 1 >= MAX_FAILED_SEARCHES:  # gone (or silent): no more searches
+                if m.failed + 1 >= MAX_FAILED_SEARCHES:  # gone (or silent): searched again only after GONE_RETRY_ROUNDS
                     del self.missing[p]
-                    self.gone[p] = None
+                    self.gone[p] = (m.level, round)
                     self.gone.move_to_end(p)
                     if len(self.gone) > self.limit:
                         self.gone.popitem(last=False)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import random
 import statistics
 
-from node.transport.hivemind.known_shards import (MAX_BACKOFF_ROUNDS, MAX_FAILED_SEARCHES, MAX_SEARCHES, KnownShards,
+from node.transport.hivemind.known_shards import (GONE_RETRY_ROUNDS, MAX_BACKOFF_ROUNDS, MAX_FAILED_SEARCHES, MAX_SEARCHES, KnownShards,
                                                    Missing, backoff_rounds)
 
 
@@ -92,7 +92,7 @@ def test_a_peer_searched_for_in_vain_three_times_is_gone_until_it_turns_up_in_a_
         k.observe({"v": [2, 1, 0, 3]}, {}, reader_level=2, round=r, searched={"v"})
     assert "v" not in k.missing and "v" in k.gone and MAX_FAILED_SEARCHES == 3
     k.observe({"v": [2]}, {}, reader_level=2, round=r + 1)  # read at its level, not there: not missing again
-    assert k.searches({"v"}, r + 100) == [] and "v" not in k.missing
+    assert k.searches({"v"}, r + GONE_RETRY_ROUNDS - 1) == [] and "v" not in k.missing  # (within the retry wait)
     k.observe({}, {"v": {1}}, reader_level=2, round=r + 101)  # it turns up in a shard read (any level)
     assert "v" not in k.gone
     k.observe({"v": [2]}, {}, reader_level=2, round=r + 102)  # then missing from its shard: searched again
@@ -143,3 +143,28 @@ def test_what_it_remembers_is_bounded():
         k.observe({f"p{i}": [1]}, {f"p{i}": {0}}, reader_level=1)
         k.observe({f"q{i}": [1]}, {}, reader_level=1)
     assert list(k.found_at) == ["p7", "p8", "p9"] and list(k.missing) == ["q7", "q8", "q9"]
+
+
+def test_a_gone_peer_is_searched_once_more_every_64_rounds_with_a_search_left_over():
+    """Sybils near its shard keys can withhold a peer through three searches: it is not given up
+    for good, but searched again every GONE_RETRY_ROUNDS rounds, one a round, after the missing."""
+    k = KnownShards(rng=random.Random(0))
+    k.observe({"v": [2]}, {}, reader_level=2, round=0)
+    r = 0
+    for _ in range(MAX_FAILED_SEARCHES):
+        while k.searches({"v"}, r) != ["v"]:
+            r += 1
+        k.observe({"v": [2, 1, 0, 3]}, {}, reader_level=2, round=r, searched={"v"})
+    assert "v" in k.gone
+    gave_up = r
+    assert all(k.searches({"v"}, t) == [] for t in range(gave_up + 1, gave_up + GONE_RETRY_ROUNDS))
+    # Two missing peers due take both searches: the gone one waits for a round with one left over.
+    for p in ("a", "b"):
+        k.observe({p: [2]}, {}, reader_level=2, round=gave_up + GONE_RETRY_ROUNDS)
+    assert sorted(k.searches({"v", "a", "b"}, gave_up + GONE_RETRY_ROUNDS)) == ["a", "b"]
+    assert k.searches({"v"}, gave_up + GONE_RETRY_ROUNDS + 1) == ["v"]
+    assert k.levels("v", 2, search=True) == [2, 1, 0, 3]  # every level, the one it was missed at first
+    # One more search in vain: gone again, for another GONE_RETRY_ROUNDS.
+    k.observe({"v": [2, 1, 0, 3]}, {}, reader_level=2, round=gave_up + GONE_RETRY_ROUNDS + 1, searched={"v"})
+    assert "v" in k.gone and "v" not in k.missing
+    assert k.searches({"v"}, gave_up + GONE_RETRY_ROUNDS + 2) == []
