@@ -91,9 +91,9 @@ def host_port(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def printable(text: object, limit: int = MAX_TEXT) -> str:
+def printable(text: object, limit: int | None = MAX_TEXT) -> str:
     """A peer's text as it may reach a terminal: control and format characters (ANSI escapes,
-    newlines, bidi overrides) replaced by ``?``, at most ``limit`` characters."""
+    newlines, bidi overrides) replaced by ``?``, at most ``limit`` characters (None: all)."""
     s = str(text)[:limit]
     return "".join("?" if unicodedata.category(ch)[0] == "C" else ch for ch in s)
 
