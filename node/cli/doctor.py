@@ -26,6 +26,9 @@ from node.run.checkup import (Check, address_check, checkpoint_bytes, clock_chec
 
 __all__ = ["run_doctor"]
 
+ASK_S = 15.0  # the whole dial-back request; every peer is asked at once, each within ASK_FRACTION of it
+ASK_FRACTION = 0.8  # what is left is for asking and gathering: one peer timing out never cancels the others
+
 
 def run_doctor(args: argparse.Namespace, unknown: list[str]) -> int:
     from node.cli.train import check_swarm, join_overrides
@@ -99,7 +102,7 @@ async def _network(cfg, args, say) -> float | None:
         say(Check("clock", "warn", "not measured: not joined"))
         return None
     got = await join_and_listen(sc, join_timeout=sc.startup_timeout + args.timeout, window=args.window,
-                                ask=_dialback(peers, args.timeout) if c.name == "hivemind" else None)
+                                ask_timeout=ASK_S, ask=_dialback(peers, args.timeout) if c.name == "hivemind" else None)
     if not got.joined:
         say(Check("join", "fail", f"could not join over {c.name} in {got.join_s:.1f} s: {got.error}",
                   "see docs/troubleshooting.md for the message"))
@@ -128,12 +131,21 @@ async def _network(cfg, args, say) -> float | None:
 
 
 def _dialback(peers: list[str], timeout: float):
-    """The request made while joined: each answered bootstrap (3 at most) dials the port back."""
+    """The request made while joined: each answered bootstrap (3 at most) is asked at once to dial
+    the port back, each given its own time under the whole request's, so a slow or flooded peer
+    costs its own answer, not the others'."""
     async def ask(transport) -> list:
-        from node.transport.hivemind.dialback import ask_dialback
+        from node.transport.hivemind.dialback import DIAL_S, Reach, ask_dialback
 
         port = listening_port(list(transport.maddrs))
-        return [] if port is None else [await ask_dialback(transport.p2p, p, port, timeout) for p in peers[:3]]
+        each = min(timeout + 2 * DIAL_S, ASK_FRACTION * ASK_S)
+
+        async def one(peer: str) -> Reach:
+            try:
+                return await asyncio.wait_for(ask_dialback(transport.p2p, peer, port, timeout), each)
+            except asyncio.TimeoutError:
+                return Reach(peer, port, why=f"no answer in {each:g} s")
+        return [] if port is None else list(await asyncio.gather(*(one(p) for p in peers[:3])))
     return ask
 
 

@@ -7,9 +7,12 @@ command (node/cli/doctor.py) measures, these functions judge.
 from __future__ import annotations
 
 import ipaddress
+import json
+import shlex
 from dataclasses import asdict, dataclass
 
 from node.swarm.clock_offset import MIN_PEERS, SKEW_FRACTION, agreeing, median_offset, peer_offsets, skew_exceeds
+from node.transport.hivemind.dialback import direct_address, printable
 
 __all__ = ["Check", "render", "exit_code", "report", "address_check", "nat_check", "reach_checks", "listening_port",
            "clock_check", "disk_check", "checkpoint_bytes"]
@@ -27,8 +30,8 @@ class Check:
 
 def render(c: Check) -> str:
     """One line: status, check, what was found, and the fix when not ok."""
-    fix = f"  fix: {c.fix}" if c.fix and c.status != "ok" else ""
-    return f"{c.status:<4}  {c.name:<9}  {c.found}{fix}"
+    fix = f"  fix: {printable(c.fix, None)}" if c.fix and c.status != "ok" else ""
+    return f"{c.status:<4}  {c.name:<9}  {printable(c.found, None)}{fix}"  # peers' text: no escape reaches the terminal
 
 
 def exit_code(checks: list[Check]) -> int:
@@ -99,30 +102,37 @@ def reach_checks(reaches: list, maddrs: list[str], *, use_relay: bool, fixed_por
     """The nat and reachable lines from peers' dial-back answers (node/transport/hivemind/dialback.py's
     ``Reach``): where a peer saw this node (its address, or its router's: NAT) and whether that
     peer could open a connection to the listening port at that address."""
-    answered = [r for r in reaches if r.observed]
+    answered = [r for r in reaches if direct_address(r.observed)]  # a peer's text: only a parseable address counts
     if not answered:
-        why = reaches[0].why if reaches else "no peer to ask"
+        why = printable(reaches[0].why) if reaches else "no peer to ask"
         return (nat_check(maddrs, "hivemind", announced=False, use_relay=use_relay),
                 Check("reachable", "warn", f"unknown: no peer answered the dial-back request ({why})",
                       "ask through a bootstrap that runs this swarm-node version (`swarm-node bootstrap`)"))
-    r = next((a for a in answered if a.reachable), answered[0])
-    seen = _host(r.observed) or r.observed
+    # The majority of the peers that answered: one peer (any node may be named a bootstrap) cannot
+    # overrule the others; a tie is "not reachable", the verdict that asks the user to check.
+    yes = [a for a in answered if a.reachable]
+    reachable = 2 * len(yes) > len(answered)
+    r = yes[0] if reachable else next(a for a in answered if not a.reachable)
+    agreed = f" ({len(yes) if reachable else len(answered) - len(yes)} of {len(answered)} peer(s) that answered agree)"
+    peer, why, dialed = printable(r.peer), printable(r.why), printable(r.dialed)
+    seen, _ = direct_address(r.observed)
     hosts = sorted({h for h in map(_host, maddrs) if h})
     listening = [h for h in hosts if not ipaddress.ip_address(h).is_loopback] or hosts  # loopback is no target
     port = r.port
     if seen in hosts and announced:  # the transport gives peers the announced addresses only
-        nat = Check("nat", "ok", f"peer {r.peer} saw this node at {seen}, the address it announces "
+        nat = Check("nat", "ok", f"peer {peer} saw this node at {seen}, the address it announces "
                                  f"(swarm.announce_maddrs)")
     elif seen in hosts:
-        nat = Check("nat", "ok", f"none between this node and peer {r.peer}: it saw this node at {seen}, "
+        nat = Check("nat", "ok", f"none between this node and peer {peer}: it saw this node at {seen}, "
                                  f"an address it listens on")
     else:
-        nat = Check("nat", "ok", f"behind NAT (or a proxy): peer {r.peer} saw this node at {r.observed}, "
+        nat = Check("nat", "ok", f"behind NAT (or a proxy): peer {peer} saw this node at {r.observed}, "
                                  f"it listens on {', '.join(listening) or 'no direct address'} port {port}")
-    announce = f"--swarm.announce_maddrs '[\"/ip4/{seen}/tcp/{port}\"]'"
-    if r.reachable:
-        found = (f"port {port} is reachable: peer {r.peer} dialed {r.dialed} (where it saw this node) and this "
-                 f"node's libp2p listener answered")
+    ip = "ip6" if ":" in seen else "ip4"
+    announce = f"--swarm.announce_maddrs {shlex.quote(json.dumps([f'/{ip}/{seen}/tcp/{port}']))}"
+    if reachable:
+        found = (f"port {port} is reachable: peer {peer} dialed {dialed} (where it saw this node) and this "
+                 f"node's libp2p listener answered{agreed}")
         if seen in hosts:
             return nat, Check("reachable", "ok", found)
         return nat, Check("reachable", "warn", found + f", but this node does not give peers that address",
@@ -130,7 +140,7 @@ def reach_checks(reaches: list, maddrs: list[str], *, use_relay: bool, fixed_por
                           f"seen it from several peers)")
     relay = (" Until then peers reach this node through a relay (swarm.use_relay is on), more slowly."
              if use_relay else " With swarm.use_relay off, peers outside this network cannot reach it at all.")
-    found = f"port {port} is not reachable from peer {r.peer}: {r.dialed or r.observed}: {r.why}.{relay}"
+    found = f"port {port} is not reachable from peer {peer}{agreed}: {dialed or r.observed}: {why}.{relay}"
     if seen in hosts:
         fix = f"open TCP port {port} in this machine's firewall (e.g. `ufw allow {port}/tcp`)"
     else:

