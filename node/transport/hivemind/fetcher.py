@@ -89,7 +89,8 @@ class Fetcher:
             known_slots, explore_slots = self.budget.slots(r, want, len(self.known))
             picks = choose_fetches(list(fresh), self.known, known_slots, explore_slots, rng,
                                    bulky={p for p, rec in fresh.items() if rec["size"] > limit},
-                                   hosts={p: rec["p2p"] for p, rec in fresh.items()}, reachable=reachable())
+                                   hosts={p: rec["p2p"] for p, rec in fresh.items()}, reachable=reachable(),
+                                   promising=self.standing.candidates.keys())
         started = []
         for publisher in picks:
             record = fresh[publisher]

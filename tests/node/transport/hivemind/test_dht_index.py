@@ -180,3 +180,17 @@ def test_a_known_peer_missing_from_its_shard_is_looked_for_lower_first():
     assert plan.favoured == [shard_prefix("sn1v", lv) for lv in (2, 1, 0)] + [shard_prefix("sn1w", 3)]
     # Only own-level favoured shards count toward the expected entries: 2 - 1 = 1 random level-3 shard.
     assert [len(p) for p in plan.sampled] == [3]
+
+
+def test_a_promising_newcomer_is_explored_before_a_flood_of_fresh_keys():
+    """Standing takes admissions in 3 rounds: the unknown publisher admitted before (promising) is
+    explored first, whatever the number of fresh keys drawn beside it."""
+    rng = random.Random(0)
+    flood = [f"x{i}" for i in range(200)]
+    hosts = {p: p for p in flood} | {"honest": "h"}
+    for _ in range(20):
+        picks = choose_fetches(flood + ["honest"], set(), slots=2, explore=1, rng=rng, hosts=hosts,
+                               promising={"honest"})
+        assert picks == ["honest"]
+    # Without its earlier admission it is one draw among 201.
+    assert sum(choose_fetches(flood + ["honest"], set(), 2, 1, rng, hosts=hosts) == ["honest"] for _ in range(50)) < 10
