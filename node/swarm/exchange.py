@@ -393,7 +393,7 @@ class SwarmExchange:
         picked = self.pool.take(n, self.max_sender_share, self.select, extra, weakness)
         for g in picked:
             bump(self.stats.groups_used, g.sender)
-            self.work.trained(g.sender, g.round, g.informative)
+            self.work.trained(g.sender, r, g.informative)  # our round, not its label (node/swarm/peer_work.py)
         return picked
 
     def buffer_sizes(self) -> dict[str, int]:

@@ -2,7 +2,8 @@
 node trained on a group of it that carried a gradient (rewards that vary here: a zero-advantage
 group teaches nothing and costs its sender nothing to make). The peer cache admits and ranks by
 it (node/swarm/peer_cache.py), so keys that each got one group taken once weigh less than a peer
-trained on round after round.
+trained on round after round. The rounds are this node's own (a key cannot move them), never the
+labels a sender signs.
 
 Bounded (keys are free) but never closed to newcomers: at most ``LIMIT`` peers; when a new one
 comes past that, the weakest *other* entry goes: first a peer idle for more than ``IDLE_ROUNDS``
@@ -35,10 +36,11 @@ class PeerWork:
         return default if entry is None else entry[0]
 
     def trained(self, sender: str, round: int, informative: bool = True) -> None:
-        """A step took a group ``sender`` published for ``round``; it counts only when it carries
-        a gradient (``informative``). A round counts once, and only when newer than the last
-        counted: groups of older rounds taken later (freshest first) add nothing, so a sender
-        cannot count one round twice by publishing into the window's past."""
+        """A step of this node's ``round`` took a group of ``sender``; it counts only when it
+        carries a gradient (``informative``). The round is the receiver's, never the group's label:
+        a key signs what labels it likes, and one step taking its groups labelled r-1 and r (the
+        ``weakest`` rule can take the older first) counted two rounds of work. A round counts once,
+        and only when newer than the last counted."""
         if not informative:
             return
         self.newest = max(self.newest, round)
