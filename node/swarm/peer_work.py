@@ -10,15 +10,17 @@ comes past that, the weakest *other* entry goes: first a peer idle for more than
 rounds (the longest idle first), else the one with the fewest rounds (ties: the least recently
 trained on). A flood of fresh keys displaces its own kind, never a long history, and a new
 honest peer always gets an entry in which to build one. Pure bookkeeping: the exchange calls
-``trained`` for each group a step takes (node/swarm/exchange.py ``take``).
+``trained`` for each group a step takes (node/swarm/exchange.py ``take``); ``proven``, a peer trained
+on in ``MIN_ROUNDS`` rounds, is the standing the peer cache and the clock watch go by.
 """
 
 from __future__ import annotations
 
-__all__ = ["PeerWork", "LIMIT", "IDLE_ROUNDS"]
+__all__ = ["PeerWork", "LIMIT", "IDLE_ROUNDS", "MIN_ROUNDS"]
 
 LIMIT = 4096  # peers whose work is remembered (a step takes at most J groups: new senders come slowly)
 IDLE_ROUNDS = 1000  # a peer not trained on for this long is the first to go
+MIN_ROUNDS = 2  # distinct rounds trained on (with a gradient) before a peer has standing (``proven``)
 
 
 class PeerWork:
@@ -34,6 +36,12 @@ class PeerWork:
         """The distinct rounds of ``sender`` trained on (``default`` if none are remembered)."""
         entry = self.peers.get(sender)
         return default if entry is None else entry[0]
+
+    def proven(self, sender: str) -> bool:
+        """Whether ``sender`` has standing here: trained on in ``MIN_ROUNDS`` distinct rounds. The
+        peer cache admits by it, and the clock watch counts such peers' clocks first (one group
+        taken once, even one with no gradient, was enough before)."""
+        return self.get(sender) >= MIN_ROUNDS
 
     def trained(self, sender: str, round: int, informative: bool = True) -> None:
         """A step of this node's ``round`` took a group of ``sender``; it counts only when it
