@@ -29,6 +29,7 @@ from node.transport.base import Delivery
 from node.transport.hivemind.fetch_budget import MAX_FETCH_FAILURES, FetchBudget
 from node.transport.hivemind.index import bulky_threshold, choose_fetches
 from node.transport.hivemind.rollout_stream import FETCH_TIMEOUT_S, NotAnnounced, Oversized
+from node.transport.hivemind.serve_slots import PER_PEER
 from node.transport.hivemind.served_hosts import ServedHosts
 from node.transport.hivemind.strikes import SourceStrikes
 from node.transport.standing import Standing
@@ -65,6 +66,7 @@ class Fetcher:
     served: ServedHosts = field(default_factory=ServedHosts)  # hosts that served a publisher's matching body
     inflight: dict = field(default_factory=dict)  # (round, publisher, sha) -> task
     resting: dict = field(default_factory=dict)  # known publisher given up on -> last round skipped
+    hosts: collections.Counter = field(default_factory=collections.Counter)  # host -> our fetches from it in flight
     ready: list = field(default_factory=list)  # fetched, not yet returned
     body_sizes: collections.deque = field(default_factory=lambda: collections.deque(maxlen=64))  # fetched lately
     fetch_failures: int = 0  # bodies given up on (peer gone, cut off)
@@ -102,10 +104,13 @@ class Fetcher:
             record = fresh[publisher]
             if len(self.inflight) >= MAX_INFLIGHT_FETCHES:
                 break  # bounded memory; the rest is fetched by later polls
+            if self.hosts[record["p2p"]] >= PER_PEER:
+                continue  # a host serves one peer PER_PEER streams at once: the rest wait for a later poll
             known = publisher in self.known
             self.budget.spend(r, publisher, known)
             task = asyncio.create_task(self._fetch(r, publisher, record, known or want is None, download))
             self.inflight[(r, publisher, record["sha256"])] = task
+            self.hosts[record["p2p"]] += 1
             started.append(task)
         return started
 
@@ -118,6 +123,7 @@ class Fetcher:
         for task in list(self.inflight.values()):
             task.cancel()
         self.inflight.clear()
+        self.hosts.clear()
 
     def _worth_fetching(self, r: int, publisher: str, record: object, size_limit: int, tried: set[str]) -> bool:
         """Whether an index entry read for round ``r`` is a candidate to fetch now (``tried``: the
@@ -166,7 +172,10 @@ class Fetcher:
                       MAX_FETCH_FAILURES, type(e).__name__, e)
             return
         finally:
-            self.inflight.pop((round, *entry), None)
+            if self.inflight.pop((round, *entry), None) is not None:
+                self.hosts[record["p2p"]] -= 1
+                if self.hosts[record["p2p"]] <= 0:
+                    del self.hosts[record["p2p"]]
             if ok is False:
                 self._fetch_failed(round, publisher, entry, retry)
         self.budget.judge(round, entry)

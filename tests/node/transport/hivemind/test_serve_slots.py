@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import hashlib
 import random
 import struct
 import time
@@ -133,5 +134,38 @@ def test_a_known_publisher_given_up_is_rested_for_a_few_rounds_and_keeps_its_his
         await asyncio.gather(*tasks)
         f.forget_before(60)
         assert f.resting == {}
+
+    asyncio.run(main())
+
+
+def test_a_reader_keeps_within_a_hosts_share_of_streams_and_fetches_the_rest_later():
+    """A reader catching up on several rounds of one publisher would open a stream per round; past
+    the host's share the host turns the rest away and the reader would count failures (an
+    unknown publisher backed off). It opens PER_PEER at once; later polls fetch the rest."""
+    f = Fetcher("me", collections.Counter())
+    gate = asyncio.Event()
+    body = b"x" * 10
+    entry = {"pub": {"p2p": HOST, "size": len(body), "sha256": hashlib.sha256(body).hexdigest()}}
+
+    async def download(peer, round, publisher, declared):
+        await gate.wait()
+        return body
+
+    async def main():
+        rounds = range(10, 14)
+        started = []
+        for r in rounds:
+            f.budget.due([r], None, 0, 0.0, 5.0)
+            started += f.start_round(r, entry, None, 1 << 20, random.Random(0), set, download)
+        assert len(started) == PER_PEER and f.hosts[HOST] == PER_PEER
+        gate.set()
+        await asyncio.gather(*started)
+        assert not f.hosts and not f.backed_off and f.fetch_failures == 0
+        later = []
+        for r in rounds:  # the next poll
+            f.budget.due([r], None, 0, 1.0, 5.0)
+            later += f.start_round(r, entry, None, 1 << 20, random.Random(0), set, download)
+        await asyncio.gather(*later)
+        assert sorted(d.round for d in f.take_ready()) == list(rounds)
 
     asyncio.run(main())
