@@ -10,15 +10,19 @@ clock moves it little. Positive: the peers' clocks are ahead (this clock is behi
 ``seen_at`` is best taken as the middle of the interval in which the message first appeared (the
 poll that found it and the one before): the estimate is then within half that interval (plus the
 carrier's delay) of the truth, and ``uncertainty`` says so. ``swarm-node doctor`` samples for a
-few seconds; a running node warns once (``ClockWatch``) when the median is further from zero than
-``SKEW_FRACTION`` of a round beyond what its sampling cannot tell apart.
+few seconds; a running node warns (``ClockWatch``) when the median is further from zero than
+``SKEW_FRACTION`` of a round beyond what its sampling cannot tell apart, and again only once the
+offset has changed by as much (``warn_again``): a warning that latched for good, as before, hid a
+real skew that came after a false alarm.
 
 Keys are free, so who is counted matters more than how: each peer is one vote (the median of its
 own last few offsets), the doctor reports nothing from fewer than ``MIN_PEERS`` peers and calls a
 median that most peers do not agree with no measurement (``agreeing``), and a running node counts
-peers with standing (the exchange trained on their rollouts) before any number of keys that only
-sent heartbeats; without standing, the peers it met first, so that a later flood of fresh keys
-neither displaces them nor outvotes them (``ClockWatch``).
+peers with standing (the exchange trained on their rollouts in 2 rounds: node/swarm/peer_work.py
+``proven``) before any number of keys that only sent heartbeats, once ``MIN_PEERS`` have it (before,
+one group taken once was standing and one such peer was enough: 2 keys with a group each and false
+stamps made the median among 6 honest peers); else the peers it met first, so that a later flood
+of fresh keys neither displaces them nor outvotes them (``ClockWatch``).
 """
 
 from __future__ import annotations
@@ -28,13 +32,13 @@ from collections import deque
 from typing import Callable, Iterable, Mapping
 
 __all__ = ["SKEW_FRACTION", "MIN_PEERS", "median_offset", "peer_offsets", "agreeing", "skew_exceeds", "skew_message",
-           "ClockWatch"]
+           "warn_again", "ClockWatch"]
 
 SKEW_FRACTION = 0.25  # of a round: a median offset beyond this (and the sampling's uncertainty) is warned of
 DELIVERY_ALLOWANCE_S = 0.5  # what a carrier may add between a signature and the message being readable
 SAMPLES_PER_PEER = 5  # a peer's offset is the median of its last few heartbeats
 MIN_SAMPLES = 2  # ...counted once it has this many (one late delivery is not a clock)
-MIN_PEERS = 3  # a doctor reports no offset from fewer distinct peers: one or two keys are anyone's
+MIN_PEERS = 3  # a doctor reports no offset from fewer distinct peers, a watch counts no fewer with standing: one or two keys are anyone's
 NEW_PER_POLL = 16  # peers a watch starts tracking per heartbeat poll (those with standing always)
 MET_ON_JOINING_ROUNDS = 1.5  # without standing, peers first heard within this of the longest-heard count (one heartbeat a round)
 GONE_ROUNDS = 20.0  # a peer not heard for this long makes room first
@@ -78,12 +82,27 @@ def skew_message(offset: float, peers: int, round_seconds: float) -> str:
             f"`timedatectl set-ntp true`, or chrony) and check with `swarm-node doctor`")
 
 
+def warn_again(offset: float, warned_at: float | None, bound: float) -> tuple[bool, float | None]:
+    """(whether to warn now, the offset last warned of) for a median ``offset``, ``warned_at`` the
+    one last warned of (None: none since it was last back in line), ``bound`` the skew warned of.
+    A warning stands until the offset is back within half the bound (so one hovering at the bound
+    does not warn at every heartbeat) or has moved by a whole bound from what was said."""
+    if warned_at is not None:
+        if abs(offset) <= bound / 2:
+            return False, None  # back in line: a later skew is reported again
+        if abs(offset - warned_at) <= bound:
+            return False, warned_at  # what was said still holds
+    if abs(offset) <= bound:
+        return False, warned_at
+    return True, offset
+
+
 class ClockWatch:
-    """A running node's clock offset to its peers, fed one verified heartbeat at a time; says once
-    when it is too big. Bounded: ``max_peers`` peers, ``SAMPLES_PER_PEER`` offsets each.
+    """A running node's clock offset to its peers, fed one verified heartbeat at a time; says when
+    it is too big (``warn_again``). Bounded: ``max_peers`` peers, ``SAMPLES_PER_PEER`` offsets each.
 
     Who counts (``counted``): the peers ``standing`` vouches for (the exchange passes "trained on
-    their rollouts", work a fresh key has not done), when any has been heard often enough; else
+    in 2 rounds", work a fresh key has not done), when ``MIN_PEERS`` have been heard often enough; else
     the peers first heard within ``MET_ON_JOINING_ROUNDS`` rounds of the longest-heard one. Keys
     heard later are tracked but not counted, so a flood of fresh keys with false stamps cannot
     move the median; it cannot displace the peers already tracked either: a full table makes room
@@ -107,7 +126,11 @@ class ClockWatch:
         self.untracked = 0  # heartbeats of new peers turned away (the per-poll cap, or a full table)
         self._last_poll: float | None = None
         self._window: tuple[float | None, float] = (None, 0.0)
-        self.warned = False
+        self.warned_at: float | None = None  # the offset last warned of, until it is back in line
+
+    @property
+    def warned(self) -> bool:
+        return self.warned_at is not None
 
     def polled(self, at: float) -> None:
         """A poll for heartbeats began at ``at``: what it finds appeared since the previous one."""
@@ -131,7 +154,7 @@ class ClockWatch:
             latest = max(self._last.values()) - GONE_ROUNDS * self.round_seconds
             ready = {p: o for p, o in ready.items() if self._last[p] >= latest}
         vouched = {p: o for p, o in ready.items() if self.standing(p)}
-        if vouched or not ready:
+        if len(vouched) >= MIN_PEERS or not ready:  # one or two vouched keys are not the swarm's clock
             return vouched
         since = min(self._first[p] for p in ready) + MET_ON_JOINING_ROUNDS * self.round_seconds
         return {p: o for p, o in ready.items() if self._first[p] < since}
@@ -141,20 +164,18 @@ class ClockWatch:
         return median_offset((o, 0.0) for o in self.counted().values())
 
     def heard(self, sender: str, signed_at: float, seen_at: float) -> str | None:
-        """Record one verified heartbeat; the warning, the first time the offset exceeds the bound."""
+        """Record one verified heartbeat; the warning, when the offset exceeds the bound (again:
+        ``warn_again``)."""
         if sender not in self._offsets and not self._track(sender, seen_at):
             self.untracked += 1
             return None
         self._offsets[sender].append(signed_at - seen_at)
         self._last[sender] = seen_at
-        if self.warned:
-            return None
         off = self.offset()
-        if off is None or not skew_exceeds(off, self.round_seconds, uncertainty=self.uncertainty,
-                                           fraction=self.fraction):
+        if off is None:
             return None
-        self.warned = True
-        return skew_message(off, len(self.counted()), self.round_seconds)
+        warn, self.warned_at = warn_again(off, self.warned_at, self.fraction * self.round_seconds + self.uncertainty)
+        return skew_message(off, len(self.counted()), self.round_seconds) if warn else None
 
     def _track(self, sender: str, seen_at: float) -> bool:
         vouched = self.standing(sender)

@@ -96,9 +96,9 @@ class SwarmExchange:
         self.peers: dict[str, Announcement] = {}  # sender -> latest verified heartbeat
         self._last_heartbeat_poll = 0.0
         # This clock against peers' signed heartbeats (polled every half round): warned of once.
-        # Peers whose rollouts it trained on have standing there: a flood of heartbeat-only keys cannot outvote them.
+        # Peers trained on in MIN_ROUNDS rounds have standing there: heartbeat-only keys cannot outvote them.
         self.clock_watch = ClockWatch(clock.round_seconds, uncertainty=clock.round_seconds / 4 + DELIVERY_ALLOWANCE_S,
-                                      standing=self.stats.groups_used.__contains__)
+                                      standing=self.work.proven)
         self.link = SwarmLink(transport)  # up / down / rejoining, and the rejoining itself
         # A publish or heartbeat that takes longer than this is abandoned: a round never waits on it.
         self.publish_timeout = max(1.0, clock.round_seconds / 2)
@@ -393,7 +393,7 @@ class SwarmExchange:
         picked = self.pool.take(n, self.max_sender_share, self.select, extra, weakness)
         for g in picked:
             bump(self.stats.groups_used, g.sender)
-            self.work.trained(g.sender, g.round, g.informative)
+            self.work.trained(g.sender, r, g.informative)  # our round, not its label (node/swarm/peer_work.py)
         return picked
 
     def buffer_sizes(self) -> dict[str, int]:

@@ -37,6 +37,7 @@ from typing import Callable, Mapping
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from node.swarm.peer_work import MIN_ROUNDS  # (the one bar: the clock watch counts peers past it too)
 from protocol.identity import Identity
 
 log = logging.getLogger(__name__)
@@ -49,7 +50,6 @@ LIMIT = 64  # peers kept
 ADDRS_PER_PEER = 4  # of the up to 16 a heartbeat may carry
 JOIN_ADDRS = 16  # addresses a join tries from the cache
 JOIN_ADDRS_PER_PEER = 2  # of them from one peer: a few keys cannot fill the join list
-MIN_ROUNDS = 2  # distinct rounds trained on (with a gradient) before a peer gets in
 IDLE_S = 24 * 3600.0  # a peer not heard for this long gives way first, however long its history
 REFRESH_S = 60.0  # a peer's "last heard" moves at most this often (changing its addresses does not move it)
 

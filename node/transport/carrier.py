@@ -27,7 +27,7 @@ from protocol.manifest import MAX_MANIFEST_BYTES
 log = logging.getLogger(__name__)
 
 __all__ = ["Carrier", "CarrierError", "Handler", "unpack_reply", "StreamCarrier", "MemoryCarrier", "MemoryHub",
-           "MAX_REQUEST", "SLICE"]
+           "MAX_REQUEST", "SLICE", "reply_deadline"]
 
 MAX_REQUEST = MAX_MANIFEST_BYTES + 1024  # a manifest offer is the biggest request
 SLICE = 64 * 1024  # bytes written per upload-cap token take
@@ -55,6 +55,12 @@ def unpack_reply(result: tuple) -> tuple[int, bytes | memoryview, Callable[[], N
     if len(result) == 3:
         return (*result, False)
     return result[0], result[1], lambda written: None, False
+
+
+def reply_deadline(size: int) -> float:
+    """Seconds a ``size``-byte reply may take in all, on either side: the timeout, plus the bytes
+    at ``MIN_RATE``."""
+    return READ_TIMEOUT_S + size / MIN_RATE
 
 
 class CarrierError(ConnectionError):
@@ -164,7 +170,10 @@ class StreamCarrier(Carrier):
                     sent += len(piece)  # handed over: it may reach the requester even if the drain fails
                     await asyncio.wait_for(writer.drain(), READ_TIMEOUT_S)
 
-                await self.paced(payload, write, remote, low)
+                # A deadline on the whole reply, as the requester has (``call_on``): with only the
+                # one per piece, a requester reading a slice every 29 s held its serve (and a large
+                # body's reservation, node/transport/libp2p/serving.py) for as long as it liked.
+                await asyncio.wait_for(self.paced(payload, write, remote, low), reply_deadline(len(payload)))
             finally:
                 done(sent)
             self.leave(remote)  # the slot covers the request and the reply, not the wait below

@@ -29,15 +29,21 @@ from node.transport.base import Delivery
 from node.transport.hivemind.fetch_budget import MAX_FETCH_FAILURES, FetchBudget
 from node.transport.hivemind.index import bulky_threshold, choose_fetches
 from node.transport.hivemind.rollout_stream import FETCH_TIMEOUT_S, NotAnnounced, Oversized
+from node.transport.hivemind.serve_slots import PER_PEER
 from node.transport.hivemind.served_hosts import ServedHosts
 from node.transport.hivemind.strikes import SourceStrikes
 from node.transport.standing import Standing
 
 log = logging.getLogger("node.transport.hivemind.transport")  # the transport's log name, as before the split
 
-__all__ = ["Fetcher", "Download", "MAX_INFLIGHT_FETCHES"]
+__all__ = ["Fetcher", "Download", "MAX_INFLIGHT_FETCHES", "REST_ROUNDS"]
 
 MAX_INFLIGHT_FETCHES = 16  # bodies downloading at once (x 4 MiB at most each)
+# A known publisher whose body could not be downloaded is not fetched for this many rounds; it
+# keeps its standing: a host too busy to serve (or kept busy by someone else) is no evidence
+# against its publisher, and forgetting it let any peer that could fill the host's serve slots
+# wipe a long verified history.
+REST_ROUNDS = 3
 
 # download(libp2p peer, round, publisher, declared size) -> the body
 Download = Callable[[PeerID, int, str, int], Awaitable[bytes]]
@@ -59,6 +65,8 @@ class Fetcher:
     strikes: SourceStrikes = field(default_factory=SourceStrikes)
     served: ServedHosts = field(default_factory=ServedHosts)  # hosts that served a publisher's matching body
     inflight: dict = field(default_factory=dict)  # (round, publisher, sha) -> task
+    resting: dict = field(default_factory=dict)  # known publisher given up on -> last round skipped
+    hosts: collections.Counter = field(default_factory=collections.Counter)  # host -> our fetches from it in flight
     ready: list = field(default_factory=list)  # fetched, not yet returned
     body_sizes: collections.deque = field(default_factory=lambda: collections.deque(maxlen=64))  # fetched lately
     fetch_failures: int = 0  # bodies given up on (peer gone, cut off)
@@ -74,6 +82,7 @@ class Fetcher:
     def forget_before(self, oldest: int) -> None:
         self.budget.forget_before(oldest)
         self.strikes.forget_before(oldest)
+        self.resting = {p: u for p, u in self.resting.items() if u >= oldest}
 
     def start_round(self, r: int, entries: dict[str, dict], want: int | None, size_limit: int, rng: random.Random,
                     reachable: Callable[[], set[str]], download: Download) -> list[asyncio.Task]:
@@ -96,10 +105,13 @@ class Fetcher:
             record = fresh[publisher]
             if len(self.inflight) >= MAX_INFLIGHT_FETCHES:
                 break  # bounded memory; the rest is fetched by later polls
+            if self.hosts[record["p2p"]] >= PER_PEER:
+                continue  # a host serves one peer PER_PEER streams at once: the rest wait for a later poll
             known = publisher in self.known
             self.budget.spend(r, publisher, known)
             task = asyncio.create_task(self._fetch(r, publisher, record, known or want is None, download))
             self.inflight[(r, publisher, record["sha256"])] = task
+            self.hosts[record["p2p"]] += 1
             started.append(task)
         return started
 
@@ -112,6 +124,7 @@ class Fetcher:
         for task in list(self.inflight.values()):
             task.cancel()
         self.inflight.clear()
+        self.hosts.clear()
 
     def _worth_fetching(self, r: int, publisher: str, record: object, size_limit: int, tried: set[str]) -> bool:
         """Whether an index entry read for round ``r`` is a candidate to fetch now (``tried``: the
@@ -121,6 +134,8 @@ class Fetcher:
             return False
         if self.strikes.skips(publisher, record["p2p"], r):
             return False  # its (or its host's) last body failed verification: not fetched for a while
+        if self.resting.get(publisher, -1) >= r:
+            return False  # given up on lately (its host did not serve): tried again after a few rounds
         entry = (publisher, record["sha256"])
         if self.budget.is_judged(r, entry) or (r, *entry) in self.inflight or publisher in tried:
             return False
@@ -158,7 +173,10 @@ class Fetcher:
                       MAX_FETCH_FAILURES, type(e).__name__, e)
             return
         finally:
-            self.inflight.pop((round, *entry), None)
+            if self.inflight.pop((round, *entry), None) is not None:
+                self.hosts[record["p2p"]] -= 1
+                if self.hosts[record["p2p"]] <= 0:
+                    del self.hosts[record["p2p"]]
             if ok is False:
                 self._fetch_failed(round, publisher, entry, retry)
         self.budget.judge(round, entry)
@@ -174,15 +192,16 @@ class Fetcher:
 
     def _fetch_failed(self, round: int, publisher: str, entry: tuple[str, str], retry: bool) -> None:
         """A fetch that brought nothing usable (the fetch budget decides whether it is tried
-        again). Given up, a known publisher loses its standing (gone or stalling: back to the
-        unknown); an unknown key is backed off at once (junk entries cost their sender, not the
-        reader's next rounds)."""
+        again). Given up, a known publisher is not fetched for ``REST_ROUNDS`` rounds but keeps its
+        standing (a host that did not serve may be overloaded, or kept busy by someone else: no
+        evidence against the publisher); an unknown key is backed off at once (junk entries cost
+        their sender, not the reader's next rounds)."""
         counted = self.budget.fetch_failed(round, publisher, entry, retry, publisher in self.known)
         if counted is None:
             return
         self.fetch_failures += counted
         if publisher in self.known:
-            self.standing.forget(publisher)
+            self.resting[publisher] = round + REST_ROUNDS
         elif not retry:
             self.back_off(publisher, round)
 

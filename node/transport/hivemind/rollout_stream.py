@@ -21,11 +21,14 @@ from node.transport.base import MAX_ENVELOPE_SIZE
 from node.transport.hivemind.records import PEER_ID_RE
 
 __all__ = ["handler_name", "Outbox", "answer", "download", "read_request", "write_body", "Oversized",
-           "NotAnnounced", "ServesAnother", "FETCH_TIMEOUT_S"]
+           "NotAnnounced", "ServesAnother", "FETCH_TIMEOUT_S", "REQUEST_TIMEOUT_S"]
 
 _U64 = struct.Struct(">Q")
 FETCH_TIMEOUT_S = 10.0
 OWNER_REPLY_TIMEOUT_S = 2.0  # a refusing host writes its answer at once
+# A request is at most 264 bytes, sent at once: a total deadline, not one per read, so a stream
+# trickling a byte at a time cannot hold a serve slot for three reads' worth of timeouts.
+REQUEST_TIMEOUT_S = 2.0
 
 
 def handler_name(swarm: str) -> str:
@@ -76,11 +79,15 @@ class Outbox:
 
 
 async def read_request(reader: asyncio.StreamReader) -> tuple[int, str]:
-    """A request as a host reads it: (round, the publisher id asked for)."""
-    (round,) = _U64.unpack(await asyncio.wait_for(reader.readexactly(_U64.size), FETCH_TIMEOUT_S))
-    (n,) = await asyncio.wait_for(reader.readexactly(1), FETCH_TIMEOUT_S)
-    asked = (await asyncio.wait_for(reader.readexactly(n), FETCH_TIMEOUT_S)).decode("ascii", "replace")
-    return round, asked
+    """A request as a host reads it: (round, the publisher id asked for), all of it within
+    ``REQUEST_TIMEOUT_S``."""
+    return await asyncio.wait_for(_read_request(reader), REQUEST_TIMEOUT_S)
+
+
+async def _read_request(reader: asyncio.StreamReader) -> tuple[int, str]:
+    (round,) = _U64.unpack(await reader.readexactly(_U64.size))
+    (n,) = await reader.readexactly(1)
+    return round, (await reader.readexactly(n)).decode("ascii", "replace")
 
 
 async def write_body(writer: asyncio.StreamWriter, data: bytes) -> None:

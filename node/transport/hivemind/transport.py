@@ -61,6 +61,7 @@ from node.transport.hivemind.index import level_for, peers_key, read_plan, round
 from node.transport.hivemind.index_records import heartbeat_entry, index_entry, shard_entries, swarm_validator
 from node.transport.hivemind.known_shards import KnownShards
 from node.transport.hivemind.rollout_stream import Outbox, ServesAnother, answer, download, handler_name
+from node.transport.hivemind.serve_slots import ServeSlots
 from node.transport.hivemind.size_estimate import next_estimate
 from node.transport.join import join_swarm
 from protocol.identity import Identity
@@ -73,7 +74,6 @@ __all__ = ["HivemindTransport", "swarm_validator", "index_entry", "heartbeat_ent
            ]
 
 FETCH_WAIT_S = 1.0  # a poll returns what arrived by then; slower fetches are delivered by a later poll
-MAX_CONCURRENT_SERVES = 16  # peers downloading our envelopes at once; more are turned away
 HEARTBEATS_WANTED = 4  # heartbeat shards are read to find about twice this many peers
 
 
@@ -97,8 +97,7 @@ class HivemindTransport(Transport):
     _node: object = field(default=None, init=False, repr=False)
     # serving our envelopes
     _outbox: Outbox = field(default_factory=Outbox, init=False, repr=False)
-    _serving: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(MAX_CONCURRENT_SERVES),
-                                        init=False, repr=False)
+    _slots: ServeSlots = field(default_factory=ServeSlots, init=False, repr=False)  # downloads served at once
     # reading the index (fetching what it points at: node/transport/hivemind/fetcher.py)
     _fetcher: Fetcher = field(init=False, repr=False)
     _short: dict = field(default_factory=dict, init=False, repr=False)  # round -> last read found too few
@@ -177,16 +176,17 @@ class HivemindTransport(Transport):
 
     # -- serving our envelopes (node/transport/hivemind/rollout_stream.py) ---------------------
     async def _serve(self, info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if self._serving.locked():  # bounded: slow or hostile downloaders cannot pile up
+        peer = str(info.peer_id)
+        if not self._slots.take(peer):  # bounded, in all and per peer: node/transport/hivemind/serve_slots.py
             writer.close()
             return
-        async with self._serving:
-            try:
-                await answer(reader, writer, self.publisher, self._outbox, self._refused_request)
-            except (asyncio.TimeoutError, asyncio.IncompleteReadError, ConnectionError) as e:
-                log.debug("rollout request from %s failed: %s", info.peer_id, e)
-            finally:
-                writer.close()
+        try:
+            await answer(reader, writer, self.publisher, self._outbox, self._refused_request)
+        except (asyncio.TimeoutError, asyncio.IncompleteReadError, ConnectionError) as e:
+            log.debug("rollout request from %s failed: %s", peer, e)
+        finally:
+            self._slots.give(peer)
+            writer.close()
 
     def _refused_request(self) -> None:
         self.refused_requests += 1

@@ -18,6 +18,12 @@ reset their streams at once (2 serves each) use up the 16 serves of a body that 
 and honest strangers got nothing. Charged by bytes, a flood that resets can pull no more than
 ``MAX_STRANGER_SERVES`` × the body's size, however it cuts its reads.
 
+At most ``MAX_STRANGER_INFLIGHT`` strangers' serves of one body are in flight at once, well
+below the byte budget, and the carrier ends a reply that runs past ``READ_TIMEOUT_S + size /
+MIN_RATE`` (node/transport/carrier.py ``reply_deadline``). Before, 8 fresh ids asking twice each
+and then reading nothing reserved all 16 bodies' worth, and the only limit on a serve was 30 s per
+piece: an honest stranger was refused for as long as they kept reading a slice now and then.
+
 So one body costs its publisher at most (``MAX_STRANGER_SERVES`` + 2 × its vouched peers) × its
 size in upload, whatever the number of ids asking. Pure bookkeeping: the caller says who is vouched.
 """
@@ -28,10 +34,11 @@ import collections
 from dataclasses import dataclass, field
 from typing import Callable
 
-__all__ = ["Serves", "MAX_SERVES", "MAX_STRANGER_SERVES"]
+__all__ = ["Serves", "MAX_SERVES", "MAX_STRANGER_SERVES", "MAX_STRANGER_INFLIGHT"]
 
 MAX_SERVES = 2  # times one peer is served one of our bodies
 MAX_STRANGER_SERVES = 16  # bodies' worth of bytes one body is served in all to peers with no admitted history
+MAX_STRANGER_INFLIGHT = 4  # strangers' serves of one body at once (each reserves the whole body)
 
 
 @dataclass
@@ -39,19 +46,22 @@ class Serves:
     by_peer: collections.Counter = field(default_factory=collections.Counter)  # (remote, round)
     charged: collections.Counter = field(default_factory=collections.Counter)  # round -> strangers' bytes written
     reserved: collections.Counter = field(default_factory=collections.Counter)  # round -> strangers' bytes in flight
+    inflight: collections.Counter = field(default_factory=collections.Counter)  # round -> strangers' serves in flight
     refused: int = 0
 
     def take(self, remote: str, round: int, vouched: bool, size: int) -> Callable[[int], None] | None:
         """Whether to serve ``remote`` our ``size``-byte body of ``round`` now: None if not, else
         ``settle(written)``, to be called once with the bytes that went out."""
         if self.by_peer[remote, round] >= MAX_SERVES or (
-                not vouched and not stranger_may_start(self.charged[round], self.reserved[round], size)):
+                not vouched and (self.inflight[round] >= MAX_STRANGER_INFLIGHT
+                                 or not stranger_may_start(self.charged[round], self.reserved[round], size))):
             self.refused += 1
             return None
         self.by_peer[remote, round] += 1
         if vouched:
             return lambda written: None
         self.reserved[round] += size
+        self.inflight[round] += 1
         settled = False
 
         def settle(written: int) -> None:
@@ -61,6 +71,7 @@ class Serves:
             settled = True
             if round in self.reserved:  # (a body let go meanwhile: nothing left to charge)
                 self.reserved[round] -= size
+                self.inflight[round] -= 1
                 self.charged[round] += min(max(written, 0), size)
 
         return settle
@@ -69,7 +80,7 @@ class Serves:
         """Forget the counts of bodies no longer kept."""
         for key in [k for k in self.by_peer if k[1] not in rounds]:
             del self.by_peer[key]
-        for counts in (self.charged, self.reserved):
+        for counts in (self.charged, self.reserved, self.inflight):
             for r in [r for r in counts if r not in rounds]:
                 del counts[r]
 

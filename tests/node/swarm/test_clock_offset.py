@@ -9,12 +9,14 @@ import time
 
 import pytest
 
-from node.swarm.clock_offset import ClockWatch, median_offset, peer_offsets, skew_exceeds, skew_message
+from node.swarm.clock_offset import ClockWatch, median_offset, peer_offsets, skew_exceeds, skew_message, warn_again
+from node.swarm.pool import AdmittedGroup
 from node.transport.memory import MemoryHub
 from protocol.codec import encode
 from protocol.identity import Identity
 from protocol.messages import Announcement
-from tests.helpers.exchange import TOK_FP, clock_at, envelope, make_exchange
+from rewards.registry import make_task
+from tests.helpers.exchange import TOK_FP, clock_at, envelope, make_exchange, record
 
 
 def test_the_offset_is_the_median_of_peers_signed_minus_seen_times():
@@ -92,19 +94,80 @@ def test_peers_with_standing_outvote_keys_that_came_first():
     w = ClockWatch(5.0, standing=trained_on.__contains__)
     flood = {f"sybil{i}": 8.0 for i in range(40)}  # there before the honest peers, so met on joining
     _rounds_of_heartbeats(w, range(3), flood)
-    honest = {"a": 0.1, "b": 0.2}
+    honest = {"a": 0.1, "b": 0.2, "c": 0.3}
     _rounds_of_heartbeats(w, range(3, 6), {**flood, **honest})
     assert w.offset() == pytest.approx(8.0)  # no history yet: the keys met first count
-    trained_on.update(honest)  # the exchange trained on their rollouts
-    assert w.offset() == pytest.approx(0.15)
-    assert list(w.counted()) == ["a", "b"]
+    trained_on.update(("a", "b"))  # the exchange trained on their rollouts ...
+    assert w.offset() == pytest.approx(8.0)  # ... but two keys are not the swarm's clock
+    trained_on.add("c")
+    assert w.offset() == pytest.approx(0.2)
+    assert list(w.counted()) == ["a", "b", "c"]
+
+
+def test_two_keys_with_standing_and_false_stamps_do_not_make_the_median():
+    """The reviewer's case: before, any peer with standing made the median count only those, so 2
+    keys with standing, 6 s ahead, among 6 honest peers met first, gave a false "6 s behind"."""
+    standing = {"s1", "s2"}
+    w = ClockWatch(10.0, uncertainty=3.0, standing=standing.__contains__)
+    honest = {f"h{i}": 0.0 for i in range(6)}
+    _rounds_of_heartbeats(w, range(6), honest)
+    said = _heard_rounds(w, range(6, 9), {**honest, "s1": 6.0, "s2": 6.0})
+    assert w.offset() == 0.0 and said == [] and not w.warned
+    assert set(w.counted()) == set(honest)
+
+
+def _heard_rounds(w: ClockWatch, polls: range, senders: dict[str, float], t0: float = 1000.0) -> list[str]:
+    """``_rounds_of_heartbeats``, returning the warnings said."""
+    said = []
+    for k in polls:
+        seen = t0 + 2.5 * k
+        w.polled(seen)
+        said += [m for sender, skew in senders.items() if (m := w.heard(sender, seen + skew, seen))]
+    return said
+
+
+def test_a_warning_is_said_again_once_the_offset_was_back_in_line_or_moved_a_whole_bound():
+    """Before, ``warned`` latched: after one warning (a false alarm, say) a real skew later was
+    never reported."""
+    w = ClockWatch(5.0)  # bound 1.25 s
+    peers = [f"p{i}" for i in range(3)]
+    assert len(_heard_rounds(w, range(0, 8), dict.fromkeys(peers, 3.0))) == 1  # said once while it holds
+    assert _heard_rounds(w, range(8, 16), dict.fromkeys(peers, 0.0)) == [] and not w.warned  # back in line
+    again = _heard_rounds(w, range(16, 24), dict.fromkeys(peers, -3.0))
+    assert len(again) == 1 and "3.00 s ahead of" in again[0]
+    moved = _heard_rounds(w, range(24, 32), dict.fromkeys(peers, -6.0))  # worse by more than the bound
+    assert len(moved) == 1 and "6.00 s ahead of" in moved[0]
+
+
+@pytest.mark.parametrize("offset, warned_at, out", [
+    (1.0, None, (False, None)), (2.0, None, (False, None)), (2.5, None, (True, 2.5)),  # within the bound / past it
+    (3.0, 2.5, (False, 2.5)), (1.1, 2.5, (False, 2.5)),  # what was said still holds
+    (0.9, 2.5, (False, None)),  # back within half the bound: re-armed
+    (4.6, 2.5, (True, 4.6)), (-2.5, 2.5, (True, -2.5)),  # moved by more than the bound
+])
+def test_when_a_warning_is_said_again(offset, warned_at, out):
+    assert warn_again(offset, warned_at, 2.0) == out
+
+
+def test_standing_in_a_running_node_is_two_rounds_of_work_not_one_group_taken():
+    hub, me, peer = MemoryHub(), Identity.generate(), Identity.generate()
+    ex = make_exchange(hub, me, clock_at(5))
+    for r in (5, 6):
+        assert not ex.clock_watch.standing(peer.peer_id)  # before: one group taken once was standing
+        recs = (record(), record(ids=(4, 5)))
+        ex.pool.add(AdmittedGroup(sender=peer.peer_id, round=r, policy_version=1, model_fingerprint="m",
+                                  tokenizer_fingerprint=TOK_FP, task_id=recs[0].task_id, records=recs,
+                                  task=make_task(recs[0].task_id), token_level=True, rewards=(0.0, 1.0)))
+        assert len(ex.take(1, r)) == 1
+    assert ex.clock_watch.standing(peer.peer_id)
 
 
 def test_a_peer_with_standing_finds_room_in_a_full_table():
     w = ClockWatch(5.0, max_peers=4, standing={"vouched"}.__contains__)
     _rounds_of_heartbeats(w, range(2), {f"k{i}": 1.0 for i in range(4)})
     _rounds_of_heartbeats(w, range(2, 4), {"vouched": 0.0})
-    assert "vouched" in w._offsets and w.offset() == 0.0 and len(w._offsets) == 4
+    assert "vouched" in w._offsets and len(w._offsets) == 4
+    assert w.offset() == 1.0  # (one peer with standing is not counted alone: MIN_PEERS)
     assert "k3" not in w._offsets  # the newest without standing made room
 
 

@@ -28,11 +28,11 @@ def _addr(i: int) -> str:
     return ADDR.format(i >> 16 & 255, i >> 8 & 255, i & 255)
 
 
-def _group(sender: Identity, r: int) -> AdmittedGroup:
+def _group(sender: Identity, r: int, task: str = TASK) -> AdmittedGroup:
     """A group with rewards that vary (a gradient), as admission leaves it."""
-    recs = (record(TASK), record(TASK, (4, 5)))
+    recs = (record(task), record(task, (4, 5)))
     return AdmittedGroup(sender=sender.peer_id, round=r, policy_version=1, model_fingerprint="m",
-                         tokenizer_fingerprint=TOK_FP, task_id=TASK, records=recs, task=make_task(TASK),
+                         tokenizer_fingerprint=TOK_FP, task_id=task, records=recs, task=make_task(task),
                          token_level=True, rewards=(0.0, 1.0))
 
 
@@ -114,3 +114,21 @@ def test_the_work_ledger_stays_bounded_and_open_to_newcomers():
     w.trained("sn1new", 100)
     w.trained("sn1new", 101)
     assert len(w) == 50 and w.get("sn1old") == 10 and w.get("sn1new") == 2 and w.get("sn1flat") == 0
+
+
+def test_groups_labelled_two_rounds_taken_in_one_step_count_one_round_of_work(tmp_path):
+    """The work count is of this node's rounds, not the sender's labels: before, a fresh key whose
+    groups labelled r-1 and r were taken by one step (the ``weakest`` rule takes the older label
+    first when its family is the weaker) had 2 rounds of work, the peer cache's MIN_ROUNDS, after a
+    single step."""
+    me, fresh = Identity.generate(), Identity.generate()
+    ex = make_exchange(MemoryHub(), me, clock_at(100), max_sender_share=1.0, select="weakest")
+    cache = PeerCache(tmp_path / "peers.json", me).load()
+    _heartbeat(ex, fresh, 10, 7)
+    ex.pool.add(_group(fresh, 9, "lists:1:1"))  # a family this node is weak at
+    ex.pool.add(_group(fresh, 10))
+    taken = ex.take(2, 10, weakness={"lists": 0.1, "arithmetic": 0.9})
+    assert [g.round for g in taken] == [9, 10]
+    assert ex.work.get(fresh.peer_id) == 1
+    _refresh(ex, cache)
+    assert fresh.peer_id not in PeerCache(tmp_path / "peers.json", me).load().peers

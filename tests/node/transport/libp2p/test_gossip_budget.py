@@ -95,7 +95,7 @@ def test_serves_of_one_body_twice_a_peer_and_sixteen_in_all_to_strangers():
 def test_a_strangers_serve_is_charged_what_was_written_and_in_flight_ones_are_reserved():
     """Serves were charged before the write and never given back: 8 fresh ids whose streams reset
     at once used up the 16 serves of a body nobody received."""
-    from node.transport.libp2p.serving import MAX_STRANGER_SERVES, Serves, stranger_may_start
+    from node.transport.libp2p.serving import MAX_STRANGER_INFLIGHT, MAX_STRANGER_SERVES, Serves, stranger_may_start
 
     s, size = Serves(), 1000
     for k in range(8):  # 8 fresh ids, 2 serves each, each reset after 10 bytes
@@ -105,12 +105,16 @@ def test_a_strangers_serve_is_charged_what_was_written_and_in_flight_ones_are_re
     honest = s.take("honest", 1, False, size)
     assert honest is not None  # the honest stranger is still served
     honest(size)
-    # In flight, a serve holds the whole body: no more start than the cap allows at once.
-    flight = [s.take(f"f{k}", 1, False, size) for k in range(40)]
-    started = [f for f in flight if f is not None]
-    assert len(started) == MAX_STRANGER_SERVES - 2  # (the honest one's and the resets' 160 bytes)
-    for settle in started:
-        settle(size)
-        settle(size)  # settled once only
-    assert s.charged[1] == 160 + size + len(started) * size and s.reserved[1] == 0
+    # In flight, a serve holds the whole body: at most MAX_STRANGER_INFLIGHT at once, and no more
+    # in all than the byte cap allows.
+    started, total, batch = [None], 0, 0
+    while started:
+        started = [f for f in (s.take(f"f{batch}-{k}", 1, False, size) for k in range(40)) if f is not None]
+        assert len(started) <= MAX_STRANGER_INFLIGHT and s.reserved[1] == len(started) * size
+        total, batch = total + len(started), batch + 1
+        for settle in started:
+            settle(size)
+            settle(size)  # settled once only
+    assert total == MAX_STRANGER_SERVES - 2  # (the honest one's and the resets' 160 bytes)
+    assert s.charged[1] == 160 + size + total * size and s.reserved[1] == 0
     assert not stranger_may_start(s.charged[1], 0, size) and stranger_may_start(0, 15 * size, size)
