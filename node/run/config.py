@@ -153,6 +153,7 @@ class SwarmConfig(_Section):
     join_backoff: float = Field(2.0, gt=0, description="first back-off in seconds; doubles each retry")
     use_relay: bool = Field(True, description="reach peers behind NAT through relays (hivemind; off in loopback tests)")
     nat_port_map: bool = Field(True, description="ask the router for a port mapping via UPnP (hivemind; off in loopback tests)")
+    behind_nat: bool = Field(False, description="this node cannot be dialled (behind NAT, no forwarded port): hivemind reaches it through its bootstrap peers' relay (a reservation there, its circuit addresses announced); mqtt needs nothing (it dials out); libp2p has no relay and refuses (docs/nat.md)")
     broker: str = Field("", description="mqtt: the broker, mqtt://[user@]host[:1883] or mqtts://[user@]host[:8883] (TLS); no password in it (docs/private-cluster.md)")
     broker_password_file: str = Field("", description="mqtt: file whose first line is the broker password; empty = $SWARM_NODE_MQTT_PASSWORD, or none")
     broker_ca_file: str = Field("", description="mqtts: CA certificate (PEM) that signed the broker's certificate; empty = the system's CAs")

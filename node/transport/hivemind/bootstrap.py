@@ -17,6 +17,7 @@ from node.transport.backoff import JOIN_BACKOFF_S
 from node.transport.bootstrap_serve import serve_until_stopped
 from node.transport.hivemind.daemon import start_dht_node, stop_dht_node
 from node.transport.hivemind.dialback import serve_dialback
+from node.transport.hivemind.nat import RELAY_OPTIONS
 from node.transport.hivemind.records import bootstrap_validator
 from policies.default_model import default_home
 
@@ -36,7 +37,9 @@ async def run_bootstrap(*, host: str, port: int, announce: list[str], initial_pe
         use_relay=relay, nat_port_map=nat,
         # It replicates records too: it keeps only owner-signed peer records (as every node does
         # for its swarm's keys) expiring within the hour. It knows no swarm or round: it needs not.
-        record_validator=bootstrap_validator())
+        record_validator=bootstrap_validator(),
+        # A relaying bootstrap is public by definition: go-libp2p relays only for a host it believes public.
+        p2p_options=RELAY_OPTIONS if relay else None)
     try:
         await serve_dialback(node.p2p)  # `swarm-node doctor` asks whether its port is reachable
         maddrs = [str(m) for m in await node.p2p.get_visible_maddrs()]

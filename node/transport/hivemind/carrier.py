@@ -32,8 +32,14 @@ def _handler_name(swarm: str) -> str:
     return f"/swarm-node/{swarm}/weights"
 
 
-def _peer_of(address: str) -> tuple[PeerID, Multiaddr]:
+def _peer_of(address: str) -> tuple[PeerID, Multiaddr | None]:
+    """The peer an address names and where to dial it; None for a relayed address
+    (``<relay>/p2p/<relay id>/p2p-circuit/p2p/<peer id>``): p2pd fails to parse one handed to
+    ``connect`` ("length greater than remaining number of bytes"), so the daemon finds the peer's
+    circuit addresses itself (its DHT and identify), as it does for rollout bodies."""
     try:
+        if "/p2p-circuit/" in address:
+            return PeerID.from_base58(address.rpartition("/p2p/")[2]), None
         maddr = Multiaddr(address)
         pid = maddr.value_for_protocol("p2p")
         return PeerID.from_base58(pid), maddr.decapsulate(Multiaddr(f"/p2p/{pid}"))
@@ -68,7 +74,7 @@ class HivemindCarrier(StreamCarrier):
     async def call(self, address: str, request: bytes, *, max_reply: int, timeout: float) -> tuple[int, bytes]:
         peer, maddr = _peer_of(address)
         try:
-            if address not in self._connected:
+            if address not in self._connected and maddr is not None:
                 await asyncio.wait_for(self.p2p._client.connect(peer, [maddr]), timeout)  # no public dial in hivemind
                 if len(self._connected) >= MAX_CONNECTED:
                     self._connected.clear()  # dialling again is cheap (the daemon keeps what it has)

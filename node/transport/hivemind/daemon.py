@@ -40,13 +40,15 @@ async def start_dht_node(*, initial_peers: list[str], host_maddrs: list[str],
                          startup_timeout: float = 30.0, retries: int = JOIN_RETRIES, backoff: float = JOIN_BACKOFF_S,
                          use_relay: bool = True, nat_port_map: bool = True,
                          record_validator: RecordValidatorBase | None = None,
-                         on_retry: Optional[Callable[[str], None]] = None):
+                         on_retry: Optional[Callable[[str], None]] = None, p2p_options: dict | None = None):
     """Start a DHTNode with health checks; retries with back-off, then a clear ``TransportError``.
-    ``on_retry`` hears a one-line summary of each failed attempt (for the node's status)."""
+    ``on_retry`` hears a one-line summary of each failed attempt (for the node's status);
+    ``p2p_options``: more of ``P2P.create``'s options, over these (behind NAT: node/transport/hivemind/nat.py)."""
     kwargs = dict(host_maddrs=host_maddrs, startup_timeout=startup_timeout, use_relay=use_relay,
                   nat_port_map=nat_port_map, auto_nat=nat_port_map)
     if announce_maddrs:
         kwargs["announce_maddrs"] = announce_maddrs
+    kwargs.update(p2p_options or {})
     if identity_path:
         kwargs["identity_path"] = identity_path
 

@@ -28,6 +28,7 @@ from hivemind.p2p import PeerID
 from node.transport.base import Delivery
 from node.transport.hivemind.fetch_budget import MAX_FETCH_FAILURES, FetchBudget
 from node.transport.hivemind.index import bulky_threshold, choose_fetches
+from node.transport.hivemind.nat import dial_failure_hint
 from node.transport.hivemind.rollout_stream import FETCH_TIMEOUT_S, NotAnnounced, Oversized
 from node.transport.hivemind.serve_slots import PER_PEER
 from node.transport.hivemind.served_hosts import ServedHosts
@@ -73,6 +74,7 @@ class Fetcher:
     misdirected: int = 0  # entries pointing at a host that serves another publisher
     backed_off: int = 0  # back-offs of publishers whose bodies failed
     body_bytes: int = 0  # envelope bodies downloaded
+    undialable: int = 0  # fetches that found no address of the host to dial (NAT: node/transport/hivemind/nat.py)
 
     @property
     def known(self) -> dict:
@@ -169,6 +171,12 @@ class Fetcher:
             raise
         except Exception as e:  # noqa: BLE001 - a peer that vanished mid-transfer is routine
             n = self.budget.failed(round, entry)
+            hint = dial_failure_hint(e)
+            if hint is not None:
+                self.undialable += 1
+                if self.undialable == 1:  # once: the same cause fails every fetch from that host
+                    log.warning("could not fetch the rollouts of %s from its host %s: %s", publisher, record["p2p"],
+                                hint)
             log.debug("fetching round %d from %s failed (%d/%d): %s: %s", round, publisher, n,
                       MAX_FETCH_FAILURES, type(e).__name__, e)
             return

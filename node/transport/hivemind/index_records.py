@@ -37,10 +37,11 @@ _POINTER_FIELDS = {"k", "v", "d", "addr"}  # a weight source's newest version (n
 _FOLLOWER_FIELDS = {"k", "addr", "applied"}  # a follower announcing itself to that source
 WEIGHTS_TTL_S = 600.0  # no weights record lives longer (honest ones are re-announced every few rounds)
 _MAX_ADDR = 256
-# A carrier address: a dialable multiaddr ending in a libp2p id (no /unix, no relay chains): a
-# follower's address goes into the learner's table of whom to serve first.
+# A carrier address: a dialable multiaddr ending in a libp2p id (no /unix, no relay chains; one
+# relay hop, ``<relay>/p2p-circuit/p2p/<id>``, for a node behind NAT: node/transport/hivemind/nat.py):
+# a follower's address goes into the learner's table of whom to serve first.
 _ADDR_RE = re.compile(r"/(ip4|ip6|dns|dns4|dns6)/[0-9A-Za-z.:%-]{1,100}/(tcp|udp)/[0-9]{1,5}(/quic(-v1)?)?"
-                      r"/p2p/[1-9A-HJ-NP-Za-km-z]{30,60}")
+                      r"(/p2p/[1-9A-HJ-NP-Za-km-z]{30,60}/p2p-circuit)?/p2p/[1-9A-HJ-NP-Za-km-z]{30,60}")
 _KEY_MEMO = 65536
 # A stored record's value is {"d": value, "pk": 32 bytes, "sig": 64 bytes} (dht_records), plus its
 # subkey and expiration on the wire: what an entry costs a reader beyond its own value.

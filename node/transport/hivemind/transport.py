@@ -60,6 +60,7 @@ from node.transport.hivemind.heartbeats import HeardHeartbeats
 from node.transport.hivemind.index import level_for, peers_key, read_plan, round_key, shard_prefix, write_levels
 from node.transport.hivemind.index_records import heartbeat_entry, index_entry, shard_entries, swarm_validator
 from node.transport.hivemind.known_shards import KnownShards
+from node.transport.hivemind.nat import behind_nat_options
 from node.transport.hivemind.rollout_stream import Outbox, ServesAnother, answer, download, handler_name
 from node.transport.hivemind.serve_slots import ServeSlots
 from node.transport.hivemind.size_estimate import next_estimate
@@ -88,6 +89,7 @@ class HivemindTransport(Transport):
     join_backoff: float = JOIN_BACKOFF_S
     use_relay: bool = True
     nat_port_map: bool = True
+    behind_nat: bool = False  # reached through the bootstrap peers' relay (node/transport/hivemind/nat.py)
     round_seconds: float = 5.0  # for the record validator (round expiry) and how often the index is read
     on_retry: Optional[Callable[[str], None]] = field(default=None, repr=False)  # join attempts, for status
     signer: Optional[Identity] = field(default=None, repr=False)  # signs our DHT records; its peer id is ours
@@ -141,8 +143,9 @@ class HivemindTransport(Transport):
         log.info("hivemind transport up: %s", ", ".join(self.maddrs))
 
     async def _join(self, initial_peers: list[str], retries: int):
+        options = behind_nat_options(initial_peers, self.announce_maddrs) if self.behind_nat else None
         return await start_dht_node(
-            initial_peers=initial_peers, host_maddrs=self.host_maddrs,
+            initial_peers=initial_peers, host_maddrs=self.host_maddrs, p2p_options=options,
             announce_maddrs=self.announce_maddrs, identity_path=self.p2p_identity_path,
             startup_timeout=self.startup_timeout, retries=retries,
             backoff=self.join_backoff, use_relay=self.use_relay, nat_port_map=self.nat_port_map,
@@ -408,8 +411,8 @@ class HivemindTransport(Transport):
     def info(self) -> dict:
         info = {"transport": "hivemind", "maddrs": self.maddrs, "fetch_failures": self.fetch_failures,
                 "store_unconfirmed": self.store_unconfirmed, "refused_requests": self.refused_requests,
-                "misdirected": self.misdirected,
-                "backed_off": self.backed_off, "swarm_size": round(self.swarm_size),
+                "misdirected": self.misdirected, "undialable": self._fetcher.undialable,
+                "behind_nat": self.behind_nat, "backed_off": self.backed_off, "swarm_size": round(self.swarm_size),
                 "index_bytes": self.index_bytes, "body_bytes": self.body_bytes, "found_via": self.found_via}
         if self._node is not None:
             info["routing_peers"] = len(self._node.protocol.routing_table.uid_to_peer_id)

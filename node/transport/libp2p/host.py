@@ -416,7 +416,8 @@ class Libp2pHost:
 
     def info(self) -> dict:
         return {"peer_id_libp2p": self.peer_id, "addrs": self.addrs, "connected": len(self.connected()),
-                "not_ed25519": self.refused, "deliveries_dropped": self.dropped, "duplicates": self.duplicates}
+                "not_ed25519": self.refused, "deliveries_dropped": self.dropped, "duplicates": self.duplicates,
+                "undialable": getattr(getattr(self, "px", None), "undialable", 0)}  # NAT: docs/nat.md
 
 
 def _content_id(msg) -> bytes:

@@ -24,6 +24,7 @@ from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import info_from_p2p_addr
 
 from node.transport.addresses import peer_id_of, with_peer, without_peer
+from node.transport.libp2p.settings import UNDIALABLE
 
 log = logging.getLogger("node.transport.libp2p.host")  # the host's log name, as before the split
 
@@ -44,6 +45,14 @@ class PeerExchange:
     def __init__(self, host, peer_id: str, bootstrap: list[str], target_peers: int, px_interval: float):
         self.host, self.peer_id, self.bootstrap = host, peer_id, bootstrap
         self.target_peers, self.px_interval = target_peers, px_interval
+        self.undialable = 0  # addresses peer exchange named that could not be dialled
+
+    def _undialable(self, addr: str) -> None:
+        """A peer another peer is connected to, which this host cannot reach: said once at WARNING
+        (the usual cause is NAT, and the fix is the operator's), then counted."""
+        self.undialable += 1
+        if self.undialable == 1:
+            log.warning(UNDIALABLE.format(peer=peer_id_of(addr), addr=without_peer(addr)))
 
     def connected(self) -> list[ID]:
         return list(self.host.get_connected_peers())
@@ -127,7 +136,10 @@ class PeerExchange:
                              if peer_id_of(a) not in known and peer_id_of(a) != self.peer_id]
                     random.shuffle(fresh)
                     for addr in fresh[:min(PX_DIALS, self.target_peers - len(peers))]:
-                        found |= await self.dial(addr)
+                        dialled = await self.dial(addr)
+                        found |= dialled
+                        if not dialled:
+                            self._undialable(addr)
                 except Exception as e:  # noqa: BLE001 - the next round tries another peer
                     log.debug("peer exchange failed: %s", e)
             # The bootstrap peers are the one list this host did not take from a peer: keep one.

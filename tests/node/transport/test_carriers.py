@@ -99,7 +99,7 @@ def test_each_carrier_reads_its_own_settings():
     hm = carrier("hivemind").transport_kwargs(sc, ident, p2p_identity_path=None, on_retry=retry)
     assert hm == dict(initial_peers=peers, host_maddrs=["/ip4/127.0.0.1/tcp/0"], announce_maddrs=["/ip4/1.2.3.4/tcp/5"],
                       startup_timeout=7.0, join_retries=2, join_backoff=0.5, use_relay=False, nat_port_map=False,
-                      round_seconds=3.0, signer=ident, on_retry=retry)
+                      behind_nat=False, round_seconds=3.0, signer=ident, on_retry=retry)
     kept = carrier("hivemind").transport_kwargs(sc, ident, p2p_identity_path="/r/identity.pem.p2p", on_retry=None)
     assert kept["p2p_identity_path"] == "/r/identity.pem.p2p"  # only when given: hivemind's default otherwise
     lp = carrier("libp2p").transport_kwargs(sc, ident, p2p_identity_path="ignored", on_retry=retry)

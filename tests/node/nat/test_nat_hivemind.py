@@ -1,0 +1,80 @@
+"""Behind NAT over hivemind: nodes in two homes, each behind its own masquerading router, with
+bootstrap peers that relay in the public namespace (slow; needs root: tests/helpers/netns.py).
+
+Without ``swarm.behind_nat`` they find each other's index entries through the DHT but cannot dial
+each other for the bodies, and say what to open; with it they are reached through the relay
+(node/transport/hivemind/nat.py) and share rollouts."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers.netns import PUBLIC_IP
+from tests.helpers.procs import metrics, status
+from tests.helpers.wait import wait_until
+
+pytestmark = [pytest.mark.slow, pytest.mark.netns, pytest.mark.daemon, pytest.mark.subprocess]
+
+# p2pd's autorelay reserves a slot once it knows four relay candidates, else only after three
+# minutes (docs/nat.md): a public swarm has many; here four bootstrap peers stand for them.
+RELAYS = 4
+HOME_FLAGS = ["--swarm.host_maddrs", '["/ip4/0.0.0.0/tcp/0"]', "--swarm.nat_port_map", "false"]
+
+
+def _bootstraps(nat_procs, n: int) -> list[str]:
+    """``n`` relaying bootstrap peers in the public namespace, each joined to the first."""
+    maddrs, started = [], []
+    for i in range(n):
+        out = nat_procs.root / f"boot{i}.maddr"
+        joined = ["--initial-peers", maddrs[0]] if maddrs else []
+        started.append((out, nat_procs.at("pub")._spawn(
+            ["bootstrap", "--host", PUBLIC_IP, "--port", str(31337 + i), "--no-nat", "--identity",
+             str(nat_procs.root / f"boot{i}.key"), "--maddr-file", str(out), *joined], nat_procs.root / f"boot{i}.log")))
+        if i == 0:
+            wait_until(out.exists, 60, "the first bootstrap peer", started[0][1])
+            maddrs.append(out.read_text().split()[0])
+    for out, p in started[1:]:
+        wait_until(out.exists, 60, "the bootstrap peers", p)
+        maddrs.append(out.read_text().split()[0])
+    return maddrs
+
+
+def _join(nat_procs, home: str, name: str, maddrs: list[str], model_dir, *extra: str):
+    how = [x for m in maddrs for x in ("--bootstrap", m)] + HOME_FLAGS
+    return nat_procs.at(home)._join(name, how, model_dir, extra)
+
+
+def test_two_homes_cannot_dial_each_other_and_say_what_to_open(nat_procs, warm_tiny_model_dir, tmp_path):
+    maddrs = _bootstraps(nat_procs, 1)
+    common = ["--train.steps", "400", "--swarm.round_seconds", "2"]
+    nodes = [_join(nat_procs, f"h{i}", f"n{i}", maddrs, warm_tiny_model_dir, "--train.seed", str(i), *common)
+             for i in (1, 2)]
+
+    def said(i: int) -> bool:
+        return ("--swarm.behind_nat true" in (tmp_path / f"n{i}.log").read_text()
+                and status(tmp_path / f"n{i}").get("swarm", {}).get("undialable", 0) >= 1)
+
+    wait_until(lambda: said(1) and said(2), 120, "both nodes to say what to open", nodes[0])
+    for i in (1, 2):
+        st = status(tmp_path / f"n{i}")["swarm"]
+        assert st["undialable"] >= 1 and st["groups_used_by_peer"] == {}, st
+        assert "forwards a TCP port on its router" in (tmp_path / f"n{i}.log").read_text()
+
+
+def test_two_homes_behind_nat_share_rollouts_through_the_relay(nat_procs, warm_tiny_model_dir, tmp_path):
+    """A node in each home, both with ``--swarm.behind_nat true``: each announces only circuit
+    addresses through the bootstrap peers and trains on the other's rollouts, fetched through the
+    relay. (Weights do not cross yet: docs/nat.md.)"""
+    maddrs = _bootstraps(nat_procs, RELAYS)
+    steps = 8
+    common = ["--train.steps", str(steps), "--swarm.round_seconds", "2", "--swarm.behind_nat", "true"]
+    nodes = [_join(nat_procs, f"h{i}", f"n{i}", maddrs, warm_tiny_model_dir, "--train.seed", str(i), *common)
+             for i in (1, 2)]
+    for i, p in enumerate(nodes, 1):
+        assert p.wait(timeout=240) == 0, (tmp_path / f"n{i}.log").read_text()[-3000:]
+    sts = [status(tmp_path / f"n{i}")["swarm"] for i in (1, 2)]
+    for me, other in ((sts[0], sts[1]), (sts[1], sts[0])):
+        assert me["maddrs"] and all("/p2p-circuit/" in m for m in me["maddrs"]), me["maddrs"]
+        assert set(me["groups_used_by_peer"]) == {other["peer_id"]} and me["rejected_total"] == 0, me
+        assert me["undialable"] == 0
+    assert all(len(metrics(tmp_path / f"n{i}")) == steps for i in (1, 2))
