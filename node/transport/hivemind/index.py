@@ -44,13 +44,13 @@ import math
 import random
 import re
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence, Set
+from typing import Collection, Iterable, Mapping, Sequence, Set
 
 from protocol.identity import PEER_ID_RE
 
 __all__ = ["SHARD_FANOUT", "MAX_LEVEL", "SHARD_TARGET", "EXPLORE_EVERY_ROUNDS", "FOLLOWER_LEVEL", "peer_hash",
            "shard_prefix", "level_for", "write_levels", "round_key", "peers_key", "weights_key", "followers_key",
-           "parse_key", "ParsedKey", "ReadPlan", "read_plan", "search_levels", "MAX_SHARD_COUNT", "estimate_size", "choose_fetches", "explore_order", "envelopes_wanted", "explore_allowance", "bulky_threshold"]
+           "parse_key", "ParsedKey", "ReadPlan", "read_plan", "search_levels", "MAX_SHARD_COUNT", "estimate_size", "choose_fetches", "favoured", "explore_order", "envelopes_wanted", "explore_allowance", "bulky_threshold"]
 
 SHARD_FANOUT = 16  # one hex digit of the peer-id hash per level
 MAX_LEVEL = 3  # 4096 shards: ~64 entries a shard at a quarter of a million peers
@@ -268,6 +268,21 @@ def choose_fetches(candidates: Sequence[str], known: set[str] | dict, slots: int
     order = explore_order(first, hosts, reachable, rng) + explore_order(
         [p for p in unknown if p not in promising], hosts, reachable, rng)
     return known_c[:max(slots, 0)] + order[:max(explore, 0)]
+
+
+def favoured(search: Sequence[str], known: Collection[str], promising: Collection[str], wanted: int,
+             rng: random.Random) -> list[str]:
+    """The publishers whose shards a read looks at on purpose (``read_plan``'s ``favour``): those
+    searched for this time, then known ones at random, then the ``promising`` (admitted before,
+    not vouched yet) to fill ``wanted``. Without the promising, a newcomer's peers were read only
+    by luck until vouched (3 rounds): a reader whose estimate a flood of fresh keys had raised
+    read random shards of a level they were not at, and the honest swarm lost a quarter of its
+    rollouts (tests/node/sim/test_attack_suite.py, the flood)."""
+    out = list(search)
+    for pool in (known, promising):
+        rest = [p for p in pool if p not in out and p not in search]
+        out += rng.sample(rest, max(min(wanted - len(out), len(rest)), 0))
+    return out
 
 
 def explore_order(publishers: Sequence[str], hosts: Mapping[str, str], reachable: Set[str],

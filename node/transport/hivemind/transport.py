@@ -57,7 +57,7 @@ from node.transport.hivemind.daemon import start_dht_node, stop_dht_node
 from node.transport.hivemind.dialback import serve_dialback
 from node.transport.hivemind.fetcher import Fetcher
 from node.transport.hivemind.heartbeats import HeardHeartbeats
-from node.transport.hivemind.index import level_for, peers_key, read_plan, round_key, shard_prefix, write_levels
+from node.transport.hivemind.index import favoured, level_for, peers_key, read_plan, round_key, shard_prefix, write_levels
 from node.transport.hivemind.index_records import heartbeat_entry, index_entry, shard_entries, swarm_validator
 from node.transport.hivemind.known_shards import KnownShards
 from node.transport.hivemind.nat import behind_nat_options
@@ -281,8 +281,7 @@ class HivemindTransport(Transport):
             probe = self._short.get(r, True)  # first read of the round, or the last found too few
             judged = r != skip
             search = self._where.searches(known, self._round_now(), most=wanted) if judged else []
-            rest = [p for p in known if p not in search]
-            favour = search + self._rng.sample(rest, min(wanted - len(search), len(rest)))
+            favour = favoured(search, known, self._fetcher.standing.candidates.keys(), wanted, self._rng)
             elsewhere = self._where.plan(favour, level, search)
             rp = read_plan(self.swarm_size, wanted, self._rng, probe_up=probe, favour=favour, elsewhere=elsewhere)
             for prefix in rp.prefixes:

@@ -194,3 +194,15 @@ def test_a_promising_newcomer_is_explored_before_a_flood_of_fresh_keys():
         assert picks == ["honest"]
     # Without its earlier admission it is one draw among 201.
     assert sum(choose_fetches(flood + ["honest"], set(), 2, 1, rng, hosts=hosts) == ["honest"] for _ in range(50)) < 10
+
+
+def test_a_read_favours_the_searched_then_known_then_promising_publishers():
+    from node.transport.hivemind.index import favoured
+
+    rng = random.Random(0)
+    assert favoured(["s"], {"k1", "k2"}, {"p1"}, 4, rng)[:1] == ["s"]
+    got = favoured(["s"], {"k1", "k2"}, {"p1", "p2"}, 4, rng)
+    assert got[0] == "s" and set(got[1:3]) == {"k1", "k2"} and got[3] in {"p1", "p2"} and len(got) == 4
+    assert len(favoured([], {f"k{i}" for i in range(10)}, {"p1"}, 4, rng)) == 4  # known fill it: no promising
+    assert set(favoured([], set(), {"p1", "p2"}, 4, rng)) == {"p1", "p2"}  # a newcomer: its promising peers
+    assert favoured(["k1"], {"k1"}, set(), 4, rng) == ["k1"]  # searched and known: once
