@@ -9,4 +9,7 @@ pytest's ``pythonpath``, see pyproject.toml):
     tls_certs.py      a throwaway CA and certificates for the MQTT TLS listener
     follower_proc.py  a broadcast follower run as its own process (killed mid-transfer)
     broadcast_net.py  a broadcast source and followers on an in-memory hub (Net)
+    netns.py          NatNet: network namespaces behind masquerading routers (the NAT tests)
+    nat_fixtures.py   the NAT tests' fixtures (a torn-down NatNet, nodes started inside it); not a
+                      conftest.py: a second one would shadow tests/conftest.py's ``import conftest``
 """

@@ -12,6 +12,7 @@ import pytest
 from tests.helpers.netns import PUBLIC_IP
 from tests.helpers.procs import metrics, status
 from tests.helpers.wait import wait_until
+from tests.helpers.nat_fixtures import _namespaces_available, nat_net, nat_procs  # noqa: F401 - fixtures
 
 pytestmark = [pytest.mark.slow, pytest.mark.netns, pytest.mark.daemon, pytest.mark.subprocess]
 

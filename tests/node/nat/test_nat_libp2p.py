@@ -10,6 +10,7 @@ import pytest
 from tests.helpers.netns import PUBLIC_IP
 from tests.helpers.procs import status
 from tests.helpers.wait import wait_until
+from tests.helpers.nat_fixtures import _namespaces_available, nat_net, nat_procs  # noqa: F401 - fixtures
 
 pytestmark = [pytest.mark.slow, pytest.mark.netns, pytest.mark.subprocess]
 

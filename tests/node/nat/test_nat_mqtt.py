@@ -14,6 +14,7 @@ from node.transport.mqtt.broker import mosquitto_binary
 from tests.helpers.netns import PUBLIC_IP, ROUTER_WAN
 from tests.helpers.procs import hostile_refusals, metrics, status
 from tests.helpers.wait import wait_until
+from tests.helpers.nat_fixtures import _namespaces_available, nat_net, nat_procs  # noqa: F401 - fixtures
 
 pytestmark = [pytest.mark.slow, pytest.mark.netns, pytest.mark.broker, pytest.mark.subprocess]
 

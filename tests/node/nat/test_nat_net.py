@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers.netns import HOME_IP, PUBLIC_IP, ROUTER_WAN, NatNet, clean_leftovers
+from tests.helpers.nat_fixtures import _namespaces_available, nat_net  # noqa: F401 - fixtures
 
 pytestmark = [pytest.mark.netns, pytest.mark.subprocess]
 

@@ -1,4 +1,4 @@
-"""Fixtures for the NAT tests: the namespaced net (tests/helpers/netns.py), torn down with every
+"""Fixtures for the NAT tests (tests/node/nat imports them): the namespaced net (tests/helpers/netns.py), torn down with every
 process in it whatever the test did, and a ``Procs`` whose nodes start inside a namespace."""
 
 from __future__ import annotations
