@@ -24,8 +24,9 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+from tests.helpers.procs import stop_all
 
 PREFIX = "snnat-"
 PUBLIC_IP = "10.99.0.1"
@@ -206,15 +207,6 @@ table ip filter {
     def close(self) -> None:
         """Stop every process started here (SIGTERM, then SIGKILL after 20 s), kill whatever else
         still runs inside the namespaces, delete them."""
-        for p in self.procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 20
-        for p in self.procs:
-            try:
-                p.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop_all(self.procs)
         for name in self.names.values():
             _remove(name)

@@ -30,6 +30,20 @@ def _env() -> dict:
     return env
 
 
+
+def stop_all(procs: list[subprocess.Popen], grace_s: float = 20.0) -> None:
+    """SIGTERM every process still running, then SIGKILL those not gone within ``grace_s`` in all."""
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for p in procs:
+        try:
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
 class Procs:
     """Owns every process a test starts; ``close`` leaves none behind."""
 
@@ -77,16 +91,7 @@ class Procs:
                            self.root / f"{name}.log")
 
     def close(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        deadline = time.time() + 20
-        for p in self.procs:
-            try:
-                p.wait(timeout=max(0.1, deadline - time.time()))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop_all(self.procs)
 
 
 @pytest.fixture

@@ -82,14 +82,22 @@ def test_at_most_two_missing_peers_are_searched_a_round_chosen_at_random():
     assert any("f" in first_two(seed) for seed in range(10))
 
 
-def test_a_peer_searched_for_in_vain_three_times_is_gone_until_it_turns_up_in_a_read():
-    k = KnownShards()
-    k.observe({"v": [2]}, {}, reader_level=2, round=0)
+
+def _searched_in_vain(k: KnownShards, p: str) -> int:
+    """Miss ``p`` at level 2, then search for it MAX_FAILED_SEARCHES times at every level without
+    finding it; returns the round of the last search (when it was given up)."""
+    k.observe({p: [2]}, {}, reader_level=2, round=0)
     r = 0
     for _ in range(MAX_FAILED_SEARCHES):
-        while k.searches({"v"}, r) != ["v"]:
+        while k.searches({p}, r) != [p]:
             r += 1
-        k.observe({"v": [2, 1, 0, 3]}, {}, reader_level=2, round=r, searched={"v"})
+        k.observe({p: [2, 1, 0, 3]}, {}, reader_level=2, round=r, searched={p})
+    return r
+
+
+def test_a_peer_searched_for_in_vain_three_times_is_gone_until_it_turns_up_in_a_read():
+    k = KnownShards()
+    r = _searched_in_vain(k, "v")
     assert "v" not in k.missing and "v" in k.gone and MAX_FAILED_SEARCHES == 3
     k.observe({"v": [2]}, {}, reader_level=2, round=r + 1)  # read at its level, not there: not missing again
     assert k.searches({"v"}, r + GONE_RETRY_ROUNDS - 1) == [] and "v" not in k.missing  # (within the retry wait)
@@ -149,12 +157,7 @@ def test_a_gone_peer_is_searched_once_more_every_64_rounds_with_a_search_left_ov
     """Sybils near its shard keys can withhold a peer through three searches: it is not given up
     for good, but searched again every GONE_RETRY_ROUNDS rounds, one a round, after the missing."""
     k = KnownShards(rng=random.Random(0))
-    k.observe({"v": [2]}, {}, reader_level=2, round=0)
-    r = 0
-    for _ in range(MAX_FAILED_SEARCHES):
-        while k.searches({"v"}, r) != ["v"]:
-            r += 1
-        k.observe({"v": [2, 1, 0, 3]}, {}, reader_level=2, round=r, searched={"v"})
+    r = _searched_in_vain(k, "v")
     assert "v" in k.gone
     gave_up = r
     assert all(k.searches({"v"}, t) == [] for t in range(gave_up + 1, gave_up + GONE_RETRY_ROUNDS))
