@@ -159,7 +159,10 @@ def test_sim_starts_a_learner_and_its_workers(transport, warm_tiny_model_dir, tm
     assert set(learner["groups_used_by_peer"]) == {w["peer_id"] for w in workers}  # it trained on its workers'
     for w in workers:
         b = w["broadcast"]
-        assert b["role"] == "worker" and b["following"] == learner["peer_id"] and b["applied_versions"] >= 5
+        # A follower fetches the newest version within its bound and skips the ones published while it
+        # fetched, so how many it applies depends on the machine's load (CI saw 4 of 9 over MQTT): at
+        # least 3 distinct versions means it kept following, not just took the first.
+        assert b["role"] == "worker" and b["following"] == learner["peer_id"] and b["applied_versions"] >= 3
         assert w["groups_used"] == 0  # workers train on nothing
     md = (tmp_path / "sim" / "summary.md").read_text()
     assert "| node0 | learner | published" in md and "| node2 | worker | applied" in md
