@@ -14,9 +14,10 @@
 - ``worker``: follows a learner's versions (node/broadcast/follow.py), generates with the newest
   applied one, publishes its rollouts labelled with that version, and trains nothing. It waits
   (and says so) until it has a version within ``max_staleness`` of the newest the learner
-  announced; while it waits with no sign of the learner (no new version announced or applied,
-  no new heartbeat of it, no chunk arriving) for ``learner_timeout`` seconds, the learner has
-  stopped or left, and it stops with ``LearnerGone`` (exit 1), naming the learner.
+  announced. With no sign of the learner (no new version announced or applied, no new heartbeat
+  of it, no chunk arriving) for ``learner_timeout`` seconds, while it waits or while it generates
+  up to date, the learner has stopped or left, and it stops with ``LearnerGone`` (exit 1), naming
+  the learner: its rollouts would go to no one that trains on them.
 
 The trainer calls a role at fixed points (``start``, ``before_step``, ``rollout_version``,
 ``admit_groups``, ``learns``, ``after_step``, ``status``, ``close``), each with the node's
@@ -198,7 +199,7 @@ class LearnerRole(Role):
 
 
 class LearnerGone(NodeError):
-    """A worker waited for weights and its learner gave no sign of life for ``learner_timeout`` s."""
+    """A worker's learner gave no sign of life for ``learner_timeout`` s (see the module doc)."""
 
 
 class WorkerRole(Role):
@@ -238,17 +239,22 @@ class WorkerRole(Role):
         f = self.follower
         since = time.monotonic()
         timeout = ctx.settings.learner_timeout
-        while not f.fresh_enough() and not ctx.stop_requested():
+        while not ctx.stop_requested():
+            fresh = f.fresh_enough()
             what = ("no version yet" if f.applied is None
                     else f"version {f.applied} applied, the learner announced {f.newest_seen}")
-            silent = time.monotonic() - max(self._learner_seen(ctx), since)
+            silent = time.monotonic() - self._learner_seen(ctx)  # (the first look starts the clock)
             if timeout and silent > timeout:
                 why = (f"the learner {f.directory.source} (--follow) gave no sign for {silent:.0f} s while this worker "
-                       f"waited for weights within broadcast.max_staleness {ctx.settings.max_staleness} ({what}): no "
-                       f"new version, no heartbeat, no chunk arriving. It has stopped or left the swarm; start the "
-                       f"worker again once the learner runs (or follow another), or raise --broadcast.learner_timeout")
+                       + (f"generated with version {f.applied}, the newest it announced" if fresh else
+                          f"waited for weights within broadcast.max_staleness {ctx.settings.max_staleness} ({what})")
+                       + ": no new version, no heartbeat, no chunk arriving. It has stopped or left the swarm, and "
+                       "no one trains on this worker's rollouts; start the worker again once the learner runs (or "
+                       "follow another), or raise --broadcast.learner_timeout")
                 ctx.set_phase("stopped", why)
                 raise LearnerGone(why)
+            if fresh:
+                return
             t = f.peer.status().get("transfer")
             if t:
                 what += f"; receiving version {t['version']}: {t['bytes'] / 1e6:.1f} of {t['total'] / 1e6:.1f} MB"

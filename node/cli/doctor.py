@@ -115,11 +115,11 @@ async def _network(cfg, args, say) -> float | None:
     say(address_check(maddrs, c.name))
     if c.name == "hivemind":
         fixed = any((endpoint_of(m) or ("", 0))[1] for m in sc.host_maddrs)
-        for check in reach_checks(got.asked, maddrs, use_relay=sc.use_relay, fixed_port=fixed,
+        for check in reach_checks(got.asked, maddrs, behind_nat=sc.behind_nat, fixed_port=fixed,
                                   announced=bool(sc.announce_maddrs)):
             say(check)
     else:
-        say(nat_check(maddrs, c.name, announced=bool(sc.announce_maddrs), use_relay=sc.use_relay))
+        say(nat_check(maddrs, c.name, announced=bool(sc.announce_maddrs), behind_nat=sc.behind_nat))
         if c.name != "mqtt":  # over mqtt nothing listens: every node dials out to the broker
             say(Check("reachable", "warn", f"unknown: the {c.name} carrier has no dial-back to ask a peer with",
                       "check the port from another machine (`nc -vz PUBLIC_IP PORT`), or run the doctor "

@@ -12,6 +12,7 @@ import shlex
 from dataclasses import asdict, dataclass
 
 from node.swarm.clock_offset import MIN_PEERS, SKEW_FRACTION, agreeing, median_offset, peer_offsets, skew_exceeds
+from node.transport.addresses import relayed
 from node.transport.hivemind.dialback import direct_address, printable
 
 __all__ = ["Check", "render", "exit_code", "report", "address_check", "nat_check", "reach_checks", "listening_port",
@@ -70,7 +71,22 @@ def address_check(maddrs: list[str], carrier: str) -> Check:
     return Check("addresses", "ok", f"{len(maddrs)} address(es), {'/'.join(kinds)}: {shown}")
 
 
-def nat_check(maddrs: list[str], carrier: str, *, announced: bool, use_relay: bool) -> Check:
+# Where no port can be forwarded (docs/nat.md): hivemind reaches a node through its bootstrap peers'
+# relay (rollouts; a learner's weights are too big for a relayed connection); other carriers cannot.
+NO_PORT = ("; if no port can be forwarded, join with --swarm.behind_nat true (peers then reach it through the "
+           "bootstrap peers' relay: rollouts, not a learner's weights; docs/nat.md)")
+
+
+def _relay_note(carrier: str, behind_nat: bool) -> str:
+    """How peers outside this network reach a node they cannot dial, on this carrier."""
+    if carrier != "hivemind":
+        return "; this carrier has no relay, so peers outside this network cannot reach it"
+    if behind_nat:
+        return "; swarm.behind_nat is on: peers reach it through the bootstrap peers' relay"
+    return "; without --swarm.behind_nat, peers outside this network cannot reach it at all"
+
+
+def nat_check(maddrs: list[str], carrier: str, *, announced: bool, behind_nat: bool) -> Check:
     """NAT status as far as the transport tells it; reachability from outside is never guessed."""
     if carrier == "mqtt":
         return Check("nat", "ok", "not needed: every node dials out to the broker (no port to open)")
@@ -80,24 +96,24 @@ def nat_check(maddrs: list[str], carrier: str, *, announced: bool, use_relay: bo
     if "public" in kinds or "name" in kinds or announced:
         return Check("nat", "ok", f"unknown: {source}; a public address is announced, so peers can dial it "
                                   f"where its port is open")
-    relay = " (swarm.use_relay is on: it can still be reached through a relay)" if use_relay else ""
     return Check("nat", "warn", f"unknown: {source}; every address is private or loopback, so peers outside "
-                                f"this network cannot dial this node{relay}",
+                                f"this network cannot dial this node{_relay_note(carrier, behind_nat)}",
                  "behind NAT, fix a port (--swarm.host_maddrs '[\"/ip4/0.0.0.0/tcp/31338\"]'), forward it and "
-                 "announce it (--swarm.announce_maddrs '[\"/ip4/PUBLIC_IP/tcp/31338\"]'); on a private "
-                 "cluster or loopback this is expected")
+                 "announce it (--swarm.announce_maddrs '[\"/ip4/PUBLIC_IP/tcp/31338\"]')"
+                 + (NO_PORT if carrier == "hivemind" and not behind_nat else "")
+                 + "; on a private cluster or loopback this is expected")
 
 
 def listening_port(maddrs: list[str]) -> int | None:
     """The TCP port of the first direct address the transport listens on (not a relay circuit)."""
     for m in maddrs:
         parts = m.strip("/").split("/")
-        if "p2p-circuit" not in parts and len(parts) >= 4 and parts[2] == "tcp" and parts[3].isdigit():
+        if not relayed(m) and len(parts) >= 4 and parts[2] == "tcp" and parts[3].isdigit():
             return int(parts[3])
     return None
 
 
-def reach_checks(reaches: list, maddrs: list[str], *, use_relay: bool, fixed_port: bool = False,
+def reach_checks(reaches: list, maddrs: list[str], *, behind_nat: bool, fixed_port: bool = False,
                  announced: bool = False) -> tuple[Check, Check]:
     """The nat and reachable lines from peers' dial-back answers (node/transport/hivemind/dialback.py's
     ``Reach``): where a peer saw this node (its address, or its router's: NAT) and whether that
@@ -105,7 +121,7 @@ def reach_checks(reaches: list, maddrs: list[str], *, use_relay: bool, fixed_por
     answered = [r for r in reaches if direct_address(r.observed)]  # a peer's text: only a parseable address counts
     if not answered:
         why = printable(reaches[0].why) if reaches else "no peer to ask"
-        return (nat_check(maddrs, "hivemind", announced=False, use_relay=use_relay),
+        return (nat_check(maddrs, "hivemind", announced=False, behind_nat=behind_nat),
                 Check("reachable", "warn", f"unknown: no peer answered the dial-back request ({why})",
                       "ask through a bootstrap that runs this swarm-node version (`swarm-node bootstrap`)"))
     # The majority of the peers that answered: one peer (any node may be named a bootstrap) cannot
@@ -138,16 +154,15 @@ def reach_checks(reaches: list, maddrs: list[str], *, use_relay: bool, fixed_por
         return nat, Check("reachable", "warn", found + f", but this node does not give peers that address",
                           f"announce it: {announce} (else peers learn it only once libp2p's identify has "
                           f"seen it from several peers)")
-    relay = (" Until then peers reach this node through a relay (swarm.use_relay is on), more slowly."
-             if use_relay else " With swarm.use_relay off, peers outside this network cannot reach it at all.")
-    found = f"port {port} is not reachable from peer {peer}{agreed}: {dialed or r.observed}: {why}.{relay}"
+    found = (f"port {port} is not reachable from peer {peer}{agreed}: {dialed or r.observed}: {why}"
+             f"{_relay_note('hivemind', behind_nat)}")
     if seen in hosts:
         fix = f"open TCP port {port} in this machine's firewall (e.g. `ufw allow {port}/tcp`)"
     else:
         fix = (f"forward TCP port {port} on the router to this machine ({' or '.join(listening) or 'its address'} "
                f"port {port}) and announce it: {announce}" +
                ("" if fixed_port else f"; fix the port first (--swarm.host_maddrs '[\"/ip4/0.0.0.0/tcp/{port}\"]': "
-                                      f"a free port changes at each start)"))
+                                      f"a free port changes at each start)") + ("" if behind_nat else NO_PORT))
     return nat, Check("reachable", "warn", found, fix)
 
 

@@ -209,7 +209,7 @@ class BroadcastConfig(_Section):
     max_staleness: int = Field(2, ge=0, description="S, in learner updates (versions): a worker publishes no rollouts from a version more than S behind the newest the learner announced, and a learner drops (and counts) its workers' rollouts older than that (prime-rl's default 2; ECHO-2 stable to about 6); a learner needs S >= publish_every")
     fanout: int = Field(1, ge=1, le=256, description="learner: children per node in the relay tree (1 = a chain, each node uploads one copy: fastest when uploads are equal)")
     upload_mbps: float = Field(0.0, ge=0, description="cap on what this node uploads of weight chunks, MB/s (0 = none)")
-    learner_timeout: float = Field(180.0, ge=0, description="worker: seconds it waits for weights within max_staleness with no sign of its learner (no new version, no heartbeat, no chunk arriving) before it stops with an error naming the learner, exit 1 (0 = wait forever)")
+    learner_timeout: float = Field(180.0, ge=0, description="worker: seconds with no sign of its learner (no new version, no heartbeat, no chunk arriving), waiting for weights or generating, before it stops with an error naming the learner, exit 1 (0 = never)")
 
     @model_validator(mode="after")
     def _worker_follows(self) -> "BroadcastConfig":
@@ -246,6 +246,14 @@ class NodeConfig(_Section):
         if self.broadcast.role != "full" and self.swarm.transport not in ("hivemind", "mqtt", "libp2p"):
             raise ValueError(f"broadcast.role {self.broadcast.role} needs swarm.transport hivemind, mqtt or libp2p (swarm-node "
                              f"join): weights travel over its p2p streams or its broker")
+        if self.broadcast.role == "learner" and self.swarm.behind_nat and self.swarm.transport == "hivemind":
+            # Its only addresses would be relay circuits, and a relay cuts a connection after about
+            # 128 KiB: its workers would get manifests and never a whole chunk (docs/nat.md).
+            raise ValueError("broadcast.role learner with swarm.behind_nat: workers fetch a learner's weights from "
+                             "it, and through a relay they cannot (it cuts each connection after about 128 KiB). "
+                             "Forward a TCP port on the router to --swarm.host_maddrs and announce it "
+                             "(--swarm.announce_maddrs '[\"/ip4/PUBLIC_IP/tcp/PORT\"]') instead of "
+                             "--swarm.behind_nat, or use --transport mqtt (docs/nat.md)")
         return self
 
     @model_validator(mode="after")

@@ -3,14 +3,16 @@
 A bootstrap peer, a large body's pointer, a weight carrier's address and a peer-exchange reply
 all name a host this way (hivemind and py-libp2p alike); the id is what a dial authenticates, the
 part before it only where to dial. Pure string work: a multiaddr library still parses what is
-dialled. ``dialable_addrs``: the addresses a host gives its peers.
+dialled. ``dialable_addrs``: the addresses a host gives its peers; ``relayed``: an address that
+reaches its host only through a circuit relay (a node behind NAT: node/transport/hivemind/nat.py).
 """
 
 from __future__ import annotations
 
-__all__ = ["P2P", "names_peer", "peer_id_of", "without_peer", "with_peer", "dialable_addrs"]
+__all__ = ["P2P", "CIRCUIT", "names_peer", "peer_id_of", "without_peer", "with_peer", "dialable_addrs", "relayed"]
 
 P2P = "/p2p/"
+CIRCUIT = "/p2p-circuit"
 
 
 def names_peer(addr: str) -> bool:
@@ -21,6 +23,12 @@ def names_peer(addr: str) -> bool:
 def peer_id_of(addr: str) -> str | None:
     """The peer id after the last ``/p2p/`` of ``addr``, or None if it names no peer."""
     return addr.rsplit(P2P, 1)[1] if P2P in addr else None
+
+
+def relayed(addr: str) -> bool:
+    """Whether ``addr`` goes through a relay (``<relay>/p2p/<relay id>/p2p-circuit/p2p/<id>``): the
+    relay carries every byte and cuts a connection after a small allowance (docs/nat.md)."""
+    return CIRCUIT in addr
 
 
 def without_peer(addr: str) -> str:

@@ -10,7 +10,9 @@ retained messages (node/transport/mqtt/directory.py); both sign every record by 
 with its versions, were admitted: work a fresh identity has not done), then at most
 ``MAX_UNVOUCHED_RELAYS`` others; each group in an order drawn from a hash of the version and the
 peer id, so it rotates (the end of the chain, the slowest place to be, is not always the same
-node's) and no announcement can buy a place.
+node's) and no announcement can buy a place. A follower reached only through a circuit relay (a
+node behind NAT) gets no place: its children would fetch every chunk through a relay that cuts a
+connection after about 128 KiB (docs/nat.md). It still follows, as a leaf under a listed node.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import hashlib
 import time
 from dataclasses import dataclass
 
+from node.transport.addresses import relayed
 from protocol.manifest import MAX_RELAYS, Manifest
 
 __all__ = ["Directory", "HeldDirectory", "Pointer", "relay_order", "ANNOUNCE_TTL_S", "MAX_UNVOUCHED_RELAYS",
@@ -43,8 +46,10 @@ def _rank(next_version: int, peer: str) -> bytes:
 
 
 def relay_order(followers, next_version: int, vouched=frozenset()) -> list[str]:
-    """Followers (peer ids) in relay order for ``next_version``; pure, see the module doc."""
-    ranked = sorted(followers, key=lambda p: _rank(next_version, p))
+    """Followers ({peer id: (address, applied)}) in relay order for ``next_version``; pure, see the
+    module doc."""
+    direct = [p for p, (address, _) in followers.items() if not relayed(address)]
+    ranked = sorted(direct, key=lambda p: _rank(next_version, p))
     known = [p for p in ranked if p in vouched]
     others = [p for p in ranked if p not in vouched][:MAX_UNVOUCHED_RELAYS]
     return (known + others)[:MAX_RELAYS]

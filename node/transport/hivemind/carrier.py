@@ -17,7 +17,7 @@ import logging
 from hivemind.p2p import P2P, P2PDaemonError, PeerID
 from hivemind.utils.multiaddr import Multiaddr
 
-from node.transport.addresses import with_peer
+from node.transport.addresses import relayed, with_peer
 from node.transport.carrier import CarrierError, Handler, StreamCarrier
 from node.transport.ratelimit import TokenBucket
 
@@ -38,7 +38,7 @@ def _peer_of(address: str) -> tuple[PeerID, Multiaddr | None]:
     ``connect`` ("length greater than remaining number of bytes"), so the daemon finds the peer's
     circuit addresses itself (its DHT and identify), as it does for rollout bodies."""
     try:
-        if "/p2p-circuit/" in address:
+        if relayed(address):
             return PeerID.from_base58(address.rpartition("/p2p/")[2]), None
         maddr = Multiaddr(address)
         pid = maddr.value_for_protocol("p2p")

@@ -32,6 +32,8 @@ import unicodedata
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from node.transport.addresses import relayed
+
 __all__ = ["DIALBACK", "Reach", "DialGate", "serve_dialback", "ask_dialback", "observed_host", "probe_listener",
            "requested_port", "direct_address", "host_port", "printable"]
 
@@ -63,7 +65,7 @@ class Reach:
 def observed_host(maddr: str) -> str | None:
     """The IP a direct connection came from (``/ip4/H/tcp/P``, ``/ip6/...``); None for a relayed one."""
     parts = maddr.strip("/").split("/")
-    if "p2p-circuit" in parts or len(parts) < 2 or parts[0] not in ("ip4", "ip6"):
+    if relayed(maddr) or len(parts) < 2 or parts[0] not in ("ip4", "ip6"):
         return None
     return parts[1]
 

@@ -64,7 +64,7 @@ from node.transport.hivemind.nat import behind_nat_options
 from node.transport.hivemind.rollout_stream import Outbox, ServesAnother, answer, download, handler_name
 from node.transport.hivemind.serve_slots import ServeSlots
 from node.transport.hivemind.size_estimate import next_estimate
-from node.transport.join import join_swarm
+from node.transport.join import PEER_CACHE, join_swarm
 from protocol.identity import Identity
 
 adopt_library_logging()  # JSON logs: hivemind's own handler gives way to the node's
@@ -141,9 +141,14 @@ class HivemindTransport(Transport):
             await self.close()
             raise
         log.info("hivemind transport up: %s", ", ".join(self.maddrs))
+        if self.behind_nat and self.found_via == PEER_CACHE:
+            log.warning("behind NAT this node is reached only through its bootstrap peers' relay, and no bootstrap "
+                        "answered: peers cannot fetch its rollouts until one is back (or forward a port: docs/nat.md)")
 
     async def _join(self, initial_peers: list[str], retries: int):
-        options = behind_nat_options(initial_peers, self.announce_maddrs) if self.behind_nat else None
+        # Behind NAT the relays are the configured bootstraps even on a join through the peer cache:
+        # a cached peer is a node, not a relay, and a circuit through it would lead nowhere.
+        options = behind_nat_options(self.initial_peers, self.announce_maddrs) if self.behind_nat else None
         return await start_dht_node(
             initial_peers=initial_peers, host_maddrs=self.host_maddrs, p2p_options=options,
             announce_maddrs=self.announce_maddrs, identity_path=self.p2p_identity_path,

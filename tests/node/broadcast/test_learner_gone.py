@@ -1,7 +1,7 @@
-"""A worker whose learner stopped while the worker was more than max_staleness versions behind:
-it notices the silence (no new version, no heartbeat of the learner, no chunk arriving) within
-``broadcast.learner_timeout``, says so naming the learner, and stops with an error (exit 1); a
-learner that is heard in any of those ways keeps it waiting."""
+"""A worker whose learner stopped, while the worker was more than max_staleness versions behind or
+while it generated up to date: it notices the silence (no new version, no heartbeat of the
+learner, no chunk arriving) within ``broadcast.learner_timeout``, says so naming the learner, and
+stops with an error (exit 1); a learner that is heard in any of those ways keeps it going."""
 
 from __future__ import annotations
 
@@ -22,13 +22,13 @@ LEARNER = "sn1learnerlearnerlearnerlearnerlearn"
 class _Follower:
     """A follower holding version 1 while the learner announced 5 (S = 2): it must wait."""
 
-    def __init__(self):
-        self.applied, self.newest_seen, self.transfer = 1, 5, None
+    def __init__(self, applied: int = 1):
+        self.applied, self.newest_seen, self.transfer = applied, 5, None
         self.directory = SimpleNamespace(source=LEARNER)
         self.peer = SimpleNamespace(status=lambda: {"transfer": self.transfer})
 
     def fresh_enough(self) -> bool:
-        return False
+        return self.newest_seen - self.applied <= 2
 
 
 def _ctx(heard_at, phases: list, stop: list, timeout: float = 1.0) -> RoleContext:
@@ -38,9 +38,9 @@ def _ctx(heard_at, phases: list, stop: list, timeout: float = 1.0) -> RoleContex
                        set_phase=lambda name, detail="": phases.append((name, detail)), heard_at=heard_at)
 
 
-def _worker() -> WorkerRole:
+def _worker(applied: int = 1) -> WorkerRole:
     role = WorkerRole()
-    role.follower = _Follower()
+    role.follower = _Follower(applied)
     return role
 
 
@@ -110,3 +110,32 @@ def test_a_timeout_of_zero_waits_for_ever_as_before():
         return done
 
     assert not asyncio.run(go())
+
+
+@pytest.mark.parametrize("heard", [False, True])
+def test_an_up_to_date_worker_whose_learner_went_silent_stops_too(heard):
+    """Before each step (the trainer calls ``before_step`` once a step), the same clock: a worker
+    holding the newest version generates while its learner is heard, and stops once the learner
+    has been silent for the timeout: its rollouts would go to no one that trains on them."""
+    phases: list = []
+    role = _worker(applied=5)
+    beats = iter(range(10 ** 6))
+
+    async def steps() -> int:
+        ctx = _ctx(lambda _p: float(next(beats)) if heard else 1000.0, phases, [], timeout=0.5)
+        t0, n = time.monotonic(), 0
+        while time.monotonic() - t0 < 3.0:  # steps of 0.1 s for 3 s, six timeouts
+            await asyncio.wait_for(role.before_step(ctx), 10)
+            n += 1
+            await asyncio.sleep(0.1)
+        return n
+
+    if heard:
+        assert asyncio.run(steps()) >= 10 and phases == []  # never waited: it was up to date
+        return
+    with pytest.raises(LearnerGone) as e:
+        asyncio.run(steps())
+    msg = str(e.value)
+    assert f"the learner {LEARNER} (--follow) gave no sign for" in msg
+    assert "generated with version 5, the newest it announced" in msg and "no one trains on" in msg
+    assert phases[-1] == ("stopped", msg)

@@ -3,14 +3,19 @@ bootstrap peers that relay in the public namespace (slow; needs root: tests/help
 
 Without ``swarm.behind_nat`` they find each other's index entries through the DHT but cannot dial
 each other for the bodies, and say what to open; with it they are reached through the relay
-(node/transport/hivemind/nat.py) and share rollouts."""
+(node/transport/hivemind/nat.py) and share rollouts. Weights: a learner with a forwarded,
+announced port (here: in the public namespace) serves workers behind NAT, which dial it directly;
+the workers get no relay place (their children would fetch through a relay)."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
+from protocol.identity import load_or_create_identity
 from tests.helpers.netns import PUBLIC_IP
-from tests.helpers.procs import metrics, status
+from tests.helpers.procs import hostile_refusals, metrics, status
 from tests.helpers.wait import wait_until
 from tests.helpers.nat_fixtures import _namespaces_available, nat_net, nat_procs  # noqa: F401 - fixtures
 
@@ -65,7 +70,7 @@ def test_two_homes_cannot_dial_each_other_and_say_what_to_open(nat_procs, warm_t
 def test_two_homes_behind_nat_share_rollouts_through_the_relay(nat_procs, warm_tiny_model_dir, tmp_path):
     """A node in each home, both with ``--swarm.behind_nat true``: each announces only circuit
     addresses through the bootstrap peers and trains on the other's rollouts, fetched through the
-    relay. (Weights do not cross yet: docs/nat.md.)"""
+    relay."""
     maddrs = _bootstraps(nat_procs, RELAYS)
     steps = 8
     common = ["--train.steps", str(steps), "--swarm.round_seconds", "2", "--swarm.behind_nat", "true"]
@@ -80,3 +85,39 @@ def test_two_homes_behind_nat_share_rollouts_through_the_relay(nat_procs, warm_t
         # (A fetch or two may fail before the relay reservation is in place on a busy machine: CI saw 3.)
         assert me["undialable"] < steps
     assert all(len(metrics(tmp_path / f"n{i}")) == steps for i in (1, 2))
+
+
+def test_workers_behind_nat_follow_a_learner_with_an_open_port(nat_procs, warm_tiny_model_dir, tmp_path):
+    """A learner reachable at an announced public port (as behind a forwarded one) and a worker in
+    each home with ``--swarm.behind_nat true``: each worker dials the learner for its versions and
+    applies them, the learner fetches the workers' rollouts through the relay and trains on them,
+    and no manifest makes a worker relay chunks (its children would go through the relay, which
+    cuts a connection after about 128 KiB: docs/nat.md)."""
+    maddrs = _bootstraps(nat_procs, RELAYS)
+    (tmp_path / "learner").mkdir()
+    learner_id = load_or_create_identity(tmp_path / "learner" / "identity.pem").peer_id
+    steps = 8
+    common = ["--train.steps", str(steps), "--swarm.round_seconds", "2", "--broadcast.max_staleness", "2"]
+    port = 31400
+    learner = nat_procs.at("pub")._join(
+        "learner", [x for m in maddrs for x in ("--bootstrap", m)] + [
+            "--swarm.host_maddrs", f'["/ip4/0.0.0.0/tcp/{port}"]', "--swarm.announce_maddrs",
+            f'["/ip4/{PUBLIC_IP}/tcp/{port}"]', "--swarm.nat_port_map", "false"],
+        warm_tiny_model_dir, ["--role", "learner", *common])
+    workers = [_join(nat_procs, f"h{i}", f"w{i}", maddrs, warm_tiny_model_dir, "--role", "worker", "--follow",
+                     learner_id, "--train.seed", str(i), "--swarm.behind_nat", "true", *common) for i in (1, 2)]
+    for name, p in (("learner", learner), ("w1", workers[0]), ("w2", workers[1])):
+        assert p.wait(timeout=300) == 0, (tmp_path / f"{name}.log").read_text()[-3000:]
+    st = status(tmp_path / "learner")
+    ws = [status(tmp_path / f"w{i}") for i in (1, 2)]
+    assert set(st["swarm"]["groups_used_by_peer"]) == {w["swarm"]["peer_id"] for w in ws}, st["swarm"]
+    assert st["broadcast"]["published_version"] >= 3
+    for w in ws:
+        assert all("/p2p-circuit/" in m for m in w["swarm"]["maddrs"]), w["swarm"]["maddrs"]
+        b = w["broadcast"]
+        assert b["following"] == learner_id and b["applied_versions"] >= 2 and b["bad_chunks"] == {}, b
+        assert hostile_refusals(b["manifests_refused"], st["broadcast"]["published_version"]) == {}
+    published = re.findall(r"published weights version \d+ \(step \d+, \d+ bytes, (\d+) relays\)",
+                           (tmp_path / "learner.log").read_text())
+    assert published and set(published) == {"0"}, published
+    assert len(metrics(tmp_path / "learner")) == steps

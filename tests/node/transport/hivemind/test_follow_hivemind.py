@@ -31,18 +31,33 @@ def test_fresh_enough_is_the_staleness_bound():
     assert fresh_enough(1, 3, 2) and not fresh_enough(1, 4, 2) and fresh_enough(4, None, 0)
 
 
+def _announced(*peers: str) -> dict:
+    return {p: (f"/ip4/1.2.3.4/tcp/1/p2p/12D3KooW{p}", 0) for p in peers}
+
+
 def test_the_relay_order_rotates_and_no_claim_buys_a_place():
     followers = ["sn1a", "sn1b", "sn1c", "sn1d"]
-    orders = {tuple(relay_order(followers, v)) for v in range(4, 40)}
+    orders = {tuple(relay_order(_announced(*followers), v)) for v in range(4, 40)}
     assert len(orders) > 1 and all(sorted(o) == followers for o in orders)  # the end of the chain moves
-    assert relay_order({"sn1a": ("addr", 2 ** 62), "sn1b": ("addr", -1)}, 5) == relay_order(["sn1b", "sn1a"], 5)
+    addr = "/ip4/1.2.3.4/tcp/1/p2p/12D3KooWa"
+    assert relay_order({"sn1a": (addr, 2 ** 62), "sn1b": (addr, -1)}, 5) == relay_order(_announced("sn1b", "sn1a"), 5)
 
 
 def test_vouched_followers_relay_first_and_strangers_get_only_a_few_places():
     strangers = [f"sn1s{i:03d}" for i in range(50)]
-    order = relay_order([*strangers, "sn1w1", "sn1w2"], 7, vouched={"sn1w1", "sn1w2", "sn1gone"})
+    order = relay_order(_announced(*strangers, "sn1w1", "sn1w2"), 7, vouched={"sn1w1", "sn1w2", "sn1gone"})
     assert sorted(order[:2]) == ["sn1w1", "sn1w2"]  # (a vouched peer that did not announce: not listed)
     assert len(order) == 2 + MAX_UNVOUCHED_RELAYS and set(order[2:]) <= set(strangers)
+
+
+def test_a_follower_reached_only_through_a_relay_gets_no_relay_place():
+    """Its children would fetch every chunk through a circuit relay, which cuts a connection after
+    about 128 KiB (docs/nat.md): a follower behind NAT follows as a leaf, vouched or not."""
+    followers = _announced("sn1a", "sn1b")
+    followers["sn1nat"] = ("/ip4/1.2.3.4/tcp/1/p2p/12D3KooWrelay/p2p-circuit/p2p/12D3KooWnat", 3)
+    for v in range(4, 20):
+        order = relay_order(followers, v, vouched={"sn1nat"})
+        assert sorted(order) == ["sn1a", "sn1b"]
 
 
 async def _node(identity: Identity, initial_peers):
