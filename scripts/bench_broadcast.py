@@ -224,7 +224,8 @@ async def _flood_trial(kind: str, n: int, upload: float, window: int, data: byte
     # the strangers that the learner's rule lists get a daemon (they stall); the rest only announced
     ids_of = {i.peer_id: i for i in sybils}
     honest = [i.peer_id for i in draft]
-    order = relay_order([*honest, *ids_of], version, vouched=set(honest[:-1]))
+    announced = {p: (f"/ip4/127.0.0.1/tcp/1/p2p/{p}", 0) for p in [*honest, *ids_of]}  # all direct, as on loopback
+    order = relay_order(announced, version, vouched=set(honest[:-1]))
     listed = [ids_of[p] for p in order if p in ids_of]
     peers, done = await _network(kind, n, upload, window, stallers=listed)
     try:

@@ -161,3 +161,18 @@ def test_bench_throughput_runs_every_arm_and_reports_ratios(tmp_path, warm_tiny_
     assert med["sync"]["staleness_max"] == 0 and med["overlap"]["staleness_max"] == 1
     assert all(run[0]["finite"] and run[0]["steps"] == 4 for run in report["rounds"].values())
     assert (tmp_path / "bench_throughput.png").exists() and "| overlap_april |" in (tmp_path / "bench_throughput.md").read_text()
+
+
+@pytest.mark.subprocess
+@pytest.mark.daemon
+def test_bench_broadcast_runs_its_trials_and_the_flood(tmp_path):
+    """scripts/bench_broadcast.py, tiny (half a MB, two followers, hivemind): pipelined, source to
+    all, and the flood of fresh identities, which orders its relays by the learner's rule."""
+    r = subprocess.run([sys.executable, "scripts/bench_broadcast.py", "--size-mb", "0.5", "--followers", "2",
+                        "--carriers", "hivemind", "--out", str(tmp_path)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = json.loads((tmp_path / "bench_broadcast.json").read_text())["rows"]
+    assert all(row["followers_done"] == 2 and row["bad_chunks"] == 0 for row in rows), rows
+    flood = [row for row in rows if "fresh identities" in row["mode"]]
+    assert len(flood) == 1 and flood[0]["strangers_listed"] == 4, rows

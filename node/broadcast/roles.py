@@ -14,10 +14,12 @@
 - ``worker``: follows a learner's versions (node/broadcast/follow.py), generates with the newest
   applied one, publishes its rollouts labelled with that version, and trains nothing. It waits
   (and says so) until it has a version within ``max_staleness`` of the newest the learner
-  announced. With no sign of the learner (no new version announced or applied, no new heartbeat
-  of it, no chunk arriving) for ``learner_timeout`` seconds, while it waits or while it generates
-  up to date, the learner has stopped or left, and it stops with ``LearnerGone`` (exit 1), naming
-  the learner: its rollouts would go to no one that trains on them.
+  announced. While it waits with no sign of the learner (no new version announced or applied, no
+  new heartbeat of it, no chunk arriving) for ``learner_timeout`` seconds, the learner has
+  stopped or left, and it stops with ``LearnerGone`` (exit 1), naming the learner. A worker that
+  is up to date only warns after that silence (once, again after the next sign): a live learner
+  sends no heartbeat and no version while it evaluates, checkpoints or takes a long step, so
+  silence there proves less, and the worker's rollouts still reach the rest of the swarm.
 
 The trainer calls a role at fixed points (``start``, ``before_step``, ``rollout_version``,
 ``admit_groups``, ``learns``, ``after_step``, ``status``, ``close``), each with the node's
@@ -199,7 +201,7 @@ class LearnerRole(Role):
 
 
 class LearnerGone(NodeError):
-    """A worker's learner gave no sign of life for ``learner_timeout`` s (see the module doc)."""
+    """A worker waited for weights and its learner gave no sign of life for ``learner_timeout`` s."""
 
 
 class WorkerRole(Role):
@@ -212,6 +214,7 @@ class WorkerRole(Role):
         self._version: int | None = None
         self._sign: tuple | None = None  # what the worker last saw of its learner ...
         self._sign_at = 0.0  # ... and since when (monotonic)
+        self._silence_said = False  # up to date, the learner's silence was warned of
 
     def _learner_seen(self, ctx: RoleContext) -> float:
         """When the learner last gave a sign this worker can see: a newer version announced or
@@ -239,28 +242,36 @@ class WorkerRole(Role):
         f = self.follower
         since = time.monotonic()
         timeout = ctx.settings.learner_timeout
-        while not ctx.stop_requested():
-            fresh = f.fresh_enough()
+        if f.fresh_enough():
+            self._warn_if_silent(ctx, timeout)
+        while not f.fresh_enough() and not ctx.stop_requested():
             what = ("no version yet" if f.applied is None
                     else f"version {f.applied} applied, the learner announced {f.newest_seen}")
-            silent = time.monotonic() - self._learner_seen(ctx)  # (the first look starts the clock)
+            silent = time.monotonic() - max(self._learner_seen(ctx), since)
             if timeout and silent > timeout:
                 why = (f"the learner {f.directory.source} (--follow) gave no sign for {silent:.0f} s while this worker "
-                       + (f"generated with version {f.applied}, the newest it announced" if fresh else
-                          f"waited for weights within broadcast.max_staleness {ctx.settings.max_staleness} ({what})")
-                       + ": no new version, no heartbeat, no chunk arriving. It has stopped or left the swarm, and "
-                       "no one trains on this worker's rollouts; start the worker again once the learner runs (or "
-                       "follow another), or raise --broadcast.learner_timeout")
+                       f"waited for weights within broadcast.max_staleness {ctx.settings.max_staleness} ({what}): no "
+                       f"new version, no heartbeat, no chunk arriving. It has stopped or left the swarm; start the "
+                       f"worker again once the learner runs (or follow another), or raise --broadcast.learner_timeout")
                 ctx.set_phase("stopped", why)
                 raise LearnerGone(why)
-            if fresh:
-                return
             t = f.peer.status().get("transfer")
             if t:
                 what += f"; receiving version {t['version']}: {t['bytes'] / 1e6:.1f} of {t['total'] / 1e6:.1f} MB"
             ctx.set_phase("waiting for the learner's weights",
                           f"{what} (following {f.directory.source}, {time.monotonic() - since:.0f} s)")
             await asyncio.sleep(0.2)
+
+    def _warn_if_silent(self, ctx: RoleContext, timeout: float) -> None:
+        """Up to date: a long silence of the learner is said once (again after its next sign)."""
+        silent = time.monotonic() - self._learner_seen(ctx)
+        if not timeout or silent <= timeout:
+            self._silence_said = False
+        elif not self._silence_said:
+            self._silence_said = True
+            log.warning("the learner %s (--follow) gave no sign for %.0f s (no new version, no heartbeat, no chunk "
+                        "arriving): it may have stopped or left; this worker goes on generating with version %s, "
+                        "the newest it announced", self.follower.directory.source, silent, self.follower.applied)
 
     def rollout_version(self, ctx: RoleContext) -> int | None:
         return self.follower.label  # set under the weights lock with the weights themselves

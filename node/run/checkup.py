@@ -155,7 +155,7 @@ def reach_checks(reaches: list, maddrs: list[str], *, behind_nat: bool, fixed_po
                           f"announce it: {announce} (else peers learn it only once libp2p's identify has "
                           f"seen it from several peers)")
     found = (f"port {port} is not reachable from peer {peer}{agreed}: {dialed or r.observed}: {why}"
-             f"{_relay_note('hivemind', behind_nat)}")
+             f"{'' if seen in hosts else _relay_note('hivemind', behind_nat)}")  # no NAT: the firewall
     if seen in hosts:
         fix = f"open TCP port {port} in this machine's firewall (e.g. `ufw allow {port}/tcp`)"
     else:

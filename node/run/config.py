@@ -209,7 +209,7 @@ class BroadcastConfig(_Section):
     max_staleness: int = Field(2, ge=0, description="S, in learner updates (versions): a worker publishes no rollouts from a version more than S behind the newest the learner announced, and a learner drops (and counts) its workers' rollouts older than that (prime-rl's default 2; ECHO-2 stable to about 6); a learner needs S >= publish_every")
     fanout: int = Field(1, ge=1, le=256, description="learner: children per node in the relay tree (1 = a chain, each node uploads one copy: fastest when uploads are equal)")
     upload_mbps: float = Field(0.0, ge=0, description="cap on what this node uploads of weight chunks, MB/s (0 = none)")
-    learner_timeout: float = Field(180.0, ge=0, description="worker: seconds with no sign of its learner (no new version, no heartbeat, no chunk arriving), waiting for weights or generating, before it stops with an error naming the learner, exit 1 (0 = never)")
+    learner_timeout: float = Field(180.0, ge=0, description="worker: seconds it waits for weights within max_staleness with no sign of its learner (no new version, no heartbeat, no chunk arriving) before it stops with an error naming the learner, exit 1; up to date, it warns after that long (0 = never)")
 
     @model_validator(mode="after")
     def _worker_follows(self) -> "BroadcastConfig":

@@ -27,8 +27,9 @@ def peer_id_of(addr: str) -> str | None:
 
 def relayed(addr: str) -> bool:
     """Whether ``addr`` goes through a relay (``<relay>/p2p/<relay id>/p2p-circuit/p2p/<id>``): the
-    relay carries every byte and cuts a connection after a small allowance (docs/nat.md)."""
-    return CIRCUIT in addr
+    relay carries every byte and cuts a connection after a small allowance (docs/nat.md). A
+    component, not a substring: ``/dns4/p2p-circuit.example.org/...`` is a direct address."""
+    return CIRCUIT[1:] in addr.strip("/").split("/")
 
 
 def without_peer(addr: str) -> str:

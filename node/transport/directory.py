@@ -10,9 +10,11 @@ retained messages (node/transport/mqtt/directory.py); both sign every record by 
 with its versions, were admitted: work a fresh identity has not done), then at most
 ``MAX_UNVOUCHED_RELAYS`` others; each group in an order drawn from a hash of the version and the
 peer id, so it rotates (the end of the chain, the slowest place to be, is not always the same
-node's) and no announcement can buy a place. A follower reached only through a circuit relay (a
-node behind NAT) gets no place: its children would fetch every chunk through a relay that cuts a
-connection after about 128 KiB (docs/nat.md). It still follows, as a leaf under a listed node.
+node's) and no announcement can buy a place. Within each group the followers reached only
+through a circuit relay (nodes behind NAT) come after the direct ones: they keep their place
+(a vouched one is still served as listed, ahead of fresh ids), but a relay cuts a connection after
+about 128 KiB (docs/nat.md), so their children fetch from the nearest direct node above them
+(node/broadcast/fetch.py), and the direct ones first keeps that node near.
 """
 
 from __future__ import annotations
@@ -48,8 +50,7 @@ def _rank(next_version: int, peer: str) -> bytes:
 def relay_order(followers, next_version: int, vouched=frozenset()) -> list[str]:
     """Followers ({peer id: (address, applied)}) in relay order for ``next_version``; pure, see the
     module doc."""
-    direct = [p for p, (address, _) in followers.items() if not relayed(address)]
-    ranked = sorted(direct, key=lambda p: _rank(next_version, p))
+    ranked = sorted(followers, key=lambda p: (relayed(followers[p][0]), _rank(next_version, p)))
     known = [p for p in ranked if p in vouched]
     others = [p for p in ranked if p not in vouched][:MAX_UNVOUCHED_RELAYS]
     return (known + others)[:MAX_RELAYS]

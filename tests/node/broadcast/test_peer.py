@@ -199,6 +199,31 @@ def test_a_relay_that_stalled_is_asked_last_in_the_next_versions():
     assert suspects == {net.pid("f1"): 1}
 
 
+def test_a_child_skips_a_parent_reached_only_through_a_relay():
+    """f1 is behind NAT: peers reach it through a circuit relay, which cuts a connection after
+    about 128 KiB (docs/nat.md). Its child f2 takes every chunk from the nearest direct node above
+    (f0), never from f1, with no failed request; f1 itself still gets the version (it dials out)."""
+    circuit = "/ip4/10.99.0.1/tcp/31337/p2p/QmRelay/p2p-circuit/p2p/f1"
+
+    def behind_nat(hub, name, bucket=None):
+        return MemoryCarrier(hub, circuit, bucket)
+
+    async def go():
+        net = Net(3, chunk_wait_s=0.1)
+        net.directory[net.pid("f1")] = circuit  # the address f1 announced
+        await net.start(carrier_cls={"f1": behind_nat})
+        f2 = net.peers["f2"]
+        await net.peers["src"].publish(weights(20_000, 12), version=1, relays=net.followers(), chunk_size=4096, **META)
+        await net.wait_all(1)
+        t = next(iter(f2.held.values()))
+        st = (dict(t.from_peer), dict(f2.stats.failed_requests), f2.stats.fallbacks)
+        await net.close()
+        return net, st
+
+    net, (from_peer, failed, fallbacks) = run(go())
+    assert from_peer == {net.pid("f0"): 5} and failed == {} and fallbacks == 5
+
+
 def test_a_flood_of_offers_is_refused_past_its_budget_and_the_parents_offer_still_counts():
     async def go():
         net = Net(1)

@@ -5,7 +5,7 @@ Without ``swarm.behind_nat`` they find each other's index entries through the DH
 each other for the bodies, and say what to open; with it they are reached through the relay
 (node/transport/hivemind/nat.py) and share rollouts. Weights: a learner with a forwarded,
 announced port (here: in the public namespace) serves workers behind NAT, which dial it directly;
-the workers get no relay place (their children would fetch through a relay)."""
+a worker below one behind NAT in the chain skips it (a relayed connection is cut after ~128 KiB)."""
 
 from __future__ import annotations
 
@@ -90,9 +90,10 @@ def test_two_homes_behind_nat_share_rollouts_through_the_relay(nat_procs, warm_t
 def test_workers_behind_nat_follow_a_learner_with_an_open_port(nat_procs, warm_tiny_model_dir, tmp_path):
     """A learner reachable at an announced public port (as behind a forwarded one) and a worker in
     each home with ``--swarm.behind_nat true``: each worker dials the learner for its versions and
-    applies them, the learner fetches the workers' rollouts through the relay and trains on them,
-    and no manifest makes a worker relay chunks (its children would go through the relay, which
-    cuts a connection after about 128 KiB: docs/nat.md)."""
+    applies them, and the learner fetches the workers' rollouts through the relay and trains on
+    them. Both workers are listed in the manifests (relay_order), but the one below the other in
+    the chain never asks it for a chunk (it would come through the relay, which cuts a connection
+    after about 128 KiB: docs/nat.md)."""
     maddrs = _bootstraps(nat_procs, RELAYS)
     (tmp_path / "learner").mkdir()
     learner_id = load_or_create_identity(tmp_path / "learner" / "identity.pem").peer_id
@@ -115,9 +116,15 @@ def test_workers_behind_nat_follow_a_learner_with_an_open_port(nat_procs, warm_t
     for w in ws:
         assert all("/p2p-circuit/" in m for m in w["swarm"]["maddrs"]), w["swarm"]["maddrs"]
         b = w["broadcast"]
-        assert b["following"] == learner_id and b["applied_versions"] >= 2 and b["bad_chunks"] == {}, b
+        assert b["following"] == learner_id and b["applied_versions"] >= 2, b
+        # A stream to the learner may first ride the relayed connection the learner opened to fetch
+        # the worker's rollouts; the relay cuts it and the retry dials direct (seen: 2 requests
+        # of version 0, the window's in flight, then none). A worker asking its relayed peer for
+        # chunks would fail every version.
+        assert b["bad_chunks"] == {} and sum(b["failed_requests"].values()) <= 8, b
         assert hostile_refusals(b["manifests_refused"], st["broadcast"]["published_version"]) == {}
-    published = re.findall(r"published weights version \d+ \(step \d+, \d+ bytes, (\d+) relays\)",
-                           (tmp_path / "learner.log").read_text())
-    assert published and set(published) == {"0"}, published
+    relays = re.findall(r"published weights version \d+ \(step \d+, \d+ bytes, (\d+) relays\)",
+                        (tmp_path / "learner.log").read_text())
+    assert "2" in relays, relays  # both listed once both announced: one of them below the other
+    assert sum(w["broadcast"]["fallbacks"] for w in ws) > 0  # ... which fetched from the learner instead
     assert len(metrics(tmp_path / "learner")) == steps

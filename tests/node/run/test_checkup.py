@@ -76,7 +76,8 @@ def test_behind_nat_with_the_port_closed_says_what_to_forward_and_announce():
     # No NAT, the port closed: the firewall is the place.
     firewalled = Reach("12D3KooWBootstrapPeer", 31338, "/ip4/192.168.1.5/tcp/52044", "192.168.1.5:31338", False,
                        "connection refused")
-    assert "ufw allow 31338/tcp" in reach_checks([firewalled], LISTENING, behind_nat=False)[1].fix
+    walled = reach_checks([firewalled], LISTENING, behind_nat=False)[1]
+    assert "ufw allow 31338/tcp" in walled.fix and "behind_nat" not in walled.found + walled.fix
 
 
 def test_a_forwarded_port_not_announced_is_reachable_but_peers_do_not_learn_it():

@@ -50,14 +50,20 @@ def test_vouched_followers_relay_first_and_strangers_get_only_a_few_places():
     assert len(order) == 2 + MAX_UNVOUCHED_RELAYS and set(order[2:]) <= set(strangers)
 
 
-def test_a_follower_reached_only_through_a_relay_gets_no_relay_place():
-    """Its children would fetch every chunk through a circuit relay, which cuts a connection after
-    about 128 KiB (docs/nat.md): a follower behind NAT follows as a leaf, vouched or not."""
-    followers = _announced("sn1a", "sn1b")
-    followers["sn1nat"] = ("/ip4/1.2.3.4/tcp/1/p2p/12D3KooWrelay/p2p-circuit/p2p/12D3KooWnat", 3)
+def test_followers_reached_only_through_a_relay_come_after_the_direct_ones_of_their_group():
+    """A relay cuts a connection after about 128 KiB (docs/nat.md): a follower behind NAT keeps
+    its place (a vouched one ahead of fresh ids) but after the direct followers of its group, so
+    the nodes below it find a direct one near (they skip it: node/broadcast/fetch.py)."""
+    nat = {f"sn1nat{i}": (f"/ip4/1.2.3.4/tcp/1/p2p/12D3KooWrelay/p2p-circuit/p2p/12D3KooWnat{i}", 3) for i in range(8)}
+    followers = {**_announced("sn1a", "sn1b", "sn1s0", "sn1s1", "sn1s2", "sn1s3"), **nat}
+    vouched = {"sn1a", "sn1b", *nat}
     for v in range(4, 20):
-        order = relay_order(followers, v, vouched={"sn1nat"})
-        assert sorted(order) == ["sn1a", "sn1b"]
+        order = relay_order(followers, v, vouched=vouched)
+        assert sorted(order[:2]) == ["sn1a", "sn1b"] and sorted(order[2:10]) == sorted(nat)  # fresh ids last
+        assert sorted(order[10:]) == ["sn1s0", "sn1s1", "sn1s2", "sn1s3"]
+    # a direct address that merely has the word in a name is direct
+    odd = {"sn1dns": ("/dns4/p2p-circuit.example.org/tcp/4001/p2p/12D3KooWdns", 0), **_announced("sn1z")}
+    assert {tuple(relay_order(odd, v)) for v in range(4, 40)} == {("sn1dns", "sn1z"), ("sn1z", "sn1dns")}
 
 
 async def _node(identity: Identity, initial_peers):
