@@ -7,8 +7,10 @@ it is kept, served or used; a peer that serves a bad one is dropped for that ver
 and the chunk is fetched from the next node up (parent's parent ... source), as it is when a
 parent vanishes or stalls. A node above us that failed us is asked last for the next
 ``SUSPECT_VERSIONS`` versions, so a relay that stalls costs its children one stall, not one per
-version; one reached only through a circuit relay (behind NAT) is asked after every direct one. When every chunk is in, the whole is hashed once more and ``on_version`` gets it: the
-caller applies it (never a partial version). Chunks and the pending manifest go to the node's
+version; one reached only through a circuit relay (behind NAT) is asked after every direct
+one, and the direct node asked first serves its children as its own (``fetchers``). When every
+chunk is in, the whole is hashed once more and ``on_version`` gets it: the caller applies it
+(never a partial version). Chunks and the pending manifest go to the node's
 ``ChunkStore`` as they arrive, so a restarted follower resumes where it stopped.
 
 Which version (``version_to_fetch``): a newer manifest does not cancel the version in flight
@@ -32,7 +34,6 @@ from node.broadcast import topology
 from node.broadcast.transfer import Transfer
 from node.broadcast.wire import (BUSY, NOT_YET, OK, UNKNOWN, chunk_request, manifest_request, newest_request,
                                  offer_request)
-from node.transport.addresses import relayed
 from node.transport.carrier import CarrierError
 from protocol.errors import ProtocolError
 from protocol.manifest import MAX_MANIFEST_BYTES, Manifest, decode_manifest
@@ -204,7 +205,7 @@ class Fetcher:
     async def _receive(self, t: Transfer, resumed: bool) -> None:
         node, m = self.node, t.manifest
         node.offer_down(m)  # to the children whose addresses we have: the news goes on at once
-        wanted = [p for p in [*topology.children(m, node.me), *topology.upstream(m, node.me)]
+        wanted = [p for p in [*node.fetchers(m), *topology.upstream(m, node.me)]
                   if p not in node.directory and p != m.source]
         if wanted and node.resolve is not None:  # addresses of the other peers this version ties us to
             try:
@@ -259,7 +260,7 @@ class Fetcher:
             holders = [p for p in topology.upstream(m, node.me) if p not in t.dropped and p in node.directory]
             # Last: a node above us that failed us lately, and one reached only through a relay (it
             # cuts a connection after ~128 KiB: docs/nat.md). Stable: the tree's order otherwise.
-            holders.sort(key=lambda p: (relayed(node.directory[p]), p in node.suspects))
+            holders.sort(key=lambda p: (node.skipped(p), p in node.suspects))
             if not holders:
                 # Everyone above us failed this version: start over from the parent (a dead relay
                 # may be back, a stall may have cleared) after a pause, rather than give up.

@@ -23,6 +23,7 @@ from node.broadcast.serve import Server
 from node.broadcast.store import ChunkStore
 from node.broadcast.transfer import BroadcastStats, Transfer
 from node.broadcast.wire import offer_request
+from node.transport.addresses import relayed
 from node.transport.carrier import Carrier, CarrierError
 from protocol.identity import Identity
 from protocol.manifest import Manifest, ManifestCheck, build_manifest, choose_chunk_size
@@ -152,11 +153,21 @@ class BroadcastPeer:
         return max(versions, default=None)
 
     def neighbours(self) -> list[str]:
-        """The peers the newest held version ties us to: children, then the nearest nodes above."""
+        """The peers the newest held version ties us to: those that fetch from us first, then the
+        nearest nodes above."""
         if not self.held:
             return []
         m = next(reversed(self.held.values())).manifest
-        return [*topology.children(m, self.me), *topology.upstream(m, self.me)[:3]]
+        return [*self.fetchers(m), *topology.upstream(m, self.me)[:3]]
+
+    def skipped(self, peer: str) -> bool:
+        """Whether nobody fetches chunks from ``peer``: it is reached only through a circuit relay,
+        which cuts a connection after about 128 KiB (docs/nat.md)."""
+        return relayed(self.directory.get(peer, ""))
+
+    def fetchers(self, m: Manifest) -> list[str]:
+        """The listed nodes of ``m`` that ask us first (our children, and theirs below a skipped one)."""
+        return topology.fetchers(m, self.me, self.skipped)
 
     # -- status ---------------------------------------------------------------------------------
     def status(self) -> dict:

@@ -80,9 +80,10 @@ class Server:
         t = node.held.get(digest)
         if t is None or not 0 <= i < t.manifest.n_chunks:
             return UNKNOWN, b""
-        # Our children wait for a slot; everyone else shares a few and is turned away when they
-        # are taken (they may ask again, or ask the node the topology gave them).
-        stranger = remote not in self.remote_ids(topology.children(t.manifest, node.me))
+        # Our children (and theirs below one behind NAT, whom they skip) wait for a slot; everyone
+        # else shares a few and is turned away when they are taken (they may ask again, or ask the
+        # node the topology gave them).
+        stranger = remote not in self.remote_ids(node.fetchers(t.manifest))
         if stranger and self._stranger_serves.locked():
             node.stats.turned_away += 1
             return BUSY, b""

@@ -13,16 +13,19 @@ A follower not in the manifest (it announced after the source cut the version) h
 under a listed node chosen by a hash of its id and the manifest, so late joiners spread over the
 relays instead of all asking the source. If its parent fails, a node asks the next node up
 (the parent's parent ... the source): each of them holds every chunk the parent could have
-had, so a relay that vanishes mid-transfer is routed around.
+had, so a relay that vanishes mid-transfer is routed around. A listed node that nobody can
+fetch from (behind NAT, reached only through a relay) is skipped the same way, and the node its
+children ask instead counts them as its own (``fetchers``).
 """
 
 from __future__ import annotations
 
 import hashlib
+from typing import Callable
 
 from protocol.manifest import Manifest
 
-__all__ = ["position", "parent_index", "upstream", "children"]
+__all__ = ["position", "parent_index", "upstream", "children", "fetchers"]
 
 
 def position(m: Manifest, peer: str) -> int | None:
@@ -68,3 +71,17 @@ def children(m: Manifest, peer: str) -> list[str]:
     nodes = _nodes(m)
     first = p * m.fanout + 1
     return nodes[first:first + m.fanout]
+
+
+def fetchers(m: Manifest, peer: str, skipped: Callable[[str], bool]) -> list[str]:
+    """The listed nodes that ask ``peer`` first: its children, and below a child that is
+    ``skipped`` (reached only through a circuit relay: its own children ask past it, to the nearest
+    node above that is not), that child's children, and so on down. ``peer``'s own children
+    wait for its serve slots; everyone else shares a few with strangers (node/broadcast/serve.py)."""
+    out, todo = [], list(children(m, peer))
+    while todo:
+        child = todo.pop(0)
+        out.append(child)
+        if skipped(child):
+            todo.extend(children(m, child))
+    return out

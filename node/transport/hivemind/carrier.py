@@ -84,7 +84,13 @@ class HivemindCarrier(StreamCarrier):
         except (asyncio.TimeoutError, P2PDaemonError, ConnectionError, OSError) as e:
             self._connected.discard(address)
             raise CarrierError(f"could not reach {address}: {type(e).__name__}: {e}") from e
-        return await self.call_on(address, reader, writer, request, max_reply=max_reply, timeout=timeout)
+        try:
+            return await self.call_on(address, reader, writer, request, max_reply=max_reply, timeout=timeout)
+        except CarrierError:
+            # Dial the address again next time: the stream may have ridden a relayed connection
+            # the daemon already had to this peer, and the relay cut it (docs/nat.md).
+            self._connected.discard(address)
+            raise
 
     async def close(self) -> None:
         self.cancel_serving()

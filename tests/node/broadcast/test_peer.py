@@ -224,6 +224,38 @@ def test_a_child_skips_a_parent_reached_only_through_a_relay():
     assert from_peer == {net.pid("f0"): 5} and failed == {} and fallbacks == 5
 
 
+def test_workers_behind_nat_are_served_as_children_by_the_node_they_ask_not_as_strangers():
+    """f1..f3 are vouched (listed) but behind NAT; f2 and f3 skip their NATed parents and ask f0,
+    which counts them among those that fetch from it first (topology.fetchers): they wait for its
+    serve slots instead of sharing the 2 strangers' slots with 20 late fresh ids."""
+    def circuit(name):
+        return f"/ip4/10.99.0.1/tcp/31337/p2p/QmRelay/p2p-circuit/p2p/{name}"
+
+    async def go():
+        net = Net(24, upload=1_000_000, chunk_wait_s=0.2, stall_s=3.0)
+        cls = {}
+        for i in (1, 2, 3):
+            net.directory[net.pid(f"f{i}")] = circuit(f"f{i}")
+            cls[f"f{i}"] = lambda hub, name, b=None, a=circuit(f"f{i}"): MemoryCarrier(hub, a, b)
+        await net.start(carrier_cls=cls)
+        listed = [net.pid(f"f{i}") for i in range(4)]
+        m = await net.peers["src"].publish(weights(300_000, 3), version=1, relays=listed, chunk_size=16384, **META)
+        for i in range(4, 24):  # late followers (fresh ids) hear of it and ask whoever they hash under
+            net.peers[f"f{i}"].offer(m)
+        await net.wait_all(1, timeout=60)
+        st = {n: (dict(net.peers[n].stats.failed_requests), dict(next(iter(net.peers[n].held.values())).from_peer))
+              for n in ("f1", "f2", "f3")}
+        fetchers = net.peers["f0"].fetchers(m)
+        await net.close()
+        return net, st, fetchers
+
+    net, st, fetchers = run(go())
+    assert fetchers == [net.pid("f1"), net.pid("f2"), net.pid("f3")]
+    for n in ("f1", "f2", "f3"):
+        failed, from_peer = st[n]
+        assert failed == {} and set(from_peer) == {net.pid("f0")}, (n, st[n])  # all from f0, never refused
+
+
 def test_a_flood_of_offers_is_refused_past_its_budget_and_the_parents_offer_still_counts():
     async def go():
         net = Net(1)

@@ -53,3 +53,21 @@ def test_late_followers_spread_over_the_listed_nodes_and_end_at_the_source():
     # every run, so this is a draw: > 10 fails about 1 run in 400; >= 5 about 1 in 1.6 million.
     assert len(parents) == 8 and min(parents.values()) >= 5
     assert topology.upstream(m, "sn1late0") == topology.upstream(m, "sn1late0")  # everyone agrees
+
+
+def test_those_who_fetch_from_a_node_include_the_children_of_a_child_they_skip():
+    """A node behind NAT (skipped: reached only through a relay) is asked by nobody; its children
+    ask the nearest node above it, which serves them as its own (node/broadcast/serve.py)."""
+    behind_nat = {"sn1r1", "sn1r2"}.__contains__
+    chain = manifest(1)  # src -> r0 -> r1 -> r2 -> r3 -> ...
+    assert topology.fetchers(chain, "sn1r0", behind_nat) == ["sn1r1", "sn1r2", "sn1r3"]
+    assert topology.fetchers(chain, "sn1r1", behind_nat) == ["sn1r2", "sn1r3"]  # (asked only when r0 fails)
+    assert topology.fetchers(chain, "sn1r3", behind_nat) == ["sn1r4"]
+    assert topology.fetchers(chain, "sn1r0", lambda p: False) == topology.children(chain, "sn1r0")
+    tree = manifest(2)  # r0 -> r2, r3; r1 -> r4, r5; r2 -> r6
+    assert topology.fetchers(tree, "sn1r0", {"sn1r2"}.__contains__) == ["sn1r2", "sn1r3", "sn1r6"]
+    # every listed node below a skipped one has exactly one node it asks first, and that node counts it
+    for m in (chain, tree):
+        for child in R:
+            first = next(p for p in topology.upstream(m, child) if not behind_nat(p))
+            assert child in topology.fetchers(m, first, behind_nat)
