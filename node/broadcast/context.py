@@ -48,6 +48,7 @@ class RoleContext:
     set_phase: Callable[[str, str], None]  # status.json's phase and its detail
     after_apply: Callable[[], None] | None = None  # a worker: after each applied version (vLLM's sync)
     heard_at: Callable[[str], float | None] = lambda _peer: None  # a peer's latest verified heartbeat's stamp
+    link_up: Callable[[], bool] = lambda: True  # whether the node's swarm link is up (it hears its peers)
 
     @property
     def peer_id(self) -> str:

@@ -219,8 +219,11 @@ class WorkerRole(Role):
     def _learner_seen(self, ctx: RoleContext) -> float:
         """When the learner last gave a sign this worker can see: a newer version announced or
         applied, a new heartbeat of it in the swarm, or chunks of a version arriving (a slow link
-        is no silence)."""
+        is no silence); while this node's own swarm link is down, now (it could not hear one)."""
         f = self.follower
+        if not ctx.link_up():  # this node hears no one: its own outage says nothing of the learner
+            self._sign, self._sign_at = None, time.monotonic()
+            return self._sign_at
         t = f.peer.status().get("transfer") or {}
         sign = (f.newest_seen, f.applied, ctx.heard_at(f.directory.source), t.get("version"), t.get("bytes"))
         if sign != self._sign:

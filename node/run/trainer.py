@@ -121,7 +121,8 @@ class TrainingNode:
             learner_version=lambda: self.learner.version, step=lambda: self.step,
             stop_requested=lambda: self.stop_requested, set_phase=self.status.phase,
             after_apply=(lambda: vllm.sync(self.policy)) if vllm is not None else None,
-            heard_at=lambda p: getattr(swarm.peers.get(p), "created_at", None) if swarm is not None else None)
+            heard_at=lambda p: getattr(swarm.peers.get(p), "created_at", None) if swarm is not None else None,
+            link_up=lambda: swarm is None or swarm.link.up)
 
     @classmethod
     async def create(cls, cfg: NodeConfig, transport: Transport | None = None) -> "TrainingNode":

@@ -97,6 +97,33 @@ def test_a_learner_heard_in_any_way_keeps_its_worker_waiting(alive):
     assert phases[-1][0] == "waiting for the learner's weights"
 
 
+def test_while_the_workers_own_link_is_down_the_learners_silence_is_not_counted():
+    """The worker's swarm link is down (rejoining): it hears no heartbeat of anyone, which says
+    nothing about its learner. It keeps waiting through an outage longer than the timeout, and
+    the clock starts again when the link is back."""
+    phases: list = []
+    stop: list = []
+    role = _worker()
+    up = [False]
+
+    async def go():
+        ctx = RoleContext(**{**_ctx(lambda _p: 1000.0, phases, stop, timeout=0.5).__dict__,
+                             "link_up": lambda: up[0]})
+        waiting = asyncio.ensure_future(role.before_step(ctx))
+        t0 = time.monotonic()
+        await wait_for(lambda: waiting.done() or time.monotonic() - t0 > 1.5, 30)  # three timeouts, link down
+        survived = not waiting.done()
+        up[0] = True
+        t1 = time.monotonic()
+        with pytest.raises(LearnerGone):
+            await asyncio.wait_for(waiting, 10)
+        return survived, time.monotonic() - t1
+
+    survived, after = asyncio.run(go())
+    assert survived, "the worker blamed its learner for its own outage"
+    assert after >= 0.5  # a whole timeout from the link's return
+
+
 def test_a_timeout_of_zero_waits_for_ever_as_before():
     stop: list = []
     role = _worker()
