@@ -43,6 +43,7 @@ class Server:
         self._budgets: collections.OrderedDict[str, TokenBucket] = collections.OrderedDict()
         self._all_budget = TokenBucket(*ALL_MANIFEST_REQUESTS)
         self._favoured_memo: tuple = ((), 0, frozenset())  # (held digests, directory's hash, remote ids)
+        self._fetchers_memo: tuple = (None, frozenset())  # ((digest, directory's hash), remote ids)
 
     async def handle(self, remote: str, request: bytes) -> tuple[int, bytes | memoryview]:
         """The carrier's handler: one request from ``remote`` (a carrier-level id), answered."""
@@ -83,7 +84,7 @@ class Server:
         # Our children (and theirs below one behind NAT, whom they skip) wait for a slot; everyone
         # else shares a few and is turned away when they are taken (they may ask again, or ask the
         # node the topology gave them).
-        stranger = remote not in self.remote_ids(node.fetchers(t.manifest))
+        stranger = remote not in self._fetcher_ids(t.manifest)
         if stranger and self._stranger_serves.locked():
             node.stats.turned_away += 1
             return BUSY, b""
@@ -116,6 +117,14 @@ class Server:
         # A copy of the chunk, not a view: a slow reader must not pin a whole evicted version. A
         # stranger's upload yields to our children's (the chain below us is not slowed by leaves).
         return OK, bytes(data), release, stranger
+
+    def _fetcher_ids(self, m: Manifest) -> frozenset[str]:
+        """The carrier-level ids of the nodes that ask us first for ``m``'s chunks; asked at every
+        chunk request, so kept until the version or an address changes (parsing addresses costs)."""
+        key = (m.digest, hash(frozenset(self.node.directory.items())))
+        if self._fetchers_memo[0] != key:
+            self._fetchers_memo = (key, frozenset(self.remote_ids(self.node.fetchers(m))))
+        return self._fetchers_memo[1]
 
     def remote_ids(self, peers) -> set[str]:
         """The carrier-level ids (what ``handle`` is told) of the peers we have addresses for."""
