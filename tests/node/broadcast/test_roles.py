@@ -17,13 +17,15 @@ pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
 
 
 def test_a_learner_and_three_workers(procs, warm_tiny_model_dir, tmp_path):
+    """The learner also generates ahead (--train.max_async 1: its next rollouts made while it learns,
+    one version behind): it publishes the versions it trained, not the copy it generates with."""
     _, maddr = procs.bootstrap()
     (tmp_path / "learner").mkdir()
     learner_id = load_or_create_identity(tmp_path / "learner" / "identity.pem").peer_id  # the node reuses it
     steps = 16
     common = ["--swarm.round_seconds", "2", "--broadcast.max_staleness", "2"]
     learner = procs.node("learner", maddr, warm_tiny_model_dir, "--role", "learner", "--train.steps", str(steps),
-                         *common)
+                         "--train.max_async", "1", *common)
     workers = [procs.node(f"w{i}", maddr, warm_tiny_model_dir, "--role", "worker", "--follow", learner_id,
                           "--train.steps", str(steps), "--train.seed", str(i + 1), *common) for i in range(3)]
     for name, p in [("learner", learner)] + [(f"w{i}", w) for i, w in enumerate(workers)]:
@@ -31,7 +33,8 @@ def test_a_learner_and_three_workers(procs, warm_tiny_model_dir, tmp_path):
 
     worker_ids = {status(tmp_path / f"w{i}")["swarm"]["peer_id"] for i in range(3)}
     recs = metrics(tmp_path / "learner")
-    assert len(recs) == steps
+    assert len(recs) == steps and all(r["staleness"] <= 1 for r in recs)
+    assert sum(r["staleness"] == 1 for r in recs) >= steps // 2  # it did generate ahead
     used = {p for r in recs for p in (r.get("external_by_peer") or {})}
     assert used and used <= worker_ids  # it trained on its workers' rollouts, nobody else's
     lagged = [r for r in recs if r.get("worker_groups")]
@@ -48,34 +51,7 @@ def test_a_learner_and_three_workers(procs, warm_tiny_model_dir, tmp_path):
         assert all(r["policy_version"] == 0 for r in wrecs)  # a worker trains nothing itself
         assert all(r["version_lag"] is not None and r["version_lag"] <= 2 for r in wrecs)
         assert len({r["applied_version"] for r in wrecs}) >= 3  # it generated with newer versions over time
-
-
-def test_a_learner_that_generates_ahead_and_its_worker(procs, warm_tiny_model_dir, tmp_path):
-    """A learner with --train.max_async 1 (its next rollouts generated while it learns, one version
-    behind) publishes the versions it trained, not the copy it generates with; its worker applies
-    them, and the learner trains on the worker's rollouts with the lag counted as usual."""
-    _, maddr = procs.bootstrap()
-    (tmp_path / "learner").mkdir()
-    learner_id = load_or_create_identity(tmp_path / "learner" / "identity.pem").peer_id
-    steps = 10
-    common = ["--swarm.round_seconds", "2", "--broadcast.max_staleness", "2"]
-    learner = procs.node("learner", maddr, warm_tiny_model_dir, "--role", "learner", "--train.steps", str(steps),
-                         "--train.max_async", "1", *common)
-    worker = procs.node("w0", maddr, warm_tiny_model_dir, "--role", "worker", "--follow", learner_id,
-                        "--train.steps", str(steps), "--train.seed", "1", *common)
-    for name, p in (("learner", learner), ("w0", worker)):
-        assert p.wait(timeout=400) == 0, (tmp_path / f"{name}.log").read_text()[-4000:]
-    recs = metrics(tmp_path / "learner")
-    assert len(recs) == steps and all(r["staleness"] <= 1 for r in recs)
-    assert sum(r["staleness"] == 1 for r in recs) >= steps // 2  # it did generate ahead
-    lagged = [r for r in recs if r.get("worker_groups")]
-    assert lagged and all(0 <= r["worker_lag_mean"] <= 2 for r in lagged), recs
-    st = status(tmp_path / "learner")["broadcast"]
-    b = status(tmp_path / "w0")["broadcast"]
-    assert st["published_version"] >= 5 and b["applied_versions"] >= 3 and b["bad_chunks"] == {}
-    assert hostile_refusals(b["manifests_refused"], st["published_version"]) == {}
-    # The versions it published are the learner's own: the worker's last is one the learner reached.
-    assert b["applied_version"] <= recs[-1]["policy_version"] + st.get("version_offset", 0)
+        assert b["applied_version"] <= recs[-1]["policy_version"] + st["broadcast"].get("version_offset", 0)
 
 
 def test_a_learner_killed_and_resumed_behind_its_last_version_never_signs_a_number_twice(
