@@ -43,7 +43,7 @@ class Server:
         self._budgets: collections.OrderedDict[str, TokenBucket] = collections.OrderedDict()
         self._all_budget = TokenBucket(*ALL_MANIFEST_REQUESTS)
         self._favoured_memo: tuple = ((), 0, frozenset())  # (held digests, directory's hash, remote ids)
-        self._fetchers_memo: tuple = (None, frozenset())  # ((digest, directory's hash), remote ids)
+        self._fetchers_memo: tuple = (None, frozenset())  # ((fetcher, its address), ...), their remote ids
 
     async def handle(self, remote: str, request: bytes) -> tuple[int, bytes | memoryview]:
         """The carrier's handler: one request from ``remote`` (a carrier-level id), answered."""
@@ -119,11 +119,12 @@ class Server:
         return OK, bytes(data), release, stranger
 
     def _fetcher_ids(self, m: Manifest) -> frozenset[str]:
-        """The carrier-level ids of the nodes that ask us first for ``m``'s chunks; asked at every
-        chunk request, so kept until the version or an address changes (parsing addresses costs)."""
-        key = (m.digest, hash(frozenset(self.node.directory.items())))
+        """The carrier-level ids of the nodes that ask us first for ``m``'s chunks. Asked at every
+        chunk request: kept while those nodes and their addresses stay the same (usually one child),
+        since turning an address into an id parses it."""
+        key = tuple((p, self.node.directory.get(p)) for p in self.node.fetchers(m))
         if self._fetchers_memo[0] != key:
-            self._fetchers_memo = (key, frozenset(self.remote_ids(self.node.fetchers(m))))
+            self._fetchers_memo = (key, frozenset(self.remote_ids(p for p, _ in key)))
         return self._fetchers_memo[1]
 
     def remote_ids(self, peers) -> set[str]:

@@ -65,9 +65,8 @@ class Fetcher:
     budget: FetchBudget = field(default_factory=FetchBudget)
     strikes: SourceStrikes = field(default_factory=SourceStrikes)
     served: ServedHosts = field(default_factory=ServedHosts)  # hosts that served a publisher's matching body
-    inflight: dict = field(default_factory=dict)  # (round, publisher, sha) -> task
+    inflight: dict = field(default_factory=dict)  # (round, publisher, sha) -> (task, its host)
     resting: dict = field(default_factory=dict)  # known publisher given up on -> last round skipped
-    hosts: collections.Counter = field(default_factory=collections.Counter)  # host -> our fetches from it in flight
     ready: list = field(default_factory=list)  # fetched, not yet returned
     body_sizes: collections.deque = field(default_factory=lambda: collections.deque(maxlen=64))  # fetched lately
     fetch_failures: int = 0  # bodies given up on (peer gone, cut off)
@@ -107,13 +106,12 @@ class Fetcher:
             record = fresh[publisher]
             if len(self.inflight) >= MAX_INFLIGHT_FETCHES:
                 break  # bounded memory; the rest is fetched by later polls
-            if self.hosts[record["p2p"]] >= PER_PEER:
+            if self.from_host(record["p2p"]) >= PER_PEER:
                 continue  # a host serves one peer PER_PEER streams at once: the rest wait for a later poll
             known = publisher in self.known
             self.budget.spend(r, publisher, known)
             task = asyncio.create_task(self._fetch(r, publisher, record, known or want is None, download))
-            self.inflight[(r, publisher, record["sha256"])] = task
-            self.hosts[record["p2p"]] += 1
+            self.inflight[(r, publisher, record["sha256"])] = (task, record["p2p"])
             started.append(task)
         return started
 
@@ -121,12 +119,15 @@ class Fetcher:
         ready, self.ready = self.ready, []
         return ready
 
+    def from_host(self, host: str) -> int:
+        """Our downloads from ``host`` in flight (at most MAX_INFLIGHT_FETCHES to count)."""
+        return sum(h == host for _, h in self.inflight.values())
+
     def cancel(self) -> None:
         """Stop every download (closing or restarting: not the publishers' doing)."""
-        for task in list(self.inflight.values()):
+        for task, _ in list(self.inflight.values()):
             task.cancel()
         self.inflight.clear()
-        self.hosts.clear()
 
     def _worth_fetching(self, r: int, publisher: str, record: object, size_limit: int, tried: set[str]) -> bool:
         """Whether an index entry read for round ``r`` is a candidate to fetch now (``tried``: the
@@ -181,10 +182,7 @@ class Fetcher:
                       MAX_FETCH_FAILURES, type(e).__name__, e)
             return
         finally:
-            if self.inflight.pop((round, *entry), None) is not None:
-                self.hosts[record["p2p"]] -= 1
-                if self.hosts[record["p2p"]] <= 0:
-                    del self.hosts[record["p2p"]]
+            self.inflight.pop((round, *entry), None)
             if ok is False:
                 self._fetch_failed(round, publisher, entry, retry)
         self.budget.judge(round, entry)

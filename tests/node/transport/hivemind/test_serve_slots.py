@@ -157,10 +157,10 @@ def test_a_reader_keeps_within_a_hosts_share_of_streams_and_fetches_the_rest_lat
         for r in rounds:
             f.budget.due([r], None, 0, 0.0, 5.0)
             started += f.start_round(r, entry, None, 1 << 20, random.Random(0), set, download)
-        assert len(started) == PER_PEER and f.hosts[HOST] == PER_PEER
+        assert len(started) == PER_PEER and f.from_host(HOST) == PER_PEER
         gate.set()
         await asyncio.gather(*started)
-        assert not f.hosts and not f.backed_off and f.fetch_failures == 0
+        assert not f.inflight and not f.backed_off and f.fetch_failures == 0
         later = []
         for r in rounds:  # the next poll
             f.budget.due([r], None, 0, 1.0, 5.0)
