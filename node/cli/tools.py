@@ -19,13 +19,29 @@ def run_id(args: argparse.Namespace, unknown: list[str]) -> int:
 
 
 def run_build_model(args: argparse.Namespace, unknown: list[str]) -> int:
-    """Build (or find in the cache) the embedded default model; print where it is."""
+    """Build, fetch or convert (or find in the cache) a model the node makes itself; print where it is."""
     from node.observe.logs import setup_logging
 
     setup_logging()
-    from policies.default_model import build_default_model, ensure_default_model
+    from policies.errors import ModelSourceError
+    from policies.model_source import BUILT_HERE, model_kind, resolve_model
 
-    path = build_default_model(args.out) if args.out else ensure_default_model()
+    try:
+        kind = model_kind(args.name)
+        if kind not in BUILT_HERE:
+            raise ConfigError(f"build-model {args.name}: a {kind} is loaded as it is, there is nothing to build; "
+                              f"pass default, a registry model or a .gguf file")
+        if args.out:
+            if kind != "default":
+                raise ConfigError("build-model --out writes the embedded default model only; other models are "
+                                  "cached under $SWARM_NODE_HOME/models (swarm-node export writes a trained one)")
+            from policies.default_model import build_default_model
+
+            path = build_default_model(args.out)
+        else:
+            path = resolve_model(args.name).path
+    except ModelSourceError as e:
+        raise ConfigError(str(e)) from None
     print(path)
     return 0
 

@@ -84,12 +84,19 @@ def check_device(device: str, flag: str = "--model.device") -> None:
 
 
 def check_model_source(name: str) -> None:
-    """A ``model.name`` that is a hub id (not ``default``, not a local folder) can be had: the Hub
+    """A ``model.name`` names a model: a local path exists (and is a model folder or a .gguf file),
+    and a hub id (not ``default``, a registry model or a local path) can be had: the Hub
     answers, or it is in the local Hugging Face cache (then it loads offline). Otherwise the load
     would retry for most of a minute and end in the Hub's own message (there may be no network
     at all where nodes run)."""
-    if name == "default" or Path(name).expanduser().exists() or name.startswith(("/", ".", "~")) or name.count("/") > 1:
-        return  # the embedded model, a local folder, or a path the load names as missing
+    from policies.errors import ModelSourceError
+    from policies.model_source import model_kind
+
+    try:
+        if model_kind(name) != "hub":
+            return  # the embedded model, a registry model, a local folder or .gguf file
+    except ModelSourceError as e:  # a path that is not there, a folder that is not a model
+        raise ConfigError(str(e)) from None
     from huggingface_hub import constants, try_to_load_from_cache
 
     why = "HF_HUB_OFFLINE is set" if constants.HF_HUB_OFFLINE else _unreachable(constants.ENDPOINT)

@@ -31,7 +31,6 @@ from policies.policy import Policy
 from policies.prompt_format import choose_format
 from protocol.identity import load_or_create_identity
 from rewards.reserved import held_out_set
-from rewards.scoring import RewardConfig
 
 if TYPE_CHECKING:
     from policies.vllm_backend import VllmSampler
@@ -51,23 +50,32 @@ OTHER_SECTIONS: dict[str, tuple[str, str]] = {
 NODE_ONLY_LEARNER_FIELDS = frozenset({"max_off_policy_steps"})  # the trainer's staleness bound
 
 
-def load_policy(cfg: NodeConfig, phase: Phase | None = None) -> Policy:
-    """The configured policy; ``default`` resolves to the embedded model (built once, cached).
-    ``phase`` hears which start-up phase this is in (building, loading)."""
-    phase = phase or (lambda name, detail="": None)
-    name = cfg.model.name
-    if name == "default":
-        from policies.default_model import default_home, ensure_default_model
+# The start-up phase (status.json, the live line) while a model the node makes itself is prepared.
+_PREPARING = {"default": "building the embedded default model", "registry": "fetching the model",
+              "gguf": "converting the model"}
 
-        name = str(ensure_default_model(progress=lambda d: phase("building the embedded default model", d)))
-        phase("loading the model", f"embedded default, cached in {default_home()}")
-    else:
-        phase("loading the model", name)
+
+def load_policy(cfg: NodeConfig, phase: Phase | None = None) -> Policy:
+    """The configured policy; ``model.name`` resolves through policies/model_source.py (the
+    embedded or a registry model, built or fetched once and cached; a .gguf file, converted once).
+    ``phase`` hears which start-up phase this is in (building, loading)."""
+    from policies.errors import ModelSourceError
+    from policies.model_source import model_kind, resolve_model
+
+    phase = phase or (lambda name, detail="": None)
+    try:
+        doing = _PREPARING.get(model_kind(cfg.model.name), "preparing the model")
+        model = resolve_model(cfg.model.name, progress=lambda d: phase(doing, d))
+    except ModelSourceError as e:  # what the user named cannot be had: their input, exit 2
+        raise ConfigError(str(e)) from None
+    name = model.path
+    phase("loading the model", model.label)
     policy = Policy.load(name, dtype=cfg.model.dtype, device=cfg.model.device,
                          lora_rank=cfg.model.lora_rank, lora_alpha=cfg.model.lora_alpha,
                          seed=cfg.train.seed, gradient_checkpointing=cfg.model.gradient_checkpointing)
     try:
-        policy.prompt_format = choose_format(policy.tokenizer, cfg.generation.prompt_format, cfg.generation.system_prompt)
+        policy.prompt_format = choose_format(policy.tokenizer, cfg.generation.prompt_format, cfg.generation.system_prompt,
+                                             cfg.generation.chat_example)
     except ValueError as e:
         raise ConfigError(f"{cfg.model.name}: {e}") from None
     log.info("prompts: %s", policy.prompt_format.describe())
@@ -159,7 +167,7 @@ async def build_exchange(cfg: NodeConfig, policy: Policy, transport: Transport |
         max_clock_skew=sc.max_clock_skew, seed=cfg.train.seed, external_groups=sc.external_groups,
         max_sender_share=sc.max_sender_share, special_ids=frozenset(tok.all_special_ids), eos_id=tok.eos_token_id,
         max_tokens=cfg.generation.max_completion_length, select=sc.select,
-        reward_cfg=RewardConfig(format_weight=cfg.tasks.format_weight),
+        reward_cfg=cfg.tasks.reward_config(policy.prompt_format.kind),
         held_out=held_out_set(cfg.tasks.names, cfg.tasks.difficulties, cfg.eval.tasks_per_family).holds)
     await exchange.start()
     via = getattr(transport, "found_via", "")

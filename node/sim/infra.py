@@ -48,19 +48,24 @@ async def start_broker(spec: SimSpec):
     return broker
 
 
-async def build_default_model(mode: str, stop: asyncio.Event) -> bool:
-    """Build (or find cached) the embedded default model once, here, before the nodes start:
-    N nodes building it at once would each spend N times as long on the same cores. False if
-    Ctrl-C came first (the build thread is abandoned; its temporary folder is cleaned next time)."""
+async def prepare_models(names: tuple[str, ...], mode: str, stop: asyncio.Event) -> bool:
+    """Build, fetch or convert (or find cached) the models the nodes make themselves, once, here,
+    before the nodes start: N nodes building one at once would each spend N times as long on the
+    same cores. False if Ctrl-C came first (the build thread is abandoned; its temporary folder is
+    cleaned next time)."""
     from node.daemon_thread import run_in_daemon_thread
-    from policies.default_model import ensure_default_model
+    from policies.model_source import resolve_model
 
     news = {"line": "starting", "since": time.time()}
+    what = "the embedded default model" if names == ("default",) else ", ".join(names)
 
     def progress(line: str) -> None:
         news["line"] = line
 
-    build = asyncio.ensure_future(run_in_daemon_thread(lambda: ensure_default_model(progress=progress)))
+    def prepare() -> list[str]:
+        return [resolve_model(n, progress=progress).path for n in names]
+
+    build = asyncio.ensure_future(run_in_daemon_thread(prepare))
     live = None
     if mode == "rich":
         from rich.console import Console
@@ -72,7 +77,7 @@ async def build_default_model(mode: str, stop: asyncio.Event) -> bool:
     stopped = asyncio.ensure_future(stop.wait())
     try:
         while not build.done():
-            text = f"building the embedded default model (once; cached after): {news['line']}, " \
+            text = f"building {what} (once; cached after): {news['line']}, " \
                    f"{time.time() - news['since']:.0f} s"
             if live is not None:
                 live.update(text)
@@ -91,6 +96,6 @@ async def build_default_model(mode: str, stop: asyncio.Event) -> bool:
     try:
         path = build.result()
     except Exception as e:
-        raise NodeError(f"building the embedded default model failed: {type(e).__name__}: {e}") from e
-    log.info("sim: default model ready at %s (%.0f s)", path, time.time() - news["since"])
+        raise NodeError(f"building {what} failed: {type(e).__name__}: {e}") from e
+    log.info("sim: model ready at %s (%.0f s)", ", ".join(path), time.time() - news["since"])
     return True

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from node.sim.argv import adversary_args, join_flags, node_args, worker_args
 from node.sim.children import Children
-from node.sim.infra import build_default_model, start_bootstrap, start_broker
+from node.sim.infra import prepare_models, start_bootstrap, start_broker
 from node.sim.kills import KillFaults
 from node.sim.spec import SimSpec, is_control, node_log, processes
 from node.sim.summary import clear_summary, write_summary
@@ -164,8 +164,8 @@ async def _run(spec: SimSpec, kids: Children, stop: asyncio.Event, stopped_by: l
     faults = None
     broker = None
     try:
-        if spec.build_default_model:
-            if not await build_default_model(mode, stop):
+        if spec.prepare_models:
+            if not await prepare_models(spec.prepare_models, mode, stop):
                 raise _Stopped()
         if processes(spec):
             how, broker = await _start_join_point(spec, kids, stop)

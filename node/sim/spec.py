@@ -23,7 +23,9 @@ class SimSpec:
     progress: str = "auto"
     startup_timeout: float = 120.0
     faults: SimFaults = field(default_factory=SimFaults)
-    build_default_model: bool = False  # build the embedded model once before starting the nodes
+    # Models the node makes itself (the embedded one, a registry model, a .gguf file), prepared once
+    # here before the nodes start: N nodes building one at once would each take N times as long.
+    prepare_models: tuple[str, ...] = ()
     peer_ids: list[str] = field(default_factory=list)  # node i's peer id (identities made up front)
     roles: str = "full"  # "full", or "learner-workers": node0 a learner, the others its workers
     partition_start: float | None = None  # unix time the nodes were launched

@@ -30,8 +30,18 @@ def test_the_embedded_model_and_local_folders_need_no_hub(monkeypatch, tiny_mode
     from huggingface_hub import constants
 
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    for name in ("default", str(tiny_model_dir), "./no/such/folder"):  # the last: the load names it missing
+    for name in ("default", str(tiny_model_dir), "smollm2-135m-instruct"):  # the last: fetched from the registry
         check_model_source(name)
+
+
+def test_a_name_that_names_no_model_is_refused_before_anything_loads(tmp_path, tiny_model_dir):
+    # One rule (exit 2, a ConfigError): a missing path, a folder that is not a model, another file.
+    (tmp_path / "weights.bin").write_bytes(b"x")
+    cases = {"./no/such/folder": "no such file or folder", str(tmp_path / "missing.gguf"): "no such file",
+             str(tmp_path): "not a Hugging Face model folder \\(no config.json", str(tmp_path / "weights.bin"): "not a .gguf"}
+    for name, why in cases.items():
+        with pytest.raises(ConfigError, match=why):
+            check_model_source(name)
 
 
 @pytest.mark.subprocess
