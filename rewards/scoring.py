@@ -4,20 +4,26 @@ Reward = correctness (1 if the extracted answer matches after the family's norma
 task source's own score in [0, 1], which may give partial credit: rewards/rg_source.py)
 + format (``format_weight`` if the completion is exactly one answer block). The format term
 is small so that it shapes early training without ever outweighing a correct answer.
+
+``RewardConfig.answer`` says where the answer is read: ``tags`` (the block only) or ``lenient``
+(the block, else a final ``\\boxed{}``, else the last number for a numeric task:
+rewards/answer.py says why); the format term goes to the block alone either way.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from rewards.answer import extract_answer, is_well_formed
+from rewards.answer import extract_answer, extract_lenient, is_number, is_well_formed
 from rewards.errors import InvalidRewardConfig, TaskError
 from rewards.registry import BUILT_IN, get_family
 from rewards.task import Task
 
-__all__ = ["Reward", "RewardConfig", "score", "score_batch"]
+__all__ = ["ANSWER_READINGS", "Reward", "RewardConfig", "score", "score_batch"]
+
+ANSWER_READINGS = ("tags", "lenient")
 
 
 @dataclass(frozen=True)
@@ -27,6 +33,9 @@ class Reward:
     correctness: float
     format: float
     well_formed: bool = False  # kept apart from ``format``, which is 0 for everyone when format_weight is 0
+    # An answer could be read (the block, or a lenient reading): a diagnostic (the "answered" rate),
+    # not a reward term, so two rewards that pay the same compare equal.
+    answered: bool = field(default=False, compare=False)
 
     @property
     def total(self) -> float:
@@ -41,11 +50,15 @@ class Reward:
 
 @dataclass(frozen=True)
 class RewardConfig:
-    """Reward shaping: ``format_weight`` (finite, >= 0) is the bonus for a well-formed answer."""
+    """Reward shaping: ``format_weight`` (finite, >= 0) is the bonus for a well-formed answer;
+    ``answer`` is where the answer is read (``tags`` or ``lenient``)."""
 
     format_weight: float = 0.1
+    answer: str = "tags"
 
     def __post_init__(self) -> None:
+        if self.answer not in ANSWER_READINGS:
+            raise InvalidRewardConfig(f"answer must be one of {', '.join(ANSWER_READINGS)}, got {self.answer!r}")
         weight = self.format_weight
         if isinstance(weight, bool) or not isinstance(weight, (int, float)):
             raise InvalidRewardConfig(f"format_weight must be a number, got {weight!r}")
@@ -61,13 +74,17 @@ _DEFAULT_CONFIG = RewardConfig()
 def score(task: Task, completion: str, cfg: RewardConfig = _DEFAULT_CONFIG) -> Reward:
     """Reward of ``completion`` (the model's text after the prompt) for ``task``."""
     family = get_family(task.id.family)
-    extracted = extract_answer(completion)
+    if cfg.answer == "lenient":  # "where the task allows": the last number only for a numeric answer
+        extracted = extract_lenient(completion, numeric=is_number(task.answer))
+    else:
+        extracted = extract_answer(completion)
     correctness = 0.0 if extracted is None else _correctness(family, extracted, task)
     well_formed = is_well_formed(completion)
     return Reward(
         correctness=correctness,
         format=float(cfg.format_weight) if well_formed else 0.0,
         well_formed=well_formed,
+        answered=extracted is not None,
     )
 
 

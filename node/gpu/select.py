@@ -74,7 +74,7 @@ def _prompt_tokens(cfg: NodeConfig) -> int:
         from policies.prompt_format import choose_format
 
         tok = AutoTokenizer.from_pretrained(cfg.model.name)
-        fmt = choose_format(tok, cfg.generation.prompt_format, cfg.generation.system_prompt)
+        fmt = choose_format(tok, cfg.generation.prompt_format, cfg.generation.system_prompt, cfg.generation.chat_example)
         longest = longest_prompt(lambda texts: tok(texts, add_special_tokens=False)["input_ids"],
                                  lambda task: fmt.text(tok, task.question), cfg)
     except Exception:  # noqa: BLE001 (no loadable tokenizer: the model load says why; plan for long prompts)

@@ -89,7 +89,7 @@ def evaluate_checkpoint(run_dir: Path, cfg: NodeConfig, path: Path) -> dict:
     """Evaluate the checkpoint at ``path`` with ``cfg``'s model and ``[eval]`` settings; write and
     return ``{"run_dir", "step", "policy_version", "checkpoint", "settings", **result}``."""
     policy, state = policy_at(cfg, path)
-    settings = eval_settings(cfg)
+    settings = eval_settings(cfg, prompt_kind=policy.prompt_format.kind)
     log.info("evaluating %s (step %d, policy v%d) on %d held-out tasks", path, state.step, state.policy_version,
              len(settings.task_ids))
     result = evaluate(policy, settings, f"{cfg.train.seed}:{state.step}")

@@ -145,8 +145,9 @@ class EvalSettings:
     reward: RewardConfig
 
 
-def eval_settings(cfg: "NodeConfig", ev: EvalConfig | None = None) -> EvalSettings:
-    """The evaluation a node with config ``cfg`` runs (``ev`` overrides its ``[eval]`` section).
+def eval_settings(cfg: "NodeConfig", ev: EvalConfig | None = None, prompt_kind: str = "raw") -> EvalSettings:
+    """The evaluation a node with config ``cfg`` runs (``ev`` overrides its ``[eval]`` section),
+    prompting as ``prompt_kind`` says ("raw" or "chat": it decides where answers are read).
 
     Rows per generate call: ``generation.batch_size`` when set; else, on a GPU, the rows a training
     step generates (I groups of G), so evaluation fits wherever training does; on a CPU, whose
@@ -161,7 +162,7 @@ def eval_settings(cfg: "NodeConfig", ev: EvalConfig | None = None) -> EvalSettin
                         greedy=ev.greedy, samples=ev.samples, pass_k=ev.pass_k,
                         max_new_tokens=ev.max_completion_length or g.max_completion_length,
                         temperature=g.temperature, rows_per_call=rows,
-                        reward=RewardConfig(format_weight=cfg.tasks.format_weight))
+                        reward=cfg.tasks.reward_config(prompt_kind))
 
 
 def evaluate(policy: Policy, s: EvalSettings, seed: int | str, sampler: "Policy | VllmSampler | None" = None) -> dict:
@@ -202,7 +203,7 @@ class HeldOut:
         self.every, self.at_end, self.seed = cfg.eval.every, cfg.eval.at_end, cfg.train.seed
         self.at_start, self.run_dir = cfg.eval.at_start, Path(cfg.run.dir)
         self.total = cfg.train.steps
-        self.settings = eval_settings(cfg) if self.every or self.at_end else None
+        self.settings = eval_settings(cfg, prompt_kind=policy.prompt_format.kind) if self.every or self.at_end else None
         self.policy, self.sampler, self.status = policy, sampler, status
         # The questions it evaluates on, kept out of training even when it never evaluates, so
         # that turning evaluation on or off does not change what the node trains.

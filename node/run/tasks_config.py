@@ -7,6 +7,8 @@ names the node uses for its whole run (``names``).
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from node.run.config_section import Section as _Section
@@ -18,6 +20,7 @@ class TasksConfig(_Section):
     families: list[str] = Field(["arithmetic", "lists", "base", "boolean", "counting"], description="task families to sample: built-in names, module:PKG.MOD or module:FILE.py (your own family), jsonl:FILE.jsonl (a dataset), rg:DATASET[:{json config}] or rg:rl-swarm (reasoning-gym); docs/tasks.md")
     difficulties: list[int] = Field([1], description="difficulty levels to sample (1 = easiest; the embedded default model learns level 1 in minutes, level 2+ is mostly beyond it)")
     format_weight: float = Field(0.1, ge=0, description="reward for a well-formed <answer>...</answer> completion")
+    answer: Literal["auto", "tags", "lenient"] = Field("auto", description="where a completion's answer is read: tags (the <answer> block only), lenient (the block, else a final \\boxed{}, else the last number for a task whose answer is a number: what a small instruct model writes) or auto (lenient for chat prompts, tags for raw ones); the format bonus goes to the block either way (docs/tasks.md)")
 
     @field_validator("families")
     @classmethod
@@ -66,3 +69,11 @@ class TasksConfig(_Section):
             raise ValueError(f"difficulties {self.difficulties}: each must be in 1..{top} "
                              f"(the highest level every selected family has)")
         return self
+
+    def reward_config(self, prompt_kind: str):
+        """How this node scores a completion (its own and its peers'), given its prompt format's
+        kind ("raw" or "chat"): the one place ``answer``'s auto is decided."""
+        from rewards.scoring import RewardConfig
+
+        answer = self.answer if self.answer != "auto" else ("lenient" if prompt_kind == "chat" else "tags")
+        return RewardConfig(format_weight=self.format_weight, answer=answer)

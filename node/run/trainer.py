@@ -52,7 +52,6 @@ from node.swarm.pool import PeerGroup
 from node.transport import Transport
 from policies.learner import Learner
 from policies.policy import Policy, SamplingParams
-from rewards.scoring import RewardConfig
 
 if TYPE_CHECKING:
     from policies.vllm_backend import VllmSampler
@@ -89,7 +88,7 @@ class TrainingNode:
         for p in (policy, self.lagged.behaviour):  # the lagged copy samples when behaviour_lag > 0
             if p is not None:
                 p.generation_batch_size = cfg.generation.batch_size
-        self.reward_cfg = RewardConfig(format_weight=cfg.tasks.format_weight)
+        self.reward_cfg = cfg.tasks.reward_config(policy.prompt_format.kind)
         self.swarm = swarm
         self.endpoint = endpoint
         self.clock = swarm.clock if swarm is not None else None
@@ -195,6 +194,7 @@ class TrainingNode:
             "reward": float(np.mean([r.reward.total for r in rollouts])),
             "correct": float(np.mean([r.reward.correctness for r in rollouts])),
             "format": float(np.mean([r.reward.well_formed for r in rollouts])),
+            "answered": float(np.mean([r.reward.answered for r in rollouts])),  # an answer could be read
             "truncated": float(np.mean([r.completion.truncated for r in rollouts])),
             "staleness": float(staleness),
             "dropped_stale": dropped,

@@ -12,7 +12,7 @@ import pytest
 from node.errors import ConfigError
 from node.run.config import load_config
 from node.run.wiring import load_policy
-from policies.prompt_format import DEFAULT_SYSTEM, RAW, PromptFormat, choose_format
+from policies.prompt_format import DEFAULT_SYSTEM, EXAMPLE, RAW, REMINDER, PromptFormat, choose_format
 from protocol.messages import same_tokenizer
 from rewards.registry import make_task
 from tests.helpers.swarm_helpers import train_to_end
@@ -53,7 +53,7 @@ def test_raw_is_swarm_nodes_template_and_keeps_the_tokenizers_fingerprint():
 
 
 def test_chat_puts_the_system_message_first_and_changes_the_fingerprint():
-    fmt = choose_format(_Tok())
+    fmt = choose_format(_Tok(), example=False)
     assert fmt.kind == "chat" and fmt.system == DEFAULT_SYSTEM
     assert fmt.text(_Tok(), "12+7=") == f"<|system|>{DEFAULT_SYSTEM}\n<|user|>12+7=\n<|assistant|>"
     assert "<answer>" in DEFAULT_SYSTEM  # the system message states the format the reward reads
@@ -66,13 +66,26 @@ def test_chat_puts_the_system_message_first_and_changes_the_fingerprint():
     assert PromptFormat("chat", DEFAULT_SYSTEM, TEMPLATE).fingerprint("abcd") == fp
 
 
+def test_the_worked_example_comes_before_the_question_and_the_reminder_after_each():
+    fmt = choose_format(_Tok())  # the default: a worked example
+    q, a = EXAMPLE
+    assert fmt.text(_Tok(), "12+7=") == (f"<|system|>{DEFAULT_SYSTEM}\n<|user|>{q}{REMINDER}\n<|assistant|>{a}\n"
+                                         f"<|user|>12+7={REMINDER}\n<|assistant|>")
+    assert "<answer>" in a and "<answer>" in REMINDER
+    # The example is part of how the node prompts: with and without it are two behaviour policies.
+    assert fmt.fingerprint("abcd") != choose_format(_Tok(), example=False).fingerprint("abcd")
+    assert "worked example" in fmt.describe()
+
+
 def test_a_model_with_a_chat_template_is_prompted_through_it(chat_model_dir, tiny_model_dir, tmp_path):
     cfg = load_config(None, {"model.name": str(chat_model_dir)})
     chat = load_policy(cfg)
     task = make_task("counting:3:1")
     prompt = chat.prompt_of(task)
-    assert prompt.startswith(f"<|system|>{DEFAULT_SYSTEM}") and f"<|user|>{task.question}\n" in prompt
-    assert prompt.endswith("<|assistant|>")
+    assert prompt.startswith(f"<|system|>{DEFAULT_SYSTEM}") and f"<|user|>{task.question}{REMINDER}\n" in prompt
+    assert prompt.endswith("<|assistant|>") and EXAMPLE[1] in prompt
+    bare = load_policy(load_config(None, {"model.name": str(chat_model_dir), "generation.chat_example": False}))
+    assert EXAMPLE[1] not in bare.prompt_of(task) and f"<|user|>{task.question}\n" in bare.prompt_of(task)
     raw = load_policy(load_config(None, {"model.name": str(chat_model_dir), "generation.prompt_format": "raw"}))
     assert raw.prompt_of(task) == task.prompt
     # Same tokenizer, other prompts: a raw node's token log-probs do not transfer to a chat node.
@@ -95,7 +108,8 @@ def test_a_run_trains_and_evaluates_through_the_chat_template(chat_model_dir, tm
                              "run.progress": "off", "run.plot": False, "generation.prompts_per_step": 2,
                              "generation.num_generations": 2, "generation.max_completion_length": 4,
                              "train.steps": 2, "eval.every": 2, "eval.tasks_per_family": 2, "eval.samples": 1,
-                             "tasks.families": ["counting"]})
+                             "tasks.families": ["counting"],
+                             "generation.chat_example": False})  # the tiny model has 128 positions
     summary = train_to_end(cfg)
     assert summary["steps"] == 2
     recs = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]

@@ -99,3 +99,37 @@ def test_score_batch():
 def test_score_batch_length_mismatch():
     with pytest.raises(TaskError, match="2 tasks and 1 completions"):
         score_batch([task("arithmetic", "3+5=", "8")] * 2, ["8"])
+
+
+def test_lenient_reads_the_block_then_a_box_then_the_last_number_of_a_numeric_task():
+    t = make_task("arithmetic:1:1")
+    right, wrong = t.answer, str(int(t.answer) + 1)
+    lenient = RewardConfig(answer="lenient")
+    # The block wins over anything after it; its bonus is the block's alone.
+    assert score(t, f"<answer>{right}</answer>", lenient) == Reward(1.0, 0.1, True)
+    assert score(t, f"so <answer>{wrong}</answer> then {right}", lenient).correctness == 0.0
+    # No block: a final \boxed{}, else the last number written.
+    assert score(t, f"it is \\boxed{{{right}}}.", lenient) == Reward(1.0, 0.0)
+    said = score(t, f"First {wrong}, so the answer is {right}.", lenient)
+    assert said == Reward(1.0, 0.0) and said.answered and not said.verified  # never a peer-floor row
+    assert score(t, f"The answer is {right}.").correctness == 0.0  # tags: no block, no answer
+    assert not score(t, f"The answer is {right}.").answered
+    assert not score(t, "no idea", lenient).answered
+
+
+def test_lenient_reads_no_bare_number_where_the_answer_is_not_one():
+    from rewards.answer import extract_lenient, is_number
+
+    t = make_task("boolean:1:1")
+    assert not is_number(t.answer)
+    assert not score(t, "I think 1.", RewardConfig(answer="lenient")).answered
+    assert extract_lenient("x 1,234.", numeric=True) == "1234"
+    assert extract_lenient("-3.5 and then 12", numeric=True) == "12"
+    assert extract_lenient(r"\boxed{\frac{1}{2}} done", numeric=False) == r"\frac{1}{2}"
+    assert extract_lenient(r"\boxed{unclosed", numeric=False) is None
+    assert extract_lenient("9" * 10000 + " 5", numeric=True) == "9" * 4096  # the scan cap holds
+
+
+def test_an_unknown_reading_is_refused():
+    with pytest.raises(InvalidRewardConfig, match="answer must be one of"):
+        RewardConfig(answer="loose")
