@@ -26,7 +26,8 @@ def run_eval(args: argparse.Namespace, unknown: list[str]) -> int:
 
 
 def table(result: dict) -> list[str]:
-    """The result as a few lines: a heading, then one row per family and one for all of them."""
+    """The result as a few lines: a heading, then one row per family and one for all of them, and
+    the families left out for want of held-out questions."""
     s, k = result["settings"], result.get("k")
     what = " + ".join(x for x in ("greedy" if s["greedy"] else "",
                                   f"{s['samples']} samples" if s["samples"] else "") if x)
@@ -38,4 +39,6 @@ def table(result: dict) -> list[str]:
              f"{'family':<12} {'tasks':>5}" + "".join(f" {names[c]:>15}" for c in cols)]
     for family, d in [*result["families"].items(), ("all", result)]:
         lines.append(f"{family:<12} {d['n']:>5}" + "".join(f" {d[c]:>15.3f}" for c in cols))
+    if result.get("unevaluated"):
+        lines.append(f"not evaluated (no held-out questions): {', '.join(result['unevaluated'])}")
     return lines

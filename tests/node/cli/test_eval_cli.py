@@ -75,3 +75,28 @@ def test_eval_help_explains(capsys):
         main(["eval", "--help"])
     out = capsys.readouterr().out
     assert "held-out" in out and "RUN/eval/step_N.json" in out and "--step N" in out and "--eval.samples" in out
+
+
+def test_eval_names_a_family_without_held_out_questions_and_evaluates_the_others(tiny_run, tmp_path, capsys):
+    """A 3-row dataset among the run's families has no held-out question: said, and left out (it
+    once failed the whole command with an IndexError); a run of only such families has nothing
+    to evaluate, and says so."""
+    import shutil
+
+    rows = tmp_path / "few.jsonl"
+    rows.write_text("".join(json.dumps({"question": f"q{i}", "answer": str(i)}) + "\n" for i in range(3)))
+
+    def run_with(families: list[str]):
+        run = tmp_path / f"run-{len(families)}"
+        shutil.copytree(tiny_run, run, ignore=shutil.ignore_patterns("eval"))
+        config = json.loads((run / "config.json").read_text())
+        config["tasks"]["families"] = families
+        (run / "config.json").write_text(json.dumps(config))
+        return run
+
+    assert main(["eval", str(run_with(["arithmetic", f"jsonl:{rows}"])), "--eval.samples", "0"]) == 0
+    out, err = capsys.readouterr()
+    assert "no held-out questions for task family few_" in err and "\narithmetic" in out
+    assert "not evaluated (no held-out questions): few_" in out
+    assert main(["eval", str(run_with([f"jsonl:{rows}"]))]) == 2
+    assert "no task family has held-out questions" in capsys.readouterr().err
