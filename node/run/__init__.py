@@ -16,4 +16,5 @@
     preflight.py          checks before a run starts (model, tasks, disk) and the failed-start notes
     checkpoint.py         a run's checkpoint folder: atomic publish, retention, newest valid, resume
     checkpoint_format.py  one checkpoint's files: safetensors + JSON encoding, manifest, verify, read
+    file_mode.py          the mode written files get (0666 less the umask; safetensors writes 0600)
 """
