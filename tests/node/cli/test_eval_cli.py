@@ -9,6 +9,7 @@ import json
 import pytest
 
 from node.cli import main
+from node.cli.eval import table
 from node.observe.metrics import read_metrics
 from node.run.config import NodeConfig, load_config
 from tests.helpers.swarm_helpers import train_to_end
@@ -100,3 +101,21 @@ def test_eval_names_a_family_without_held_out_questions_and_evaluates_the_others
     assert "not evaluated (no held-out questions): few_" in out
     assert main(["eval", str(run_with([f"jsonl:{rows}"]))]) == 2
     assert "no task family has held-out questions" in capsys.readouterr().err
+
+
+def test_the_tables_columns_line_up_whatever_the_family_names():
+    """A source's family name carries its digest and passes the old 12 columns: every row is as
+    wide as the longest name, so the numbers stay under their headings."""
+    stats = {"greedy": 0.5, "sampled": 0.25, "n": 4}
+    long = "rg_basic_arithmetic_1a2b3c4d"
+    result = {"run_dir": "runs/x", "step": 2, "policy_version": 2, "seconds": 1.0,
+              "settings": {"greedy": True, "samples": 2, "tasks_per_family": 4}, **stats, "n": 12,
+              "families": {"boolean": stats, long: stats, "arithmetic": stats}}
+    _, header, *rows = table(result)
+    assert [r.split()[0] for r in rows] == ["boolean", long, "arithmetic", "all"]
+    assert header.startswith(f"family{' ' * (len(long) - len('family'))} tasks")
+    ends = {h: header.index(h) + len(h) for h in ("tasks", "greedy pass@1", "sampled pass@1")}
+    for row in rows:
+        assert len(row) == len(header), row
+        assert row[:ends["tasks"]].endswith((" 4", "12")), row  # each number ends where its heading does
+        assert row[:ends["greedy pass@1"]].endswith("0.500") and row.endswith("0.250"), row
