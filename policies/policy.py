@@ -20,6 +20,7 @@ import inspect
 import json
 import logging
 import threading
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -212,6 +213,10 @@ class Policy:
                 raise PolicyError("LoRA needs peft: pip install 'swarm-node[lora]'") from e
             if seed is not None:
                 torch.manual_seed(seed)  # the adapter's init is random: make it reproducible
+            # peft (0.21.2, the newest) reads transformers' deprecated is_gradient_checkpointing in
+            # PeftModel.__init__: a FutureWarning at every LoRA start that no call of ours avoids.
+            warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated", FutureWarning,
+                                    r"transformers\.modeling_utils")
             model = get_peft_model(model, LoraConfig(r=lora_rank, lora_alpha=lora_alpha,
                                                      target_modules="all-linear"))
         total = sum(p.numel() for p in model.parameters())

@@ -14,12 +14,16 @@ held-out seeds in order (family f's i-th candidate: seed MAX_SEED - i, level cyc
 given ones), keep the first task of each question, and stop at ``n_per_family`` questions. A level
 never gives up more than ``MAX_RESERVED_SHARE`` of its questions (its size estimated from
 ``PROBE_DRAWS`` draws), so a small family keeps most of its questions for training and is
-evaluated on fewer tasks (its ``n`` says how many).
+evaluated on fewer tasks (its ``n`` says how many). A family with no level of at least
+1 / MAX_RESERVED_SHARE questions (a dataset of 3 rows), or whose held-out seeds keep drawing
+questions already taken, gets none: it is listed in ``unevaluated``, trains on all its questions
+and is left out of the evaluation.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import random
 from collections import Counter
 from collections.abc import Sequence
@@ -30,7 +34,7 @@ from rewards.held_out import held_out_ids
 from rewards.registry import make_task
 from rewards.task import Task
 
-__all__ = ["HeldOutSet", "held_out_set", "level_size", "MAX_RESERVED_SHARE", "PROBE_DRAWS"]
+__all__ = ["HeldOutSet", "held_out_set", "level_size", "why_unevaluated", "MAX_RESERVED_SHARE", "PROBE_DRAWS"]
 
 MAX_RESERVED_SHARE = 0.25  # of a level's questions, at most, held out of training
 PROBE_DRAWS = 512  # tasks drawn to estimate a level's number of questions (about 0.01 s)
@@ -43,6 +47,7 @@ class HeldOutSet:
 
     ids: tuple[TaskId, ...]
     questions: frozenset[tuple[str, str]]  # (family, question)
+    unevaluated: tuple[str, ...] = ()  # families that got no held-out question (evaluated on nothing)
 
     def holds(self, task: Task) -> bool:
         """True when ``task`` asks a held-out question (whatever its seed and level)."""
@@ -66,6 +71,7 @@ def level_size(family: str, difficulty: int) -> int | None:
 def _held_out_set(families: tuple[str, ...], difficulties: tuple[int, ...], n_per_family: int) -> HeldOutSet:
     ids: list[TaskId] = []
     questions: set[tuple[str, str]] = set()
+    unevaluated: list[str] = []
     for family in dict.fromkeys(families):
         # A level of fewer than 1 / MAX_RESERVED_SHARE questions gives none: holding out the only
         # question of a 1-row dataset would leave training nothing to draw there.
@@ -84,10 +90,23 @@ def _held_out_set(families: tuple[str, ...], difficulties: tuple[int, ...], n_pe
             per_level[task_id.difficulty] += 1
             ids.append(task_id)
             kept += 1
-    return HeldOutSet(tuple(ids), frozenset(questions))
+        if not kept:
+            unevaluated.append(family)
+    return HeldOutSet(tuple(ids), frozenset(questions), tuple(unevaluated))
 
 
 def held_out_set(families: Sequence[str], difficulties: Sequence[int], n_per_family: int) -> HeldOutSet:
     """The held-out tasks and questions of a node that trains on ``families`` at ``difficulties``
     and evaluates ``n_per_family`` tasks a family (computed once per arguments)."""
     return _held_out_set(tuple(families), tuple(difficulties), int(n_per_family))
+
+
+def why_unevaluated(family: str, difficulties: Sequence[int]) -> str:
+    """Why ``family`` got no held-out question at ``difficulties`` (one of ``unevaluated``), in words."""
+    fewest = math.ceil(1 / MAX_RESERVED_SHARE)
+    sizes = {d: level_size(family, d) for d in dict.fromkeys(difficulties)}
+    if all(n is not None and n < fewest for n in sizes.values()):
+        have = ", ".join(f"level {d}: {n}" for d, n in sizes.items())
+        return (f"no level has the {fewest} questions it takes to hold one out ({have}; at most "
+                f"{MAX_RESERVED_SHARE:.0%} of a level's questions are kept from training)")
+    return f"its held-out seeds kept asking questions already taken ({CANDIDATES_PER_TASK} tries a task)"

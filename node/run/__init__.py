@@ -13,7 +13,9 @@
     eval_checkpoint.py    ``swarm-node eval``: a saved checkpoint's held-out evaluation, after the fact
     rollouts.py           a round's task ids, generating and scoring own rollouts, learner samples
     own_groups.py         own zero-variance groups left out, replaced by informative peer groups
+    signal_watch.py       a run with nothing to learn warned about, with its likely cause; run.log_samples
     preflight.py          checks before a run starts (model, tasks, disk) and the failed-start notes
     checkpoint.py         a run's checkpoint folder: atomic publish, retention, newest valid, resume
     checkpoint_format.py  one checkpoint's files: safetensors + JSON encoding, manifest, verify, read
+    file_mode.py          the mode written files get (0666 less the umask; safetensors writes 0600)
 """

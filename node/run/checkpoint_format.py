@@ -32,6 +32,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from node.errors import CheckpointError, CheckpointFormatError
+from node.run.file_mode import give_plain_mode
 from policies.weight_state import tensors_for_save as _for_save  # one rule for tied weights
 
 __all__ = [
@@ -186,6 +187,7 @@ def write_files(tmp: Path, state: CheckpointState) -> None:
         rng_tensors.update({f"torch_cuda.{i}": t for i, t in enumerate(state.rng.torch_cuda)})
         save_file(_for_save(rng_tensors), str(tmp / RNG_FILE))
     (tmp / STATE_FILE).write_text(json.dumps(doc, indent=1, sort_keys=True), encoding="utf-8")
+    give_plain_mode(tmp)  # safetensors writes 0600 (node/run/file_mode.py)
     files = {}
     for p in sorted(tmp.iterdir()):
         fsync_path(p)

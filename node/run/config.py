@@ -121,6 +121,7 @@ class RunConfig(_Section):
     progress: Literal["auto", "rich", "plain", "off"] = Field("auto", description="live progress display")
     log_format: Literal["text", "json"] = Field("text", description="log line format on stderr")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="log level")
+    log_samples: int = Field(0, ge=0, le=64, description="log this many of each step's own completions at INFO (its question, reward and first 300 characters): to see what the model writes, e.g. when a run warns that it has nothing to learn")
     metrics_port: Optional[int] = Field(None, ge=0, le=65535, description="serve Prometheus metrics on this port (/metrics; 0 = any free port, logged); none = off")
     metrics_host: str = Field("127.0.0.1", description="address the metrics endpoint binds (0.0.0.0 to let another machine scrape it)")
     tensorboard: bool = Field(False, description="also write the metrics as TensorBoard event files in <run.dir>/tensorboard (tensorboard --logdir RUN; pip install 'swarm-node[tensorboard]')")

@@ -10,6 +10,8 @@ recorded in metrics.jsonl at a checkpointed step.
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import logging
 from pathlib import Path
@@ -87,9 +89,15 @@ def policy_at(cfg: NodeConfig, path: Path):
 
 def evaluate_checkpoint(run_dir: Path, cfg: NodeConfig, path: Path) -> dict:
     """Evaluate the checkpoint at ``path`` with ``cfg``'s model and ``[eval]`` settings; write and
-    return ``{"run_dir", "step", "policy_version", "checkpoint", "settings", **result}``."""
+    return ``{"run_dir", "step", "policy_version", "checkpoint", "settings", **result}``; a
+    ``ConfigError`` when no family has a held-out question (each is named in a warning)."""
+    settings = eval_settings(cfg)
+    if not settings.task_ids:
+        raise ConfigError(f"nothing to evaluate in {run_dir}: no task family has held-out questions "
+                          f"(the warnings above say why)")
     policy, state = policy_at(cfg, path)
-    settings = eval_settings(cfg, prompt_kind=policy.prompt_format.kind)
+    # Where answers are read follows the prompt format, known once the model (its template) is.
+    settings = dataclasses.replace(settings, reward=cfg.tasks.reward_config(policy.prompt_format.kind))
     log.info("evaluating %s (step %d, policy v%d) on %d held-out tasks", path, state.step, state.policy_version,
              len(settings.task_ids))
     result = evaluate(policy, settings, f"{cfg.train.seed}:{state.step}")

@@ -41,7 +41,7 @@ from node.observe.status import StatusFile
 from node.run.eval_config import EvalConfig
 from policies.policy import Policy, SamplingParams, TokenBatch
 from protocol.task_id import TaskId
-from rewards.reserved import held_out_set
+from rewards.reserved import held_out_set, why_unevaluated
 from rewards.registry import make_task
 from rewards.scoring import RewardConfig, score
 
@@ -143,6 +143,7 @@ class EvalSettings:
     temperature: float
     rows_per_call: int  # completions a generate call takes at most (eval_settings says how many)
     reward: RewardConfig
+    unevaluated: tuple[str, ...] = ()  # families with no held-out question: not evaluated (said in the log)
 
 
 def eval_settings(cfg: "NodeConfig", ev: EvalConfig | None = None, prompt_kind: str = "raw") -> EvalSettings:
@@ -152,17 +153,23 @@ def eval_settings(cfg: "NodeConfig", ev: EvalConfig | None = None, prompt_kind: 
     Rows per generate call: ``generation.batch_size`` when set; else, on a GPU, the rows a training
     step generates (I groups of G), so evaluation fits wherever training does; on a CPU, whose
     memory does not bind at these sizes but whose cost per call does (a tiny model took 0.67 s in
-    calls of 16 rows, 0.2 s in calls of 320), at least ``CPU_ROWS_PER_CALL``."""
+    calls of 16 rows, 0.2 s in calls of 320), at least ``CPU_ROWS_PER_CALL``.
+
+    A family with no held-out question (a dataset of a few rows, rewards/reserved.py) is left out,
+    with a warning that names it and says why."""
     ev = ev or cfg.eval
     g = cfg.generation
     rows = g.batch_size or cfg.local_groups * cfg.group_size
     if not g.batch_size and not cfg.model.device.startswith("cuda"):
         rows = max(rows, CPU_ROWS_PER_CALL)
-    return EvalSettings(task_ids=held_out_set(cfg.tasks.names, cfg.tasks.difficulties, ev.tasks_per_family).ids,
-                        greedy=ev.greedy, samples=ev.samples, pass_k=ev.pass_k,
+    held = held_out_set(cfg.tasks.names, cfg.tasks.difficulties, ev.tasks_per_family)
+    for family in held.unevaluated:
+        log.warning("no held-out questions for task family %s: %s; it is trained on but not evaluated",
+                    family, why_unevaluated(family, cfg.tasks.difficulties))
+    return EvalSettings(task_ids=held.ids, greedy=ev.greedy, samples=ev.samples, pass_k=ev.pass_k,
                         max_new_tokens=ev.max_completion_length or g.max_completion_length,
                         temperature=g.temperature, rows_per_call=rows,
-                        reward=cfg.tasks.reward_config(prompt_kind))
+                        reward=cfg.tasks.reward_config(prompt_kind), unevaluated=held.unevaluated)
 
 
 def evaluate(policy: Policy, s: EvalSettings, seed: int | str, sampler: "Policy | VllmSampler | None" = None) -> dict:
@@ -170,7 +177,8 @@ def evaluate(policy: Policy, s: EvalSettings, seed: int | str, sampler: "Policy 
 
     ``sampler`` draws the samples (the node's own: its vLLM engine, which holds the policy's
     weights; default the policy). Torch's random stream is forked and seeded from ``seed``, so
-    the samples depend on it alone and the caller's stream is left as it was."""
+    the samples depend on it alone and the caller's stream is left as it was. The result lists
+    ``unevaluated`` families, when there are any."""
     t0 = time.perf_counter()
     sampler = sampler or policy
     tasks = [make_task(t) for t in s.task_ids]
@@ -178,7 +186,7 @@ def evaluate(policy: Policy, s: EvalSettings, seed: int | str, sampler: "Policy 
     devices = [policy.device.index or 0] if policy.device.type == "cuda" else []
     with policy.weights_lock, torch.random.fork_rng(devices=devices):
         torch.manual_seed(random.Random(f"swarm-node:eval:{seed}").getrandbits(63))
-        greedy = greedy_texts(policy, prompts, s.max_new_tokens, s.rows_per_call) if s.greedy else None
+        greedy = greedy_texts(policy, prompts, s.max_new_tokens, s.rows_per_call) if s.greedy and prompts else None
         groups: list[list] = []
         if s.samples:
             params = SamplingParams(max_new_tokens=s.max_new_tokens, temperature=s.temperature)
@@ -189,7 +197,8 @@ def evaluate(policy: Policy, s: EvalSettings, seed: int | str, sampler: "Policy 
                             score(task, greedy[i], s.reward).correctness if greedy is not None else None,
                             tuple(score(task, c.text, s.reward).correctness for c in groups[i]) if groups else ())
                 for i, task in enumerate(tasks)]
-    return {**summarise(outcomes, s.pass_k), "seconds": time.perf_counter() - t0}
+    skipped = {"unevaluated": list(s.unevaluated)} if s.unevaluated else {}
+    return {**summarise(outcomes, s.pass_k), **skipped, "seconds": time.perf_counter() - t0}
 
 
 # -- the node's hook ----------------------------------------------------------------------------
@@ -204,6 +213,9 @@ class HeldOut:
         self.at_start, self.run_dir = cfg.eval.at_start, Path(cfg.run.dir)
         self.total = cfg.train.steps
         self.settings = eval_settings(cfg, prompt_kind=policy.prompt_format.kind) if self.every or self.at_end else None
+        if self.settings is not None and not self.settings.task_ids:
+            log.warning("held-out evaluation is off: no task family has held-out questions (above)")
+            self.settings = None
         self.policy, self.sampler, self.status = policy, sampler, status
         # The questions it evaluates on, kept out of training even when it never evaluates, so
         # that turning evaluation on or off does not change what the node trains.

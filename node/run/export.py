@@ -26,6 +26,7 @@ from node.observe.metrics import read_metrics
 from node.run.checkpoint import checkpoint_step
 from node.run.config import NodeConfig
 from node.run.eval_checkpoint import find_checkpoint, policy_at, run_config
+from node.run.file_mode import give_plain_mode
 from rewards.task import PROMPT_TEMPLATE
 
 __all__ = ["Exported", "locate", "export_model", "model_card"]
@@ -101,6 +102,7 @@ def export_model(source: Path, out: Path, *, step: int | None = None, adapter_on
             "run_dir": str(run_dir), "checkpoint": str(path), "step": state.step,
             "policy_version": state.policy_version, "adapter_only": adapter_only,
             "exported_at": time.time(), "config": json.loads(cfg.to_json())}, indent=2))
+        give_plain_mode(tmp)  # the weights' writer makes them 0600 (node/run/file_mode.py)
         if out.exists():
             out.rmdir()  # empty (checked above)
         os.replace(tmp, out)

@@ -43,6 +43,7 @@ from node.run.overlap import GenerationAhead
 from node.run.own_groups import FamilyCorrectness, OwnGroups, own_groups, take_replacing
 from node.run.resume import node_state
 from node.run.rollouts import external_samples, to_records, to_train_samples
+from node.run.signal_watch import SignalWatch
 from node.run.startup import start_node
 from node.run.step_generation import StepGenerator, StepRollouts
 from node.run.stopping import StopRequest, close_within
@@ -101,6 +102,7 @@ class TrainingNode:
         self.role = make_role(cfg.broadcast.role)  # node/broadcast/roles.py: full, learner or worker
         self.role_ctx = self._role_context()
         self.families = FamilyCorrectness()  # own running correctness per family: swarm.select = weakest
+        self.signal = SignalWatch(cfg.run.log_samples, cfg.generation.max_completion_length, self.status)
         self.held_out = HeldOut(cfg, policy, self.status, vllm)  # node/run/evaluate.py
         self.generator = StepGenerator(cfg, policy, learner, self.lagged, vllm, self.role, self.role_ctx,
                                        self.held_out.reserved, self.reward_cfg, self.sampling)
@@ -220,6 +222,7 @@ class TrainingNode:
             record["external_by_peer"] = dict(collections.Counter(g.sender for g in groups))
         record.update(own.metrics(groups))
         record.update(role_info)
+        self.signal.after_step(record, rollouts)  # run.log_samples; warns when nothing is learnt (signal_watch.py)
         return record
 
     async def _step(self) -> dict | None:

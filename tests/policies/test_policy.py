@@ -7,6 +7,7 @@ Every model here is the tiny locally-built Qwen2 of ``tests/conftest.py`` (no do
 from __future__ import annotations
 
 import copy
+import warnings
 from dataclasses import replace
 
 import pytest
@@ -368,6 +369,18 @@ def test_lora_trains_only_adapters(tiny_model_dir):
     assert metrics["grad_norm"] > 0
     changed = {n for n, p in policy.model.named_parameters() if not torch.equal(p, before[n])}
     assert changed and changed <= trainable
+
+
+def test_a_lora_start_prints_no_deprecation_warning(tiny_model_dir):
+    """peft reads transformers' deprecated ``is_gradient_checkpointing`` when it wraps a model: that
+    one warning is filtered (Policy.load says why); any other still shows."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")  # every warning, however often this process saw it before
+        Policy.load(tiny_model_dir, lora_rank=4, seed=0, gradient_checkpointing=True)
+        warnings.warn("`is_gradient_checkpointing` is deprecated (said by this test)", FutureWarning)
+    deprecations = [str(w.message) for w in caught if issubclass(w.category, (FutureWarning, DeprecationWarning))]
+    # only this test's own: the filter names transformers' module, so the same words from elsewhere show
+    assert deprecations == ["`is_gradient_checkpointing` is deprecated (said by this test)"], deprecations
 
 
 def test_lora_seed_makes_adapter_init_reproducible(tiny_model_dir):

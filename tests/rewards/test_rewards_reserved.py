@@ -4,13 +4,14 @@ reach one."""
 
 from __future__ import annotations
 
+import json
 import random
 
 from node.run.rollouts import round_task_ids
 from protocol.task_id import TaskId
 from rewards.held_out import is_held_out
-from rewards.registry import make_task
-from rewards.reserved import MAX_RESERVED_SHARE, held_out_set, level_size
+from rewards.registry import make_task, resolve_families
+from rewards.reserved import MAX_RESERVED_SHARE, held_out_set, level_size, why_unevaluated
 
 FAMILIES = ["arithmetic", "lists", "base", "boolean", "counting"]
 
@@ -62,3 +63,14 @@ def test_the_embedded_models_warm_start_leaves_out_the_default_evaluations_quest
     plain = supervised_examples(3000, seed=recipe.seed, difficulties=recipe.sft_difficulties)
     kept = supervised_examples(3000, seed=recipe.seed, difficulties=recipe.sft_difficulties, exclude=excluded)
     assert any(p in prompts for p, _ in plain) and not any(p in prompts for p, _ in kept)
+
+
+def test_a_family_too_small_to_hold_out_a_question_is_named_unevaluated(tmp_path):
+    rows = tmp_path / "tiny.jsonl"  # 3 questions: a quarter of them is none
+    rows.write_text("".join(json.dumps({"question": f"q{i}", "answer": str(i)}) + "\n" for i in range(3)))
+    [tiny] = resolve_families([f"jsonl:{rows}"])
+    h = held_out_set(["arithmetic", tiny], [1], 4)
+    assert h.unevaluated == (tiny,) and {t.family for t in h.ids} == {"arithmetic"}
+    assert not any(f == tiny for f, _ in h.questions)  # all 3 stay for training
+    assert "no level has the 4 questions it takes to hold one out (level 1: 3" in why_unevaluated(tiny, [1])
+    assert held_out_set(["arithmetic"], [1], 4).unevaluated == ()

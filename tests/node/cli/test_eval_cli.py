@@ -9,6 +9,7 @@ import json
 import pytest
 
 from node.cli import main
+from node.cli.eval import table
 from node.observe.metrics import read_metrics
 from node.run.config import NodeConfig, load_config
 from tests.helpers.swarm_helpers import train_to_end
@@ -75,3 +76,46 @@ def test_eval_help_explains(capsys):
         main(["eval", "--help"])
     out = capsys.readouterr().out
     assert "held-out" in out and "RUN/eval/step_N.json" in out and "--step N" in out and "--eval.samples" in out
+
+
+def test_eval_names_a_family_without_held_out_questions_and_evaluates_the_others(tiny_run, tmp_path, capsys):
+    """A 3-row dataset among the run's families has no held-out question: said, and left out (it
+    once failed the whole command with an IndexError); a run of only such families has nothing
+    to evaluate, and says so."""
+    import shutil
+
+    rows = tmp_path / "few.jsonl"
+    rows.write_text("".join(json.dumps({"question": f"q{i}", "answer": str(i)}) + "\n" for i in range(3)))
+
+    def run_with(families: list[str]):
+        run = tmp_path / f"run-{len(families)}"
+        shutil.copytree(tiny_run, run, ignore=shutil.ignore_patterns("eval"))
+        config = json.loads((run / "config.json").read_text())
+        config["tasks"]["families"] = families
+        (run / "config.json").write_text(json.dumps(config))
+        return run
+
+    assert main(["eval", str(run_with(["arithmetic", f"jsonl:{rows}"])), "--eval.samples", "0"]) == 0
+    out, err = capsys.readouterr()
+    assert "no held-out questions for task family few_" in err and "\narithmetic" in out
+    assert "not evaluated (no held-out questions): few_" in out
+    assert main(["eval", str(run_with([f"jsonl:{rows}"]))]) == 2
+    assert "no task family has held-out questions" in capsys.readouterr().err
+
+
+def test_the_tables_columns_line_up_whatever_the_family_names():
+    """A source's family name carries its digest and passes the old 12 columns: every row is as
+    wide as the longest name, so the numbers stay under their headings."""
+    stats = {"greedy": 0.5, "sampled": 0.25, "n": 4}
+    long = "rg_basic_arithmetic_1a2b3c4d"
+    result = {"run_dir": "runs/x", "step": 2, "policy_version": 2, "seconds": 1.0,
+              "settings": {"greedy": True, "samples": 2, "tasks_per_family": 4}, **stats, "n": 12,
+              "families": {"boolean": stats, long: stats, "arithmetic": stats}}
+    _, header, *rows = table(result)
+    assert [r.split()[0] for r in rows] == ["boolean", long, "arithmetic", "all"]
+    assert header.startswith(f"family{' ' * (len(long) - len('family'))} tasks")
+    ends = {h: header.index(h) + len(h) for h in ("tasks", "greedy pass@1", "sampled pass@1")}
+    for row in rows:
+        assert len(row) == len(header), row
+        assert row[:ends["tasks"]].endswith((" 4", "12")), row  # each number ends where its heading does
+        assert row[:ends["greedy pass@1"]].endswith("0.500") and row.endswith("0.250"), row

@@ -6,6 +6,8 @@ adapter of a full run), each with nothing written."""
 from __future__ import annotations
 
 import json
+import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -73,8 +75,13 @@ def test_export_writes_a_folder_transformers_loads_with_the_checkpoints_weights(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     out = tmp_path / "model"
-    assert main(["export", str(full_run), "--out", str(out)]) == 0
+    umask = os.umask(0o022)
+    try:
+        assert main(["export", str(full_run), "--out", str(out)]) == 0
+    finally:
+        os.umask(umask)
     said = capsys.readouterr().out
+    assert {stat.S_IMODE(p.stat().st_mode) for p in out.iterdir()} == {0o644}  # the weights too: not 0600
     assert f"exported the model of {full_run} at step 4 (policy v4, step_000004) to {out}" in said
     files = {p.name for p in out.iterdir()}
     assert {"config.json", "model.safetensors", "README.md", "swarm_node_export.json"} <= files

@@ -8,6 +8,7 @@ import os
 import random
 import re
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -436,3 +437,15 @@ def test_cuda_tied_tensors_and_rng_on_gpu(tmp_path):
     restore_rng(loaded.rng)
     assert torch.equal(torch.rand(5, device="cuda"), expected)
     assert torch.equal(loaded.model_state["a"], emb.cpu()) and torch.equal(loaded.model_state["b"], emb.cpu())
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027], ids=oct)
+def test_a_checkpoints_files_have_the_mode_of_the_rest_of_the_run_folder(tmp_path, umask):
+    # safetensors writes 0600 (node/run/file_mode.py); the checkpoint's files are all 0666 - umask
+    old = os.umask(umask)
+    try:
+        path = save_checkpoint(tmp_path, _small_state(1)[0])
+    finally:
+        os.umask(old)
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in path.iterdir()}
+    assert "model.safetensors" in modes and set(modes.values()) == {0o666 & ~umask}, modes

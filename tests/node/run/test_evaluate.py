@@ -3,6 +3,8 @@ model: the training reward's correctness, greedy decoding, rows per call, a fork
 
 from __future__ import annotations
 
+import json
+import logging
 from dataclasses import replace
 
 import pytest
@@ -134,3 +136,25 @@ def test_greedy_is_the_most_likely_token_at_every_step(tiny):
                 if nxt == eos:
                     break
         assert text == policy.tokenizer.decode(out, skip_special_tokens=True)
+
+
+def test_a_family_without_held_out_questions_is_named_and_left_out(tiny, tmp_path, caplog):
+    """A 3-row dataset has no question to hold out (rewards/reserved.py): the evaluation names it
+    and goes on with the others; with no other family there is nothing to evaluate, and the node's
+    evaluation is off instead of failing at every step."""
+    from node.run.evaluate import HeldOut
+    from rewards.registry import resolve_families
+
+    cfg, policy = tiny
+    rows = tmp_path / "few.jsonl"
+    rows.write_text("".join(json.dumps({"question": f"q{i}", "answer": str(i)}) + "\n" for i in range(3)))
+    [few] = resolve_families([f"jsonl:{rows}"])
+    on = {"model.name": cfg.model.name, "eval.tasks_per_family": 2}
+    caplog.set_level(logging.WARNING, logger="node.run.evaluate")
+    s = eval_settings(load_config(None, {**on, "tasks.families": ["arithmetic", f"jsonl:{rows}"]}))
+    assert f"no held-out questions for task family {few}: no level has the 4 questions" in caplog.text
+    result = evaluate(policy, replace(s, samples=1), "0:1")
+    assert set(result["families"]) == {"arithmetic"} and result["n"] == 2 and result["unevaluated"] == [few]
+    alone = load_config(None, {**on, "tasks.families": [f"jsonl:{rows}"]})
+    assert evaluate(policy, eval_settings(alone), "0:1")["n"] == 0  # no prompt to generate for: no IndexError
+    assert HeldOut(alone, policy, None).settings is None and "held-out evaluation is off" in caplog.text
