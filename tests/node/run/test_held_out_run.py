@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -13,6 +14,7 @@ from safetensors.torch import load_file
 from node.observe.metrics import read_metrics
 from node.run.config import load_config
 from node.run.evaluate import HeldOut
+from policies.prompt_format import RAW
 from tests.helpers.swarm_helpers import train_to_end
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -30,13 +32,17 @@ def _cfg(model_dir: Path, run_dir: Path, **over):
 
 
 
+# Only its prompt format is read before an evaluation runs (where answers are read).
+_RAW_POLICY = SimpleNamespace(prompt_format=RAW)
+
+
 def test_due_every_n_steps_and_at_the_end_but_not_when_stopping(tiny_model_dir, tmp_path):
-    due = HeldOut(_cfg(tiny_model_dir, tmp_path, **{"eval.every": 2}), None, None).due
+    due = HeldOut(_cfg(tiny_model_dir, tmp_path, **{"eval.every": 2}), _RAW_POLICY, None).due
     assert [s for s in range(1, 6) if due(s, stopping=False)] == [2, 4, 5]
     assert not due(4, stopping=True) and not due(5, stopping=True)
-    off = HeldOut(_cfg(tiny_model_dir, tmp_path, **{"eval.every": 0, "eval.at_end": False}), None, None)
+    off = HeldOut(_cfg(tiny_model_dir, tmp_path, **{"eval.every": 0, "eval.at_end": False}), _RAW_POLICY, None)
     assert off.settings is None and not any(off.due(s, False) for s in range(1, 6))
-    end_only = HeldOut(_cfg(tiny_model_dir, tmp_path, **{"eval.every": 0}), None, None).due
+    end_only = HeldOut(_cfg(tiny_model_dir, tmp_path, **{"eval.every": 0}), _RAW_POLICY, None).due
     assert [s for s in range(1, 6) if end_only(s, False)] == [5]
 
 
