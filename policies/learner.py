@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import torch
 
 from policies.advantages import Advantages, group_advantages
+from policies.inert_rows import live_rows, skippable, whole_batch_denominator
 from policies.loss import (ZERO_ADVANTAGE, LossConfig, LossInputs, loss_plan, policy_loss, row_caps,
                            sequence_weights)
 from policies.oom import OutOfMemory, fit_by_halving, is_out_of_memory
@@ -204,24 +205,39 @@ class Learner:
         k - 1 updates applied; the node stops on it, so nothing is trained on half a step."""
         if not samples:
             raise ValueError("empty batch")
-        rows = self._batch(samples)
-        batch = rows.batch
+        whole = rows = self._batch(samples)
+        # Rows of all-equal groups carry exactly no gradient: learn on the others only, divided by
+        # the whole batch's denominator (policies/inert_rows.py). None: every row is learned on.
+        live = live_rows(whole.rewards, whole.gids) if skippable(self.baseline, self.scale_rewards, self.loss_cfg) else None
+        if live is not None and bool(live.all()):
+            live = None
+        if live is not None:
+            denominator, keep = whole_batch_denominator(whole.batch.completion_mask, whole.rewards, whole.gids,
+                                                        self.baseline, self.scale_rewards, self.loss_cfg)
+            idx = live.nonzero(as_tuple=True)[0]
+            rows = self._batch([samples[i] for i in idx.tolist()]) if len(idx) else None
+            if rows is not None:
+                rows.denominator = denominator
+        batch = whole.batch
         halvings = self.oom_halvings
         # eval mode: μ was recorded in eval mode (no dropout), so π_θ must be too, or ratios
         # drift from 1 on-policy for any model with dropout. Gradients flow either way.
         self.policy.learning_mode()
-        if self.baseline == "opob":
+        if self.baseline == "opob":  # never with inert rows left out (not skippable)
             rows.g2 = self._fit(lambda n: self._grad_sq_norms(batch, n), len(batch))
         metrics: dict[str, float | None] = {}
         first = None
         for it in range(self.num_iterations):
             # Gradients of this iteration, accumulated over micro-batches (all of the batch's in
             # one pass when it fits); an out-of-memory attempt is redone whole at half the rows.
-            done = self._fit(lambda n: self._gradients(rows, first, n), len(batch))
+            if rows is None:  # nothing in the batch carries gradient: no pass at all
+                done = self._inert_pass(whole)
+            else:
+                done = self._fit(lambda n: self._gradients(rows, first, n), len(rows.batch))
             if first is None:
                 first = done
-                # Naive sharing: μ := π_θ as this step begins, for every iteration.
-                rows.beh, rows.seq_beh = done.beh, done.seq_beh
+                if rows is not None:  # naive sharing: μ := π_θ as this step begins, for every iteration
+                    rows.beh, rows.seq_beh = done.beh, done.seq_beh
             for group in self.optimizer.param_groups:
                 group["lr"] = self.base_lr * first.factor * self._warmup()
             grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.max_grad_norm)
@@ -235,19 +251,40 @@ class Learner:
                 self.version += 1
             if it == 0:
                 metrics.update(first.metrics, loss=done.loss, grad_norm=float(grad_norm), **done.loss_metrics)
-        adv = first.adv
+        adv, kept = first.adv.advantages, first.adv.loss_mask
+        if live is not None:  # the whole batch's: the inert rows' advantages are 0
+            adv = torch.zeros_like(whole.rewards).index_put_((idx,), adv) if rows is not None else adv
+            kept = keep
         metrics.update(
-            reward_mean=float(rows.rewards.mean()),
-            adv_abs_mean=float(adv.advantages.abs().mean()),
+            reward_mean=float(whole.rewards.mean()),
+            adv_abs_mean=float(adv.abs().mean()),
             # trained samples whose advantage is 0 carry no gradient (a group whose rewards agree)
-            zero_adv_frac=float((adv.advantages[adv.loss_mask].abs() <= ZERO_ADVANTAGE).float().mean()),
+            zero_adv_frac=float((adv[kept].abs() <= ZERO_ADVANTAGE).float().mean()),
+            inert_rows_skipped=float(len(samples) - (len(rows.batch) if rows is not None else 0)),
             completion_len=float(batch.completion_mask.sum(-1).mean()),
             batch_size=float(len(samples)),
             policy_version=float(self.version),
-            micro_batch=float(self._rows_per_pass(len(samples))),
+            micro_batch=float(self._rows_per_pass(len(rows.batch) if rows is not None else 0)),
             oom_halvings=float(self.oom_halvings - halvings),
         )
         return metrics
+
+    def _inert_pass(self, r: "_Rows") -> "_Pass":
+        """A batch none of whose rows carries gradient: the gradient is exactly 0 with no pass
+        (the optimizer still steps on it, as it would on the backward pass's zeros), and the
+        ESS stats are those of no gradient row: ρ = 1, nothing to correct."""
+        for p in self.params:
+            p.grad = torch.zeros_like(p)
+        adv = group_advantages(r.rewards, r.gids, "median" if self.baseline == "median" else "mean", self.scale_rewards)
+        factor = lr_factor(1.0, self.lr_rule, self.rho_ref, self.lr_floor)
+        stats = dict(behaviour_rho=1.0, ess=0.0, rho=1.0, lr_factor=factor, lr=self.base_lr * factor * self._warmup(),
+                     grad_rows=0.0, grad_sources=0.0, rho_pooled=1.0, rho_all_rows=None)
+        loss_metrics = dict(clip_frac=0.0, m2po_masked_frac=0.0, ratio_mean=None, weight_mean=None,
+                            seq_level_frac=float(r.foreign.float().mean()), ext_pos_rows=0.0, ext_pos_frac=0.0,
+                            ext_pos_weight_mean=None, ext_pos_low_frac=None, ext_pos_floored_frac=None,
+                            ext_pos_ess=None)
+        return _Pass(beh=r.beh, seq_beh=r.seq_beh, adv=adv, factor=factor, metrics=stats, loss=0.0,
+                     loss_metrics=loss_metrics)
 
     def _gradients(self, r: "_Rows", first: "_Pass | None", rows: int) -> "_Pass":
         """One iteration's forward and backward, ``rows`` rows a pass; leaves the gradients in
@@ -300,6 +337,8 @@ class Learner:
                             advantages=adv.advantages, sample_mask=adv.loss_mask, sequence_level=r.foreign,
                             seq_weights=w, external=~r.local, verified=r.verified)
         plan = loss_plan(inputs, self.loss_cfg)
+        if r.denominator is not None:  # inert rows left out: the whole batch's (policies/inert_rows.py)
+            plan = dataclasses.replace(plan, denominator=r.denominator)
         if whole:
             out = policy_loss(dataclasses.replace(inputs, logp=logp_graph), self.loss_cfg, plan)
             out.loss.backward()
@@ -331,6 +370,7 @@ class _Rows:
     sources: torch.Tensor
     verified: torch.Tensor  # (B,) bool: TrainSample.verified
     g2: torch.Tensor | None = None  # per-row squared gradient norms (the opob baseline only)
+    denominator: torch.Tensor | None = None  # the loss's, when these rows are a batch's live rows
 
 
 @dataclass(frozen=True)

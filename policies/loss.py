@@ -32,7 +32,7 @@ import torch
 from policies.offpolicy import (ess_fraction, m2po_mask, sequence_log_weights, success_floor, token_log_ratios,
                                 truncated_weights)
 
-__all__ = ["LossConfig", "LossInputs", "LossOutputs", "LossPlan", "ZERO_ADVANTAGE", "loss_plan", "policy_loss",
+__all__ = ["LossConfig", "LossInputs", "LossOutputs", "LossPlan", "ZERO_ADVANTAGE", "loss_denominator", "loss_plan", "policy_loss",
            "row_caps", "sequence_weights"]
 
 _MAX_LOG_RATIO = 80.0  # e^80 ≈ 5.5e34 < float32 max ≈ 3.4e38
@@ -214,6 +214,18 @@ def _success_metrics(x: LossInputs, cfg: LossConfig, ratio, seq_f, token_mask, f
     return out
 
 
+def loss_denominator(used: torch.Tensor, cfg: LossConfig) -> torch.Tensor:
+    """What the loss's token sum is divided by, from ``used`` ((B, T), the tokens the loss takes):
+    dapo Σ used tokens, grpo the sequences used, dr_grpo B · max_completion_length."""
+    if cfg.loss_type == "dapo":
+        return used.sum().clamp(min=1)
+    if cfg.loss_type == "grpo":
+        return (used.sum(-1) > 0).sum().clamp(min=1).to(used.dtype)
+    if cfg.loss_type == "dr_grpo":
+        return torch.tensor(float(used.shape[0] * cfg.max_completion_length), device=used.device)
+    raise ValueError(f"unknown loss_type {cfg.loss_type!r}; choose grpo, dapo or dr_grpo")
+
+
 def loss_plan(inputs: LossInputs, cfg: LossConfig) -> LossPlan:
     """The batch-level part of the loss, from the values of ``inputs`` (its log-probs detached)."""
     x = _detached(inputs)
@@ -229,15 +241,7 @@ def loss_plan(inputs: LossInputs, cfg: LossConfig) -> LossPlan:
         was_clipped = (clipped * adv < unclipped * adv).to(mask.dtype) * token_mask
         clipped_frac = float(was_clipped.sum() / token_mask.sum().clamp(min=1))
         m2po_dropped = 0.0
-    used = token_mask + mask * seq_f  # (B, T) tokens that carry gradient
-    if cfg.loss_type == "dapo":
-        denominator = used.sum().clamp(min=1)
-    elif cfg.loss_type == "grpo":
-        denominator = (used.sum(-1) > 0).sum().clamp(min=1).to(x.logp.dtype)
-    elif cfg.loss_type == "dr_grpo":
-        denominator = torch.tensor(float(x.logp.shape[0] * cfg.max_completion_length), device=x.logp.device)
-    else:
-        raise ValueError(f"unknown loss_type {cfg.loss_type!r}; choose grpo, dapo or dr_grpo")
+    denominator = loss_denominator(token_mask + mask * seq_f, cfg)  # the tokens that carry gradient
     w = x.seq_weights
     live = x.mask.sum() > 0
     metrics = {
