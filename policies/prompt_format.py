@@ -21,11 +21,10 @@ __all__ = ["PromptFormat", "RAW", "DEFAULT_SYSTEM", "EXAMPLE", "REMINDER", "choo
 
 DEFAULT_SYSTEM = ("Solve the task. Give your final answer between <answer> and </answer>, "
                   "for example <answer>42</answer>, and nothing after it.")
-# A worked exchange before the question (one-shot) and a reminder after it: a small instruct
-# model follows an example far more than an instruction (SmolLM2-135M-Instruct wrote the answer
-# tags in 0 of 48 samples with the system message alone, about half with both:
-# docs/results/bench_real_model.md). The example is generic arithmetic: it shows the format, and
-# no task's answer.
+# A worked exchange before the question (one-shot) and a reminder after it (generation.chat_example,
+# off by default): SmolLM2-135M-Instruct writes the tags more often with them, but rarely as the
+# whole answer, and they double a short question's prompt (docs/results/bench_real_model.md). The
+# example is generic arithmetic: it shows the format, and no task's answer.
 EXAMPLE = ("What is 3 + 4 * 2?", "4 * 2 = 8, and 3 + 8 = 11.\n<answer>11</answer>")
 REMINDER = "\nGive the final answer between <answer> and </answer>."
 
@@ -72,7 +71,7 @@ class PromptFormat:
 RAW = PromptFormat()
 
 
-def choose_format(tokenizer, mode: str = "auto", system: str = DEFAULT_SYSTEM, example: bool = True) -> PromptFormat:
+def choose_format(tokenizer, mode: str = "auto", system: str = DEFAULT_SYSTEM, example: bool = False) -> PromptFormat:
     """``auto``: the chat template when the tokenizer has one, else raw; ``chat`` insists.
     ``example``: chat prompts show ``EXAMPLE`` first and end the question with ``REMINDER``."""
     template = getattr(tokenizer, "chat_template", None) or ""

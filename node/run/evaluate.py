@@ -120,7 +120,7 @@ def greedy_texts(policy: Policy, prompts: list[str], max_new_tokens: int, rows_p
             for i in range(0, len(rows), rows_per_call):
                 batch = TokenBatch.build(rows[i:i + rows_per_call], [()] * len(rows[i:i + rows_per_call]), pad)
                 P = batch.prompt_len
-                seqs = policy.model.generate(input_ids=batch.input_ids[:, :P].to(policy.device),
+                seqs = policy.sampling_model().generate(input_ids=batch.input_ids[:, :P].to(policy.device),
                                              attention_mask=batch.attention_mask[:, :P].to(policy.device),
                                              generation_config=gen)
                 for new in seqs[:, P:].tolist():

@@ -70,9 +70,14 @@ def load_policy(cfg: NodeConfig, phase: Phase | None = None) -> Policy:
         raise ConfigError(str(e)) from None
     name = model.path
     phase("loading the model", model.label)
+    if cfg.model.chosen:  # node/run/model_defaults.py
+        log.info("a pretrained model on a CPU: %s (chosen because not given; set them to change it)",
+                 ", ".join(f"--model.{k} {v}" for k, v in cfg.model.chosen.items()))
     policy = Policy.load(name, dtype=cfg.model.dtype, device=cfg.model.device,
                          lora_rank=cfg.model.lora_rank, lora_alpha=cfg.model.lora_alpha,
                          seed=cfg.train.seed, gradient_checkpointing=cfg.model.gradient_checkpointing)
+    if policy.adapter_only and cfg.model.device.startswith("cpu"):
+        policy.merge_for_sampling()  # a CPU spends about half of each sampled token on the adapter
     try:
         policy.prompt_format = choose_format(policy.tokenizer, cfg.generation.prompt_format, cfg.generation.system_prompt,
                                              cfg.generation.chat_example)

@@ -53,7 +53,7 @@ def test_raw_is_swarm_nodes_template_and_keeps_the_tokenizers_fingerprint():
 
 
 def test_chat_puts_the_system_message_first_and_changes_the_fingerprint():
-    fmt = choose_format(_Tok(), example=False)
+    fmt = choose_format(_Tok())  # the default: no example
     assert fmt.kind == "chat" and fmt.system == DEFAULT_SYSTEM
     assert fmt.text(_Tok(), "12+7=") == f"<|system|>{DEFAULT_SYSTEM}\n<|user|>12+7=\n<|assistant|>"
     assert "<answer>" in DEFAULT_SYSTEM  # the system message states the format the reward reads
@@ -67,7 +67,7 @@ def test_chat_puts_the_system_message_first_and_changes_the_fingerprint():
 
 
 def test_the_worked_example_comes_before_the_question_and_the_reminder_after_each():
-    fmt = choose_format(_Tok())  # the default: a worked example
+    fmt = choose_format(_Tok(), example=True)
     q, a = EXAMPLE
     assert fmt.text(_Tok(), "12+7=") == (f"<|system|>{DEFAULT_SYSTEM}\n<|user|>{q}{REMINDER}\n<|assistant|>{a}\n"
                                          f"<|user|>12+7={REMINDER}\n<|assistant|>")
@@ -82,10 +82,10 @@ def test_a_model_with_a_chat_template_is_prompted_through_it(chat_model_dir, tin
     chat = load_policy(cfg)
     task = make_task("counting:3:1")
     prompt = chat.prompt_of(task)
-    assert prompt.startswith(f"<|system|>{DEFAULT_SYSTEM}") and f"<|user|>{task.question}{REMINDER}\n" in prompt
-    assert prompt.endswith("<|assistant|>") and EXAMPLE[1] in prompt
-    bare = load_policy(load_config(None, {"model.name": str(chat_model_dir), "generation.chat_example": False}))
-    assert EXAMPLE[1] not in bare.prompt_of(task) and f"<|user|>{task.question}\n" in bare.prompt_of(task)
+    assert prompt.startswith(f"<|system|>{DEFAULT_SYSTEM}") and f"<|user|>{task.question}\n" in prompt
+    assert prompt.endswith("<|assistant|>") and EXAMPLE[1] not in prompt
+    shown = load_policy(load_config(None, {"model.name": str(chat_model_dir), "generation.chat_example": True}))
+    assert EXAMPLE[1] in shown.prompt_of(task) and f"<|user|>{task.question}{REMINDER}\n" in shown.prompt_of(task)
     raw = load_policy(load_config(None, {"model.name": str(chat_model_dir), "generation.prompt_format": "raw"}))
     assert raw.prompt_of(task) == task.prompt
     # Same tokenizer, other prompts: a raw node's token log-probs do not transfer to a chat node.
@@ -108,8 +108,7 @@ def test_a_run_trains_and_evaluates_through_the_chat_template(chat_model_dir, tm
                              "run.progress": "off", "run.plot": False, "generation.prompts_per_step": 2,
                              "generation.num_generations": 2, "generation.max_completion_length": 4,
                              "train.steps": 2, "eval.every": 2, "eval.tasks_per_family": 2, "eval.samples": 1,
-                             "tasks.families": ["counting"],
-                             "generation.chat_example": False})  # the tiny model has 128 positions
+                             "tasks.families": ["counting"]})
     summary = train_to_end(cfg)
     assert summary["steps"] == 2
     recs = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]

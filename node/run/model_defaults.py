@@ -1,0 +1,62 @@
+"""The model settings a node picks itself for a real model on a CPU, where the user set none.
+
+A pretrained model (one fetched from the registry, a .gguf file, a hub id, or a local folder with
+at least ``REAL_MODEL_BYTES`` of weights) on a CPU trains a LoRA adapter (rank 16) unless
+``model.lora_rank`` is given: full fine-tuning of even 135M parameters keeps AdamW's two moments
+of every weight and a whole copy per checkpoint, for no measured gain at this scale; and it runs
+in bfloat16 unless ``model.dtype`` is given, where the CPU computes bfloat16 natively
+(avx512_bf16 or AMX), which generates about twice as fast as float32 there
+(docs/results/bench_real_model.md, with what it costs the behaviour log-probs). The embedded
+model and small local models keep float32 and full fine-tuning. Decided when the configuration is
+read, so the resolved values are what config.json, the checkpoints and a resume see; the node says
+at start what it chose.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = ["REAL_MODEL_BYTES", "DEFAULT_LORA_RANK", "is_real_model", "cpu_has_bf16", "real_model_defaults"]
+
+REAL_MODEL_BYTES = 100 * 2 ** 20  # a local folder with this much weights is a pretrained model, not a toy
+DEFAULT_LORA_RANK = 16
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
+
+
+def is_real_model(name: str) -> bool:
+    """Whether ``model.name`` names a pretrained model (never raises: a bad name is preflight's)."""
+    from policies.errors import ModelSourceError
+    from policies.model_source import model_kind
+
+    try:
+        kind = model_kind(name)
+    except ModelSourceError:
+        return False
+    if kind in ("registry", "gguf", "hub"):
+        return True
+    if kind == "folder":
+        return sum(p.stat().st_size for p in Path(name).expanduser().iterdir()
+                   if p.suffix in _WEIGHT_SUFFIXES) >= REAL_MODEL_BYTES
+    return False
+
+
+def cpu_has_bf16() -> bool:
+    """Whether this CPU computes bfloat16 natively (Linux's flags; False where it cannot tell)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def real_model_defaults(name: str, device: str, given: set[str]) -> dict[str, object]:
+    """The settings to fill in (``lora_rank``, ``dtype``) for ``name`` on ``device``, leaving out
+    those in ``given`` (set by the user)."""
+    if not device.startswith("cpu") or not is_real_model(name):
+        return {}
+    out: dict[str, object] = {}
+    if "lora_rank" not in given:
+        out["lora_rank"] = DEFAULT_LORA_RANK
+    if "dtype" not in given and cpu_has_bf16():
+        out["dtype"] = "bfloat16"
+    return out
