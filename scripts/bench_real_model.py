@@ -86,8 +86,9 @@ def _setup(model: str, variant: str, seed: int):
     return cfg, policy, build_learner(policy, cfg)
 
 
-def _saved_bytes(policy, samples, learner) -> int:
-    """Bytes the learner's forward pass saves for its backward on ``samples`` (storages once)."""
+def _saved_bytes(policy, samples, learner) -> tuple[int, int]:
+    """Bytes the learner's forward pass saves for its backward on the rows of ``samples`` it learns
+    on (storages once), and how many rows that is."""
     import torch
 
     from policies.policy import TokenBatch
@@ -99,13 +100,23 @@ def _saved_bytes(policy, samples, learner) -> int:
         seen[s.data_ptr()] = s.nbytes()
         return t
 
+    import policies.learner as learner_mod
+    from policies.inert_rows import live_rows
+
+    if learner_mod.skippable(learner.baseline, learner.scale_rewards, learner.loss_cfg):  # the rows it learns on
+        rewards = torch.tensor([s.reward for s in samples])
+        groups = {g: i for i, g in enumerate(dict.fromkeys(s.group for s in samples))}
+        live = live_rows(rewards, torch.tensor([groups[s.group] for s in samples]))
+        samples = [s for s, keep in zip(samples, live.tolist()) if keep]
+    if not samples:
+        return 0, 0
     batch = TokenBatch.build([s.prompt_ids for s in samples], [s.completion_ids for s in samples],
                              int(policy.tokenizer.pad_token_id))
     policy.learning_mode()
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         logp = policy.completion_logprobs(batch, learner.temperature)
     del logp
-    return sum(seen.values())
+    return sum(seen.values()), len(samples)
 
 
 def run_variant(model: str, variant: str, steps: int, warmup: int, seed: int) -> dict:
@@ -151,10 +162,10 @@ def run_variant(model: str, variant: str, steps: int, warmup: int, seed: int) ->
         "rss_after_load_bytes": rss_loaded,
         "weights_bytes": weights,
         "optimizer_bytes": 2 * sum(p.numel() * 4 for p in trained),
-        "saved_activation_bytes": _saved_bytes(policy, samples, learner),
-        "last_batch_rows": len(samples),
+        "saved_activation_bytes": 0, "last_batch_rows": 0,
         "threads": torch.get_num_threads(),
     }
+    out["saved_activation_bytes"], out["last_batch_rows"] = _saved_bytes(policy, samples, learner)
     out["step_s"] = out["gen_s"] + out["learn_s"]
     return out
 

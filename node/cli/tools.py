@@ -29,7 +29,8 @@ def run_build_model(args: argparse.Namespace, unknown: list[str]) -> int:
     try:
         kind = model_kind(args.name)
         if kind not in BUILT_HERE:
-            raise ConfigError(f"build-model {args.name}: a {kind} is loaded as it is, there is nothing to build; "
+            what = {"hub": "a hub id", "folder": "a model folder"}[kind]
+            raise ConfigError(f"build-model {args.name}: {what} is loaded as it is, there is nothing to build; "
                               f"pass default, a registry model or a .gguf file")
         if args.out:
             if kind != "default":

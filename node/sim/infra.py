@@ -9,7 +9,7 @@ import asyncio
 import logging
 import time
 
-from node.errors import NodeError
+from node.errors import ConfigError, NodeError
 from node.sim.children import Children, die_with_parent
 from node.sim.spec import SimSpec
 from node.transport.carriers import carrier
@@ -93,8 +93,12 @@ async def prepare_models(names: tuple[str, ...], mode: str, stop: asyncio.Event)
             build.cancel()  # the thread itself is abandoned (daemon); its folder is temporary
         if live is not None:
             live.stop()
+    from policies.errors import ModelSourceError
+
     try:
         path = build.result()
+    except ModelSourceError as e:  # what was named cannot be had (a failed fetch, a bad file): exit 2
+        raise ConfigError(str(e)) from None
     except Exception as e:
         raise NodeError(f"building {what} failed: {type(e).__name__}: {e}") from e
     log.info("sim: model ready at %s (%.0f s)", ", ".join(path), time.time() - news["since"])
