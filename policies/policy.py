@@ -115,6 +115,14 @@ def _dropout_off(config) -> list[str]:
     return off
 
 
+def _vocabulary_rows(model) -> int | None:
+    """How many token ids the model's input embeddings have (None: it does not say)."""
+    try:
+        return int(model.get_input_embeddings().num_embeddings)
+    except (AttributeError, NotImplementedError, TypeError):
+        return None
+
+
 def tokenizer_fingerprint(tokenizer) -> str:
     """sha256 over the vocabulary and special tokens: equal fingerprints ⇒ token ids transfer."""
     vocab = sorted(tokenizer.get_vocab().items())
@@ -133,6 +141,13 @@ class Policy:
         if tokenizer.eos_token_id is None:
             raise PolicyError(f"tokenizer of {name!r} has no EOS token: completions could never end; "
                               f"set tokenizer.eos_token before using it as a policy")
+        rows = _vocabulary_rows(model)
+        if rows is not None and tokenizer.eos_token_id >= rows:
+            # transformers gives a tokenizer with no EOS a new one ("<|endoftext|>") past the
+            # model's embeddings: sampling could never emit it and the first lookup would fail.
+            raise PolicyError(f"tokenizer of {name!r} has no EOS token of the model's: its EOS "
+                              f"{tokenizer.eos_token!r} (id {tokenizer.eos_token_id}) is past the model's "
+                              f"{rows} embedding rows; set tokenizer.eos_token to a token the model ends with")
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
         # TokenBatch pads by hand; this is for callers that batch-encode prompts for generation.

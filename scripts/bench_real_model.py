@@ -44,7 +44,7 @@ import time
 from pathlib import Path
 
 from common import ROOT
-from common.report import command_line, environment, machine, write_results
+from common.report import NOTES, command_line, environment, machine, write_results
 
 VARIANTS = ("first", "bf16", "merged", "inert", "chunked", "checkpointing")
 CHAIN_SUM = 'rg:chain_sum:{"min_terms":2,"max_terms":2,"min_digits":1,"max_digits":2}'
@@ -251,6 +251,10 @@ def report(result: dict, out: Path) -> str:
             md.append(f"| `{p['family']}` | {p['answered']:.2f} | {p['tags']:.2f} | {p['well_formed']:.2f} | "
                       f"{p['pass1']:.3f} | {p['pass4']:.2f} | {p['informative_groups']:.2f} | {p['truncated']:.2f} | "
                       f"{p['seconds']:.0f} |")
+    # A hand-written reading at the end ("## What this shows") survives a rerun.
+    path = out / "bench_real_model.md"
+    if path.exists() and NOTES in (old := path.read_text()):
+        md += ["", old[old.index(NOTES):].rstrip("\n")]
     return write_results(out, "bench_real_model", result, md)
 
 

@@ -59,6 +59,7 @@ def load_policy(cfg: NodeConfig, phase: Phase | None = None) -> Policy:
     """The configured policy; ``model.name`` resolves through policies/model_source.py (the
     embedded or a registry model, built or fetched once and cached; a .gguf file, converted once).
     ``phase`` hears which start-up phase this is in (building, loading)."""
+    from node.run.model_defaults import is_real_model
     from policies.errors import ModelSourceError
     from policies.model_source import model_kind, resolve_model
 
@@ -73,9 +74,12 @@ def load_policy(cfg: NodeConfig, phase: Phase | None = None) -> Policy:
     if cfg.model.chosen:  # node/run/model_defaults.py
         log.info("a pretrained model on a CPU: %s (chosen because not given; set them to change it)",
                  ", ".join(f"--model.{k} {v}" for k, v in cfg.model.chosen.items()))
-    policy = Policy.load(name, dtype=cfg.model.dtype, device=cfg.model.device,
-                         lora_rank=cfg.model.lora_rank, lora_alpha=cfg.model.lora_alpha,
-                         seed=cfg.train.seed, gradient_checkpointing=cfg.model.gradient_checkpointing)
+    try:
+        policy = Policy.load(name, dtype=cfg.model.dtype, device=cfg.model.device,
+                             lora_rank=cfg.model.lora_rank, lora_alpha=cfg.model.lora_alpha,
+                             seed=cfg.train.seed, gradient_checkpointing=cfg.model.gradient_checkpointing)
+    except PolicyError as e:  # a model that cannot serve as a policy (no EOS, no tokenizer...): exit 2
+        raise ConfigError(str(e)) from None
     if policy.adapter_only and cfg.model.device.startswith("cpu"):
         policy.merge_for_sampling()  # a CPU spends about half of each sampled token on the adapter
     try:
@@ -84,6 +88,13 @@ def load_policy(cfg: NodeConfig, phase: Phase | None = None) -> Policy:
     except ValueError as e:
         raise ConfigError(f"{cfg.model.name}: {e}") from None
     log.info("prompts: %s", policy.prompt_format.describe())
+    if policy.prompt_format.kind == "raw" and is_real_model(cfg.model.name):
+        # auto fell back (or raw was asked): an instruct model may not follow swarm-node's template.
+        log.warning("%s has no chat template%s: prompts are swarm-node's raw template (Q: ...\\nA: ), which a "
+                    "pretrained model may not follow; answers are read %s", cfg.model.name,
+                    "" if cfg.generation.prompt_format == "auto" else " in use (generation.prompt_format raw)",
+                    "from the <answer> block only (tasks.answer auto)" if cfg.tasks.answer == "auto" else
+                    f"as tasks.answer {cfg.tasks.answer} says")
     return policy
 
 
