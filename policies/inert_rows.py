@@ -21,7 +21,7 @@ import torch
 from policies.advantages import group_advantages
 from policies.loss import LossConfig, loss_denominator
 
-__all__ = ["live_rows", "skippable", "whole_batch_denominator"]
+__all__ = ["live_rows", "rewards_only_advantages", "skippable", "whole_batch_denominator"]
 
 
 def skippable(baseline: str, scale_rewards: str, cfg: LossConfig) -> bool:
@@ -40,15 +40,20 @@ def live_rows(rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
     return live
 
 
+def rewards_only_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, baseline: str, scale_rewards: str):
+    """The advantages as far as the rewards decide them, with no forward pass: exact for the rows
+    of inert groups (0 under every baseline) and for which rows the loss leaves out (MC-GRPO's
+    pivots depend on the rewards alone; opob_approx's weights move its baseline, never a row's
+    place in the loss)."""
+    return group_advantages(rewards, group_ids, baseline if baseline in ("mean", "median") else "mean", scale_rewards)
+
+
 def whole_batch_denominator(completion_mask: torch.Tensor, rewards: torch.Tensor, group_ids: torch.Tensor,
                             baseline: str, scale_rewards: str, cfg: LossConfig) -> tuple[torch.Tensor, torch.Tensor]:
     """The loss's denominator over the whole batch, inert rows included, without a forward pass:
     the tokens the loss uses are every completion token of every row it does not leave out (an
     MC-GRPO pivot), on either path. Only M2PO's mask would need log-probs (not ``skippable``).
     Returns it and the (B,) rows the loss keeps."""
-    # The pivots are the only rows the advantages leave out, and which they are depends on the
-    # rewards alone (opob_approx's weights move its baseline, never a row's place in the loss).
-    plain = baseline if baseline in ("mean", "median") else "mean"
-    keep = group_advantages(rewards, group_ids, plain, scale_rewards).loss_mask
+    keep = rewards_only_advantages(rewards, group_ids, baseline, scale_rewards).loss_mask
     used = completion_mask * keep.to(completion_mask.dtype).unsqueeze(-1)
     return loss_denominator(used, cfg), keep

@@ -2,7 +2,8 @@
 
 It owns the optimizer and the policy version counter. Per step:
 
-1. one forward pass with grad gives log π_θ of every completion token;
+1. one forward pass with grad gives log π_θ of every completion token (of the rows that can carry
+   gradient: rows of groups whose rewards are all equal are left out, policies/inert_rows.py);
 2. from its detached values: truncated sequence weights w̄, ESS, ρ = ESS/B (summed per behaviour
    source: this node, each peer) and the VCPO learning rate factor (``policies.offpolicy``);
    group advantages with the chosen baseline (``policies.advantages``), which may use w̄ (and,
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 import torch
 
 from policies.advantages import Advantages, group_advantages
-from policies.inert_rows import live_rows, skippable, whole_batch_denominator
+from policies.inert_rows import live_rows, rewards_only_advantages, skippable, whole_batch_denominator
 from policies.loss import (ZERO_ADVANTAGE, LossConfig, LossInputs, loss_plan, policy_loss, row_caps,
                            sequence_weights)
 from policies.oom import OutOfMemory, fit_by_halving, is_out_of_memory
@@ -275,12 +276,13 @@ class Learner:
         ESS stats are those of no gradient row: ρ = 1, nothing to correct."""
         for p in self.params:
             p.grad = torch.zeros_like(p)
-        adv = group_advantages(r.rewards, r.gids, "median" if self.baseline == "median" else "mean", self.scale_rewards)
+        adv = rewards_only_advantages(r.rewards, r.gids, self.baseline, self.scale_rewards)
         factor = lr_factor(1.0, self.lr_rule, self.rho_ref, self.lr_floor)
         stats = dict(behaviour_rho=1.0, ess=0.0, rho=1.0, lr_factor=factor, lr=self.base_lr * factor * self._warmup(),
                      grad_rows=0.0, grad_sources=0.0, rho_pooled=1.0, rho_all_rows=None)
         loss_metrics = dict(clip_frac=0.0, m2po_masked_frac=0.0, ratio_mean=None, weight_mean=None,
-                            seq_level_frac=float(r.foreign.float().mean()), ext_pos_rows=0.0, ext_pos_frac=0.0,
+                            seq_level_frac=1.0 if self.loss_cfg.importance_sampling_level == "sequence"
+                            else float(r.foreign.float().mean()), ext_pos_rows=0.0, ext_pos_frac=0.0,
                             ext_pos_weight_mean=None, ext_pos_low_frac=None, ext_pos_floored_frac=None,
                             ext_pos_ess=None)
         return _Pass(beh=r.beh, seq_beh=r.seq_beh, adv=adv, factor=factor, metrics=stats, loss=0.0,

@@ -1,16 +1,17 @@
 """A LoRA policy's sampler: the adapter folded into a copy of the base's linear weights.
 
 peft runs every adapted linear layer as the frozen layer plus two small matmuls (x·Aᵀ·Bᵀ·s),
-with casts between the base's dtype and the adapter's float32: on a CPU that is about as much
-time per generated token as the layer itself (SmolLM2-135M, bfloat16, 16 rows: 140 ms a token
-through peft against 76 ms for the plain model). Sampling does not need the adapter apart: this
+with casts between the base's dtype and the adapter's float32: on a CPU a share of each sampled
+token's time (docs/results/bench_real_model.md measures it, "merged" beside "first"). Sampling does not need the adapter apart: this
 copy holds W + s·B·A for each adapted layer, shares every other tensor (embeddings, norms: frozen,
 never copied), and is folded again, from the frozen W, whenever an adapter tensor changed (an
 optimizer step, a resume, a broadcast version: torch counts in-place writes in ``_version``), so
 it never drifts from what the learner trains.
 
 The behaviour log-probs it records describe this copy's distribution, which equals the adapter's
-up to rounding; docs/results/bench_real_model.md gives the measured difference beside bfloat16's.
+up to float32 rounding. The node uses it in float32 only: folded into bfloat16 weights, an update
+smaller than half a bfloat16 step of W rounds away entirely (peft adds s·B·A·x to the layer's output
+instead, where it survives), so the sampler would lag the learner by the adapter's early steps.
 """
 
 from __future__ import annotations
@@ -75,9 +76,8 @@ class MergedSampler:
             for name, layer in self._layers:
                 w = layer.base_layer.weight
                 delta = sum(layer.get_delta_weight(a) for a in layer.active_adapters)
-                # As peft's merge_and_unload adds it (the delta rounded to W's dtype first), so an
-                # exported model is this copy, bit for bit.
-                self._weights[name].copy_(w + delta.to(w.dtype))
+                # As peft's merge_and_unload adds it (W += delta), so an exported model is this copy.
+                self._weights[name].copy_(w + delta)
             self._seen = stamp
             self.merges += 1
         return self.model

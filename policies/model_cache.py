@@ -21,6 +21,8 @@ import shutil
 from pathlib import Path
 from typing import Callable
 
+from policies.errors import ModelSourceError
+
 log = logging.getLogger(__name__)
 
 __all__ = ["BUILD_OK", "default_home", "models_root", "cached_build", "is_built"]
@@ -59,9 +61,14 @@ def cached_build(final: Path, build: Callable[[Path], str], *, what: str,
         try:
             marker = build(tmp)
             (tmp / BUILD_OK).write_text(marker)
-            if final.exists():  # a folder without its marker: an older, unfinished layout
+            if final.is_dir() and not final.is_symlink():  # a folder without its marker: unfinished
                 shutil.rmtree(final)
+            elif final.exists() or final.is_symlink():
+                final.unlink()
             os.replace(tmp, final)
+        except OSError as e:  # a full disk, a folder it may not write: what, where, and nothing kept
+            raise ModelSourceError(f"building {what} in {root} failed: {e.strerror or e} "
+                                   f"({getattr(e, 'filename', '') or root}); nothing was kept") from e
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return final

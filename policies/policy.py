@@ -32,6 +32,7 @@ from policies.halt import GenerationStopped, HaltWhen
 from policies.oom import fit_by_halving
 from policies.prompt_format import RAW
 from policies.sampling import BehaviourLogprobs, sampling_config
+from policies.token_batch import TokenBatch
 from policies.token_logprobs import token_logprobs
 
 log = logging.getLogger(__name__)
@@ -58,48 +59,6 @@ class Completion:
     @property
     def seq_logprob(self) -> float:
         return float(sum(self.logprobs))
-
-
-@dataclass
-class TokenBatch:
-    """Prompt + completion rows laid out for one forward pass.
-
-    Row i is ``[pad … pad, prompt, completion, pad … pad]``: prompts left-padded to P tokens so
-    every completion starts at column P, completions right-padded to T tokens.
-    """
-
-    input_ids: torch.Tensor  # (B, P + T)
-    attention_mask: torch.Tensor  # (B, P + T)
-    completion_mask: torch.Tensor  # (B, T) float
-    prompt_len: int  # P
-
-    @classmethod
-    def build(cls, prompts: list[tuple[int, ...]], completions: list[tuple[int, ...]],
-              pad_id: int) -> "TokenBatch":
-        if len(prompts) != len(completions) or not prompts:
-            raise ValueError("need one prompt per completion and at least one row")
-        P = max(len(p) for p in prompts)
-        T = max(1, max(len(c) for c in completions))
-        B = len(prompts)
-        # Laid out on the host (one transfer later), whatever the default device is.
-        ids = torch.full((B, P + T), pad_id, dtype=torch.long, device="cpu")
-        att = torch.zeros((B, P + T), dtype=torch.long, device="cpu")
-        cmask = torch.zeros((B, T), dtype=torch.float32, device="cpu")
-        for i, (p, c) in enumerate(zip(prompts, completions)):
-            ids[i, P - len(p):P] = torch.tensor(p, dtype=torch.long, device="cpu")
-            att[i, P - len(p):P] = 1
-            if c:
-                ids[i, P:P + len(c)] = torch.tensor(c, dtype=torch.long, device="cpu")
-                att[i, P:P + len(c)] = 1
-                cmask[i, :len(c)] = 1.0
-        return cls(ids, att, cmask, P)
-
-    def rows(self, sl: slice) -> "TokenBatch":
-        """These rows only (a micro-batch), same columns: their log-probs line up with the batch's."""
-        return TokenBatch(self.input_ids[sl], self.attention_mask[sl], self.completion_mask[sl], self.prompt_len)
-
-    def __len__(self) -> int:
-        return int(self.input_ids.shape[0])
 
 
 def _dropout_off(config) -> list[str]:

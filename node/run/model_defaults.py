@@ -5,8 +5,9 @@ at least ``REAL_MODEL_BYTES`` of weights) on a CPU trains a LoRA adapter (rank 1
 ``model.lora_rank`` is given: full fine-tuning of even 135M parameters keeps AdamW's two moments
 of every weight and a whole copy per checkpoint, for no measured gain at this scale; and it runs
 in bfloat16 unless ``model.dtype`` is given, where the CPU computes bfloat16 natively
-(avx512_bf16 or AMX), which generates about twice as fast as float32 there
-(docs/results/bench_real_model.md, with what it costs the behaviour log-probs). The embedded
+(avx512_bf16 or AMX) and the node follows no one's weights (a broadcast role needs one dtype
+swarm-wide): faster per generated token there, at a cost to the behaviour log-probs'
+agreement with the learner's (docs/results/bench_real_model.md measures both). The embedded
 model and small local models keep float32 and full fine-tuning. Decided when the configuration is
 read, so the resolved values are what config.json, the checkpoints and a resume see; the node says
 at start what it chose.
@@ -49,14 +50,16 @@ def cpu_has_bf16() -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
-def real_model_defaults(name: str, device: str, given: set[str]) -> dict[str, object]:
+def real_model_defaults(name: str, device: str, given: set[str], role: str = "full") -> dict[str, object]:
     """The settings to fill in (``lora_rank``, ``dtype``) for ``name`` on ``device``, leaving out
-    those in ``given`` (set by the user)."""
+    those in ``given`` (set by the user). A learner's workers apply its weights only if their
+    model is the same, dtype included: with a broadcast role the dtype is never picked per CPU
+    (one worker without native bfloat16 would refuse every version), only the rank."""
     if not device.startswith("cpu") or not is_real_model(name):
         return {}
     out: dict[str, object] = {}
     if "lora_rank" not in given:
         out["lora_rank"] = DEFAULT_LORA_RANK
-    if "dtype" not in given and cpu_has_bf16():
+    if "dtype" not in given and role == "full" and cpu_has_bf16():
         out["dtype"] = "bfloat16"
     return out

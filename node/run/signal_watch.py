@@ -47,12 +47,15 @@ def likely_cause(record: dict, max_completion_length: int) -> str:
     """Why a step's own groups were all equal, from its ``format``, ``truncated`` and ``correct``,
     with what to change."""
     fmt, cut, correct = record.get("format", 0.0), record.get("truncated", 0.0), record.get("correct", 0.0)
+    # Where answers are read leniently (tasks.answer), an answer is read without the format:
+    # "answered" says whether any was; the format alone is no cause then.
+    unread = record["answered"] == 0 if "answered" in record else fmt == 0
     causes = []
     if cut >= TRUNCATED_SHARE:
         causes.append(f"{cut:.0%} of the completions were cut at generation.max_completion_length "
                       f"({max_completion_length} tokens) before they ended: raise it")
-    if fmt == 0:
-        causes.append("no completion wrote the answer format the reward reads (format 0): look at what the model "
+    if unread:
+        causes.append("no answer could be read from any completion (answered 0, format 0): look at what the model "
                       "writes (--run.log_samples 4) and say the format in generation.system_prompt (chat "
                       "prompts), or warm-start the model on it")
     if causes:

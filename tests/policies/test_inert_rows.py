@@ -26,11 +26,20 @@ def rollouts(tiny_model_dir):
     return policy.generate(PROMPTS, G, SamplingParams(max_new_tokens=6))
 
 
-def _samples(rollouts, rewards):
+def _samples(rollouts, rewards, peers: bool = False):
+    """Prompts 0-1 this node's; with ``peers``, prompts 2-3 a peer's: 2 on the token path (its
+    log-probs claimed 0.3 lower: off-policy), 3 with another tokenizer (sequence path)."""
     flat = [(i, c) for i, grp in enumerate(rollouts) for c in grp]
-    return [TrainSample(group=f"p{i}", prompt_ids=c.prompt_ids, completion_ids=c.completion_ids,
-                        behaviour_logprobs=c.logprobs, behaviour_seq_logprob=c.seq_logprob, reward=float(r))
-            for (i, c), r in zip(flat, rewards)]
+    out = []
+    for (i, c), r in zip(flat, rewards):
+        peer = peers and i >= 2
+        beh = None if peer and i == 3 else tuple(v - (0.3 if peer else 0.0) for v in c.logprobs)
+        out.append(TrainSample(group=f"peer/p{i}" if peer else f"p{i}", prompt_ids=c.prompt_ids,
+                               completion_ids=c.completion_ids, behaviour_logprobs=beh,
+                               behaviour_seq_logprob=c.seq_logprob - (0.3 * len(c.logprobs) if peer else 0.0),
+                               reward=float(r), local=not peer, source="peer" if peer else None,
+                               verified=peer and r >= 1.0))
+    return out
 
 
 def _train(tiny_model_dir, samples_per_step, skip: bool, monkeypatch, **kw):
@@ -38,7 +47,8 @@ def _train(tiny_model_dir, samples_per_step, skip: bool, monkeypatch, **kw):
     monkeypatch.setattr(learner_mod, "skippable", (lambda *a: skippable(*a)) if skip else (lambda *a: False))
     torch.manual_seed(0)
     policy = Policy.load(tiny_model_dir)
-    learner = Learner(policy, warmup_steps=0, learning_rate=1e-2, **kw)
+    # No clipping: a wrong scale of the gradient (a wrong denominator) must show in it.
+    learner = Learner(policy, warmup_steps=0, learning_rate=1e-2, max_grad_norm=1e9, **kw)
     metrics, grads = [], []
     for s in samples_per_step:
         metrics.append(learner.step(s))
@@ -68,12 +78,19 @@ def test_the_whole_batch_denominator_counts_inert_rows_and_leaves_pivots_out():
 @pytest.mark.parametrize("kw", [dict(), dict(baseline="median"), dict(baseline="opob_approx"),
                                 dict(loss=LossConfig(loss_type="grpo")),
                                 dict(loss=LossConfig(loss_type="dr_grpo", max_completion_length=6)),
-                                dict(micro_batch_size=2), dict(scale_rewards="group"), dict(num_iterations=2)],
-                         ids=["mean", "median", "opob_approx", "grpo", "dr_grpo", "micro2", "scale_group", "mu2"])
-def test_leaving_inert_rows_out_changes_nothing_of_the_update(tiny_model_dir, rollouts, monkeypatch, kw):
-    # Two inert groups (all 1, all 0) beside two live ones; then a batch with no live row, which
-    # still steps Adam on its momentum, as a backward pass's zeros would.
-    steps = [_samples(rollouts, [1, 1, 1, 0, 1, 0, 0, 0, 0, 1, 0, 1]), _samples(rollouts, [1] * 6 + [0] * 6)]
+                                dict(micro_batch_size=2), dict(scale_rewards="group"), dict(num_iterations=2),
+                                dict(off_policy_correction=False),
+                                dict(loss=LossConfig(external_success_floor=0.5)),
+                                dict(loss=LossConfig(importance_sampling_level="sequence"))],
+                         ids=["mean", "median", "opob_approx", "grpo", "dr_grpo", "micro2", "scale_group", "mu2",
+                              "naive", "success_floor", "sequence_level"])
+@pytest.mark.parametrize("peers", [False, True], ids=["own", "with_peers"])
+def test_leaving_inert_rows_out_changes_nothing_of_the_update(tiny_model_dir, rollouts, monkeypatch, kw, peers):
+    # Inert groups (all 1 / all 0) beside live ones, a peer's among both; then a batch with no
+    # live row, which still steps Adam on its momentum, as a backward pass's zeros would.
+    steps = [_samples(rollouts, [1, 1, 1, 0, 1, 0, 0, 0, 0, 1, 0, 1], peers),
+             _samples(rollouts, [1] * 6 + [0] * 6, peers)]
+    steps[0][6:9] = _samples(rollouts, [0] * 6 + [1, 1, 1] + [0] * 3, peers)[6:9]  # prompt 2 inert, all right
     g_all, w_all, m_all = _train(tiny_model_dir, steps, False, monkeypatch, **kw)
     g_live, w_live, m_live = _train(tiny_model_dir, steps, True, monkeypatch, **kw)
     # The gradients agree to float rounding (the passes see other padding widths); Adam divides
@@ -87,7 +104,9 @@ def test_leaving_inert_rows_out_changes_nothing_of_the_update(tiny_model_dir, ro
         torch.testing.assert_close(p, q, atol=1e-4, rtol=1e-3)
     assert m_live[0]["inert_rows_skipped"] == 6 and m_live[1]["inert_rows_skipped"] == 12
     assert m_all[0]["inert_rows_skipped"] == 0
-    for key in ("zero_adv_frac", "adv_abs_mean", "reward_mean", "batch_size", "completion_len", "rho", "lr"):
+    assert m_live[0]["grad_norm"] == pytest.approx(m_all[0]["grad_norm"], rel=1e-4) and m_all[0]["grad_norm"] > 0
+    for key in ("zero_adv_frac", "adv_abs_mean", "reward_mean", "batch_size", "completion_len", "rho", "lr", "ess",
+                "behaviour_rho", "grad_rows", "grad_sources", "rho_pooled"):
         for a, b in zip(m_live, m_all):
             assert a[key] == pytest.approx(b[key], abs=1e-5), key
     assert m_live[0]["loss"] == pytest.approx(m_all[0]["loss"], abs=1e-6)

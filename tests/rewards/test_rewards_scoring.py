@@ -123,11 +123,14 @@ def test_lenient_reads_no_bare_number_where_the_answer_is_not_one():
     t = make_task("boolean:1:1")
     assert not is_number(t.answer)
     assert not score(t, "I think 1.", RewardConfig(answer="lenient")).answered
-    assert extract_lenient("x 1,234.", numeric=True) == "1234"
+    assert extract_lenient("x 1,234.", numeric=True) == "1234"  # the full stop is not part of it
     assert extract_lenient("-3.5 and then 12", numeric=True) == "12"
     assert extract_lenient(r"\boxed{\frac{1}{2}} done", numeric=False) == r"\frac{1}{2}"
     assert extract_lenient(r"\boxed{unclosed", numeric=False) is None
-    assert extract_lenient("9" * 10000 + " 5", numeric=True) == "9" * 4096  # the scan cap holds
+    assert extract_lenient("5 " + "9" * 10000, numeric=True) == "9" * 4096  # the scan cap holds: the end
+    assert extract_lenient("12 " + "x" * 10000, numeric=True) is None  # ... of the text, where answers are
+    assert extract_lenient("the list is 1,2", numeric=True) == "2"  # a comma between digits is not 1,000s
+    assert extract_lenient("so 1,234,567 in all", numeric=True) == "1234567"
 
 
 def test_an_unknown_reading_is_refused():

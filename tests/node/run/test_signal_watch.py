@@ -39,6 +39,9 @@ FLAT = {"zero_adv_frac": 1.0, "format": 0.0, "truncated": 0.0, "correct": 0.0}
     ({"format": 1.0, "truncated": 0.0, "correct": 1.0}, ["too easy", "tasks.difficulties"]),
     ({"format": 1.0, "truncated": 0.0, "correct": 0.0}, ["too hard"]),
     ({"format": 0.5, "truncated": 0.1, "correct": 0.5}, ["generation.temperature"]),
+    # Answers read leniently: no format is no cause while answers were read; none read is.
+    ({"format": 0.0, "answered": 0.9, "truncated": 0.0, "correct": 0.0}, ["too hard"]),
+    ({"format": 0.0, "answered": 0.0, "truncated": 0.0, "correct": 0.0}, ["answered 0", "generation.system_prompt"]),
 ])
 def test_the_likely_cause_is_read_from_the_steps_metrics(metrics, words):
     cause = likely_cause(metrics, 64)
@@ -70,7 +73,7 @@ def test_warned_once_after_a_run_of_flat_steps_and_a_learning_step_starts_the_co
     watch.after_step(FLAT, rollouts)
     [warning] = _said(caplog, logging.WARNING)
     assert f"nothing to learn for {FLAT_STEPS} steps in a row" in warning and "format 0" in warning
-    assert status.extra["note"].startswith("nothing to learn: no completion wrote the answer format")
+    assert status.extra["note"].startswith("nothing to learn: no answer could be read from any completion")
     for _ in range(3 * FLAT_STEPS):
         watch.after_step(FLAT, rollouts)
     assert len(_said(caplog, logging.WARNING)) == 1  # once
