@@ -2,11 +2,11 @@
 
 The learner needs one log-prob per completion token, but ``log_softmax(logits.float() / T)``
 keeps the whole (B, T, V) tensor in float32, twice over in the backward pass: with a 49k-token
-vocabulary and 16 completions of 128 tokens that is about 400 MB a copy, more than the rest of
-the step's activations on a 135M-parameter model. ``token_logprobs`` computes the same values in
-chunks of rows (the log-normaliser and the target's logit), keeps only the logits the model made
-and one float a row for the backward pass, and computes the gradient, (onehot(y) − softmax(z/T))/T
-per row, chunk by chunk there too.
+vocabulary and 16 completions of 128 tokens that is about 400 MB a copy (docs/results/
+bench_real_model.md measures the step with and without). ``token_logprobs`` computes the same
+values in chunks of rows (the log-normaliser and the target's logit), keeps only the logits (in
+their own dtype) and one float a row for the backward pass, and computes the gradient,
+(onehot(y) − softmax(z/T))/T per row, chunk by chunk there too.
 """
 
 from __future__ import annotations

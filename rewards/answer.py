@@ -7,7 +7,7 @@ Completions come from a policy that may emit anything, so extraction scans at mo
 the last ``\\boxed{X}``, else (for a task whose answer is a number) the last number written. A
 small instruct model answers in its own words ("The answer is 4."): held to the tags alone it
 scores 0 on everything and RL has nothing to learn from (SmolLM2-135M-Instruct wrote the tags in
-none of 48 samples with the instruction alone). This is lm-evaluation-harness's "flexible-extract"
+almost none of its samples with the instruction alone, docs/results/bench_real_model.md's probe). This is lm-evaluation-harness's "flexible-extract"
 beside its "strict-match" on GSM8K; SimpleRL-Zoo (Zeng et al., 2025) reports that a rigid format
 requirement hinders exploration in RL for models that follow instructions poorly; the format bonus (rewards/scoring.py) still goes to the block only,
 so training moves the model toward it.

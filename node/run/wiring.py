@@ -81,7 +81,7 @@ def load_policy(cfg: NodeConfig, phase: Phase | None = None) -> Policy:
     except PolicyError as e:  # a model that cannot serve as a policy (no EOS, no tokenizer...): exit 2
         raise ConfigError(str(e)) from None
     if policy.adapter_only and cfg.model.device.startswith("cpu") and cfg.model.dtype == "float32":
-        # A CPU spends about a third of each sampled token on the adapter. Only in float32: folded
+        # A CPU spends a share of each sampled token on the adapter's matmuls. Only in float32: folded
         # into bfloat16 weights, an adapter update below half a bfloat16 step of W rounds away
         # (peft adds it to the layer's output instead), and the sampler would lag the learner.
         policy.merge_for_sampling()
