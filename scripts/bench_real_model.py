@@ -25,8 +25,9 @@ Each variant runs ``--warmup`` untimed steps and ``--steps`` timed ones on the s
 samples differ: another dtype samples other tokens). Reported per variant: generation and learner
 seconds a step (mean and spread), ms per decoding step (generation over the longest completion,
 which sets the number of steps), peak RSS, and a memory account: the weights, the LoRA
-optimizer's state, and the most bytes the learner's forward pass saved for its backward in a timed
-step (torch's saved-tensor hooks, each storage counted once, measured outside the timed part).
+optimizer's state, and the bytes the learner's forward pass saves for its backward on the largest
+timed batch (torch's saved-tensor hooks, each storage counted once, measured after the steps and
+after the peak RSS was read).
 
 The task probe samples ``--probe-questions`` questions x 4 completions at temperature 0.7 per
 candidate family from the untrained model and reports the share of completions the scorer reads
@@ -165,7 +166,7 @@ def run_variant(model: str, variant: str, steps: int, warmup: int, seed: int) ->
     reward = cfg.tasks.reward_config(policy.prompt_format.kind)
     names = [n for spec in STEP_FAMILIES for n in _names(spec)]
     rows = []
-    samples = []
+    biggest = None  # (rows x longest, samples) of the timed step with the largest batch
     for step in range(warmup + steps):
         ids = round_task_ids(seed, step, 4, names, [1])
         t0 = time.perf_counter()
@@ -179,9 +180,9 @@ def run_variant(model: str, variant: str, steps: int, warmup: int, seed: int) ->
         t2 = time.perf_counter()
         longest = max(len(r.completion.completion_ids) for r in rollouts)
         if step >= warmup:
-            saved, learned = _saved_bytes(policy, samples, learner)  # outside the timed part
-            rows.append({"gen_s": t1 - t0, "learn_s": t2 - t1b, "longest": longest, "saved_bytes": saved,
-                         "rows_learned": learned,
+            if biggest is None or len(samples) * longest > biggest[0]:
+                biggest = (len(samples) * longest, samples)
+            rows.append({"gen_s": t1 - t0, "learn_s": t2 - t1b, "longest": longest,
                          "tokens": sum(len(r.completion.completion_ids) for r in rollouts),
                          "zero_adv_frac": m["zero_adv_frac"], "inert_rows_skipped": m.get("inert_rows_skipped", 0.0)})
     trained = [p for p in policy.model.parameters() if p.requires_grad]
@@ -198,11 +199,11 @@ def run_variant(model: str, variant: str, steps: int, warmup: int, seed: int) ->
         "rss_after_load_bytes": rss_loaded,
         "weights_bytes": weights,
         "optimizer_bytes": 2 * sum(p.numel() * 4 for p in trained),
-        "saved_activation_bytes": 0, "last_batch_rows": 0,  # of the step that saved the most (below)
+        "saved_activation_bytes": 0, "last_batch_rows": 0,  # of the largest timed batch (below)
         "threads": torch.get_num_threads(),
     }
-    most = max(rows, key=lambda r: r["saved_bytes"])  # the step whose backward kept the most
-    out["saved_activation_bytes"], out["last_batch_rows"] = most["saved_bytes"], most["rows_learned"]
+    # After the peak is read: what the learner's forward saves on the largest timed batch.
+    out["saved_activation_bytes"], out["last_batch_rows"] = _saved_bytes(policy, biggest[1], learner)
     out["step_s"] = out["gen_s"] + out["learn_s"]
     out["logprob_gap"] = gap
     return out
@@ -269,8 +270,8 @@ def report(result: dict, out: Path) -> str:
                   f"{r['learn_s']:.1f} ± {r['learn_s_sd']:.1f} | {r['step_s']:.1f} | {first['step_s'] / r['step_s']:.2f}x | "
                   f"{_mb(r['peak_rss_bytes'])} |")
     md += ["", "Memory account (MB): the process after loading, the weights (with the merged sampler's copy), the "
-           "LoRA optimizer's two moments, and the most the learner's forward saved for its backward in a timed "
-           "step (the rows it learned on then).", "",
+           "LoRA optimizer's two moments, and what the learner's forward saves for its backward on the "
+           "largest timed batch (the rows it learns on there), measured after the peak was read.", "",
            "| variant | after load | weights | optimizer | saved activations (rows) | peak | peak / (weights + optimizer + activations) |",
            "|---|---:|---:|---:|---:|---:|---:|"]
     for r in v:
@@ -280,8 +281,8 @@ def report(result: dict, out: Path) -> str:
                   f"{_mb(r['peak_rss_bytes'])} | {r['peak_rss_bytes'] / need:.1f} |")
     md += ["", "The behaviour log-probs against the learner's, before the update, on the last timed step's tokens: "
            "|log π_θ − log μ| (the same weights; bfloat16 samples with a KV cache and learns with a whole-sequence "
-           f"pass, in other orders of rounding). A token beyond the PPO clip (|log r| > ε = {v[0]['logprob_gap']['clip']}) "
-           "is one whose gradient the trust region may cut though nothing changed.", "",
+           f"pass, in other orders of rounding). A token whose ratio is outside the PPO clip {v[0]['logprob_gap']['clip']} "
+           "is one whose gradient the trust region may cut though the policy did not change.", "",
            "| variant | tokens | mean | p99 | max | beyond the clip |", "|---|---:|---:|---:|---:|---:|"]
     for r in v:
         g = r["logprob_gap"]
@@ -313,9 +314,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--probe-questions", type=int, default=32)
     ap.add_argument("--skip-probe", action="store_true")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "results")
+    ap.add_argument("--report-only", action="store_true",
+                    help="rewrite the markdown from the JSON in --out (after editing the report's text)")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # internal: run this variant here, print its JSON
     ap.add_argument("--probe-only", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.report_only:
+        report(json.loads((args.out / "bench_real_model.json").read_text()), args.out)
+        return 0
     if args.one:
         print("RESULT " + json.dumps(run_variant(args.model, args.one, args.steps, args.warmup, args.seed)))
         return 0
