@@ -95,8 +95,8 @@ def _check_before_loading(cfg: NodeConfig, transport: Transport | None) -> str:
     check_device(cfg.model.device)
     if cfg.train.max_async > 0 and cfg.generation.device:
         check_device(cfg.generation.device, "--generation.device")
+    check_sinks_available(cfg.run.tensorboard, cfg.run.wandb)  # a package missing: one pip install, say it first
     check_model_source(cfg.model.name)
-    check_sinks_available(cfg.run.tensorboard, cfg.run.wandb)
     return generation_backend(cfg)  # before the model loads: an explicit vllm that cannot run fails now
 
 

@@ -45,7 +45,8 @@ async def run_scenario(name: str, attacks: tuple[str, ...], setup: Setup, run_di
         shutil.rmtree(run_dir)
     faults = SimFaults(malicious=[MaliciousFault(attacks=list(attacks))]) if attacks else SimFaults()
     spec = SimSpec(nodes=setup.nodes, transport="hivemind", run_dir=run_dir, overrides=setup.overrides(),
-                   seed=setup.seed, progress="off", faults=faults, build_default_model=setup.model == "default")
+                   seed=setup.seed, progress="off", faults=faults,
+                   prepare_models=(setup.model,) if setup.model == "default" else ())
     sampler = MemorySampler([run_dir / f"node{i}" for i in range(setup.nodes)],
                             run_dir / "adversary0" if attacks else None)
     deadline_s = deadline_s or 120 + setup.steps * setup.round_seconds * 3

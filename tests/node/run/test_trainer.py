@@ -241,6 +241,11 @@ def test_out_of_memory_in_a_step_is_recovered_and_recorded(warm_tiny_model_dir, 
 
     monkeypatch.setattr(Policy, "_sample", sample)
     monkeypatch.setattr(Policy, "completion_logprobs", logprobs)
+    # The whole batch in the learner's passes (rows of all-equal groups would be left out:
+    # policies/inert_rows.py), so the halvings are the batch's, not what its rewards allow.
+    import policies.learner as learner_mod
+
+    monkeypatch.setattr(learner_mod, "skippable", lambda *a: False)
     run = tmp_path / "run"
     train_to_end(_cfg(warm_tiny_model_dir, run, **{"train.steps": 3}))
     recs = read_metrics(run / "metrics.jsonl")
