@@ -15,10 +15,12 @@ Corrections reuse the one forward pass, so a corrected step costs about what a p
 costs (scripts/bench_learner.py measures it). Exact OPOB is the exception: it needs one extra
 backward per sample and says so in its name.
 
-With ``micro_batch_size`` (or after an out-of-memory error halves it: ``policies.oom``) the batch
-runs in slices: a forward pass without grad gives the values step 2 and the loss's batch-level
-terms need (``loss_plan``: M2PO's mask, the normaliser), then each slice's forward and backward
-accumulate the batch's gradient exactly, for one more forward pass than the whole batch costs.
+With ``micro_batch_size`` rows or ``micro_batch_tokens`` padded tokens a pass (or after an
+out-of-memory error halves the rows: ``policies.oom``) the batch runs in passes of rows of about
+one length, each at its own width (``policies.micro_batches``): a forward pass without grad gives
+the values step 2 and the loss's batch-level terms need (``loss_plan``: M2PO's mask, the
+normaliser), then each pass's forward and backward accumulate the batch's gradient exactly, for
+one more forward pass than the whole batch costs.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import torch
 
 from policies.advantages import Advantages, group_advantages
 from policies.inert_rows import live_rows, rewards_only_advantages, skippable, whole_batch_denominator
+from policies.micro_batches import Pass, plan_passes
 from policies.loss import (ZERO_ADVANTAGE, LossConfig, LossInputs, loss_plan, policy_loss, row_caps,
                            sequence_weights)
 from policies.oom import OutOfMemory, fit_by_halving, is_out_of_memory
@@ -89,7 +92,7 @@ class Learner:
                  scale_rewards: str = "none", lr_rule: str = "sqrt", rho_ref: float = 1.0,
                  lr_floor: float = 0.0, warmup_steps: int = 20, temperature: float = 1.0,
                  loss: LossConfig = LossConfig(), off_policy_correction: bool = True,
-                 micro_batch_size: int = 0):
+                 micro_batch_size: int = 0, micro_batch_tokens: int = 0):
         self.policy = policy
         self.params = [p for p in policy.model.parameters() if p.requires_grad]
         if not self.params:
@@ -114,6 +117,8 @@ class Learner:
         # Rows per forward/backward pass (0 = the whole batch): gradients are accumulated over
         # micro-batches to the whole batch's exactly. Halved for good on out-of-memory.
         self.micro_batch_size = micro_batch_size
+        # Padded tokens per pass (0 = no bound): a pass's memory follows its tokens, not its rows.
+        self.micro_batch_tokens = micro_batch_tokens
         self.oom_halvings = 0
 
     def _batch(self, samples: list[TrainSample]) -> "_Rows":
@@ -148,21 +153,28 @@ class Learner:
         """‖∇_θ log π(y_i)‖² per sample (exact OPOB): one backward per sample, costly by design;
         ``rows`` samples' graph is held at a time."""
         out = torch.zeros(len(batch), dtype=torch.float32, device=self.policy.device)
-        for sl in _slices(len(batch), rows):
-            logp = self.policy.completion_logprobs(batch.rows(sl), self.temperature).sum(-1)  # (b,)
+        for part in self._passes(batch, rows):
+            logp = self.policy.completion_logprobs(_take(batch, part), self.temperature).sum(-1)  # (b,)
             for j in range(logp.shape[0]):
                 grads = torch.autograd.grad(logp[j], self.params, retain_graph=j < logp.shape[0] - 1,
                                             allow_unused=True)
                 for g in grads:  # summed on the device: no host sync per parameter
                     if g is not None:
-                        out[sl.start + j] += (g.float() ** 2).sum()
+                        out[part.rows[j]] += (g.float() ** 2).sum()
         return out
 
-    def _logp_values(self, batch: TokenBatch, rows: int) -> torch.Tensor:
-        """log π_θ of every completion token, (B, T), no graph: ``rows`` rows a forward pass."""
+    def _logp_values(self, batch: TokenBatch, passes: list[Pass]) -> torch.Tensor:
+        """log π_θ of every completion token, (B, T), no graph: a forward pass per pass."""
+        out = torch.zeros(batch.completion_mask.shape, dtype=torch.float32, device=self.policy.device)
         with torch.no_grad():
-            return torch.cat([self.policy.completion_logprobs(batch.rows(sl), self.temperature)
-                              for sl in _slices(len(batch), rows)])
+            for part in passes:
+                lp = self.policy.completion_logprobs(_take(batch, part), self.temperature)
+                out[torch.as_tensor(part.rows, device=out.device), :lp.shape[1]] = lp.float()
+        return out
+
+    def _passes(self, batch: TokenBatch, rows: int) -> list[Pass]:
+        """The passes over ``batch`` at ``rows`` rows and ``micro_batch_tokens`` tokens at most."""
+        return plan_passes(*batch.lengths(), max_rows=rows, max_tokens=self.micro_batch_tokens)
 
     def _warmup(self) -> float:
         """Linear LR warm-up over the first updates. Adam's first steps move every parameter by
@@ -266,6 +278,7 @@ class Learner:
             batch_size=float(len(samples)),
             policy_version=float(self.version),
             micro_batch=float(self._rows_per_pass(len(rows.batch) if rows is not None else 0)),
+            passes=float(first.passes),
             oom_halvings=float(self.oom_halvings - halvings),
         )
         return metrics
@@ -293,14 +306,15 @@ class Learner:
         ``.grad`` and changes nothing else, so an attempt that runs out of memory can be redone.
         ``first`` is the step's first iteration (None: this is it), whose ESS, LR factor and
         advantages hold for the whole step."""
-        batch, n = r.batch, len(r.batch)
+        batch = r.batch
         self.optimizer.zero_grad(set_to_none=True)
-        whole = rows >= n
+        passes = self._passes(batch, rows)
+        whole = len(passes) == 1
         if whole:  # the pass with grad is also the pass whose values drive ESS and advantages
             logp_graph = self.policy.completion_logprobs(batch, self.temperature)  # (B, T)
             logp = logp_graph.detach()
         else:
-            logp = self._logp_values(batch, rows)
+            logp = self._logp_values(batch, passes)
         mask = batch.completion_mask
         beh, seq_beh = r.beh, r.seq_beh
         true_w = None
@@ -347,13 +361,15 @@ class Learner:
             loss = float(out.loss.detach())
         else:
             loss = 0.0
-            for sl in _slices(n, rows):
-                lp = self.policy.completion_logprobs(batch.rows(sl), self.temperature)
-                part = policy_loss(dataclasses.replace(inputs.rows(sl), logp=lp), self.loss_cfg, plan.rows(sl))
+            for p in passes:
+                lp = self.policy.completion_logprobs(_take(batch, p), self.temperature)
+                idx, cols = torch.as_tensor(p.rows, device="cpu"), lp.shape[1]
+                part = policy_loss(dataclasses.replace(inputs.rows(idx, cols), logp=lp), self.loss_cfg,
+                                   plan.rows(idx, cols))
                 part.loss.backward()  # micro-batch losses sum to the batch's: so do their gradients
                 loss += float(part.loss.detach())
         return _Pass(beh=beh, seq_beh=seq_beh, adv=adv, factor=factor, metrics=stats, loss=loss,
-                     loss_metrics=plan.metrics)
+                     loss_metrics=plan.metrics, passes=len(passes))
 
 
 @dataclass
@@ -386,7 +402,8 @@ class _Pass:
     metrics: dict
     loss: float
     loss_metrics: dict
+    passes: int = 0  # forward/backward passes the gradient took (0: none, an inert batch)
 
 
-def _slices(n: int, rows: int) -> list[slice]:
-    return [slice(i, min(i + rows, n)) for i in range(0, n, max(1, rows))]
+def _take(batch: TokenBatch, part: Pass) -> TokenBatch:
+    return batch.take(part.rows, part.prompt_len, part.completion_len)

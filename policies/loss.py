@@ -81,10 +81,10 @@ class LossInputs:
     # (TrainSample.verified); None = no row is (the floor lifts nothing)
     verified: torch.Tensor | None = None
 
-    def rows(self, sl: slice) -> "LossInputs":
-        """These rows only (a micro-batch): every per-row tensor sliced alike."""
-        return LossInputs(**{f.name: (None if getattr(self, f.name) is None else getattr(self, f.name)[sl])
-                             for f in dataclasses.fields(self)})
+    def rows(self, sl: slice | torch.Tensor, cols: int | None = None) -> "LossInputs":
+        """These rows only (a micro-batch: a slice or row indices), and of the (B, T) tensors the
+        first ``cols`` columns (a pass laid out at its own width, ``TokenBatch.take``)."""
+        return LossInputs(**{f.name: _rows(getattr(self, f.name), sl, cols) for f in dataclasses.fields(self)})
 
 
 @dataclass(frozen=True)
@@ -130,9 +130,16 @@ class LossPlan:
     denominator: torch.Tensor  # scalar: dapo Σ used tokens, grpo the sequences used, dr_grpo B·L
     metrics: dict[str, float | None]
 
-    def rows(self, sl: slice) -> "LossPlan":
-        keep = None if self.m2po_keep is None else self.m2po_keep[sl]
-        return LossPlan(keep, self.denominator, self.metrics)
+    def rows(self, sl: slice | torch.Tensor, cols: int | None = None) -> "LossPlan":
+        return LossPlan(_rows(self.m2po_keep, sl, cols), self.denominator, self.metrics)
+
+
+def _rows(x: torch.Tensor | None, sl: slice | torch.Tensor, cols: int | None) -> torch.Tensor | None:
+    """Rows ``sl`` of a per-row tensor, and of a (B, T) one its first ``cols`` columns."""
+    if x is None:
+        return None
+    x = x[sl.to(x.device) if isinstance(sl, torch.Tensor) else sl]
+    return x[:, :cols] if cols is not None and x.dim() == 2 else x
 
 
 def _terms(x: LossInputs, cfg: LossConfig):

@@ -7,6 +7,7 @@ Every completion starts at the same column, so a batch's completion log-probs li
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import torch
 
@@ -50,6 +51,26 @@ class TokenBatch:
     def rows(self, sl: slice) -> "TokenBatch":
         """These rows only (a micro-batch), same columns: their log-probs line up with the batch's."""
         return TokenBatch(self.input_ids[sl], self.attention_mask[sl], self.completion_mask[sl], self.prompt_len)
+
+    def lengths(self) -> tuple[list[int], list[int]]:
+        """Each row's prompt and completion length, in tokens (read on the host)."""
+        att = self.attention_mask.cpu()
+        return att[:, :self.prompt_len].sum(-1).tolist(), att[:, self.prompt_len:].sum(-1).tolist()
+
+    def take(self, rows: Sequence[int], prompt_len: int, completion_len: int) -> "TokenBatch":
+        """These rows at their own width (a pass, policies/micro_batches.py): the last
+        ``prompt_len`` prompt columns and the first ``completion_len`` completion columns, which
+        must hold all of these rows' tokens. Row j's log-probs are the batch's row ``rows[j]``'s
+        first ``completion_len`` columns (positions come from the attention mask, so dropping
+        left padding moves nothing)."""
+        P, T = self.prompt_len, self.completion_mask.shape[1]
+        t = max(1, completion_len)
+        if not 0 < prompt_len <= P or t > T:
+            raise ValueError(f"a pass of {prompt_len} + {t} columns does not fit a batch of {P} + {T}")
+        idx = torch.as_tensor(rows, dtype=torch.long, device=self.input_ids.device)
+        cols = slice(P - prompt_len, P + t)
+        return TokenBatch(self.input_ids[idx][:, cols], self.attention_mask[idx][:, cols],
+                          self.completion_mask[idx.to(self.completion_mask.device)][:, :t], prompt_len)
 
     def __len__(self) -> int:
         return int(self.input_ids.shape[0])

@@ -89,6 +89,7 @@ class LearnerConfig(_Section):
     warmup_steps: int = Field(20, ge=0, description="linear learning-rate warm-up over the first updates (0 = off)")
     num_iterations: int = Field(1, ge=1, description="optimisation passes per generated batch (mu)")
     micro_batch_size: int = Field(0, ge=0, description="completions per forward/backward pass, gradients accumulated to the whole batch's exactly (0 = the whole batch in one pass); halved for good, and recorded, when a pass runs out of memory")
+    micro_batch_tokens: int = Field(0, ge=0, description="padded tokens per forward/backward pass at most (rows x their longest prompt + completion; 0 = no bound): rows are taken longest first, so each pass holds rows of about one length at its own width; bounds the learner's memory by tokens, where micro_batch_size bounds rows")
     baseline: Literal["mean", "median", "opob", "opob_approx"] = Field("mean", description="mean (GRPO), median (MC-GRPO, G+1 samples, pivot excluded), opob (VCPO optimal baseline, exact per-sample gradient norms), opob_approx (drops the gradient-norm factor)")
     scale_rewards: Literal["group", "batch", "none"] = Field("none", description="divide advantages by the group or batch reward std")
     loss_type: Literal["grpo", "dapo", "dr_grpo"] = Field("dapo", description="token aggregation of the loss")

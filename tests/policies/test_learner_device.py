@@ -25,7 +25,9 @@ OPTIONS = {
     "median": dict(baseline="median"),
     "opob": dict(baseline="opob"),
     "opob_approx": dict(baseline="opob_approx"),
-    "m2po": dict(loss=LossConfig(m2po_tau=0.0)),  # τ = 0: the mask drops tokens whatever the ratios
+    # A peer's shifted log μ gives (log r)² ≈ 0.09, this node's rows ~0: τ = 1e-3 drops the peer's
+    # tokens and keeps ours, with no knife-edge (at τ = 0 a 1e-7 rounding difference flips a token).
+    "m2po": dict(loss=LossConfig(m2po_tau=1e-3)),
     "sequence_level": dict(loss=LossConfig(importance_sampling_level="sequence")),
     "dr_grpo_group_scale": dict(loss=LossConfig(loss_type="dr_grpo"), scale_rewards="group"),
     "grpo_batch_scale_2_iterations": dict(loss=LossConfig(loss_type="grpo"), scale_rewards="batch",
@@ -92,9 +94,22 @@ def test_micro_batches_give_the_whole_batch_update(tiny_model_dir, samples, opti
         for k, v in m_whole[0].items():
             if v is None:  # a metric of rows the batch has none of (ext_pos_*): none either way
                 assert m_sliced[0][k] is None, k
-            elif k != "micro_batch":
+            elif k not in ("micro_batch", "passes"):
                 assert m_sliced[0][k] == pytest.approx(v, rel=1e-4, abs=1e-6), k
         assert m_sliced[0]["micro_batch"] == rows and m_whole[0]["micro_batch"] == len(samples)
+        assert m_sliced[0]["passes"] == -(-len(samples) // rows) and m_whole[0]["passes"] == 1
+
+
+@pytest.mark.parametrize("option", ["mean", "m2po", "opob"])
+def test_passes_sized_by_tokens_give_the_whole_batch_update(tiny_model_dir, samples, option):
+    """Passes cut by a token budget (rows longest first, each at its own width) give the
+    batch's update too: a budget of one longest row a pass, and one of about half the batch."""
+    whole, _, _ = _stepped(tiny_model_dir, samples, steps=1, **OPTIONS[option])
+    longest = max(len(s.prompt_ids) for s in samples) + max(len(s.completion_ids) for s in samples)
+    for budget, most in ((longest, len(samples)), (3 * longest, 3)):
+        sliced, _, m = _stepped(tiny_model_dir, samples, steps=1, micro_batch_tokens=budget, **OPTIONS[option])
+        _assert_same_update(whole, sliced)
+        assert 2 <= m[0]["passes"] <= most
 
 
 def _assert_same_update(a: Policy, b: Policy) -> None:

@@ -1,0 +1,67 @@
+"""The learner's passes over a batch: which rows go through the model together.
+
+A batch whose rows do not all fit in one forward/backward pass (``learner.micro_batch_size``
+rows, ``learner.micro_batch_tokens`` padded tokens, or what an out-of-memory error left) is cut
+into passes. Rows are taken longest first, so each pass holds rows of about one length and pads
+little, and a pass is cut off before its padded size (rows × (longest prompt + longest
+completion) of the pass, what the model computes and the logits hold) would pass the token
+budget. The first pass is the biggest, so a budget too large for memory fails at once, not at the
+end of the step. Each pass is then laid out at its own width (``TokenBatch.take``): the padding
+the whole batch's longest row would force on every row is not computed.
+
+Pure: lengths in, row indices out (tests/policies/test_micro_batches.py checks by hand).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+__all__ = ["Pass", "plan_passes"]
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One forward/backward pass: these rows of the batch, laid out ``prompt_len`` +
+    ``completion_len`` tokens wide (their longest of each)."""
+
+    rows: tuple[int, ...]
+    prompt_len: int
+    completion_len: int
+
+    @property
+    def tokens(self) -> int:
+        """The padded tokens the pass computes."""
+        return len(self.rows) * (self.prompt_len + self.completion_len)
+
+
+def plan_passes(prompt_lens: Sequence[int], completion_lens: Sequence[int], max_rows: int = 0,
+                max_tokens: int = 0) -> list[Pass]:
+    """The passes over rows of these lengths: at most ``max_rows`` rows (0: no bound) and
+    ``max_tokens`` padded tokens (0: no bound) each, at least one row each (a row longer than
+    the budget goes alone: the out-of-memory path, policies/oom.py, is what says it cannot fit).
+
+    With neither bound (or bounds the whole batch fits) one pass of every row in its order."""
+    n = len(prompt_lens)
+    if n != len(completion_lens):
+        raise ValueError("one prompt length per completion length")
+    if n == 0:
+        return []
+    whole = Pass(tuple(range(n)), max(prompt_lens), max(completion_lens))
+    if (max_rows <= 0 or n <= max_rows) and (max_tokens <= 0 or whole.tokens <= max_tokens):
+        return [whole]
+    order = sorted(range(n), key=lambda i: (-(prompt_lens[i] + completion_lens[i]), i))
+    passes: list[Pass] = []
+    rows: list[int] = []
+    p = c = 0
+    for i in order:
+        wide_p, wide_c = max(p, prompt_lens[i]), max(c, completion_lens[i])
+        full = (max_rows > 0 and len(rows) >= max_rows) or (
+            max_tokens > 0 and (len(rows) + 1) * (wide_p + wide_c) > max_tokens)
+        if rows and full:
+            passes.append(Pass(tuple(rows), p, c))
+            rows, wide_p, wide_c = [], prompt_lens[i], completion_lens[i]
+        rows.append(i)
+        p, c = wide_p, wide_c
+    passes.append(Pass(tuple(rows), p, c))
+    return passes
