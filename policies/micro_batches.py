@@ -1,4 +1,5 @@
-"""The learner's passes over a batch: which rows go through the model together.
+"""Which rows go through the model together: the learner's passes over a batch, and the order
+in which generation's calls take their prompts.
 
 A batch whose rows do not all fit in one forward/backward pass (``learner.micro_batch_size``
 rows, ``learner.micro_batch_tokens`` padded tokens, or what an out-of-memory error left) is cut
@@ -9,6 +10,10 @@ budget. The first pass is the biggest, so a budget too large for memory fails at
 end of the step. Each pass is then laid out at its own width (``TokenBatch.take``): the padding
 the whole batch's longest row would force on every row is not computed.
 
+Generation (``Policy.generate``, the held-out evaluation) takes its prompts longest first too
+(``longest_first``), so when its rows are split over several calls each call's prompts are of
+about one length and left-pad little; the results go back in the callers' order.
+
 Pure: lengths in, row indices out (tests/policies/test_micro_batches.py checks by hand).
 """
 
@@ -17,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-__all__ = ["Pass", "plan_passes"]
+__all__ = ["Pass", "plan_passes", "longest_first"]
 
 
 @dataclass(frozen=True)
@@ -50,7 +55,7 @@ def plan_passes(prompt_lens: Sequence[int], completion_lens: Sequence[int], max_
     whole = Pass(tuple(range(n)), max(prompt_lens), max(completion_lens))
     if (max_rows <= 0 or n <= max_rows) and (max_tokens <= 0 or whole.tokens <= max_tokens):
         return [whole]
-    order = sorted(range(n), key=lambda i: (-(prompt_lens[i] + completion_lens[i]), i))
+    order = longest_first([p + c for p, c in zip(prompt_lens, completion_lens)])
     passes: list[Pass] = []
     rows: list[int] = []
     p = c = 0
@@ -65,3 +70,9 @@ def plan_passes(prompt_lens: Sequence[int], completion_lens: Sequence[int], max_
         p, c = wide_p, wide_c
     passes.append(Pass(tuple(rows), p, c))
     return passes
+
+
+def longest_first(lengths: Sequence[int]) -> list[int]:
+    """Indices of ``lengths``, longest first; equal lengths keep their order (a group's rows stay
+    together)."""
+    return sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))

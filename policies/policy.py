@@ -29,6 +29,7 @@ import torch
 
 from policies.errors import PolicyError
 from policies.halt import GenerationStopped, HaltWhen
+from policies.micro_batches import longest_first
 from policies.oom import fit_by_halving
 from policies.prompt_format import RAW
 from policies.sampling import BehaviourLogprobs, sampling_config
@@ -271,16 +272,22 @@ class Policy:
         self.generation_oom_halvings += 1
 
     def _generate_rows(self, rows, params: SamplingParams, halved) -> list[Completion]:
+        """Completions of ``rows`` in their order; calls take prompts of about one length each
+        (longest first: policies/micro_batches.py), so a split batch left-pads little."""
+        order = longest_first([len(r) for r in rows])
         flat: list[Completion] = []
         while len(flat) < len(rows):
-            todo = rows[len(flat):]
+            todo = [rows[i] for i in order[len(flat):]]
             size = len(todo) if self.generation_batch_size <= 0 else min(self.generation_batch_size, len(todo))
             done, _ = fit_by_halving(lambda n: self._sample(todo[:n], params), size, what="generation",
                                      hint="lower generation.prompts_per_step, generation.num_generations or "
                                           "generation.max_completion_length, or use a smaller model",
                                      device=self.device, on_halve=halved)
             flat += done
-        return flat
+        out: list[Completion] = [None] * len(rows)  # type: ignore[list-item]
+        for k, i in enumerate(order):
+            out[i] = flat[k]
+        return out
 
     def _sample(self, rows: list[tuple[int, ...]], params: SamplingParams) -> list[Completion]:
         """One ``model.generate`` call over these prompt rows (eval mode, no grad)."""

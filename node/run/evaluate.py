@@ -39,6 +39,7 @@ import torch
 from node.observe.held_out import describe_eval, eval_file
 from node.observe.status import StatusFile
 from node.run.eval_config import EvalConfig
+from policies.micro_batches import longest_first
 from policies.policy import Policy, SamplingParams, TokenBatch
 from protocol.task_id import TaskId
 from rewards.reserved import held_out_set, why_unevaluated
@@ -112,20 +113,22 @@ def greedy_texts(policy: Policy, prompts: list[str], max_new_tokens: int, rows_p
     gen = copy.deepcopy(policy.model.generation_config)
     gen.update(do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=pad)
     rows = policy.encode_prompts(prompts)
-    texts: list[str] = []
+    order = longest_first([len(r) for r in rows])  # a call's prompts of about one length
+    texts: list[str] = [""] * len(rows)
     with policy.weights_lock, torch.no_grad():
         was_training = policy.model.training
         policy.model.eval()
         try:
             for i in range(0, len(rows), rows_per_call):
-                batch = TokenBatch.build(rows[i:i + rows_per_call], [()] * len(rows[i:i + rows_per_call]), pad)
+                call = order[i:i + rows_per_call]
+                batch = TokenBatch.build([rows[j] for j in call], [()] * len(call), pad)
                 P = batch.prompt_len
                 seqs = policy.sampling_model().generate(input_ids=batch.input_ids[:, :P].to(policy.device),
                                              attention_mask=batch.attention_mask[:, :P].to(policy.device),
                                              generation_config=gen)
-                for new in seqs[:, P:].tolist():
+                for j, new in zip(call, seqs[:, P:].tolist()):
                     ids = new[:new.index(eos) + 1] if eos in new else new
-                    texts.append(policy.tokenizer.decode(ids, skip_special_tokens=True))
+                    texts[j] = policy.tokenizer.decode(ids, skip_special_tokens=True)
         finally:
             policy.model.train(was_training)
     return texts
@@ -188,11 +191,15 @@ def evaluate(policy: Policy, s: EvalSettings, seed: int | str, sampler: "Policy 
         torch.manual_seed(random.Random(f"swarm-node:eval:{seed}").getrandbits(63))
         greedy = greedy_texts(policy, prompts, s.max_new_tokens, s.rows_per_call) if s.greedy and prompts else None
         groups: list[list] = []
-        if s.samples:
+        if s.samples and prompts:
             params = SamplingParams(max_new_tokens=s.max_new_tokens, temperature=s.temperature)
             per_call = max(1, s.rows_per_call // s.samples)  # prompts a call, so its rows stay within a step's
+            order = longest_first([len(r) for r in policy.encode_prompts(prompts)])
+            groups = [[] for _ in prompts]
             for i in range(0, len(prompts), per_call):
-                groups += sampler.generate(prompts[i:i + per_call], s.samples, params)
+                call = order[i:i + per_call]
+                for j, group in zip(call, sampler.generate([prompts[j] for j in call], s.samples, params)):
+                    groups[j] = group
     outcomes = [TaskOutcome(task.id.family,
                             score(task, greedy[i], s.reward).correctness if greedy is not None else None,
                             tuple(score(task, c.text, s.reward).correctness for c in groups[i]) if groups else ())

@@ -67,3 +67,20 @@ def test_a_pass_gives_the_whole_batchs_log_probs(tiny_model_dir):
             lp = policy.completion_logprobs(batch.take(p.rows, p.prompt_len, p.completion_len))
             torch.testing.assert_close(lp, whole[list(p.rows), :lp.shape[1]], rtol=0, atol=1e-5)
             assert not whole[list(p.rows), lp.shape[1]:].any()  # nothing cut but padding
+
+
+def test_split_generation_takes_prompts_longest_first_and_answers_in_the_callers_order(tiny_model_dir,
+                                                                                       monkeypatch):
+    from policies.policy import Policy, SamplingParams
+
+    policy = Policy.load(tiny_model_dir)
+    policy.generation_batch_size = 2
+    calls: list[list[int]] = []
+    real = policy._sample
+    monkeypatch.setattr(policy, "_sample", lambda rows, params: calls.append([len(r) for r in rows]) or real(rows, params))
+    prompts = ["a", "a b c d e f g h", "a b c", "a b c d e f"]
+    groups = policy.generate(prompts, 2, SamplingParams(max_new_tokens=3))
+    want = policy.encode_prompts(prompts)
+    assert [[c.prompt_ids for c in g] for g in groups] == [[p, p] for p in want]
+    lengths = sorted((len(p) for p in want), reverse=True)
+    assert calls == [[n, n] for n in lengths]  # one prompt's rows a call, the longest first
