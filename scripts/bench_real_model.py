@@ -19,7 +19,10 @@ chat prompts, scored by the node's scorer (answers read leniently), then one lea
    (policies/inert_rows.py);
 5. ``chunked``: 4, with token log-probs without a float32 (B, T, V) tensor
    (policies/token_logprobs.py): the node's defaults for a real model on a CPU;
-6. ``checkpointing``: 5 with model.gradient_checkpointing (a memory option, not a default).
+6. ``checkpointing``: 5 with model.gradient_checkpointing (a memory option, not a default);
+7. ``rows4``: 5 with learner.micro_batch_size 4 (passes of 4 rows, longest first, each at its own
+   width: policies/micro_batches.py; a memory option);
+8. ``tokens1k``: 5 with learner.micro_batch_tokens 1024 (passes of at most 1,024 padded tokens).
 
 Each variant runs ``--warmup`` untimed steps and ``--steps`` timed ones on the same task ids (the
 samples differ: another dtype samples other tokens). Reported per variant: generation and learner
@@ -50,11 +53,15 @@ from pathlib import Path
 from common import ROOT
 from common.report import NOTES, command_line, environment, machine, write_results
 
-VARIANTS = ("first", "merged", "bf16", "inert", "chunked", "checkpointing")
+VARIANTS = ("first", "merged", "bf16", "inert", "chunked", "checkpointing", "rows4", "tokens1k")
 # What each variant switches on: dtype, merged sampler, inert rows left out, chunked log-probs.
 SETTINGS = {"first": ("float32", False, False, False), "merged": ("float32", True, False, False),
             "bf16": ("bfloat16", False, False, False), "inert": ("bfloat16", False, True, False),
-            "chunked": ("bfloat16", False, True, True), "checkpointing": ("bfloat16", False, True, True)}
+            "chunked": ("bfloat16", False, True, True), "checkpointing": ("bfloat16", False, True, True),
+            "rows4": ("bfloat16", False, True, True), "tokens1k": ("bfloat16", False, True, True)}
+# The memory options, each a side row of ``chunked`` (the node's defaults).
+OPTIONS = {"checkpointing": {"model.gradient_checkpointing": True}, "rows4": {"learner.micro_batch_size": 4},
+           "tokens1k": {"learner.micro_batch_tokens": 1024}}
 CHAIN_SUM = 'rg:chain_sum:{"min_terms":2,"max_terms":2,"min_digits":1,"max_digits":2}'
 BASIC = 'rg:basic_arithmetic:{"min_terms":2,"max_terms":2,"min_digits":1,"max_digits":1}'
 STEP_FAMILIES = (CHAIN_SUM, BASIC)
@@ -76,9 +83,8 @@ def _setup(model: str, variant: str, seed: int):
 
     dtype, merged, inert, chunked = SETTINGS[variant]
     torch.manual_seed(seed)
-    overrides = {"model.name": model, "model.lora_rank": 16, "model.dtype": dtype,
-                 "model.gradient_checkpointing": variant == "checkpointing", "generation.temperature": TEMPERATURE,
-                 "generation.max_completion_length": 128, "train.seed": seed}
+    overrides = {"model.name": model, "model.lora_rank": 16, "model.dtype": dtype, "generation.temperature": TEMPERATURE,
+                 "generation.max_completion_length": 128, "train.seed": seed, **OPTIONS.get(variant, {})}
     cfg = load_config(None, overrides)
     policy = load_policy(cfg)
     policy.merged = None
@@ -97,7 +103,7 @@ def _setup(model: str, variant: str, seed: int):
 
 def _saved_bytes(policy, samples, learner) -> tuple[int, int]:
     """Bytes the learner's forward pass saves for its backward on the rows of ``samples`` it learns
-    on (storages once), and how many rows that is."""
+    on (storages once), and how many rows that is: of its largest pass, where it makes several."""
     import torch
 
     from policies.policy import TokenBatch
@@ -122,10 +128,15 @@ def _saved_bytes(policy, samples, learner) -> tuple[int, int]:
     batch = TokenBatch.build([s.prompt_ids for s in samples], [s.completion_ids for s in samples],
                              int(policy.tokenizer.pad_token_id))
     policy.learning_mode()
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        logp = policy.completion_logprobs(batch, learner.temperature)
-    del logp
-    return sum(seen.values()), len(samples)
+    most = (0, 0)  # the largest pass's (a micro-batch's passes run one after the other)
+    for part in learner._passes(batch, learner._rows_per_pass(len(batch))):
+        seen.clear()
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            logp = policy.completion_logprobs(batch.take(part.rows, part.prompt_len, part.completion_len),
+                                              learner.temperature)
+        del logp
+        most = max(most, (sum(seen.values()), len(part.rows)))
+    return most
 
 
 def _logprob_gap(policy, samples, learner) -> dict:
@@ -182,7 +193,7 @@ def run_variant(model: str, variant: str, steps: int, warmup: int, seed: int) ->
         if step >= warmup:
             if biggest is None or len(samples) * longest > biggest[0]:
                 biggest = (len(samples) * longest, samples)
-            rows.append({"gen_s": t1 - t0, "learn_s": t2 - t1b, "longest": longest,
+            rows.append({"gen_s": t1 - t0, "learn_s": t2 - t1b, "longest": longest, "passes": m["passes"],
                          "tokens": sum(len(r.completion.completion_ids) for r in rollouts),
                          "zero_adv_frac": m["zero_adv_frac"], "inert_rows_skipped": m.get("inert_rows_skipped", 0.0)})
     trained = [p for p in policy.model.parameters() if p.requires_grad]
