@@ -5,7 +5,7 @@ optionally wrapping the model in a LoRA adapter (``peft``). ``generate`` samples
 prompt and returns, for each, the token ids, the text and the behaviour log-prob of every sampled
 token; ``completion_logprobs`` recomputes those log-probs in one batched forward pass for the
 learner. Both use the same temperature-scaled distribution, so for an unchanged policy the two
-agree (to ~1e-6 on CPU float32; tests/policies/test_policy.py checks 1e-4).
+agree (to ~1e-6 on CPU float32; tests/policies/test_policy_generation.py checks 1e-4).
 
 What generation samples from and the log-probs it records (never the full logits: one (B, V)
 tensor at a time) are policies/sampling.py's: a checkpoint's settings that would change the

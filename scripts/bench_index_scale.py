@@ -47,7 +47,7 @@ import node.transport.hivemind.transport as hd  # noqa: E402
 from node.transport.hivemind.index import envelopes_wanted, shard_prefix, write_levels  # noqa: E402
 from node.transport.hivemind.records import OwnerSignatureValidator  # noqa: E402
 from protocol.identity import Identity  # noqa: E402
-from common.report import command_line, write_json, write_markdown  # noqa: E402
+from common.report import command_line, markdown_table, write_json, write_markdown  # noqa: E402
 
 SER = DHTProtocol.serializer
 
@@ -197,28 +197,35 @@ def main() -> None:
                       window=args.window)
             print(f"  {res['ratio_to_j_groups']:.1f}x the J groups' bytes ({time.time() - t0:.0f} s)", flush=True)
             rows.append(res)
-    cmd = command_line()
-    write_json(args.out / "bench_index_scale.json", {"command": cmd, "args": {
+    result = {"command": command_line(), "args": {
         k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}, "envelope_bytes": len(body),
-        "results": rows}, indent=1, end="")
-    md = ["# Index scale: bytes a node reads and fetches per round", "",
-          f"`{cmd}` (simulated replica, real signing, validator, shard choice and fetch budget; "
-          "see the script's docstring). Steady state: the mean of the second half of "
-          f"{args.rounds} rounds, the reader starting as a newcomer. J = {args.j} groups a step; an honest "
-          f"envelope holds {args.groups} groups of {args.group_size} ({len(body)} bytes), so the J groups a "
-          f"step uses are {rows[0]['j_group_bytes']:.0f} bytes.", "",
-          "| peers | index | read/round | fetched/round | (read+fetched) / J groups | largest shard | > 2 MiB reply |",
-          "|---|---|---|---|---|---|---|"]
-    for r in rows:
-        md.append(f"| {r['n']} | {r['design']} | {r['index_bytes_per_round'] / 1024:.1f} KiB | "
-                  f"{r['body_bytes_per_round'] / 1024:.1f} KiB | {r['ratio_to_j_groups']:.2f}x | "
-                  f"{r['largest_shard_bytes'] / 1024:.1f} KiB | {'yes' if r['over_hivemind_2mib_reply'] else 'no'} |")
-    md += ["", "`before` fetched at most 16 bodies a poll (the in-flight cap), 320 of the N a round: "
-           "the whole index was read at every poll for every round of the window, and one read of a "
-           "round at 10,000 peers is over hivemind's 2 MiB reply limit, so it could not work at all there.",
-           "", "Size estimate of the reader (peers) by round, sharded index: " + "; ".join(
-        f"N={r['n']}: " + ", ".join(str(x['estimate']) for x in r['per_round']) for r in rows if r['design'] == 'sharded')]
-    print(write_markdown(args.out / "bench_index_scale.md", md), end="")
+        "results": rows}
+    write_json(args.out / "bench_index_scale.json", result, indent=1, end="")
+    print(write_markdown(args.out / "bench_index_scale.md", report(result)), end="")
+
+
+def report(result: dict) -> list[str]:
+    """The markdown report's lines, from the result as bench_index_scale.json holds it."""
+    a, rows = result["args"], result["results"]
+    return ["# Index scale: bytes a node reads and fetches per round", "",
+            f"`{result['command']}` (simulated replica, real signing, validator, shard choice and fetch budget; "
+            "see the script's docstring). Steady state: the mean of the second half of "
+            f"{a['rounds']} rounds, the reader starting as a newcomer. J = {a['j']} groups a step; an honest "
+            f"envelope holds {a['groups']} groups of {a['group_size']} ({result['envelope_bytes']} bytes), so the J "
+            f"groups a step uses are {rows[0]['j_group_bytes']:.0f} bytes.", "",
+            *markdown_table(
+                ["peers", "index", "read/round", "fetched/round", "(read+fetched) / J groups", "largest shard",
+                 "> 2 MiB reply"],
+                [[r["n"], r["design"], f"{r['index_bytes_per_round'] / 1024:.1f} KiB",
+                  f"{r['body_bytes_per_round'] / 1024:.1f} KiB", f"{r['ratio_to_j_groups']:.2f}x",
+                  f"{r['largest_shard_bytes'] / 1024:.1f} KiB", "yes" if r["over_hivemind_2mib_reply"] else "no"]
+                 for r in rows]),
+            "", "`before` fetched at most 16 bodies a poll (the in-flight cap), 320 of the N a round: "
+            "the whole index was read at every poll for every round of the window, and one read of a "
+            "round at 10,000 peers is over hivemind's 2 MiB reply limit, so it could not work at all there.",
+            "", "Size estimate of the reader (peers) by round, sharded index: " + "; ".join(
+                f"N={r['n']}: " + ", ".join(str(x["estimate"]) for x in r["per_round"])
+                for r in rows if r["design"] == "sharded")]
 
 
 if __name__ == "__main__":

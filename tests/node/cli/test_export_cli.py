@@ -18,6 +18,7 @@ import torch
 from node.cli import main
 from node.run.config import load_config
 from node.run.eval_checkpoint import find_checkpoint, policy_at, run_config
+from node.run.export import model_card
 from tests.helpers.swarm_helpers import train_to_end
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -148,7 +149,62 @@ def test_a_lora_run_exports_merged_or_as_its_adapter(lora_run, warmer_model_dir,
     assert (adapter / "adapter_config.json").is_file() and not (adapter / "model.safetensors").exists()
     again = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(warmer_model_dir), adapter)
     assert torch.allclose(_logits(again), want, atol=1e-5)
-    assert "library_name: peft" in (adapter / "README.md").read_text()
+    card = (adapter / "README.md").read_text()
+    assert "library_name: peft" in card and f"`BASE` is the folder `{warmer_model_dir}`." in card
+
+
+def _adapter_card(name: str, loaded_from: str | None, chat: bool = True, **over) -> str:
+    cfg = load_config(None, {"model.name": name, "model.lora_rank": 4, **over})
+    return model_card(cfg, Path("/runs/r"), Path("/runs/r/checkpoints/step_000002"), 2, 2, True, [], chat=chat,
+                      loaded_from=loaded_from)
+
+
+def test_an_adapters_card_names_a_base_transformers_loads(tmp_path, monkeypatch, capsys):
+    """A registry name or a .gguf file is no name transformers loads: the card says which folder is
+    (the one ``build-model`` prints, what the run loaded), and for a registry model its hub twin."""
+    from policies.gguf_convert import gguf_folder_name
+    from policies.model_cache import BUILD_OK, models_root
+    from policies.registry_models import REGISTRY_MODELS
+
+    monkeypatch.setenv("SWARM_NODE_HOME", str(tmp_path / "home"))
+    gguf = tmp_path / "mine.gguf"
+    gguf.write_bytes(b"GGUF stand-in")
+
+    def printed(name: str, folder: str) -> str:  # as if built: build-model finds it and prints it
+        (models_root() / folder).mkdir(parents=True)
+        (models_root() / folder / BUILD_OK).write_text("{}")
+        assert main(["build-model", name]) == 0
+        return capsys.readouterr().out.strip()
+
+    reg = REGISTRY_MODELS["smollm2-135m-instruct"]
+    where = printed(reg.name, reg.folder_name())
+    card = _adapter_card(reg.name, where)
+    assert (f"`BASE` is the folder `swarm-node build-model {reg.name}` prints (where this was exported: "
+            f"`{where}`)") in card
+    assert f"the same model as `{reg.hub_id}` de-quantized" in card and "close to them, not equal" in card
+    assert "# BASE: below" in card and "# the model named above" not in card
+
+    where = printed(str(gguf), gguf_folder_name(gguf))
+    card = _adapter_card(str(gguf), where)
+    assert where.startswith(str(models_root())) and f"`{where}`" in card
+    assert f"`BASE` is the folder `{gguf}` was converted to" in card
+
+    folder = tmp_path / "my-model"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    assert f"`BASE` is the folder `{folder}`." in _adapter_card(str(folder), str(folder))
+    assert "`BASE` is the hub id `org/some-model`." in _adapter_card("org/some-model", "org/some-model")
+    default = _adapter_card("default", str(tmp_path / "built"), chat=False)
+    assert "# the model named above" in default and "`BASE` is" not in default  # as before: no folder named
+
+
+@pytest.mark.parametrize(("answer", "chat", "lenient"), [("auto", True, True), ("auto", False, False),
+                                                        ("lenient", False, True), ("tags", True, False)])
+def test_the_card_says_where_the_reward_read_the_answer(answer, chat, lenient):
+    card = _adapter_card("org/some-model", None, chat=chat, **{"tasks.answer": answer})
+    assert ("read leniently (`tasks.answer` lenient)" in card) == lenient
+    assert ("`\\boxed{}`" in card) == lenient
+    assert ("the model answers `<answer>...</answer>`." in card) == (not lenient)
 
 
 def test_export_refuses_with_the_reason_and_writes_nothing(full_run, tmp_path, capsys):
