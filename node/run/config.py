@@ -43,13 +43,6 @@ class ModelConfig(_Section):
     lora_alpha: int = Field(16, ge=1, description="LoRA alpha")
     gradient_checkpointing: bool = Field(False, description="recompute each layer's activations in the backward pass instead of keeping them: about a third more learner compute for a fraction of its activation memory")
 
-    # What the node chose itself (node/run/model_defaults.py), said at start; not a setting.
-    _chosen: dict = PrivateAttr(default_factory=dict)
-
-    @property
-    def chosen(self) -> dict:
-        return dict(self._chosen)
-
 
 class GenerationConfig(_Section):
     prompts_per_step: int = Field(8, ge=1, description="prompt groups per training step: all generated locally when training alone; in a swarm, prompts_per_step - swarm.external_groups local (I) plus swarm.external_groups from peers (J)")
@@ -251,6 +244,9 @@ class NodeConfig(_Section):
     broadcast: BroadcastConfig = BroadcastConfig()
     eval: EvalConfig = EvalConfig()
 
+    # What the node chose itself (node/run/model_defaults.py), said at start; not a setting.
+    _chosen: dict = PrivateAttr(default_factory=dict)
+
     @model_validator(mode="after")
     def _roles_need_a_network_swarm(self) -> "NodeConfig":
         if self.broadcast.role != "full" and self.swarm.transport not in ("hivemind", "mqtt", "libp2p"):
@@ -271,11 +267,20 @@ class NodeConfig(_Section):
         from node.run.model_defaults import real_model_defaults
 
         m = self.model
-        chosen = real_model_defaults(m.name, m.device, set(m.model_fields_set), self.broadcast.role)
-        for key, value in chosen.items():
-            object.__setattr__(m, key, value)  # validated values of the field's own type
-        m._chosen = chosen
+        given = {f"{section}.{key}" for section in ("model", "eval")
+                 for key in getattr(self, section).model_fields_set}
+        chosen = real_model_defaults(m.name, m.device, given, self.broadcast.role,
+                                     eval_needs_samples=not self.eval.greedy or self.eval.pass_k > 0)
+        for dotted, value in chosen.items():
+            section, key = dotted.split(".")
+            object.__setattr__(getattr(self, section), key, value)  # validated values of the field's own type
+        self._chosen = chosen
         return self
+
+    @property
+    def chosen(self) -> dict:
+        """What the node chose itself, by dotted key (node/run/model_defaults.py): said at start."""
+        return dict(self._chosen)
 
     @model_validator(mode="after")
     def _overlap_has_something_to_overlap(self) -> "NodeConfig":

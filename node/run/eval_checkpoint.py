@@ -91,7 +91,7 @@ def evaluate_checkpoint(run_dir: Path, cfg: NodeConfig, path: Path) -> dict:
     """Evaluate the checkpoint at ``path`` with ``cfg``'s model and ``[eval]`` settings; write and
     return ``{"run_dir", "step", "policy_version", "checkpoint", "settings", **result}``; a
     ``ConfigError`` when no family has a held-out question (each is named in a warning)."""
-    settings = eval_settings(cfg)
+    settings = eval_settings(cfg, prompt_kind=None)  # the model is loaded only if there is something to do
     if not settings.task_ids:
         raise ConfigError(f"nothing to evaluate in {run_dir}: no task family has held-out questions "
                           f"(the warnings above say why)")

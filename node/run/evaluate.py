@@ -145,13 +145,15 @@ class EvalSettings:
     max_new_tokens: int
     temperature: float
     rows_per_call: int  # completions a generate call takes at most (eval_settings says how many)
-    reward: RewardConfig
+    reward: RewardConfig | None  # None: the prompt format is not known yet (evaluate refuses it)
     unevaluated: tuple[str, ...] = ()  # families with no held-out question: not evaluated (said in the log)
 
 
-def eval_settings(cfg: "NodeConfig", ev: EvalConfig | None = None, prompt_kind: str = "raw") -> EvalSettings:
+def eval_settings(cfg: "NodeConfig", ev: EvalConfig | None = None, *, prompt_kind: str | None) -> EvalSettings:
     """The evaluation a node with config ``cfg`` runs (``ev`` overrides its ``[eval]`` section),
-    prompting as ``prompt_kind`` says ("raw" or "chat": it decides where answers are read).
+    prompting as ``prompt_kind`` says ("raw" or "chat": it decides where answers are read; None
+    before the model is loaded, and the caller sets ``reward`` once it is: no default, so no
+    caller reads a chat model's answers as a raw prompt's by forgetting it).
 
     Rows per generate call: ``generation.batch_size`` when set; else, on a GPU, the rows a training
     step generates (I groups of G), so evaluation fits wherever training does; on a CPU, whose
@@ -172,7 +174,8 @@ def eval_settings(cfg: "NodeConfig", ev: EvalConfig | None = None, prompt_kind: 
     return EvalSettings(task_ids=held.ids, greedy=ev.greedy, samples=ev.samples, pass_k=ev.pass_k,
                         max_new_tokens=ev.max_completion_length or g.max_completion_length,
                         temperature=g.temperature, rows_per_call=rows,
-                        reward=cfg.tasks.reward_config(prompt_kind), unevaluated=held.unevaluated)
+                        reward=None if prompt_kind is None else cfg.tasks.reward_config(prompt_kind),
+                        unevaluated=held.unevaluated)
 
 
 def evaluate(policy: Policy, s: EvalSettings, seed: int | str, sampler: "Policy | VllmSampler | None" = None) -> dict:
@@ -182,6 +185,8 @@ def evaluate(policy: Policy, s: EvalSettings, seed: int | str, sampler: "Policy 
     weights; default the policy). Torch's random stream is forked and seeded from ``seed``, so
     the samples depend on it alone and the caller's stream is left as it was. The result lists
     ``unevaluated`` families, when there are any."""
+    if s.reward is None:
+        raise ValueError("the evaluation's reward is not set: eval_settings needs the policy's prompt kind")
     t0 = time.perf_counter()
     sampler = sampler or policy
     tasks = [make_task(t) for t in s.task_ids]

