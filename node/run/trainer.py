@@ -317,7 +317,13 @@ class TrainingNode:
     # -- the loop ---------------------------------------------------------------------------
     def request_stop(self) -> None:
         if not self.stop_requested:
-            log.warning("stop requested: finishing step %d, then checkpointing", self.step + 1)
+            # No step number ahead of the fact: a step still waiting for its round is dropped,
+            # one past that is finished; the checkpoint's line says which step it holds.
+            if self.step >= self.cfg.train.steps:
+                log.warning("stop requested: training is done (%d steps); finishing up", self.step)
+            else:
+                log.warning("stop requested after %d of %d steps: the step under way is finished if it has "
+                            "started, then checkpointed", self.step, self.cfg.train.steps)
         self.stop_requested = True
         self._stop.request()
 

@@ -39,7 +39,8 @@ def test_a_waits_own_error_is_raised():
         raise AssertionError("the error was swallowed")
 
 
-def test_a_node_stopped_while_waiting_for_peers_learns_from_what_it_has_and_stops(warm_tiny_model_dir, tmp_path):
+def test_a_node_stopped_while_waiting_for_peers_learns_from_what_it_has_and_stops(warm_tiny_model_dir, tmp_path,
+                                                                                  caplog):
     """Alone, with J > 0, a 10-minute round and 10 minutes to collect: a stop ends the wait, the
     step is learned from its own groups, checkpointed, and the node stops (before: 10 minutes)."""
     async def scenario():
@@ -59,8 +60,24 @@ def test_a_node_stopped_while_waiting_for_peers_learns_from_what_it_has_and_stop
 
     summary, st = asyncio.run(scenario())
     assert st["phase"] == "stopped" and st["step"] == 1  # the step it was in was finished, not dropped
+    assert "stop requested after 0 of 5 steps" in caplog.text
     assert (tmp_path / "alone" / "checkpoints" / "step_000001").is_dir()
     assert summary["steps"] == 1
+
+
+def test_the_stop_message_names_no_step_that_is_never_trained(warm_tiny_model_dir, tmp_path, caplog):
+    """A stop after the last step (Ctrl-C during the final evaluation) said "finishing step 2" in a
+    1-step run; mid-run it named a step a stop in the round's wait then dropped."""
+    async def scenario():
+        node = await create_node(swarm_cfg(warm_tiny_model_dir, tmp_path / "done", **{"train.steps": 1}), MemoryHub())
+        await node.run(handle_signals=False)
+        node.request_stop()
+        await node.close()
+
+    with caplog.at_level("WARNING"):
+        asyncio.run(scenario())
+    assert "stop requested: training is done (1 steps); finishing up" in caplog.text
+    assert "step 2" not in caplog.text
 
 
 def test_a_part_of_close_that_never_finishes_is_left_behind_by_name(caplog):
