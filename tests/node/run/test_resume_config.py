@@ -61,6 +61,19 @@ at_end = false
     assert said == [f"resuming {run} with its saved config; this start changes train.steps: 2 -> 3"], err[-3000:]
 
 
+def test_a_resume_of_a_folder_that_holds_no_run_says_so_plainly(tiny_model_dir, tmp_path, capsys):
+    typo = tmp_path / "runs" / "dmeo"
+    assert main(["train", "--model.name", str(tiny_model_dir), "--run.dir", str(typo), "--resume",
+                 "--print-config"]) == 0
+    err = capsys.readouterr().err
+    assert f"--resume: {typo} holds no run to resume (the folder does not exist): starting a new run there; " \
+           "check --run.dir" in err, err[-2000:]
+    typo.mkdir(parents=True)
+    assert main(["train", "--model.name", str(tiny_model_dir), "--run.dir", str(typo), "--resume",
+                 "--print-config"]) == 0
+    assert "holds no run to resume (no config.json)" in capsys.readouterr().err
+
+
 def test_the_folder_resumed_is_the_one_read_and_a_damaged_saved_config_is_refused(tmp_path):
     moved = tmp_path / "moved"
     moved.mkdir()
