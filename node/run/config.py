@@ -166,9 +166,11 @@ class SwarmConfig(_Section):
     @field_validator("initial_peers")
     @classmethod
     def _full_maddrs(cls, v: list[str]) -> list[str]:
-        bad = [m for m in v if not (m.startswith("/") and "/p2p/" in m)]
+        from node.transport.addresses import peer_address_error
+
+        bad = [f"{m}: {why}" for m in v if (why := peer_address_error(m))]
         if bad:
-            raise ValueError(f"{bad}: a bootstrap address is a full multiaddr ending in /p2p/<peer id>, "
+            raise ValueError(f"{'; '.join(bad)}; a bootstrap address is a full multiaddr ending in /p2p/<peer id>, "
                              f"as `swarm-node bootstrap` prints it, e.g. /ip4/1.2.3.4/tcp/31337/p2p/QmWyMy...")
         return v
 

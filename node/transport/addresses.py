@@ -9,7 +9,8 @@ reaches its host only through a circuit relay (a node behind NAT: node/transport
 
 from __future__ import annotations
 
-__all__ = ["P2P", "CIRCUIT", "names_peer", "peer_id_of", "without_peer", "with_peer", "dialable_addrs", "relayed"]
+__all__ = ["P2P", "CIRCUIT", "names_peer", "peer_id_of", "without_peer", "with_peer", "dialable_addrs", "relayed",
+           "peer_address_error"]
 
 P2P = "/p2p/"
 CIRCUIT = "/p2p-circuit"
@@ -23,6 +24,25 @@ def names_peer(addr: str) -> bool:
 def peer_id_of(addr: str) -> str | None:
     """The peer id after the last ``/p2p/`` of ``addr``, or None if it names no peer."""
     return addr.rsplit(P2P, 1)[1] if P2P in addr else None
+
+
+def peer_address_error(addr: str) -> str | None:
+    """Why ``addr`` is not an address a node can dial a peer at (None when it is one): a full
+    multiaddr ending in ``/p2p/<peer id>``, every part of it well formed, the id a real libp2p
+    peer id (the multiaddr library's parse: a placeholder such as ``QmWyMy`` is not one). Said at
+    start, before a join retries an address that can never answer."""
+    from multiaddr import Multiaddr
+
+    if not (addr.startswith("/") and names_peer(addr)):
+        return "not a full multiaddr ending in /p2p/<peer id>"
+    try:
+        Multiaddr(addr)
+    except Exception as e:  # noqa: BLE001 (the library's parse errors have no common base but Exception)
+        reason = str(e).split(" (string:")[0].split("': ", 1)[-1]
+        if reason.startswith("Invalid CID"):
+            return f"{peer_id_of(addr)} is not a libp2p peer id (the form `swarm-node bootstrap` prints)"
+        return f"not a valid multiaddr: {reason}"
+    return None
 
 
 def relayed(addr: str) -> bool:

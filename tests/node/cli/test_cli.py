@@ -59,6 +59,17 @@ def test_join_rejects_a_bootstrap_address_without_peer_id(capsys):
     assert "/p2p/<peer id>" in capsys.readouterr().err
 
 
+def test_join_rejects_a_placeholder_peer_id_or_a_malformed_address_at_start_naming_it(capsys):
+    """The docs' own placeholder (/p2p/QmWyMy) passed the check, then a join retried it and blamed
+    a slow machine; doctor said the bootstrap answered. Now: exit 2, the address and why."""
+    for addr, why in (("/ip4/10.0.0.1/tcp/31337/p2p/QmWyMy", "QmWyMy is not a libp2p peer id"),
+                      ("/ip4/10.0.0.400/tcp/31337/p2p/QmWyMywt33NGEr2d32nqvpPeQq36fd3tj9eZaiBj2CbKSM",
+                       "not a valid multiaddr: base address '10.0.0.400' is not IPv4")):
+        assert main(["join", "--bootstrap", addr, "--print-config"]) == 2
+        err = capsys.readouterr().err
+        assert f"{addr}: {why}" in err, err[-2000:]
+
+
 def test_help_explains_joining(capsys):
     with pytest.raises(SystemExit):
         main(["join", "--help"])

@@ -29,7 +29,7 @@ def test_doctor_against_an_unreachable_bootstrap_fails_its_line_and_exits_1_with
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))  # a port nothing listens on
         port = s.getsockname()[1]
-        dead = f"/ip4/127.0.0.1/tcp/{port}/p2p/QmWyMyQmWyMyQmWyMyQmWyMyQmWyMyQmWyMyQmWyMyQmWyMy"
+        dead = f"/ip4/127.0.0.1/tcp/{port}/p2p/QmWyMywt33NGEr2d32nqvpPeQq36fd3tj9eZaiBj2CbKSM"
         p, took = _doctor("--bootstrap", dead, "--run.dir", str(tmp_path / "r"))
     lines = p.stdout.splitlines()
     assert p.returncode == 1, p.stdout + p.stderr
