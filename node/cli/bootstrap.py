@@ -4,20 +4,32 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+from pathlib import Path
 
 
 def run_bootstrap(args: argparse.Namespace, unknown: list[str]) -> int:
     from node.observe.logs import setup_logging
+    from node.run.run_lock import RunLock
     from node.transport.carriers import carrier
+    from policies.default_model import default_home
 
     from node.transport.port_free import check_port_free
 
     setup_logging()
     check_port_free(args.host, args.port)  # before a daemon binds over it (node/transport/port_free.py)
     swarm_carrier = carrier(args.transport)
-    serve = swarm_carrier.load_bootstrap()
-    # --no-relay and --no-nat are hivemind's daemon's; py-libp2p's host has neither.
-    nat = dict(relay=not args.no_relay, nat=not args.no_nat) if swarm_carrier.uses_nat_traversal else {}
-    return asyncio.run(serve(
-        host=args.host, port=args.port, announce=args.announce, initial_peers=args.initial_peers,
-        identity=args.identity, startup_timeout=args.startup_timeout, maddr_file=args.maddr_file, **nat))
+    identity = Path(args.identity or default_home() / swarm_carrier.bootstrap_key)
+    identity.parent.mkdir(parents=True, exist_ok=True)
+    # One bootstrap per key: a second one would run under the first one's peer id, silently.
+    lock = RunLock.hold(identity.with_name(identity.name + ".lock"), lambda holder: (
+        f"the bootstrap key {identity} is in use by {holder}: one bootstrap peer per key (its peer id); "
+        f"for a second one pass --identity with another file"))
+    try:
+        serve = swarm_carrier.load_bootstrap()
+        # --no-relay and --no-nat are hivemind's daemon's; py-libp2p's host has neither.
+        nat = dict(relay=not args.no_relay, nat=not args.no_nat) if swarm_carrier.uses_nat_traversal else {}
+        return asyncio.run(serve(
+            host=args.host, port=args.port, announce=args.announce, initial_peers=args.initial_peers,
+            identity=identity, startup_timeout=args.startup_timeout, maddr_file=args.maddr_file, **nat))
+    finally:
+        lock.release()

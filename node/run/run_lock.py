@@ -1,6 +1,8 @@
 """One process per run folder: a node holds an exclusive lock on ``RUN/.lock`` from its start to
 its close, so a second ``train`` or ``join`` with the same ``--run.dir`` stops at once, naming the
-process that owns the folder, instead of both writing checkpoints and metrics into it.
+process that owns the folder, instead of both writing checkpoints and metrics into it. The same
+lock keeps one ``swarm-node bootstrap`` per key (``hold``): a second one on another port would
+otherwise run under the first one's peer id.
 
 The lock is the kernel's (``flock``): it goes with the process, however that process ends, so a
 lock file left by a killed node is not a lock at all and the next start takes it. The file says
@@ -17,6 +19,7 @@ import socket
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 from node.errors import ConfigError
 
@@ -33,15 +36,20 @@ class RunLock:
 
     @classmethod
     def acquire(cls, run_dir: Path) -> "RunLock":
-        path = Path(run_dir) / LOCK_FILE
+        return cls.hold(Path(run_dir) / LOCK_FILE, lambda holder: (
+            f"run folder {run_dir} is in use by {holder}: one node per run folder; stop it first, or choose "
+            f"another --run.dir"))
+
+    @classmethod
+    def hold(cls, path: Path, busy: Callable[[str], str]) -> "RunLock":
+        """The lock at ``path``; a ``ConfigError`` with ``busy(holder)`` when a process holds it."""
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = _holder(fd)
             os.close(fd)
-            raise ConfigError(f"run folder {run_dir} is in use by {holder}: one node per run folder; stop it "
-                              f"first, or choose another --run.dir") from None
+            raise ConfigError(busy(holder)) from None
         except BaseException:
             os.close(fd)
             raise
