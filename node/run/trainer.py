@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-import signal
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -46,6 +45,7 @@ from node.run.rollouts import external_samples, to_records, to_train_samples
 from node.run.signal_watch import SignalWatch
 from node.run.startup import start_node
 from node.run.step_generation import StepGenerator, StepRollouts
+from node.run.stop_signals import StopSignals
 from node.run.stopping import StopRequest, close_within
 from node.run.summary import write_summary
 from node.swarm.exchange import SwarmExchange
@@ -96,6 +96,7 @@ class TrainingNode:
         self.last_round: int | None = None
         self.rounds_skipped = 0
         self._closed = False
+        self.signals: StopSignals | None = None
         self._coincide_warned = False
         self._coincide_steps = 0  # consecutive steps in which this node took every peer group
         self.status = status or StatusFile(run_dir, cfg.train.steps, cfg.model.name, start_step)
@@ -316,7 +317,10 @@ class TrainingNode:
 
     # -- the loop ---------------------------------------------------------------------------
     def request_stop(self) -> None:
-        if not self.stop_requested:
+        if self.stop_requested:
+            log.warning("already stopping: a second Ctrl-C does not hurry it (kill -9 does, losing the steps "
+                        "since the last checkpoint)")
+        else:
             # No step number ahead of the fact: a step still waiting for its round is dropped,
             # one past that is finished; the checkpoint's line says which step it holds.
             if self.step >= self.cfg.train.steps:
@@ -331,13 +335,8 @@ class TrainingNode:
         """Train to ``train.steps``. With ``handle_signals`` (one node per process), SIGINT and
         SIGTERM stop it after the current step; a host running several nodes handles signals
         itself and calls ``request_stop`` on each."""
-        loop = asyncio.get_running_loop()
-        signals = (signal.SIGINT, signal.SIGTERM) if handle_signals else ()
-        for sig in signals:
-            try:
-                loop.add_signal_handler(sig, self.request_stop)
-            except (NotImplementedError, RuntimeError):  # not the main thread / not POSIX
-                pass
+        if handle_signals and self.signals is None:  # until close (node/run/stop_signals.py)
+            self.signals = StopSignals(asyncio.get_running_loop(), self.request_stop)
         total = self.cfg.train.steps
         mode = self.cfg.run.progress
         if mode == "auto" and self.cfg.run.log_format == "json":
@@ -379,11 +378,6 @@ class TrainingNode:
                 self.ahead = None
             if self.generator.april is not None:
                 self.generator.april.drop()
-            for sig in signals:
-                try:
-                    loop.remove_signal_handler(sig)
-                except (NotImplementedError, RuntimeError):
-                    pass
         if self.step > saved_at:  # a stop right after a periodic checkpoint needs no second one
             self.status.phase("stopping" if self.step < total else "finishing", "writing the final checkpoint")
             await asyncio.to_thread(self.checkpoint)
@@ -435,3 +429,5 @@ class TrainingNode:
                 self.metrics.close()
                 if self.run_lock is not None:
                     self.run_lock.release()
+                if self.signals is not None:  # the last thing: a Ctrl-C until here is one more request
+                    self.signals.release()

@@ -134,6 +134,38 @@ def test_sigint_stops_cleanly_with_a_checkpoint_and_resumes(warm_tiny_model_dir,
     assert summary["steps"] == steps + 2
 
 
+@pytest.mark.subprocess  # tests/helpers/process_guard.py
+def test_two_ctrl_c_in_quick_succession_still_write_the_summary_and_the_final_status(warm_tiny_model_dir, tmp_path):
+    """The second Ctrl-C came after the loop had taken its handlers off: Python's KeyboardInterrupt
+    ended the process without summary.json or plots, status.json left at "stopping"."""
+    run = tmp_path / "run"
+    args = [sys.executable, "-m", "node.cli", "train", "--model.name", str(warm_tiny_model_dir),
+            "--run.dir", str(run), "--run.progress", "plain", "--train.steps", "100000",
+            "--generation.prompts_per_step", "2", "--generation.num_generations", "2",
+            "--generation.max_completion_length", "6", "--run.plot", "true", "--eval.every", "0",
+            "--eval.at_start", "false"]
+    proc = subprocess.Popen(args, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while len(read_metrics(run / "metrics.jsonl")) < 2:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "training never started"
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.15)  # the gap is the scenario (a user pressing twice), not a wait for a condition
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-3000:]
+    assert "already stopping: a second Ctrl-C does not hurry it" in err and "Traceback" not in err, err[-3000:]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["stopped_early"] is True and (run / "reward_curve.png").exists()
+    assert json.loads((run / "status.json").read_text())["phase"] == "stopped"
+
+
 def test_staler_behaviour_policy_lowers_ess_and_lr_factor(warm_tiny_model_dir, tmp_path):
     """Rollouts from a copy of the policy k updates old: the batch's ESS/B falls with k; the LR
     follows ρ over the rows that carry gradient only, so a step without any keeps factor 1."""
