@@ -29,7 +29,8 @@ import logging
 import math
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -39,6 +40,7 @@ import torch
 from node.observe.held_out import describe_eval, eval_file
 from node.observe.status import StatusFile
 from node.run.eval_config import EvalConfig
+from policies.halt import GenerationStopped, HaltWhen
 from policies.micro_batches import longest_first
 from policies.policy import Policy, SamplingParams, TokenBatch
 from protocol.task_id import TaskId
@@ -104,11 +106,15 @@ def summarise(outcomes: Sequence[TaskOutcome], k: int = 0) -> dict:
 
 
 # -- generation ---------------------------------------------------------------------------------
-def greedy_texts(policy: Policy, prompts: list[str], max_new_tokens: int, rows_per_call: int) -> list[str]:
+def greedy_texts(policy: Policy, prompts: list[str], max_new_tokens: int, rows_per_call: int,
+                 halt: Callable[[], bool] | None = None) -> list[str]:
     """One greedy completion per prompt (do_sample off: the most likely token at every step), up
     to and including EOS, decoded as ``Policy.generate`` decodes. The policy's sampler records
     behaviour log-probs at a temperature > 0 and has no greedy mode, so this calls the model's
-    ``generate`` itself, on the policy's clean generation config (policies/sampling.py)."""
+    ``generate`` itself, on the policy's clean generation config (policies/sampling.py). When
+    ``halt()`` turns true, the call ends at the next token and ``GenerationStopped`` is raised."""
+    from transformers import StoppingCriteriaList
+
     pad, eos = int(policy.tokenizer.pad_token_id), policy.eos_token_id
     gen = copy.deepcopy(policy.model.generation_config)
     gen.update(do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=pad)
@@ -123,9 +129,13 @@ def greedy_texts(policy: Policy, prompts: list[str], max_new_tokens: int, rows_p
                 call = order[i:i + rows_per_call]
                 batch = TokenBatch.build([rows[j] for j in call], [()] * len(call), pad)
                 P = batch.prompt_len
+                stop = HaltWhen(halt) if halt is not None else None
                 seqs = policy.sampling_model().generate(input_ids=batch.input_ids[:, :P].to(policy.device),
                                              attention_mask=batch.attention_mask[:, :P].to(policy.device),
-                                             generation_config=gen)
+                                             generation_config=gen,
+                                             stopping_criteria=StoppingCriteriaList([stop] if stop else []))
+                if stop is not None and stop.fired:
+                    raise GenerationStopped("evaluation stopped by request")
                 for j, new in zip(call, seqs[:, P:].tolist()):
                     ids = new[:new.index(eos) + 1] if eos in new else new
                     texts[j] = policy.tokenizer.decode(ids, skip_special_tokens=True)
@@ -178,13 +188,15 @@ def eval_settings(cfg: "NodeConfig", ev: EvalConfig | None = None, *, prompt_kin
                         unevaluated=held.unevaluated)
 
 
-def evaluate(policy: Policy, s: EvalSettings, seed: int | str, sampler: "Policy | VllmSampler | None" = None) -> dict:
+def evaluate(policy: Policy, s: EvalSettings, seed: int | str, sampler: "Policy | VllmSampler | None" = None,
+             halt: Callable[[], bool] | None = None) -> dict:
     """Evaluate ``policy`` on the held-out tasks of ``s``; ``summarise``'s dict plus ``seconds``.
 
     ``sampler`` draws the samples (the node's own: its vLLM engine, which holds the policy's
     weights; default the policy). Torch's random stream is forked and seeded from ``seed``, so
     the samples depend on it alone and the caller's stream is left as it was. The result lists
-    ``unevaluated`` families, when there are any."""
+    ``unevaluated`` families, when there are any. ``halt`` (a node's stop request) ends it at the
+    next token with ``GenerationStopped``: a stop does not wait out an evaluation."""
     if s.reward is None:
         raise ValueError("the evaluation's reward is not set: eval_settings needs the policy's prompt kind")
     t0 = time.perf_counter()
@@ -194,7 +206,7 @@ def evaluate(policy: Policy, s: EvalSettings, seed: int | str, sampler: "Policy 
     devices = [policy.device.index or 0] if policy.device.type == "cuda" else []
     with policy.weights_lock, torch.random.fork_rng(devices=devices):
         torch.manual_seed(random.Random(f"swarm-node:eval:{seed}").getrandbits(63))
-        greedy = greedy_texts(policy, prompts, s.max_new_tokens, s.rows_per_call) if s.greedy and prompts else None
+        greedy = greedy_texts(policy, prompts, s.max_new_tokens, s.rows_per_call, halt) if s.greedy and prompts else None
         groups: list[list] = []
         if s.samples and prompts:
             params = SamplingParams(max_new_tokens=s.max_new_tokens, temperature=s.temperature)
@@ -202,15 +214,32 @@ def evaluate(policy: Policy, s: EvalSettings, seed: int | str, sampler: "Policy 
             order = longest_first([len(r) for r in policy.encode_prompts(prompts)])
             groups = [[] for _ in prompts]
             for i in range(0, len(prompts), per_call):
+                if halt is not None and halt():  # between calls; within one, a vLLM engine is not stopped
+                    raise GenerationStopped("evaluation stopped by request")
                 call = order[i:i + per_call]
-                for j, group in zip(call, sampler.generate([prompts[j] for j in call], s.samples, params)):
-                    groups[j] = group
+                with _halted(sampler, halt):
+                    for j, group in zip(call, sampler.generate([prompts[j] for j in call], s.samples, params)):
+                        groups[j] = group
     outcomes = [TaskOutcome(task.id.family,
                             score(task, greedy[i], s.reward).correctness if greedy is not None else None,
                             tuple(score(task, c.text, s.reward).correctness for c in groups[i]) if groups else ())
                 for i, task in enumerate(tasks)]
     skipped = {"unevaluated": list(s.unevaluated)} if s.unevaluated else {}
     return {**summarise(outcomes, s.pass_k), **skipped, "seconds": time.perf_counter() - t0}
+
+
+@contextmanager
+def _halted(sampler, halt: Callable[[], bool] | None):
+    """``halt`` as ``sampler``'s stop flag while in the block, where it has one (a ``Policy``);
+    its own flag (None for the node's policy) back afterwards."""
+    if halt is None or not isinstance(sampler, Policy):
+        yield
+        return
+    before, sampler.halt = sampler.halt, halt
+    try:
+        yield
+    finally:
+        sampler.halt = before
 
 
 # -- the node's hook ----------------------------------------------------------------------------
@@ -220,7 +249,10 @@ class HeldOut:
     that step's metrics record (``record["eval"]``) and, as the latest, into status.json
     (``eval``, with its step), from which the metrics endpoint and the live tables read it."""
 
-    def __init__(self, cfg: "NodeConfig", policy: Policy, status: StatusFile, sampler: "VllmSampler | None" = None):
+    def __init__(self, cfg: "NodeConfig", policy: Policy, status: StatusFile, sampler: "VllmSampler | None" = None,
+                 halt: Callable[[], bool] | None = None):
+        self.halt = halt  # the node's stop request: an evaluation under way ends at the next token
+        self.cut_short = False  # an evaluation was stopped by it (the run's summary says stopped early)
         self.every, self.at_end, self.seed = cfg.eval.every, cfg.eval.at_end, cfg.train.seed
         self.at_start, self.run_dir = cfg.eval.at_start, Path(cfg.run.dir)
         self.total = cfg.train.steps
@@ -269,7 +301,13 @@ class HeldOut:
         when = f"after step {step}" if step else "before training"
         self.status.phase("evaluating", f"held-out tasks {when}")
         try:
-            result = await asyncio.to_thread(evaluate, self.policy, self.settings, f"{self.seed}:{step}", self.sampler)
+            result = await asyncio.to_thread(evaluate, self.policy, self.settings, f"{self.seed}:{step}", self.sampler,
+                                             self.halt)
+        except GenerationStopped:
+            log.warning("held-out evaluation %s stopped by request: not recorded (swarm-node eval RUN evaluates "
+                        "the checkpoint afterwards)", when)
+            self.cut_short = True
+            return None
         except Exception as e:  # noqa: BLE001 - out of memory, say: the step's record and checkpoint come first
             log.exception("held-out evaluation %s failed; training goes on", when)
             if record is not None:

@@ -104,7 +104,7 @@ class TrainingNode:
         self.role_ctx = self._role_context()
         self.families = FamilyCorrectness()  # own running correctness per family: swarm.select = weakest
         self.signal = SignalWatch(cfg.run.log_samples, cfg.generation.max_completion_length, self.status)
-        self.held_out = HeldOut(cfg, policy, self.status, vllm)  # node/run/evaluate.py
+        self.held_out = HeldOut(cfg, policy, self.status, vllm, halt=lambda: self.stop_requested)  # evaluate.py
         self.generator = StepGenerator(cfg, policy, learner, self.lagged, vllm, self.role, self.role_ctx,
                                        self.held_out.reserved, self.reward_cfg, self.sampling)
         self.ahead: GenerationAhead | None = None  # train.max_async > 0: generation runs ahead (run())
@@ -407,7 +407,8 @@ class TrainingNode:
 
     def _finish(self, wall_s: float) -> dict:
         return write_summary(self.run_dir, steps=self.step,
-                             stopped_early=self.stop_requested and self.step < self.cfg.train.steps,
+                             stopped_early=self.stop_requested and (self.step < self.cfg.train.steps
+                                                                    or self.held_out.cut_short),
                              wall_s=wall_s, swarm_status=self.swarm.status() if self.swarm is not None else None,
                              rounds_skipped=self.rounds_skipped, plot=self.cfg.run.plot)
 

@@ -124,3 +124,50 @@ def test_a_failed_evaluation_is_logged_and_training_keeps_its_records_and_checkp
     assert {"step_000002", "step_000004", "step_000005"} <= {p.name for p in (run / "checkpoints").glob("step_*")}
     assert "held-out evaluation after step 2 failed" in caplog.text
     assert "held-out evaluation before training failed" in caplog.text and not (run / "eval").exists()
+
+
+@pytest.mark.parametrize("greedy", [True, False], ids=["greedy", "sampled"])
+def test_a_stop_during_an_evaluation_ends_it_and_the_summary_says_stopped_early(tiny_model_dir, tmp_path,
+                                                                                 monkeypatch, caplog, greedy):
+    """Ctrl-C during the final evaluation waited it out (90 s on a real model) and the summary said
+    ``stopped_early: false``. Here the stop is requested from inside the evaluation's first
+    generate call: that call ends at its next token, nothing is recorded, the run is stopped early."""
+    import asyncio
+    import threading
+
+    from node.run.trainer import TrainingNode
+    from policies.policy import Policy
+
+    run = tmp_path / "run"
+    cfg = _cfg(tiny_model_dir, run, **{"train.steps": 1, "eval.every": 0, "eval.at_start": False,
+                                       "eval.greedy": greedy, "eval.max_completion_length": 64})
+    asked = threading.Event()
+
+    async def scenario():
+        node = await TrainingNode.create(cfg)
+        loop, real = asyncio.get_running_loop(), node.policy.model.generate
+        calls = []
+
+        def stop_then_generate(*args, **kwargs):  # in the evaluation's worker thread
+            calls.append(len(calls))
+            if json.loads((run / "status.json").read_text())["phase"] == "evaluating" and not asked.is_set():
+                asked.set()
+                loop.call_soon_threadsafe(node.request_stop)
+                while not node.stop_requested:  # the request reaches the node before this call runs
+                    threading.Event().wait(0.01)
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(node.policy.model, "generate", stop_then_generate)
+        monkeypatch.setattr(Policy, "sampling_model", lambda self: self.model)
+        try:
+            return await node.run(handle_signals=False)
+        finally:
+            await node.close()
+
+    with caplog.at_level("WARNING"):
+        summary = asyncio.run(scenario())
+    assert asked.is_set() and summary["stopped_early"] is True and summary["steps"] == 1
+    assert "held-out evaluation after step 1 stopped by request: not recorded" in caplog.text
+    recs = read_metrics(run / "metrics.jsonl")
+    assert [r["step"] for r in recs] == [1] and "eval" not in recs[0]
+    assert not (run / "eval" / "step_1.json").exists()
