@@ -34,8 +34,16 @@ Every [section] key of the config file is also a flag --section.key (values in T
 """
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse whose usage error is one line and where the help is, not the whole usage first
+    (66 lines of flags for ``train`` above a missing value). Every subcommand's parser is one."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="swarm-node", allow_abbrev=False,
         description="A peer-to-peer node for reinforcement learning of language models: it "
                     "generates rollouts on verifiable tasks, scores them locally and trains its "

@@ -164,3 +164,16 @@ def test_join_says_a_follow_that_is_no_node_id_is_not_one(flags, named, capsys):
     err = capsys.readouterr().err
     assert f"{named} is not a node id" in err and "sn1 followed by 32 characters" in err
     assert "needs broadcast.follow" not in err  # not "missing": it was given, and is wrong
+
+
+def test_a_usage_error_is_one_line_that_says_where_the_help_is(capsys):
+    """A missing value printed train's whole usage (66 lines of flags) above the error."""
+    with pytest.raises(SystemExit) as e:
+        main(["train", "--model.name"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err == "swarm-node train: error: argument --model.name: expected one argument (see swarm-node train --help)\n"
+    with pytest.raises(SystemExit):
+        main(["eval"])
+    assert capsys.readouterr().err.splitlines() == [
+        "swarm-node eval: error: the following arguments are required: RUN (see swarm-node eval --help)"]
