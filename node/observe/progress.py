@@ -9,8 +9,9 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from pathlib import Path
 
-from node.observe.held_out import held_out_score
+from node.observe.held_out import evaluations, held_out_score
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,18 @@ class Progress:
             self._live = Live(self._render({}), console=Console(stderr=True), refresh_per_second=4,
                               transient=False)
             self._live.start()
+
+    def begin(self, run_dir: Path) -> None:
+        """Training starts now: the ETA counts from here (not from before the evaluation at start
+        or a resume's restore), and the held-out column shows the run's latest evaluation (the
+        one before training, or a resumed run's last) until the next."""
+        from node.observe.metrics import read_metrics
+
+        self.t0 = time.monotonic()
+        done = evaluations(read_metrics(run_dir / "metrics.jsonl"), run_dir)
+        self.held_out = done[-1] if done else None
+        if self._live is not None:
+            self._live.update(self._render({}))
 
     def _eta(self, step: int) -> float:
         done = step - self.start_step

@@ -353,6 +353,7 @@ class TrainingNode:
                                          self.cfg.train.max_async, self.step, sampler=self.generator.sampler_policy)
         try:
             self.metrics.start_eval(await self.held_out.before_training(self.step, self.stop_requested))
+            progress.begin(self.run_dir)
             if self.ahead is not None:  # after the first evaluation: it reads the live weights, not the copy
                 self.ahead.start()
             self.status.phase("training" if self.swarm is None else "training (first step)")

@@ -63,6 +63,25 @@ def test_the_live_panel_shows_the_latest_held_out_correctness():
     assert "0.300" in console.export_text()
 
 
+def test_the_live_panel_starts_with_the_runs_latest_evaluation_and_an_eta_from_the_first_step(tmp_path):
+    """The column showed "-" though the evaluation before training existed; after a resume, until
+    the next evaluation. The ETA counted the start's evaluation as training time."""
+    from rich.console import Console
+
+    (tmp_path / "eval").mkdir()
+    (tmp_path / "eval" / "step_0.json").write_text(json.dumps({"step": 0, **EVAL, "greedy": 0.125}))
+    p = Progress("off", 10)
+    p.t0 -= 3600  # an hour before training began (the evaluation at start, a model's load)
+    p.begin(tmp_path)
+    console = Console(width=200, record=True)
+    console.print(p._render({"step": 1, "reward": 0.2, "correct": 0.1}))
+    assert "0.125" in console.export_text()
+    assert p._eta(1) < 60  # from begin, not from the hour before
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in _records()))
+    p.begin(tmp_path)  # a resumed run: its last record's evaluation
+    assert held_out_score(p.held_out) == 0.4
+
+
 def test_plots_draw_held_out_per_family_and_plot_redraws_it(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
