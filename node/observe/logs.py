@@ -141,10 +141,29 @@ def _adopt_transformers(json_mode: bool) -> None:
             os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = saved["env"]
 
 
+class _ClosingNoise(logging.Filter):
+    """The p2p daemon's "use of closed network connection", logged as an error when its listener
+    closes under a stop (Ctrl-C): the daemon going away as asked, not a fault to show a user
+    (still shown with hivemind's DEBUG level)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if "use of closed network connection" not in record.getMessage():
+            return True
+        return logging.getLogger("hivemind").isEnabledFor(logging.DEBUG)
+
+
+_CLOSING_NOISE = _ClosingNoise()
+
+
 def _adopt_hivemind(json_mode: bool) -> None:
     global _hivemind_adopted
     hm = sys.modules.get("hivemind.utils.logging")  # never imported from here: hivemind is heavy
-    if hm is None or json_mode == _hivemind_adopted:
+    if hm is None:
+        return
+    daemon_log = logging.getLogger("hivemind.p2p.p2p_daemon")
+    if _CLOSING_NOISE not in daemon_log.filters:
+        daemon_log.addFilter(_CLOSING_NOISE)
+    if json_mode == _hivemind_adopted:
         return
     if json_mode:
         hm.use_hivemind_log_handler("nowhere")  # hivemind loggers propagate to ours

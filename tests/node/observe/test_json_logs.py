@@ -112,6 +112,9 @@ _HIVEMIND_SCRIPT = textwrap.dedent("""
         from node.observe.logs import adopt_library_logging
         adopt_library_logging()  # what the module importing hivemind does
     hivemind.utils.logging.get_logger("hivemind.p2p.p2p_daemon").info("Peer ID: Qm123", extra={"caller": "p2pd"})
+    # The daemon's listener closing under a stop: not shown (at hivemind's INFO level).
+    hivemind.utils.logging.get_logger("hivemind.p2p.p2p_daemon").error(
+        "failed to accept: accept tcp 127.0.0.1:4001: use of closed network connection", extra={"caller": "p2pd"})
     hivemind.utils.logging.get_logger("hivemind.dht").debug("below hivemind's INFO: not shown")
     hivemind.utils.logging.get_logger("hivemind.dht").warning("slow peer")
 """)
