@@ -198,16 +198,21 @@ class Learner:
         raise OutOfMemory(f"the optimizer's state does not fit in memory ({msg}); train a LoRA adapter "
                           f"(model.lora_rank) or use a smaller model")
 
-    def _rows_per_pass(self, n: int) -> int:
-        return n if self.micro_batch_size <= 0 else min(self.micro_batch_size, n)
+    def _rows_per_pass(self, batch: TokenBatch) -> int:
+        """The most rows a pass over ``batch`` takes now: the micro-batch, or fewer where the
+        token budget cuts passes smaller (out-of-memory halving starts below that, not above)."""
+        n = len(batch) if self.micro_batch_size <= 0 else min(self.micro_batch_size, len(batch))
+        if self.micro_batch_tokens > 0:
+            n = max(len(p.rows) for p in self._passes(batch, n))
+        return n
 
-    def _fit(self, attempt, n: int):
-        """``attempt(rows)`` at this learner's micro-batch, halved for good on out-of-memory."""
+    def _fit(self, attempt, batch: TokenBatch):
+        """``attempt(rows)`` at this learner's passes over ``batch``, halved for good on out-of-memory."""
         def halved(old: int, new: int) -> None:
             self.micro_batch_size = new
             self.oom_halvings += 1
 
-        out, _ = fit_by_halving(attempt, self._rows_per_pass(n), what="the learner's step",
+        out, _ = fit_by_halving(attempt, self._rows_per_pass(batch), what="the learner's step",
                                 hint=_OOM_HINT, device=self.policy.device, on_halve=halved)
         return out
 
@@ -237,7 +242,7 @@ class Learner:
         # drift from 1 on-policy for any model with dropout. Gradients flow either way.
         self.policy.learning_mode()
         if self.baseline == "opob":  # never with inert rows left out (not skippable)
-            rows.g2 = self._fit(lambda n: self._grad_sq_norms(batch, n), len(batch))
+            rows.g2 = self._fit(lambda n: self._grad_sq_norms(batch, n), batch)
         metrics: dict[str, float | None] = {}
         first = None
         for it in range(self.num_iterations):
@@ -246,7 +251,7 @@ class Learner:
             if rows is None:  # nothing in the batch carries gradient: no pass at all
                 done = self._inert_pass(whole)
             else:
-                done = self._fit(lambda n: self._gradients(rows, first, n), len(rows.batch))
+                done = self._fit(lambda n: self._gradients(rows, first, n), rows.batch)
             if first is None:
                 first = done
                 if rows is not None:  # naive sharing: μ := π_θ as this step begins, for every iteration
@@ -277,7 +282,7 @@ class Learner:
             completion_len=float(batch.completion_mask.sum(-1).mean()),
             batch_size=float(len(samples)),
             policy_version=float(self.version),
-            micro_batch=float(self._rows_per_pass(len(rows.batch) if rows is not None else 0)),
+            micro_batch=float(self._rows_per_pass(rows.batch) if rows is not None else 0),
             passes=float(first.passes),
             oom_halvings=float(self.oom_halvings - halvings),
         )

@@ -6,8 +6,8 @@ rows, ``learner.micro_batch_tokens`` padded tokens, or what an out-of-memory err
 into passes. Rows are taken longest first, so each pass holds rows of about one length and pads
 little, and a pass is cut off before its padded size (rows × (longest prompt + longest
 completion) of the pass, what the model computes and the logits hold) would pass the token
-budget. The first pass is the biggest, so a budget too large for memory fails at once, not at the
-end of the step. Each pass is then laid out at its own width (``TokenBatch.take``): the padding
+budget. The first pass holds the longest rows (not always the most tokens: fewer long rows may
+fill less of the budget than the many short ones after them). Each pass is then laid out at its own width (``TokenBatch.take``): the padding
 the whole batch's longest row would force on every row is not computed.
 
 Generation (``Policy.generate``, the held-out evaluation) takes its prompts longest first too

@@ -129,7 +129,7 @@ def _saved_bytes(policy, samples, learner) -> tuple[int, int]:
                              int(policy.tokenizer.pad_token_id))
     policy.learning_mode()
     most = (0, 0)  # the largest pass's (a micro-batch's passes run one after the other)
-    for part in learner._passes(batch, learner._rows_per_pass(len(batch))):
+    for part in learner._passes(batch, learner._rows_per_pass(batch)):
         seen.clear()
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             logp = policy.completion_logprobs(batch.take(part.rows, part.prompt_len, part.completion_len),

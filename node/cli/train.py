@@ -112,9 +112,10 @@ def _run(args: argparse.Namespace, overrides: dict, check: Callable[[object], No
     if cfg.run.resume and (Path(cfg.run.dir) / "config.json").is_file():
         log.info("resuming %s with its saved config%s", cfg.run.dir,
                  "; this start changes " + "; ".join(changed) if changed else " (nothing changed)")
-    elif cfg.run.resume:  # a typo in --run.dir must not pass as a resume (a kill before the start saved: a warning too)
-        log.warning("--resume: %s holds no run to resume (%s): starting a new run there; check --run.dir if you "
-                    "meant to continue one", cfg.run.dir,
+    elif cfg.run.resume and not (Path(cfg.run.dir) / "checkpoints").is_dir():
+        # A typo in --run.dir must not pass as a resume (a kill before the start saved: a warning too).
+        log.warning("--resume (run.resume): %s holds no run to resume (%s): starting a new run there; check "
+                    "--run.dir if you meant to continue one", cfg.run.dir,
                     "no config.json" if Path(cfg.run.dir).is_dir() else "the folder does not exist")
     cfg = _with_profile(cfg, args, overrides)
     if check is not None:

@@ -290,6 +290,10 @@ class HeldOut:
         """Evaluate after ``step`` when due (in a worker thread, as generation runs), adding the
         result to ``record`` and to the status."""
         if not self.due(step, stopping):
+            if stopping and self.due(step, False):  # said, and the run counts as stopped early
+                log.warning("held-out evaluation after step %d skipped: the node is stopping (swarm-node eval RUN "
+                            "evaluates the checkpoint afterwards)", step)
+                self.cut_short = True
             return
         result = await self._evaluate(step, record)
         if result is not None:

@@ -29,19 +29,28 @@ def peer_id_of(addr: str) -> str | None:
 def peer_address_error(addr: str) -> str | None:
     """Why ``addr`` is not an address a node can dial a peer at (None when it is one): a full
     multiaddr ending in ``/p2p/<peer id>``, every part of it well formed, the id a real libp2p
-    peer id (the multiaddr library's parse: a placeholder such as ``QmWyMy`` is not one). Said at
+    peer id (a multiaddr library's parse: a placeholder such as ``QmWyMy`` is not one). Said at
     start, before a join retries an address that can never answer."""
-    from multiaddr import Multiaddr
-
     if not (addr.startswith("/") and names_peer(addr)):
         return "not a full multiaddr ending in /p2p/<peer id>"
+    if (why := _parse_error(addr)) is None:
+        return None
+    if _parse_error(without_peer(addr)) is None:  # all but the id parses: the id is what is wrong
+        return f"{peer_id_of(addr)} is not a libp2p peer id (the form `swarm-node bootstrap` prints)"
+    return f"not a valid multiaddr: {why}"
+
+
+def _parse_error(addr: str) -> str | None:
+    """The multiaddr parser's complaint about ``addr``, or None. py-libp2p's ``multiaddr`` where it
+    is installed (the libp2p extra), else hivemind's copy of it (hivemind is always installed)."""
+    try:
+        from multiaddr import Multiaddr
+    except ImportError:
+        from hivemind.utils.multiaddr import Multiaddr
     try:
         Multiaddr(addr)
-    except Exception as e:  # noqa: BLE001 (the library's parse errors have no common base but Exception)
-        reason = str(e).split(" (string:")[0].split("': ", 1)[-1]
-        if reason.startswith("Invalid CID"):
-            return f"{peer_id_of(addr)} is not a libp2p peer id (the form `swarm-node bootstrap` prints)"
-        return f"not a valid multiaddr: {reason}"
+    except Exception as e:  # noqa: BLE001 (the two libraries' parse errors share no base but Exception)
+        return str(e).split(" (string:")[0].split("' protocol ", 1)[-1].split("': ", 1)[-1]
     return None
 
 

@@ -137,6 +137,23 @@ def _oom_above(policy, monkeypatch, rows: int, calls: list | None = None):
     monkeypatch.setattr(policy, "completion_logprobs", forward)
 
 
+def test_out_of_memory_with_a_token_budget_halves_from_the_passes_rows_not_the_batchs(tiny_model_dir, samples,
+                                                                                        monkeypatch):
+    """Passes of 3 rows by the budget: a failure halves 3 to 1, once (not 6 -> 3 -> 1, the first
+    halving changing nothing), and the record's micro_batch says the rows a pass took."""
+    clean, _, _ = _stepped(tiny_model_dir, samples, steps=1)
+    longest = max(len(s.prompt_ids) for s in samples) + max(len(s.completion_ids) for s in samples)
+    torch.manual_seed(0)
+    policy = Policy.load(tiny_model_dir)
+    calls: list[int] = []
+    _oom_above(policy, monkeypatch, 2, calls)
+    learner = Learner(policy, learning_rate=1e-3, micro_batch_tokens=3 * longest)
+    m = learner.step(samples)
+    assert m["oom_halvings"] == 1.0 and learner.micro_batch_size == 1 and m["micro_batch"] == 1.0
+    assert max(calls) == 3
+    _assert_same_update(clean, policy)
+
+
 @pytest.mark.parametrize("option", ["mean", "opob", "grpo_batch_scale_2_iterations"])
 def test_out_of_memory_halves_the_micro_batch_and_the_update_is_unchanged(tiny_model_dir, samples, option,
                                                                              monkeypatch):

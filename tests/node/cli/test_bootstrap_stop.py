@@ -55,6 +55,7 @@ def test_a_second_bootstrap_with_the_same_key_is_refused_while_the_first_runs(tm
         assert second.returncode == 2, second.stderr[-2000:]
         assert f"the bootstrap key {key} is in use by process {first.pid}" in second.stderr
         assert "pass --identity with another file" in second.stderr
+        assert not list(tmp_path.glob("*.lock"))  # the lock is in the home folder: a key's may be read-only
     finally:
         os.killpg(first.pid, signal.SIGTERM)
         first.wait(timeout=60)

@@ -4,10 +4,13 @@ match of a longer flag (argparse's prefix matching is off)."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
 from node.cli import main
+from tests.helpers.paths import ROOT
 
 
 @pytest.mark.parametrize("argv, needle", [
@@ -68,6 +71,21 @@ def test_join_rejects_a_placeholder_peer_id_or_a_malformed_address_at_start_nami
         assert main(["join", "--bootstrap", addr, "--print-config"]) == 2
         err = capsys.readouterr().err
         assert f"{addr}: {why}" in err, err[-2000:]
+
+
+@pytest.mark.subprocess  # hivemind is imported in a child: here it could clash with py-libp2p
+def test_bootstrap_addresses_are_checked_without_the_libp2p_extras_multiaddr_too():
+    """``multiaddr`` comes with the libp2p extra only; a plain install parses with hivemind's copy."""
+    code = ("import sys; sys.modules['multiaddr'] = None\n"
+            "from node.transport.addresses import peer_address_error as e\n"
+            "print(e('/ip4/10.0.0.1/tcp/31337/p2p/QmWyMy'))\n"
+            "print(e('/ip4/10.0.0.400/tcp/31337/p2p/QmWyMywt33NGEr2d32nqvpPeQq36fd3tj9eZaiBj2CbKSM'))\n"
+            "print(e('/ip4/10.0.0.1/tcp/31337/p2p/QmWyMywt33NGEr2d32nqvpPeQq36fd3tj9eZaiBj2CbKSM'))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert lines[0] == "QmWyMy is not a libp2p peer id (the form `swarm-node bootstrap` prints)"
+    assert "base address '10.0.0.400' is not IPv4" in lines[1] and lines[2] == "None"
 
 
 def test_help_explains_joining(capsys):

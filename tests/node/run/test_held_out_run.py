@@ -171,3 +171,16 @@ def test_a_stop_during_an_evaluation_ends_it_and_the_summary_says_stopped_early(
     recs = read_metrics(run / "metrics.jsonl")
     assert [r["step"] for r in recs] == [1] and "eval" not in recs[0]
     assert not (run / "eval" / "step_1.json").exists()
+
+
+def test_a_final_evaluation_skipped_for_a_stop_is_said_and_counts_as_stopped_early(tiny_model_dir, tmp_path,
+                                                                                    caplog):
+    import asyncio
+
+    held = HeldOut(_cfg(tiny_model_dir, tmp_path, **{"eval.every": 0}), _RAW_POLICY, None)
+    with caplog.at_level("WARNING"):
+        asyncio.run(held.after_step(5, {}, stopping=True))  # the last step (train.steps 5), a stop asked
+    assert held.cut_short and "held-out evaluation after step 5 skipped: the node is stopping" in caplog.text
+    quiet = HeldOut(_cfg(tiny_model_dir, tmp_path, **{"eval.every": 0}), _RAW_POLICY, None)
+    asyncio.run(quiet.after_step(3, {}, stopping=True))  # nothing was due: nothing skipped
+    assert not quiet.cut_short

@@ -66,8 +66,8 @@ def test_a_resume_of_a_folder_that_holds_no_run_says_so_plainly(tiny_model_dir, 
     assert main(["train", "--model.name", str(tiny_model_dir), "--run.dir", str(typo), "--resume",
                  "--print-config"]) == 0
     err = capsys.readouterr().err
-    assert f"--resume: {typo} holds no run to resume (the folder does not exist): starting a new run there; " \
-           "check --run.dir" in err, err[-2000:]
+    assert f"--resume (run.resume): {typo} holds no run to resume (the folder does not exist): starting a new " \
+           "run there; check --run.dir" in err, err[-2000:]
     typo.mkdir(parents=True)
     assert main(["train", "--model.name", str(tiny_model_dir), "--run.dir", str(typo), "--resume",
                  "--print-config"]) == 0
