@@ -272,9 +272,12 @@ class Policy:
         self.generation_oom_halvings += 1
 
     def _generate_rows(self, rows, params: SamplingParams, halved) -> list[Completion]:
-        """Completions of ``rows`` in their order; calls take prompts of about one length each
-        (longest first: policies/micro_batches.py), so a split batch left-pads little."""
-        order = longest_first([len(r) for r in rows])
+        """Completions of ``rows`` in their order; when they take several calls, each call's prompts
+        are of about one length (longest first: policies/micro_batches.py), so it left-pads little.
+        One call keeps the rows' order (which row draws which random numbers: a run's samples
+        stay what they were)."""
+        split = 0 < self.generation_batch_size < len(rows)
+        order = longest_first([len(r) for r in rows]) if split else list(range(len(rows)))
         flat: list[Completion] = []
         while len(flat) < len(rows):
             todo = [rows[i] for i in order[len(flat):]]

@@ -266,17 +266,9 @@ class NodeConfig(_Section):
 
     @model_validator(mode="after")
     def _real_model_on_a_cpu(self) -> "NodeConfig":
-        from node.run.model_defaults import real_model_defaults
+        from node.run.model_defaults import choose_real_model_defaults
 
-        m = self.model
-        given = {f"{section}.{key}" for section in ("model", "eval")
-                 for key in getattr(self, section).model_fields_set}
-        chosen = real_model_defaults(m.name, m.device, given, self.broadcast.role,
-                                     eval_needs_samples=not self.eval.greedy or self.eval.pass_k > 0)
-        for dotted, value in chosen.items():
-            section, key = dotted.split(".")
-            object.__setattr__(getattr(self, section), key, value)  # validated values of the field's own type
-        self._chosen = chosen
+        self._chosen = choose_real_model_defaults(self)
         return self
 
     @property

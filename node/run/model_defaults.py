@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["REAL_MODEL_BYTES", "DEFAULT_LORA_RANK", "is_real_model", "cpu_has_bf16", "real_model_defaults"]
+__all__ = ["REAL_MODEL_BYTES", "DEFAULT_LORA_RANK", "is_real_model", "cpu_has_bf16", "real_model_defaults",
+           "choose_real_model_defaults"]
 
 REAL_MODEL_BYTES = 100 * 2 ** 20  # a local folder with this much weights is a pretrained model, not a toy
 DEFAULT_LORA_RANK = 16
@@ -70,3 +71,15 @@ def real_model_defaults(name: str, device: str, given: set[str], role: str = "fu
     if "eval.samples" not in given and not eval_needs_samples:
         out["eval.samples"] = 0
     return out
+
+
+def choose_real_model_defaults(cfg) -> dict[str, object]:
+    """Fill ``real_model_defaults`` into a ``NodeConfig`` (its validator: the values are of each
+    field's own type) where the user set nothing; what was chosen, by dotted key."""
+    given = {f"{section}.{key}" for section in ("model", "eval") for key in getattr(cfg, section).model_fields_set}
+    chosen = real_model_defaults(cfg.model.name, cfg.model.device, given, cfg.broadcast.role,
+                                 eval_needs_samples=not cfg.eval.greedy or cfg.eval.pass_k > 0)
+    for dotted, value in chosen.items():
+        section, key = dotted.split(".")
+        object.__setattr__(getattr(cfg, section), key, value)
+    return chosen

@@ -185,9 +185,12 @@ def test_staler_behaviour_policy_lowers_ess_and_lr_factor(warm_tiny_model_dir, t
         recs = read_metrics(run / "metrics.jsonl")
         tail = recs[-6:]  # by step 18 the lag-16 copy is a full 16 updates behind
         assert all(r["staleness"] == min(k, r["step"] - 1) for r in recs)
-        late[k] = sum(r["rho_all_rows"] for r in tail) / len(tail)
+        # A step whose groups all agree runs no pass (policies/inert_rows.py): it has no ESS to read.
+        seen = [r["rho_all_rows"] for r in tail if r["rho_all_rows"] is not None]
+        assert len(seen) >= 3, tail
+        late[k] = sum(seen) / len(seen)
         for r in recs:
-            assert 0 < r["rho"] <= 1 and r["rho_all_rows"] <= 1 + 1e-9
+            assert 0 < r["rho"] <= 1 and (r["rho_all_rows"] is None or r["rho_all_rows"] <= 1 + 1e-9)
             if r["grad_rows"] == 0:  # nothing to correct: neither ρ nor the LR moves
                 assert r["rho"] == 1.0 and r["lr_factor"] == 1.0
     assert late[0] == pytest.approx(1.0, abs=1e-3)
