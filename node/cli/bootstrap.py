@@ -7,10 +7,10 @@ import asyncio
 
 
 def run_bootstrap(args: argparse.Namespace, unknown: list[str]) -> int:
-    from node.observe.logs import setup_logging
-    from node.transport.carriers import carrier
+    from swarm_node.node.observe.logs import setup_logging
+    from swarm_node.node.transport.carriers import carrier
 
-    from node.transport.port_free import check_port_free
+    from swarm_node.node.transport.port_free import check_port_free
 
     setup_logging()
     check_port_free(args.host, args.port)  # before a daemon binds over it (node/transport/port_free.py)

@@ -10,7 +10,7 @@ import logging
 import sys
 import time
 
-from node.observe.held_out import held_out_score
+from swarm_node.node.observe.held_out import held_out_score
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from node.errors import ConfigError
+from swarm_node.node.errors import ConfigError
 
 __all__ = ["RunLock", "LOCK_FILE"]
 

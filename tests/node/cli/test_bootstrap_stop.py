@@ -21,7 +21,7 @@ def test_a_bootstrap_stopped_with_its_daemon_prints_no_traceback(sig, tmp_path):
     maddr = tmp_path / "maddr"
     log = tmp_path / "bootstrap.log"
     with log.open("wb") as out:
-        p = subprocess.Popen([sys.executable, "-m", "node.cli", "bootstrap", "--host", "127.0.0.1", "--port", "0",
+        p = subprocess.Popen([sys.executable, "-m", "swarm_node.node.cli", "bootstrap", "--host", "127.0.0.1", "--port", "0",
                               "--no-nat", "--no-relay", "--identity", str(tmp_path / "key"),
                               "--maddr-file", str(maddr)], stdout=out, stderr=subprocess.STDOUT, cwd=ROOT,
                              env=dict(os.environ, PYTHONUNBUFFERED="1"), start_new_session=True)

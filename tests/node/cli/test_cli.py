@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from node.cli import main
+from swarm_node.node.cli import main
 
 
 @pytest.mark.parametrize("argv, needle", [
