@@ -14,8 +14,8 @@ Nothing imports the bare names ``node``, ``protocol``, ``policies`` or ``rewards
 from pathlib import Path as _Path
 
 _SUBPACKAGES = ("node", "protocol", "policies", "rewards")
-_here = _Path(__file__).resolve().parent
+_here = _Path(__file__).parent  # not resolved: a strict editable install links files into a tree of its own
 # A source tree: the four folders are this folder's siblings, not its children (a wheel's layout).
 if not (_here / "node").is_dir() and all((_here.parent / p / "__init__.py").is_file() for p in _SUBPACKAGES):
     __path__.append(str(_here.parent))  # noqa: F821 (a package's __path__)
-del _Path, _here
+del _Path, _SUBPACKAGES, _here
