@@ -1,5 +1,5 @@
-"""The node: one folder per concept, lowest layer first (scripts/check_layout.py holds the order and
-tests/test_layout.py fails on an import that runs up it).
+"""The node, ``swarm_node.node``: one folder per concept, lowest layer first (scripts/check_layout.py
+holds the order and tests/test_layout.py fails on an import that runs up it).
 
     errors.py, clock.py, daemon_thread.py   leaves every layer may use: NodeError, the shared round
                                             clock, start-up work a Ctrl-C can abandon
@@ -11,7 +11,7 @@ tests/test_layout.py fails on an import that runs up it).
     run/         one node's run: config, the round loop (trainer), rollouts, preflight, checkpoints
     gpu/         memory profiles and ``--profile auto``
     sim/         the simulated swarm with faults, and the adversary
-    cli.py       the ``swarm-node`` command (thin; imports torch lazily)
+    cli/         the ``swarm-node`` command (thin; imports torch lazily)
 
 docs/architecture.md draws the layers and follows one rollout through them.
 """

@@ -4,7 +4,7 @@ Everything here derives from ``protocol.errors.SwarmError`` through ``NodeError`
 entry point can report "bad input or environment" cleanly while real bugs still propagate.
 """
 
-from protocol.errors import SwarmError
+from swarm_node.protocol.errors import SwarmError
 
 __all__ = ["CheckpointError", "CheckpointFormatError", "ConfigError", "NodeError"]
 

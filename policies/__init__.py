@@ -1,4 +1,4 @@
-"""The policy and the learner of a node.
+"""The policy and the learner of a node, ``swarm_node.policies``.
 
 policy.py         Policy: any HF causal LM + tokenizer; sampling with behaviour log-probs,
                   batched log-prob recompute (TokenBatch), fingerprints

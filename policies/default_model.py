@@ -30,8 +30,8 @@ from typing import Callable
 
 import torch
 
-from policies.model_cache import cached_build, default_home, models_root
-from protocol.task_id import TaskId
+from swarm_node.policies.model_cache import cached_build, default_home, models_root
+from swarm_node.protocol.task_id import TaskId
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ def _train_tokenizer(recipe: DefaultModelRecipe):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    from rewards.corpus import tokenizer_corpus
+    from swarm_node.rewards.corpus import tokenizer_corpus
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -114,8 +114,8 @@ def _train_tokenizer(recipe: DefaultModelRecipe):
 
 def _held_out(recipe: DefaultModelRecipe) -> Callable[[TaskId], bool]:
     """Whether a task asks a question some node evaluating with this model holds out."""
-    from rewards.registry import BUILT_IN
-    from rewards.reserved import held_out_set
+    from swarm_node.rewards.registry import BUILT_IN
+    from swarm_node.rewards.reserved import held_out_set
 
     levels = {(d,) for d in recipe.sft_difficulties} | {tuple(recipe.sft_difficulties)}
     # The built-in families only: what the warm start teaches (a run's task sources are not its).
@@ -126,7 +126,7 @@ def _held_out(recipe: DefaultModelRecipe) -> Callable[[TaskId], bool]:
 def warm_start_examples(recipe: DefaultModelRecipe) -> list[tuple[str, str]]:
     """The warm start's (prompt, completion) pairs: ``sft_steps`` batches of the recipe's families
     and levels, no held-out question among them."""
-    from rewards.corpus import supervised_examples
+    from swarm_node.rewards.corpus import supervised_examples
 
     examples = supervised_examples(recipe.sft_steps * recipe.sft_batch_size, seed=recipe.seed,
                                    families=recipe.sft_families or None, difficulties=recipe.sft_difficulties,
@@ -144,7 +144,7 @@ def build_default_model(out_dir: Path, recipe: DefaultModelRecipe = DefaultModel
     say = progress or (lambda _: None)
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from policies.policy import Policy, TokenBatch
+    from swarm_node.policies.policy import Policy, TokenBatch
 
     t0 = time.time()
     random.seed(recipe.seed)

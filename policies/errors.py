@@ -1,6 +1,6 @@
 """Errors of the policy layer (model loading, generation, the learner)."""
 
-from protocol.errors import SwarmError
+from swarm_node.protocol.errors import SwarmError
 
 __all__ = ["PolicyError", "ModelSourceError"]
 

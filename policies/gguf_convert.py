@@ -20,7 +20,7 @@ import logging
 from pathlib import Path
 from typing import Callable
 
-from policies.errors import ModelSourceError
+from swarm_node.policies.errors import ModelSourceError
 
 log = logging.getLogger(__name__)
 

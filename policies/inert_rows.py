@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import torch
 
-from policies.advantages import group_advantages
-from policies.loss import LossConfig, loss_denominator
+from swarm_node.policies.advantages import group_advantages
+from swarm_node.policies.loss import LossConfig, loss_denominator
 
 __all__ = ["live_rows", "rewards_only_advantages", "skippable", "whole_batch_denominator"]
 

@@ -32,14 +32,14 @@ from dataclasses import dataclass
 
 import torch
 
-from policies.advantages import Advantages, group_advantages
-from policies.inert_rows import live_rows, rewards_only_advantages, skippable, whole_batch_denominator
-from policies.micro_batches import Pass, plan_passes
-from policies.loss import (ZERO_ADVANTAGE, LossConfig, LossInputs, loss_plan, policy_loss, row_caps,
+from swarm_node.policies.advantages import Advantages, group_advantages
+from swarm_node.policies.inert_rows import live_rows, rewards_only_advantages, skippable, whole_batch_denominator
+from swarm_node.policies.micro_batches import Pass, plan_passes
+from swarm_node.policies.loss import (ZERO_ADVANTAGE, LossConfig, LossInputs, loss_plan, policy_loss, row_caps,
                            sequence_weights)
-from policies.oom import OutOfMemory, fit_by_halving, is_out_of_memory
-from policies.offpolicy import ess_fraction, ess_fraction_by_source, lr_factor
-from policies.policy import Policy, TokenBatch
+from swarm_node.policies.oom import OutOfMemory, fit_by_halving, is_out_of_memory
+from swarm_node.policies.offpolicy import ess_fraction, ess_fraction_by_source, lr_factor
+from swarm_node.policies.policy import Policy, TokenBatch
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ from typing import Literal
 
 import torch
 
-from policies.offpolicy import (ess_fraction, m2po_mask, sequence_log_weights, success_floor, token_log_ratios,
+from swarm_node.policies.offpolicy import (ess_fraction, m2po_mask, sequence_log_weights, success_floor, token_log_ratios,
                                 truncated_weights)
 
 __all__ = ["LossConfig", "LossInputs", "LossOutputs", "LossPlan", "ZERO_ADVANTAGE", "loss_denominator", "loss_plan", "policy_loss",

@@ -21,7 +21,7 @@ import shutil
 from pathlib import Path
 from typing import Callable
 
-from policies.errors import ModelSourceError
+from swarm_node.policies.errors import ModelSourceError
 
 log = logging.getLogger(__name__)
 

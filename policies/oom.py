@@ -16,7 +16,7 @@ from typing import Callable, TypeVar
 
 import torch
 
-from policies.errors import PolicyError
+from swarm_node.policies.errors import PolicyError
 
 log = logging.getLogger(__name__)
 

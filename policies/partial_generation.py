@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 import torch
 
-from policies.oom import fit_by_halving
-from policies.policy import Policy, SamplingParams
+from swarm_node.policies.oom import fit_by_halving
+from swarm_node.policies.policy import Policy, SamplingParams
 
 __all__ = ["RowRequest", "RowResult", "RowStops", "generate_partial", "EOS", "BUDGET", "HALTED"]
 

@@ -27,14 +27,14 @@ from typing import Callable
 
 import torch
 
-from policies.errors import PolicyError
-from policies.halt import GenerationStopped, HaltWhen
-from policies.micro_batches import longest_first
-from policies.oom import fit_by_halving
-from policies.prompt_format import RAW
-from policies.sampling import BehaviourLogprobs, sampling_config
-from policies.token_batch import TokenBatch
-from policies.token_logprobs import token_logprobs
+from swarm_node.policies.errors import PolicyError
+from swarm_node.policies.halt import GenerationStopped, HaltWhen
+from swarm_node.policies.micro_batches import longest_first
+from swarm_node.policies.oom import fit_by_halving
+from swarm_node.policies.prompt_format import RAW
+from swarm_node.policies.sampling import BehaviourLogprobs, sampling_config
+from swarm_node.policies.token_batch import TokenBatch
+from swarm_node.policies.token_logprobs import token_logprobs
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +144,7 @@ class Policy:
     def merge_for_sampling(self) -> None:
         """Sample from a copy with the LoRA adapter folded into the base's weights
         (policies/merged_sampler.py): on a CPU, about half of a token's time is the adapter's."""
-        from policies.merged_sampler import MergedSampler
+        from swarm_node.policies.merged_sampler import MergedSampler
 
         if self.adapter_only and self.merged is None:
             self.merged = MergedSampler(self.model)

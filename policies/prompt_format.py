@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from rewards.task import PROMPT_TEMPLATE
+from swarm_node.rewards.task import PROMPT_TEMPLATE
 
 __all__ = ["PromptFormat", "RAW", "DEFAULT_SYSTEM", "EXAMPLE", "REMINDER", "choose_format"]
 

@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from policies.errors import ModelSourceError
-from policies.gguf_convert import convert_gguf, file_sha256
-from policies.model_cache import cached_build, models_root
+from swarm_node.policies.errors import ModelSourceError
+from swarm_node.policies.gguf_convert import convert_gguf, file_sha256
+from swarm_node.policies.model_cache import cached_build, models_root
 
 log = logging.getLogger(__name__)
 

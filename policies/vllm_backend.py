@@ -35,9 +35,9 @@ from pathlib import Path
 
 import torch
 
-from policies.errors import PolicyError
-from policies.oom import release_memory
-from policies.policy import Completion, Policy, SamplingParams
+from swarm_node.policies.errors import PolicyError
+from swarm_node.policies.oom import release_memory
+from swarm_node.policies.policy import Completion, Policy, SamplingParams
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +125,7 @@ class VllmSampler:
         self.sleeping = False
         kw = dict(model=model_path, tokenizer=model_path, dtype=dtype, max_model_len=max_model_len, seed=seed,
                   logprobs_mode="processed_logprobs", generation_config="vllm", enable_prefix_caching=True,
-                  worker_extension_cls="policies.vllm_worker.WeightSync")
+                  worker_extension_cls="swarm_node.policies.vllm_worker.WeightSync")
         if self.device_is_cuda:
             kw["gpu_memory_utilization"] = gpu_memory_utilization
             if self.sleep_level:

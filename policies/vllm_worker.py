@@ -1,6 +1,6 @@
 """Runs inside vLLM's worker process: loads the trainer's new weights into the running engine.
 
-Given to ``vllm.LLM(worker_extension_cls="policies.vllm_worker.WeightSync")``, its methods join
+Given to ``vllm.LLM(worker_extension_cls="swarm_node.policies.vllm_worker.WeightSync")``, its methods join
 vLLM's worker, so ``llm.collective_rpc("load_weights_file", args=(path,))`` runs them there. The
 weights travel as a safetensors file (tensors cannot be pickled across vLLM's processes; a file
 on /dev/shm was the fastest route measured on vLLM 0.32). This module imports nothing of the node:

@@ -15,7 +15,7 @@ import torch
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
-from policies.errors import PolicyError
+from swarm_node.policies.errors import PolicyError
 
 __all__ = ["encode_state", "apply_state", "decode_state", "state_format", "tensors_for_save", "WeightStateError"]
 

@@ -1,5 +1,5 @@
-"""Wire protocol of swarm-node: what travels between nodes and what a receiver checks. The lowest
-layer: it imports nothing of the project.
+"""Wire protocol of swarm-node, ``swarm_node.protocol``: what travels between nodes and what a
+receiver checks. The lowest layer: it imports nothing of the project.
 
 errors.py   SwarmError, the root of every deliberate error in the project; ProtocolError and
             its subclasses MalformedMessage, MessageTooLarge, UnsupportedVersion (wire rejections);

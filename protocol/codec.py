@@ -14,8 +14,8 @@ from typing import Any
 
 import msgpack
 
-from protocol.errors import MalformedMessage, MessageTooLarge, UnknownField, UnsupportedVersion
-from protocol.messages import (
+from swarm_node.protocol.errors import MalformedMessage, MessageTooLarge, UnknownField, UnsupportedVersion
+from swarm_node.protocol.messages import (
     MAX_ADDR_CHARS,
     MAX_ADDRS,
     MAX_COMPLETION_CHARS,

@@ -29,7 +29,7 @@ from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from protocol.errors import IdentityError
+from swarm_node.protocol.errors import IdentityError
 
 __all__ = [
     "PEER_ID_PREFIX",

@@ -33,9 +33,9 @@ import msgpack
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from protocol.errors import MalformedMessage, MessageTooLarge
-from protocol.identity import PUBLIC_KEY_SIZE, Identity, peer_id_from_public_key
-from protocol.messages import MAX_FINGERPRINT_CHARS, MAX_SENDER_CHARS, MAX_UINT, _check_str, _check_uint
+from swarm_node.protocol.errors import MalformedMessage, MessageTooLarge
+from swarm_node.protocol.identity import PUBLIC_KEY_SIZE, Identity, peer_id_from_public_key
+from swarm_node.protocol.messages import MAX_FINGERPRINT_CHARS, MAX_SENDER_CHARS, MAX_UINT, _check_str, _check_uint
 
 __all__ = ["FORMATS", "MAX_CHUNK_SIZE", "MAX_CHUNKS", "MAX_MANIFEST_BYTES", "MAX_RELAYS", "Manifest",
            "ManifestCheck", "build_manifest", "choose_chunk_size", "cut_chunks", "decode_manifest", "encode_manifest"]

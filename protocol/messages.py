@@ -14,8 +14,8 @@ import math
 from dataclasses import dataclass
 from typing import ClassVar
 
-from protocol.errors import InvalidTaskId, MalformedMessage
-from protocol.task_id import TaskId
+from swarm_node.protocol.errors import InvalidTaskId, MalformedMessage
+from swarm_node.protocol.task_id import TaskId
 
 __all__ = [
     "MAX_ADDR_CHARS",

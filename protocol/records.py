@@ -17,7 +17,7 @@ import math
 import msgpack
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from protocol.identity import PUBLIC_KEY_SIZE, Identity, peer_id_from_public_key
+from swarm_node.protocol.identity import PUBLIC_KEY_SIZE, Identity, peer_id_from_public_key
 
 __all__ = ["sign_record", "open_record", "MAX_RECORD_BYTES"]
 

@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from protocol.errors import SigningError
-from protocol.identity import PUBLIC_KEY_SIZE, Identity, peer_id_from_public_key
+from swarm_node.protocol.errors import SigningError
+from swarm_node.protocol.identity import PUBLIC_KEY_SIZE, Identity, peer_id_from_public_key
 
 __all__ = [
     "DOMAIN_PREFIX",

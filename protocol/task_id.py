@@ -13,7 +13,7 @@ import random
 import re
 from dataclasses import dataclass
 
-from protocol.errors import InvalidTaskId
+from swarm_node.protocol.errors import InvalidTaskId
 
 __all__ = ["MAX_SEED", "TaskId"]
 

@@ -1,6 +1,7 @@
-"""Verifiable rewards: procedural tasks that any node regenerates from an id, and scoring.
+"""Verifiable rewards, ``swarm_node.rewards``: procedural tasks that any node regenerates from an id,
+and scoring.
 
-Of ``protocol`` it imports only the task id (protocol/task_id.py) and the error roots.
+Of ``swarm_node.protocol`` it imports only the task id (protocol/task_id.py) and the error roots.
 
 Concept -> file:
 
@@ -26,20 +27,20 @@ corpus.py                  supervised_examples (warm start), tokenizer_corpus (B
 sources.py                 task sources: a user's family module, a JSONL dataset (docs/tasks.md)
 """
 
-from rewards.answer import (
+from swarm_node.rewards.answer import (
     ANSWER_CLOSE,
     ANSWER_OPEN,
     extract_answer,
     format_answer,
     is_well_formed,
 )
-from rewards.corpus import supervised_examples, tokenizer_corpus
-from rewards.errors import InvalidRewardConfig, InvalidTaskId, TaskError, UnknownTaskFamily
-from rewards.families.family import Family
-from rewards.registry import FAMILIES, all_families, get_family, make_task, sample_task_ids
-from rewards.scoring import Reward, RewardConfig, score, score_batch
-from protocol.task_id import TaskId
-from rewards.task import PROMPT_TEMPLATE, Task
+from swarm_node.rewards.corpus import supervised_examples, tokenizer_corpus
+from swarm_node.rewards.errors import InvalidRewardConfig, InvalidTaskId, TaskError, UnknownTaskFamily
+from swarm_node.rewards.families.family import Family
+from swarm_node.rewards.registry import FAMILIES, all_families, get_family, make_task, sample_task_ids
+from swarm_node.rewards.scoring import Reward, RewardConfig, score, score_batch
+from swarm_node.protocol.task_id import TaskId
+from swarm_node.rewards.task import PROMPT_TEMPLATE, Task
 
 __all__ = [
     "ANSWER_CLOSE",

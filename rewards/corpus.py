@@ -11,11 +11,11 @@ import logging
 import random
 from collections.abc import Callable, Iterator, Sequence
 
-from rewards.answer import format_answer
-from rewards.errors import TaskError
-from rewards.registry import FAMILIES, make_task, sample_task_ids
-from protocol.task_id import MAX_SEED, TaskId
-from rewards.task import ALPHABET, PROMPT_TEMPLATE
+from swarm_node.rewards.answer import format_answer
+from swarm_node.rewards.errors import TaskError
+from swarm_node.rewards.registry import FAMILIES, make_task, sample_task_ids
+from swarm_node.protocol.task_id import MAX_SEED, TaskId
+from swarm_node.rewards.task import ALPHABET, PROMPT_TEMPLATE
 
 __all__ = ["supervised_examples", "tokenizer_corpus"]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from protocol.errors import InvalidTaskId, TaskError  # the roots live with TaskId, in protocol
+from swarm_node.protocol.errors import InvalidTaskId, TaskError  # the roots live with TaskId, in protocol
 
 __all__ = ["TaskError", "UnknownTaskFamily", "InvalidTaskId", "InvalidRewardConfig"]
 

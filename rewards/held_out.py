@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from protocol.task_id import MAX_SEED, TaskId
-from rewards.errors import TaskError
+from swarm_node.protocol.task_id import MAX_SEED, TaskId
+from swarm_node.rewards.errors import TaskError
 
 __all__ = ["HELD_OUT_SEEDS", "FIRST_HELD_OUT_SEED", "is_held_out", "held_out_ids"]
 

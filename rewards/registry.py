@@ -11,12 +11,12 @@ import random
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from rewards.errors import TaskError, UnknownTaskFamily
-from rewards.families import arithmetic, base_conversion, boolean, counting, lists
-from rewards.families.family import Family
-from protocol.task_id import MAX_SEED, TaskId
-from rewards.held_out import is_held_out
-from rewards.task import Task
+from swarm_node.rewards.errors import TaskError, UnknownTaskFamily
+from swarm_node.rewards.families import arithmetic, base_conversion, boolean, counting, lists
+from swarm_node.rewards.families.family import Family
+from swarm_node.protocol.task_id import MAX_SEED, TaskId
+from swarm_node.rewards.held_out import is_held_out
+from swarm_node.rewards.task import Task
 
 __all__ = ["FAMILIES", "BUILT_IN", "all_families", "get_family", "make_task", "sample_task_ids", "register",
            "resolve_families", "forget_sources"]
@@ -71,7 +71,7 @@ def resolve_families(entries: Sequence[str]) -> list[str]:
     """The family names ``tasks.families`` means: a built-in name as it is, a ``module:``,
     ``jsonl:`` or ``rg:`` entry loaded (once per file version), registered and named
     ``<name>_<digest>`` (a reasoning-gym preset: one family per dataset)."""
-    from rewards.sources import is_source_spec, load_sources  # the sources import this module
+    from swarm_node.rewards.sources import is_source_spec, load_sources  # the sources import this module
 
     names = []
     for entry in entries:

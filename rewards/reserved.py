@@ -29,10 +29,10 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from protocol.task_id import MAX_SEED, TaskId
-from rewards.held_out import held_out_ids
-from rewards.registry import make_task
-from rewards.task import Task
+from swarm_node.protocol.task_id import MAX_SEED, TaskId
+from swarm_node.rewards.held_out import held_out_ids
+from swarm_node.rewards.registry import make_task
+from swarm_node.rewards.task import Task
 
 __all__ = ["HeldOutSet", "held_out_set", "level_size", "why_unevaluated", "MAX_RESERVED_SHARE", "PROBE_DRAWS"]
 

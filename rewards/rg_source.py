@@ -24,7 +24,7 @@ import random
 import threading
 from importlib import metadata
 
-from rewards.families.family import Family
+from swarm_node.rewards.families.family import Family
 
 __all__ = ["RL_SWARM_PRESET", "PRESETS", "rg_families", "rg_version"]
 
@@ -56,7 +56,7 @@ def rg_version() -> str:
 
 
 def _error(spec: str, why: str):
-    from rewards.sources import TaskSourceError  # the sources module imports this one
+    from swarm_node.rewards.sources import TaskSourceError  # the sources module imports this one
 
     return TaskSourceError(f"{spec}: {why}")
 

@@ -16,10 +16,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from rewards.answer import extract_answer, extract_lenient, is_number, is_well_formed
-from rewards.errors import InvalidRewardConfig, TaskError
-from rewards.registry import BUILT_IN, get_family
-from rewards.task import Task
+from swarm_node.rewards.answer import extract_answer, extract_lenient, is_number, is_well_formed
+from swarm_node.rewards.errors import InvalidRewardConfig, TaskError
+from swarm_node.rewards.registry import BUILT_IN, get_family
+from swarm_node.rewards.task import Task
 
 __all__ = ["ANSWER_READINGS", "Reward", "RewardConfig", "score", "score_batch"]
 

@@ -31,9 +31,9 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from rewards.errors import TaskError
-from rewards.families.family import Family
-from rewards.families.normalize import canonical_token, canonical_word
+from swarm_node.rewards.errors import TaskError
+from swarm_node.rewards.families.family import Family
+from swarm_node.rewards.families.normalize import canonical_token, canonical_word
 
 __all__ = ["SCORERS", "TaskSourceError", "is_source_spec", "load_source", "load_sources", "family_from_module",
            "family_from_jsonl", "PROBE_SEEDS", "MAX_DATASET_BYTES"]
@@ -69,7 +69,7 @@ def _family_name(base: str, digest: str) -> str:
 def load_sources(spec: str) -> list[Family]:
     """The families a source entry names: one, or a reasoning-gym preset's several."""
     if spec.startswith("rg:"):
-        from rewards.rg_source import rg_families
+        from swarm_node.rewards.rg_source import rg_families
 
         return rg_families(spec)
     return [load_source(spec)]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from protocol.task_id import MAX_SEED, TaskId  # re-exported: the rewards API names it
+from swarm_node.protocol.task_id import MAX_SEED, TaskId  # re-exported: the rewards API names it
 
 __all__ = [
     "ALPHABET",

@@ -61,8 +61,8 @@ META = dict(model_fingerprint="bench", tokenizer_fingerprint="bench", format="sa
 
 
 def _staller_class():
-    from node.broadcast.peer import BroadcastPeer
-    from node.broadcast.wire import NOT_YET
+    from swarm_node.node.broadcast.peer import BroadcastPeer
+    from swarm_node.node.broadcast.wire import NOT_YET
 
     class Staller(BroadcastPeer):
         """A stranger with a relay's place that never serves: every chunk is "not yet", after the
@@ -78,15 +78,15 @@ def _staller_class():
 async def _carrier(kind: str, ident, upload: float):
     """A carrier on a transport of its own (a p2pd daemon; a py-libp2p host on ``ident``'s key, as
     a node's), uploads capped at ``upload``; closing it ends that transport, as a killed node's."""
-    from node.transport.ratelimit import TokenBucket
+    from swarm_node.node.transport.ratelimit import TokenBucket
 
     bucket = TokenBucket(upload, burst=256 * 1024)
     if kind == "hivemind":
-        from node.transport.hivemind.carrier import HivemindCarrier
+        from swarm_node.node.transport.hivemind.carrier import HivemindCarrier
 
         return await HivemindCarrier.create("bench", bucket)
-    from node.transport.libp2p.carrier import Libp2pCarrier, weights_protocol
-    from node.transport.libp2p.host import Libp2pHost
+    from swarm_node.node.transport.libp2p.carrier import Libp2pCarrier, weights_protocol
+    from swarm_node.node.transport.libp2p.host import Libp2pHost
 
     class HostCarrier(Libp2pCarrier):
         async def close(self):
@@ -99,8 +99,8 @@ async def _carrier(kind: str, ident, upload: float):
 
 
 async def _network(kind: str, n: int, upload: float, window: int, stallers=()):
-    from node.broadcast.peer import BroadcastPeer
-    from protocol.identity import Identity
+    from swarm_node.node.broadcast.peer import BroadcastPeer
+    from swarm_node.protocol.identity import Identity
 
     ids = [Identity.generate() for _ in range(n + 1)]
     directory: dict[str, str] = {}
@@ -215,9 +215,9 @@ async def _flood_trial(kind: str, n: int, upload: float, window: int, data: byte
                        limit: float) -> dict:
     """N honest followers (N - 1 vouched, one newcomer) and 200 fresh identities announcing as
     followers; the relays are what a learner would sign; the strangers listed stall."""
-    from node.transport.directory import relay_order
-    from node.broadcast.topology import upstream
-    from protocol.identity import Identity
+    from swarm_node.node.transport.directory import relay_order
+    from swarm_node.node.broadcast.topology import upstream
+    from swarm_node.protocol.identity import Identity
 
     sybils = [Identity.generate() for _ in range(200)]
     draft = [Identity.generate() for _ in range(n)]  # ids of the honest followers, known in advance

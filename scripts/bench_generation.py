@@ -51,10 +51,10 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from node.run.config import NodeConfig  # noqa: E402
-from node.run.rollouts import round_task_ids  # noqa: E402
-from policies.policy import Policy, SamplingParams, TokenBatch  # noqa: E402
-from rewards.registry import make_task  # noqa: E402
+from swarm_node.node.run.config import NodeConfig  # noqa: E402
+from swarm_node.node.run.rollouts import round_task_ids  # noqa: E402
+from swarm_node.policies.policy import Policy, SamplingParams, TokenBatch  # noqa: E402
+from swarm_node.rewards.registry import make_task  # noqa: E402
 from common.flags import add_common_args, setup  # noqa: E402
 from common.report import command_line, environment, write_bench_report  # noqa: E402
 

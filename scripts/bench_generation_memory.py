@@ -54,7 +54,7 @@ def child(args) -> dict:
     import torch
     from transformers import LogitsProcessorList, Qwen2Config, Qwen2ForCausalLM
 
-    from policies.sampling import BehaviourLogprobs
+    from swarm_node.policies.sampling import BehaviourLogprobs
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)

@@ -43,10 +43,10 @@ from hivemind.dht.routing import DHTID  # noqa: E402
 from hivemind.dht.validation import DHTRecord  # noqa: E402
 from hivemind.utils import ValueWithExpiration  # noqa: E402
 
-import node.transport.hivemind.transport as hd  # noqa: E402
-from node.transport.hivemind.index import envelopes_wanted, shard_prefix, write_levels  # noqa: E402
-from node.transport.hivemind.records import OwnerSignatureValidator  # noqa: E402
-from protocol.identity import Identity  # noqa: E402
+import swarm_node.node.transport.hivemind.transport as hd  # noqa: E402
+from swarm_node.node.transport.hivemind.index import envelopes_wanted, shard_prefix, write_levels  # noqa: E402
+from swarm_node.node.transport.hivemind.records import OwnerSignatureValidator  # noqa: E402
+from swarm_node.protocol.identity import Identity  # noqa: E402
 from common.report import command_line, markdown_table, write_json, write_markdown  # noqa: E402
 
 SER = DHTProtocol.serializer
@@ -88,10 +88,10 @@ class Replica:
 
 def honest_envelope(groups: int, group_size: int, tokens: int) -> tuple[bytes, Identity]:
     """One real signed rollout batch of an honest node's size."""
-    from node.clock import RoundClock
-    from node.swarm.exchange import SwarmExchange
-    from node.transport.memory import MemoryHub, MemoryTransport
-    from protocol.messages import RolloutRecord
+    from swarm_node.node.clock import RoundClock
+    from swarm_node.node.swarm.exchange import SwarmExchange
+    from swarm_node.node.transport.memory import MemoryHub, MemoryTransport
+    from swarm_node.protocol.messages import RolloutRecord
 
     ident = Identity.generate()
     ex = SwarmExchange(MemoryTransport(swarm="s", publisher=ident.peer_id, hub=MemoryHub()), ident, RoundClock(5.0),
@@ -111,8 +111,8 @@ def run(n: int, *, before: bool, rounds: int, j: int, groups: int, body: bytes, 
     swarm = "bench"
     now = [1_800_000_000.0]
     hd.get_dht_time = lambda: now[0]  # the transport's clock and the validator's: simulated
-    import node.transport.hivemind.records as dr
-    import node.transport.hivemind.index_records as ir
+    import swarm_node.node.transport.hivemind.records as dr
+    import swarm_node.node.transport.hivemind.index_records as ir
 
     dr.get_dht_time = ir.get_dht_time = hd.get_dht_time  # every module that reads the clock
     reader_ident = Identity.generate()

@@ -51,12 +51,12 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from node.run.config import NodeConfig, load_config  # noqa: E402
-from node.run.rollouts import generate_rollouts, round_task_ids, to_train_samples  # noqa: E402
-from node.run.wiring import build_learner  # noqa: E402
-from policies.learner import TrainSample  # noqa: E402
-from policies.policy import Policy, SamplingParams, TokenBatch  # noqa: E402
-from rewards.scoring import RewardConfig  # noqa: E402
+from swarm_node.node.run.config import NodeConfig, load_config  # noqa: E402
+from swarm_node.node.run.rollouts import generate_rollouts, round_task_ids, to_train_samples  # noqa: E402
+from swarm_node.node.run.wiring import build_learner  # noqa: E402
+from swarm_node.policies.learner import TrainSample  # noqa: E402
+from swarm_node.policies.policy import Policy, SamplingParams, TokenBatch  # noqa: E402
+from swarm_node.rewards.scoring import RewardConfig  # noqa: E402
 from common.flags import add_common_args, setup  # noqa: E402
 from common.report import command_line, environment, write_bench_report  # noqa: E402
 

@@ -51,9 +51,9 @@ META = dict(model_fingerprint="bench", tokenizer_fingerprint="bench", format="sa
 
 def _batch_envelope(ident, r: int) -> bytes:
     """A signed batch the size of a default node's: 4 groups x 8 completions x 16 tokens."""
-    from protocol.codec import encode
-    from protocol.messages import RolloutBatch, RolloutRecord
-    from protocol.signing import envelope_to_bytes, sign
+    from swarm_node.protocol.codec import encode
+    from swarm_node.protocol.messages import RolloutBatch, RolloutRecord
+    from swarm_node.protocol.signing import envelope_to_bytes, sign
 
     rng = random.Random(r)
     recs = []
@@ -74,21 +74,21 @@ class _Swarm:
         self.ts, self.extra = [], None
 
     async def __aenter__(self):
-        from protocol.identity import Identity
+        from swarm_node.protocol.identity import Identity
 
         self.ids = [Identity.generate() for _ in range(self.n)]
         if self.kind == "mqtt":
-            from node.transport.mqtt.broker import Mosquitto
-            from node.transport.mqtt.url import parse_broker_url
-            from node.transport.mqtt.transport import MqttTransport
+            from swarm_node.node.transport.mqtt.broker import Mosquitto
+            from swarm_node.node.transport.mqtt.url import parse_broker_url
+            from swarm_node.node.transport.mqtt.transport import MqttTransport
 
             self.extra = Mosquitto(self.tmp / f"broker-{self.n}").start()
             url = parse_broker_url(self.extra.url())
             self.ts = [MqttTransport(swarm="bench", publisher=i.peer_id, broker=url, join_retries=0) for i in self.ids]
         else:
-            from node.transport.hivemind.records import bootstrap_validator
-            from node.transport.hivemind.transport import HivemindTransport
-            from node.transport.hivemind.daemon import start_dht_node
+            from swarm_node.node.transport.hivemind.records import bootstrap_validator
+            from swarm_node.node.transport.hivemind.transport import HivemindTransport
+            from swarm_node.node.transport.hivemind.daemon import start_dht_node
 
             self.extra = await start_dht_node(initial_peers=[], retries=0, record_validator=bootstrap_validator(),
                                               **LOOPBACK)
@@ -106,7 +106,7 @@ class _Swarm:
         if self.kind == "mqtt":
             self.extra.stop()
         else:
-            from node.transport.hivemind.daemon import stop_dht_node
+            from swarm_node.node.transport.hivemind.daemon import stop_dht_node
 
             await stop_dht_node(self.extra)
 
@@ -121,7 +121,7 @@ async def _receive(t, rounds_of, until: float, poll_s: float, got: list, stop_wh
 
 
 async def delivery(kind: str, n: int, args, tmp: Path) -> dict:
-    from node.clock import RoundClock
+    from swarm_node.node.clock import RoundClock
 
     clock = RoundClock(args.round_seconds)
     async with _Swarm(kind, n, args.round_seconds, tmp) as sw:
@@ -151,7 +151,7 @@ async def delivery(kind: str, n: int, args, tmp: Path) -> dict:
 
 
 async def throughput(kind: str, n: int, args, tmp: Path) -> dict:
-    from node.clock import RoundClock
+    from swarm_node.node.clock import RoundClock
 
     clock = RoundClock(args.round_seconds)
     size = int(args.burst_mb * 1e6)
@@ -179,11 +179,11 @@ async def throughput(kind: str, n: int, args, tmp: Path) -> dict:
 
 
 async def _broadcast_net(n: int, upload: float, url, window: int):
-    from node.transport.ratelimit import TokenBucket
-    from node.transport.mqtt.carrier import MqttCarrier
-    from node.broadcast.peer import BroadcastPeer
-    from node.transport.mqtt.transport import MqttTransport
-    from protocol.identity import Identity
+    from swarm_node.node.transport.ratelimit import TokenBucket
+    from swarm_node.node.transport.mqtt.carrier import MqttCarrier
+    from swarm_node.node.broadcast.peer import BroadcastPeer
+    from swarm_node.node.transport.mqtt.transport import MqttTransport
+    from swarm_node.protocol.identity import Identity
 
     ids = [Identity.generate() for _ in range(n + 1)]
     directory, done, peers, ts = {}, {}, [], []
@@ -208,8 +208,8 @@ async def _broadcast_net(n: int, upload: float, url, window: int):
 async def broadcast(args, tmp: Path) -> list[dict]:
     import bench_broadcast  # the same trial: publish, then time until the last follower verified it
 
-    from node.transport.mqtt.broker import Mosquitto
-    from node.transport.mqtt.url import parse_broker_url
+    from swarm_node.node.transport.mqtt.broker import Mosquitto
+    from swarm_node.node.transport.mqtt.url import parse_broker_url
 
     size, upload, chunk = int(args.size_mb * 1e6), args.upload_mbps * 1e6, int(args.chunk_kb * 1024)
     data = random.Random(0).randbytes(size)
@@ -308,7 +308,7 @@ def main() -> None:
     # The code that runs is the commit at start (the tree may move on during a long run).
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
     result = asyncio.run(run(args))
-    from node.transport.mqtt.broker import mosquitto_binary
+    from swarm_node.node.transport.mqtt.broker import mosquitto_binary
 
     ver = subprocess.run([mosquitto_binary(), "-h"], capture_output=True, text=True).stdout.splitlines()[:1]
     result.update(args={k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},

@@ -76,10 +76,10 @@ def _setup(model: str, variant: str, seed: int):
     """The policy, learner and settings of ``variant`` (SETTINGS says what it switches on)."""
     import torch
 
-    import policies.learner as learner_mod
-    import policies.policy as policy_mod
-    from node.run.config import load_config
-    from node.run.wiring import build_learner, load_policy
+    import swarm_node.policies.learner as learner_mod
+    import swarm_node.policies.policy as policy_mod
+    from swarm_node.node.run.config import load_config
+    from swarm_node.node.run.wiring import build_learner, load_policy
 
     dtype, merged, inert, chunked = SETTINGS[variant]
     torch.manual_seed(seed)
@@ -106,7 +106,7 @@ def _saved_bytes(policy, samples, learner) -> tuple[int, int]:
     on (storages once), and how many rows that is: of its largest pass, where it makes several."""
     import torch
 
-    from policies.policy import TokenBatch
+    from swarm_node.policies.policy import TokenBatch
 
     seen: dict[int, int] = {}
 
@@ -115,8 +115,8 @@ def _saved_bytes(policy, samples, learner) -> tuple[int, int]:
         seen[s.data_ptr()] = s.nbytes()
         return t
 
-    import policies.learner as learner_mod
-    from policies.inert_rows import live_rows
+    import swarm_node.policies.learner as learner_mod
+    from swarm_node.policies.inert_rows import live_rows
 
     if learner_mod.skippable(learner.baseline, learner.scale_rewards, learner.loss_cfg):  # the rows it learns on
         rewards = torch.tensor([s.reward for s in samples])
@@ -144,7 +144,7 @@ def _logprob_gap(policy, samples, learner) -> dict:
     log-probs the sampler recorded, for the same weights (0 up to rounding in float32)."""
     import torch
 
-    from policies.policy import TokenBatch
+    from swarm_node.policies.policy import TokenBatch
 
     batch = TokenBatch.build([s.prompt_ids for s in samples], [s.completion_ids for s in samples],
                              int(policy.tokenizer.pad_token_id))
@@ -168,8 +168,8 @@ def run_variant(model: str, variant: str, steps: int, warmup: int, seed: int) ->
     import numpy as np
     import torch
 
-    from node.run.rollouts import generate_rollouts, round_task_ids, to_train_samples
-    from policies.policy import SamplingParams
+    from swarm_node.node.run.rollouts import generate_rollouts, round_task_ids, to_train_samples
+    from swarm_node.policies.policy import SamplingParams
 
     cfg, policy, learner = _setup(model, variant, seed)
     rss_loaded = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
@@ -221,7 +221,7 @@ def run_variant(model: str, variant: str, steps: int, warmup: int, seed: int) ->
 
 
 def _names(spec: str) -> list[str]:
-    from rewards.registry import resolve_families
+    from swarm_node.rewards.registry import resolve_families
 
     return resolve_families([spec])
 
@@ -229,11 +229,11 @@ def _names(spec: str) -> list[str]:
 def run_probe(model: str, questions: int, seed: int) -> list[dict]:
     import random
 
-    from node.run.config import load_config
-    from node.run.wiring import load_policy
-    from policies.policy import SamplingParams
-    from rewards.registry import make_task, sample_task_ids
-    from rewards.scoring import score
+    from swarm_node.node.run.config import load_config
+    from swarm_node.node.run.wiring import load_policy
+    from swarm_node.policies.policy import SamplingParams
+    from swarm_node.rewards.registry import make_task, sample_task_ids
+    from swarm_node.rewards.scoring import score
 
     cfg = load_config(None, {"model.name": model, "train.seed": seed})
     policy = load_policy(cfg)
@@ -342,8 +342,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.probe_only:
         print("RESULT " + json.dumps(run_probe(args.model, args.probe_questions, args.seed)))
         return 0
-    from node.observe.logs import setup_logging
-    from policies.model_source import resolve_model
+    from swarm_node.node.observe.logs import setup_logging
+    from swarm_node.policies.model_source import resolve_model
 
     setup_logging()
     resolve_model(args.model)  # fetched once, before the variants' processes

@@ -76,8 +76,8 @@ os.environ.setdefault("HIVEMIND_LOGLEVEL", "WARNING")  # hivemind logs every dae
 
 from common.processes import hand_back, in_own_process  # noqa: E402
 from common.report import command_line, environment, write_bench_report  # noqa: E402
-from policies.policy import Policy  # noqa: E402
-from protocol.messages import RolloutRecord  # noqa: E402
+from swarm_node.policies.policy import Policy  # noqa: E402
+from swarm_node.protocol.messages import RolloutRecord  # noqa: E402
 from swarm_bench.latency import latency  # noqa: E402
 from swarm_bench.nodes import NODE_POLL_SECONDS, ROUND_SECONDS, realistic_batch  # noqa: E402
 from swarm_bench.report import markdown, ms  # noqa: E402

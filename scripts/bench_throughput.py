@@ -48,7 +48,7 @@ WARMUP = 2  # steps left out of every statistic
 
 
 def long_tail_model() -> Path:
-    from policies.default_model import DefaultModelRecipe, ensure_default_model
+    from swarm_node.policies.default_model import DefaultModelRecipe, ensure_default_model
 
     return ensure_default_model(replace(DefaultModelRecipe(), sft_trace_median=6.0))
 
@@ -61,7 +61,7 @@ def run_arm(name: str, model: Path, out: Path, args) -> list[dict]:
              "eval.every": "0", "eval.at_end": "false", "eval.at_start": "false",
              "train.threads": str(args.threads_overlap if "overlap" in name else args.threads),
              **{k: str(v) for k, v in ARMS[name].items()}}
-    argv = [sys.executable, "-m", "node.cli", "train"] + [x for k, v in flags.items() for x in (f"--{k}", v)]
+    argv = [sys.executable, "-m", "swarm_node.node.cli", "train"] + [x for k, v in flags.items() for x in (f"--{k}", v)]
     if run.exists():
         import shutil
 
@@ -99,9 +99,9 @@ def length_percentiles(model: Path, args) -> dict:
     import numpy as np
     import torch
 
-    from node.run.rollouts import round_task_ids
-    from policies.policy import Policy, SamplingParams
-    from rewards.registry import make_task
+    from swarm_node.node.run.rollouts import round_task_ids
+    from swarm_node.policies.policy import Policy, SamplingParams
+    from swarm_node.rewards.registry import make_task
 
     torch.manual_seed(args.seed)
     policy = Policy.load(model)
@@ -123,7 +123,7 @@ def plot(result: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from node.observe.plots import rolling_mean
+    from swarm_node.node.observe.plots import rolling_mean
 
     fig, ax = plt.subplots(figsize=(7, 4))
     for name, runs in result["rounds"].items():

@@ -46,7 +46,7 @@ def build(out: Path, shape: dict) -> Path:
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from policies.default_model import DefaultModelRecipe, _train_tokenizer
+    from swarm_node.policies.default_model import DefaultModelRecipe, _train_tokenizer
 
     tok = _train_tokenizer(DefaultModelRecipe(vocab_size=384))
     cfg = Qwen2Config(**shape, vocab_size=len(tok), tie_word_embeddings=True, max_position_embeddings=512,
@@ -63,7 +63,7 @@ def build(out: Path, shape: dict) -> Path:
 
 
 def prompts(n: int) -> list[str]:
-    from rewards.registry import make_task, sample_task_ids
+    from swarm_node.rewards.registry import make_task, sample_task_ids
     import random
 
     return [make_task(t).prompt for t in sample_task_ids(random.Random(0), n, ["arithmetic", "lists"], [1])]
@@ -73,7 +73,7 @@ def gap(policy, groups, temperature: float) -> dict:
     """vLLM's recorded log-probs against the learner's recompute on the same tokens."""
     import torch
 
-    from policies.policy import TokenBatch
+    from swarm_node.policies.policy import TokenBatch
 
     flat = [c for g in groups for c in g]
     batch = TokenBatch.build([c.prompt_ids for c in flat], [c.completion_ids for c in flat],
@@ -95,7 +95,7 @@ def tokens_per_s(fn, repeats: int) -> tuple[float, list]:
 
 
 def learner_step(policy, groups, temperature):
-    from policies.learner import Learner, TrainSample
+    from swarm_node.policies.learner import Learner, TrainSample
 
     samples = [TrainSample(group=f"g{i}", prompt_ids=c.prompt_ids, completion_ids=c.completion_ids,
                            behaviour_logprobs=c.logprobs, behaviour_seq_logprob=c.seq_logprob,
@@ -104,9 +104,9 @@ def learner_step(policy, groups, temperature):
 
 
 def run_node(model: Path, run: Path, steps: int) -> dict:
-    from node.run.config import load_config
-    from node.observe.metrics import read_metrics
-    from node.run.trainer import TrainingNode
+    from swarm_node.node.run.config import load_config
+    from swarm_node.node.observe.metrics import read_metrics
+    from swarm_node.node.run.trainer import TrainingNode
 
     cfg = load_config(None, {"model.name": str(model), "generation.backend": "vllm", "train.steps": steps,
                              "run.dir": str(run), "run.progress": "off", "run.plot": False,
@@ -141,8 +141,8 @@ def main() -> None:
     args = ap.parse_args()
     import torch
 
-    from policies.policy import Policy, SamplingParams
-    from policies.vllm_backend import VllmSampler
+    from swarm_node.policies.policy import Policy, SamplingParams
+    from swarm_node.policies.vllm_backend import VllmSampler
 
     torch.manual_seed(0)
     res: dict = {"python": platform.python_version(), "torch": torch.__version__, "shape": args.shape,

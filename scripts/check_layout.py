@@ -3,17 +3,21 @@
     python scripts/check_layout.py            prints the sizes and the layers; exit 1 on a violation
     python scripts/check_layout.py --map      prints the module map docs/architecture.md embeds
 
+Modules are named by their import names: the folders node/, protocol/, policies/ and rewards/ are
+``swarm_node.node`` ... (swarm_node/__init__.py), written below without the ``swarm_node.``.
 Layers, lowest first (a module may import its own layer and the ones below, never one above):
 
     protocol < rewards < policies < node base < node.transport < node.broadcast < node.swarm
-             < node.run < node.gpu < node.sim < node.cli
+             < node.run < node.gpu < node.sim < node.cli < swarm_node (its ``__main__``)
 
 ``node base`` is node.errors, node.clock, node.daemon_thread and node.observe (the leaves every
 layer may report through). Beyond the layers:
 
 - ``rewards`` imports only ``protocol.task_id`` and ``protocol.errors`` of ``protocol``;
 - a carrier (node/transport/<hivemind|libp2p|mqtt>/) never imports another carrier;
-- nothing but ``node.cli`` imports ``node.sim``.
+- nothing but ``node.cli`` imports ``node.sim``;
+- nothing imports the bare names ``node``, ``protocol``, ``policies``, ``rewards``: only
+  ``swarm_node.node`` ... (a bare import would load a module twice, or someone else's package).
 
 Every import counts, lazy ones inside functions too. tests/test_layout.py runs this.
 """
@@ -27,26 +31,29 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("protocol", "rewards", "policies", "node")
+PACKAGE = "swarm_node"  # the one import name
+FOLDERS = ("protocol", "rewards", "policies", "node")  # swarm_node.<folder> is the repository's <folder>/
 MAX_LINES = 450
 # Modules allowed past MAX_LINES, each with the reason (empty: none).
 SIZE_EXCEPTIONS: dict[str, str] = {}
 
 LAYERS: list[tuple[str, ...]] = [
-    ("protocol",),
-    ("rewards",),
-    ("policies",),
-    ("node.errors", "node.clock", "node.daemon_thread", "node.observe", "node"),
-    ("node.transport",),
-    ("node.broadcast",),
-    ("node.swarm",),
-    ("node.run",),
-    ("node.gpu",),
-    ("node.sim",),
-    ("node.cli",),
+    ("swarm_node.protocol",),
+    ("swarm_node.rewards",),
+    ("swarm_node.policies",),
+    ("swarm_node.node.errors", "swarm_node.node.clock", "swarm_node.node.daemon_thread", "swarm_node.node.observe",
+     "swarm_node.node"),
+    ("swarm_node.node.transport",),
+    ("swarm_node.node.broadcast",),
+    ("swarm_node.node.swarm",),
+    ("swarm_node.node.run",),
+    ("swarm_node.node.gpu",),
+    ("swarm_node.node.sim",),
+    ("swarm_node.node.cli",),
+    ("swarm_node",),  # the package itself and ``python -m swarm_node``
 ]
-CARRIERS = ("node.transport.hivemind", "node.transport.libp2p", "node.transport.mqtt")
-REWARDS_MAY_IMPORT = ("protocol.task_id", "protocol.errors")
+CARRIERS = ("swarm_node.node.transport.hivemind", "swarm_node.node.transport.libp2p", "swarm_node.node.transport.mqtt")
+REWARDS_MAY_IMPORT = ("swarm_node.protocol.task_id", "swarm_node.protocol.errors")
 
 
 def _within(module: str, prefix: str) -> bool:
@@ -66,10 +73,11 @@ def layer_of(module: str) -> int:
 
 
 def module_name(path: Path) -> str:
+    """A file's import name: node/run/trainer.py is ``swarm_node.node.run.trainer``."""
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
-    return ".".join(parts)
+    return ".".join(parts if parts[0] == PACKAGE else [PACKAGE, *parts])
 
 
 def imports_of(path: Path) -> list[tuple[int, str]]:
@@ -87,12 +95,15 @@ def imports_of(path: Path) -> list[tuple[int, str]]:
                 names.append(full if _is_module(full) else node.module)
         else:
             continue
-        found += [(node.lineno, n) for n in names if n.split(".")[0] in PACKAGES]
+        found += [(node.lineno, n) for n in names if n.split(".")[0] in (PACKAGE, *FOLDERS)]
     return found
 
 
 def _is_module(dotted: str) -> bool:
-    base = ROOT.joinpath(*dotted.split("."))
+    parts = dotted.split(".")
+    if parts[0] == PACKAGE and len(parts) > 1 and parts[1] in FOLDERS:
+        parts = parts[1:]  # swarm_node.node... is the node/ folder
+    base = ROOT.joinpath(*parts)
     return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
 
 
@@ -111,23 +122,29 @@ def violations_of(module: str, imports: list[tuple[int, str]]) -> list[Violation
     out = []
     mine = layer_of(module)
     for line, imp in imports:
+        if imp.split(".")[0] in FOLDERS:
+            out.append(Violation(module, line, imp, f"a bare name: import {PACKAGE}.{imp}"))
+            continue
         there = layer_of(imp)
         if there > mine:
             out.append(Violation(module, line, imp, f"upward ({LAYERS[mine][0]} below {LAYERS[there][0]})"))
-        if _within(module, "rewards") and _within(imp, "protocol") and not any(
+        if _within(module, "swarm_node.rewards") and _within(imp, "swarm_node.protocol") and not any(
                 _within(imp, ok) for ok in REWARDS_MAY_IMPORT):
             out.append(Violation(module, line, imp, "rewards imports only protocol.task_id and protocol.errors"))
         mine_c = next((c for c in CARRIERS if _within(module, c)), None)
         theirs_c = next((c for c in CARRIERS if _within(imp, c)), None)
         if mine_c and theirs_c and mine_c != theirs_c:
             out.append(Violation(module, line, imp, "a carrier imports another carrier"))
-        if _within(imp, "node.sim") and not (_within(module, "node.sim") or _within(module, "node.cli")):
+        if _within(imp, "swarm_node.node.sim") and not (_within(module, "swarm_node.node.sim")
+                                                        or _within(module, "swarm_node.node.cli")):
             out.append(Violation(module, line, imp, "only node.cli imports node.sim"))
     return out
 
 
 def project_files() -> list[Path]:
-    return sorted(p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py"))
+    """swarm_node/ first, then the four folders it holds."""
+    return [p for group in ([PACKAGE], sorted(FOLDERS)) for p in sorted(p for folder in group
+                                                                       for p in (ROOT / folder).rglob("*.py"))]
 
 
 def check() -> tuple[list[tuple[str, int]], list[Violation], list[str]]:
@@ -151,13 +168,14 @@ def first_line(path: Path) -> str:
 
 
 def module_map() -> str:
-    """Every module, folder by folder, with its docstring's first sentence (a markdown table)."""
-    rows = ["| module | its role (the first sentence of its docstring) |", "|---|---|"]
+    """Every module, folder by folder, with its import name and its docstring's first sentence (a
+    markdown table)."""
+    rows = ["| module | its import name | its role (the first sentence of its docstring) |", "|---|---|---|"]
     for path in project_files():
         rel = path.relative_to(ROOT).as_posix()
         if path.name == "__init__.py":
             rel = rel.removesuffix("__init__.py")
-        rows.append(f"| `{rel}` | {first_line(path).replace('|', '/')} |")
+        rows.append(f"| `{rel}` | `{module_name(path)}` | {first_line(path).replace('|', '/')} |")
     return "\n".join(rows) + "\n"
 
 

@@ -27,8 +27,8 @@ from common.curves import WINDOW, correctness, final, plot_mean_curves
 from common.processes import run_cli
 from common.report import command_line, write_experiment_report
 
-from node.observe.held_out import evaluations, held_out_score  # importable: common puts the repo root on sys.path
-from node.observe.metrics import read_metrics
+from swarm_node.node.observe.held_out import evaluations, held_out_score  # importable: common puts the repo root on sys.path
+from swarm_node.node.observe.metrics import read_metrics
 
 VARIANTS = {
     "sync": [],

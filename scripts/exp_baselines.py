@@ -29,7 +29,7 @@ from common.curves import correctness, final, plot_panels
 from common.processes import run_cli
 from common.report import command_line, write_experiment_report
 
-from node.observe.metrics import read_metrics  # importable: common puts the repo root on sys.path
+from swarm_node.node.observe.metrics import read_metrics  # importable: common puts the repo root on sys.path
 
 BATCH = 32
 BASELINES = ["mean", "median", "opob", "opob_approx"]

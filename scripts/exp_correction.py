@@ -35,7 +35,7 @@ from common.curves import WINDOW, correctness, final, plot_mean_curves, worst_di
 from common.processes import run_cli
 from common.report import command_line, write_experiment_report
 
-from node.observe.metrics import read_metrics  # importable: common puts the repo root on sys.path
+from swarm_node.node.observe.metrics import read_metrics  # importable: common puts the repo root on sys.path
 
 VARIANTS = {
     "naive": ["--learner.off_policy_correction", "false", "--learner.lr_rule", "none"],
@@ -49,7 +49,7 @@ ROLES = {"ordinary (node0, node1)": ORDINARY, "stale (node2)": (2,), "heterogene
 
 def other_model(runs: Path) -> Path:
     """A heterogeneous peer's model: the default recipe, narrower and with another vocabulary."""
-    from policies.default_model import DefaultModelRecipe, build_default_model
+    from swarm_node.policies.default_model import DefaultModelRecipe, build_default_model
 
     path = runs / "heterogeneous-model"
     if not (path / "config.json").exists():

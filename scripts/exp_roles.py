@@ -40,7 +40,7 @@ W = 20
 
 def _spawn(args: list[str], log: Path) -> subprocess.Popen:
     with log.open("ab") as f:
-        return subprocess.Popen([sys.executable, "-m", "node.cli", *args], stdout=f, stderr=subprocess.STDOUT,
+        return subprocess.Popen([sys.executable, "-m", "swarm_node.node.cli", *args], stdout=f, stderr=subprocess.STDOUT,
                                 cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1"))
 
 
@@ -49,8 +49,8 @@ def _read(path: Path) -> list[dict]:
 
 
 def run(args) -> dict:
-    from policies.default_model import ensure_default_model
-    from protocol.identity import load_or_create_identity
+    from swarm_node.policies.default_model import ensure_default_model
+    from swarm_node.protocol.identity import load_or_create_identity
 
     model = str(ensure_default_model())
     root = args.work

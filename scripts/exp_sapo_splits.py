@@ -64,15 +64,15 @@ from common.curves import Curve, correctness, final, first_reach, first_reach_at
 from common.processes import run_cli
 from common.report import command_line, write_experiment_report
 
-from node.observe.held_out import evaluations  # importable: common puts the repo root on sys.path
-from node.observe.metrics import read_metrics
-from node.run.config import TasksConfig
-from rewards.registry import all_families
+from swarm_node.node.observe.held_out import evaluations  # importable: common puts the repo root on sys.path
+from swarm_node.node.observe.metrics import read_metrics
+from swarm_node.node.run.config import TasksConfig
+from swarm_node.rewards.registry import all_families
 
 
 def distinct_models(args) -> Path:
     """A faults file giving node i its own warm start: the default recipe with seed 1234 + i."""
-    from policies.default_model import DefaultModelRecipe, build_default_model
+    from swarm_node.policies.default_model import DefaultModelRecipe, build_default_model
 
     lines = []
     for i in range(args.nodes):

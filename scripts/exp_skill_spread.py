@@ -49,8 +49,8 @@ from common.report import command_line, write_experiment_report
 from skill_spread.analysis import (FAMILIES, bars, family_curve, held_family, mean_reach, node_rows, plot_spread,
                                    reaches, speedup)
 
-from node.observe.held_out import evaluations  # importable: common puts the repo root on sys.path
-from node.observe.metrics import read_metrics
+from swarm_node.node.observe.held_out import evaluations  # importable: common puts the repo root on sys.path
+from swarm_node.node.observe.metrics import read_metrics
 
 LEVEL = 2
 EVAL_TASKS = 32  # held-out tasks a family; the warm starts leave out the same questions
@@ -66,7 +66,7 @@ ARMS = {
 
 def warm_starts(args) -> Path:
     """Build each family's warm start once; a faults file giving node k family k mod 2's."""
-    from policies.default_model import DefaultModelRecipe, build_default_model
+    from swarm_node.policies.default_model import DefaultModelRecipe, build_default_model
 
     models = args.runs / "models"
     for family in FAMILIES:

@@ -22,8 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from node.observe.metrics import read_metrics  # noqa: E402
-from node.observe.plots import rolling_mean  # noqa: E402
+from swarm_node.node.observe.metrics import read_metrics  # noqa: E402
+from swarm_node.node.observe.plots import rolling_mean  # noqa: E402
 from common.report import command_line, write_json, write_markdown  # noqa: E402
 
 WINDOW = 20
@@ -31,7 +31,7 @@ WINDOW = 20
 
 def run_seed(seed: int, steps: int, run_root: Path, extra: list[str]) -> dict:
     run_dir = run_root / f"seed{seed}"
-    cmd = [sys.executable, "-m", "node.cli", "train", "--train.seed", str(seed), "--train.steps", str(steps),
+    cmd = [sys.executable, "-m", "swarm_node.node.cli", "train", "--train.seed", str(seed), "--train.steps", str(steps),
            "--run.dir", str(run_dir), "--run.progress", "off", "--run.checkpoint_every", "0", *extra]
     if run_dir.exists():
         import shutil

@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from node.observe.metrics import read_metrics  # noqa: E402
+from swarm_node.node.observe.metrics import read_metrics  # noqa: E402
 from common.report import command_line, write_json, write_markdown  # noqa: E402
 
 KEYS = ("rho", "lr_factor", "weight_mean", "clip_frac", "correct")
@@ -38,7 +38,7 @@ def main() -> None:
     for k in args.lags:
         run = args.run_root / f"lag{k}"
         shutil.rmtree(run, ignore_errors=True)
-        subprocess.run([sys.executable, "-m", "node.cli", "train", "--train.behaviour_lag", str(k),
+        subprocess.run([sys.executable, "-m", "swarm_node.node.cli", "train", "--train.behaviour_lag", str(k),
                         "--train.steps", str(args.steps), "--train.seed", str(args.seed),
                         "--run.dir", str(run), "--run.progress", "off", "--run.checkpoint_every", "0",
                         "--run.plot", "false"], check=True, cwd=ROOT, stdout=subprocess.DEVNULL)

@@ -63,7 +63,7 @@ def build_model(out: Path, shape: dict, dtype: str) -> Path:
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from policies.default_model import DefaultModelRecipe, _train_tokenizer
+    from swarm_node.policies.default_model import DefaultModelRecipe, _train_tokenizer
 
     tok = _train_tokenizer(DefaultModelRecipe(vocab_size=384))
     cfg = Qwen2Config(**shape, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
@@ -77,7 +77,7 @@ def build_model(out: Path, shape: dict, dtype: str) -> Path:
 
 
 def node_config(model: Path, run: Path, device: str, steps: int, quick: bool, **over):
-    from node.run.config import load_config
+    from swarm_node.node.run.config import load_config
 
     base = {"model.name": str(model), "model.device": device, "model.dtype": "bfloat16",
             "model.lora_rank": 16, "model.gradient_checkpointing": True,
@@ -92,8 +92,8 @@ def node_config(model: Path, run: Path, device: str, steps: int, quick: bool, **
 
 
 def train(cfg) -> list[dict]:
-    from node.observe.metrics import read_metrics
-    from node.run.trainer import TrainingNode
+    from swarm_node.node.observe.metrics import read_metrics
+    from swarm_node.node.run.trainer import TrainingNode
 
     async def go():
         node = await TrainingNode.create(cfg)
@@ -131,8 +131,8 @@ def profile_for(cfg, device: str) -> dict:
     micro-batch), which is what their measured peak is held to."""
     from dataclasses import replace
 
-    from node.gpu.profiles import GiB, Settings, estimate, free_device_memory
-    from node.gpu.select import plan_profile
+    from swarm_node.node.gpu.profiles import GiB, Settings, estimate, free_device_memory
+    from swarm_node.node.gpu.select import plan_profile
 
     plan = plan_profile(cfg, "auto" if free_device_memory(device) else "24gb")
     m = cfg.model
@@ -159,7 +159,7 @@ def overlap_ratios(runs: dict) -> dict:
 
 def verdicts(report: dict) -> dict:
     """What the check must show, met or not (None: not measurable in this form)."""
-    from node.gpu.profiles import MARGIN
+    from swarm_node.node.gpu.profiles import MARGIN
 
     # The overlapped runs hold a second copy of the weights, which the memory profile does not
     # count (yet): their peaks are reported, not held to its estimate.
@@ -180,7 +180,7 @@ def oom_run(model: Path, work: Path, device: str, steps: int, quick: bool, measu
     whole batch fit: nothing was halved)."""
     import torch
 
-    import policies.learner as learner_mod
+    import swarm_node.policies.learner as learner_mod
 
     cfg = node_config(model, work / "oom", device, steps, quick, **{"learner.micro_batch_size": 0})
     # The whole batch in the learner's passes: rows of all-equal groups, which the node leaves out
@@ -201,7 +201,7 @@ def oom_run(model: Path, work: Path, device: str, steps: int, quick: bool, measu
             del ballast
             torch.cuda.empty_cache()
         return {"mode": "real CUDA out-of-memory (ballast left %.1f GiB free)" % (keep / 2 ** 30), **summarise(recs)}
-    from policies.policy import Policy
+    from swarm_node.policies.policy import Policy
 
     real = Policy.completion_logprobs
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from node.gpu.profiles import GiB, PROFILES, QWEN25, NoFit, Workload, choose_settings, largest_class  # noqa: E402
+from swarm_node.node.gpu.profiles import GiB, PROFILES, QWEN25, NoFit, Workload, choose_settings, largest_class  # noqa: E402
 
 WORKLOAD = Workload(rows=64, prompt_tokens=128, completion_tokens=256)
 MODELS = ("0.5B", "1.5B", "3B", "7B")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from policies.default_model import DefaultModelRecipe, build_default_model
+from swarm_node.policies.default_model import DefaultModelRecipe, build_default_model
 from tests.helpers import process_guard
 from tests.helpers.libp2p_process import IN_LIBP2P_PROCESS, LIBP2P_TESTS
 
@@ -52,7 +52,7 @@ def _isolated_home(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("SWARM_NODE_HOME", str(tmp_path_factory.getbasetemp() / "swarm-node-home"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     yield
-    from rewards.registry import forget_sources
+    from swarm_node.rewards.registry import forget_sources
 
     forget_sources()  # a test's task sources (rewards/sources.py) are not the next test's families
 
@@ -108,7 +108,7 @@ def real_model_home(tmp_path_factory) -> Path:
     it). Tests that use it set SWARM_NODE_HOME to it and name the model ``smollm2-135m-instruct``."""
     from filelock import FileLock
 
-    from policies.registry_models import ensure_registry_model
+    from swarm_node.policies.registry_models import ensure_registry_model
 
     root = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):

@@ -18,14 +18,14 @@ from tests.helpers.paths import ROOT
 
 pytestmark = pytest.mark.subprocess
 
-PACKAGES = ("node", "protocol", "policies", "rewards")
+FOLDERS = ("node", "protocol", "policies", "rewards")  # swarm_node.<folder>: swarm_node/__init__.py
 
 
 def _modules() -> list[str]:
-    out = []
-    for pkg in PACKAGES:
-        out.append(pkg)
-        for info in pkgutil.walk_packages([str(ROOT / pkg)], prefix=f"{pkg}."):
+    out = ["swarm_node", "swarm_node.__main__"]
+    for folder in FOLDERS:
+        out.append(f"swarm_node.{folder}")
+        for info in pkgutil.walk_packages([str(ROOT / folder)], prefix=f"swarm_node.{folder}."):
             out.append(info.name)
     return out
 
@@ -83,6 +83,6 @@ def test_module_imports_alone(module, import_results):
 
 
 def test_cli_and_config_do_not_import_torch():
-    code = "import sys, node.cli, node.run.config; assert 'torch' not in sys.modules, 'torch imported'"
+    code = "import sys, swarm_node.node.cli, swarm_node.node.run.config; assert 'torch' not in sys.modules, 'torch imported'"
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr

@@ -19,13 +19,16 @@ def test_no_module_is_over_the_size_limit():
 
 def test_the_checker_sees_an_upward_import():
     # A transport importing the round loop, rewards reaching past the task id, carriers crossing.
-    assert check_layout.violations_of("node.transport.base", [(1, "node.run.trainer")])
-    assert check_layout.violations_of("rewards.registry", [(1, "protocol.codec")])
-    assert not check_layout.violations_of("rewards.registry", [(1, "protocol.task_id")])
-    assert check_layout.violations_of("node.transport.mqtt.link", [(1, "node.transport.hivemind.index")])
-    assert check_layout.violations_of("node.run.trainer", [(1, "node.sim.runner")])
-    assert not check_layout.violations_of("node.cli", [(1, "node.sim.runner")])
-    assert not check_layout.violations_of("node.run.trainer", [(1, "node.transport.base")])
+    assert check_layout.violations_of("swarm_node.node.transport.base", [(1, "swarm_node.node.run.trainer")])
+    assert check_layout.violations_of("swarm_node.rewards.registry", [(1, "swarm_node.protocol.codec")])
+    assert not check_layout.violations_of("swarm_node.rewards.registry", [(1, "swarm_node.protocol.task_id")])
+    assert check_layout.violations_of("swarm_node.node.transport.mqtt.link", [(1, "swarm_node.node.transport.hivemind.index")])
+    assert check_layout.violations_of("swarm_node.node.run.trainer", [(1, "swarm_node.node.sim.runner")])
+    assert not check_layout.violations_of("swarm_node.node.cli", [(1, "swarm_node.node.sim.runner")])
+    assert not check_layout.violations_of("swarm_node.node.run.trainer", [(1, "swarm_node.node.transport.base")])
+    # The one import name: a bare ``node``/``protocol``/... is someone else's package, or a second copy.
+    assert check_layout.violations_of("swarm_node.node.run.trainer", [(1, "node.run.config")])
+    assert check_layout.violations_of("swarm_node.rewards.registry", [(1, "protocol.task_id")])
 
 
 def test_the_architecture_page_embeds_the_current_module_map():

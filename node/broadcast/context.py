@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from node.transport.base import Transport
-from policies.policy import Policy
-from protocol.identity import Identity
+from swarm_node.node.transport.base import Transport
+from swarm_node.policies.policy import Policy
+from swarm_node.protocol.identity import Identity
 
 __all__ = ["RoleSettings", "RoleContext"]
 

@@ -30,18 +30,18 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from node.broadcast import topology
-from node.broadcast.transfer import Transfer
-from node.broadcast.wire import (BUSY, NOT_YET, OK, UNKNOWN, chunk_request, manifest_request, newest_request,
+from swarm_node.node.broadcast import topology
+from swarm_node.node.broadcast.transfer import Transfer
+from swarm_node.node.broadcast.wire import (BUSY, NOT_YET, OK, UNKNOWN, chunk_request, manifest_request, newest_request,
                                  offer_request)
-from node.transport.carrier import CarrierError
-from protocol.errors import ProtocolError
-from protocol.manifest import MAX_MANIFEST_BYTES, Manifest, decode_manifest
+from swarm_node.node.transport.carrier import CarrierError
+from swarm_node.protocol.errors import ProtocolError
+from swarm_node.protocol.manifest import MAX_MANIFEST_BYTES, Manifest, decode_manifest
 
 if TYPE_CHECKING:
-    from node.broadcast.peer import BroadcastPeer
+    from swarm_node.node.broadcast.peer import BroadcastPeer
 
-log = logging.getLogger("node.broadcast.peer")  # the broadcast log name, as before the split
+log = logging.getLogger("swarm_node.node.broadcast.peer")  # the broadcast log name, as before the split
 
 SUSPECT_VERSIONS = 3  # versions a node that failed us is asked after the others
 COUNTED_PEERS = 256  # peers a per-peer failure counter keeps (the most counted)

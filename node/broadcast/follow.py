@@ -20,12 +20,12 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from node.transport.directory import Directory, relay_order
-from node.broadcast.peer import BroadcastPeer
-from node.broadcast.store import ChunkStore
-from policies.weight_state import apply_state, encode_state
-from protocol.manifest import Manifest
-from protocol.messages import same_tokenizer
+from swarm_node.node.transport.directory import Directory, relay_order
+from swarm_node.node.broadcast.peer import BroadcastPeer
+from swarm_node.node.broadcast.store import ChunkStore
+from swarm_node.policies.weight_state import apply_state, encode_state
+from swarm_node.protocol.manifest import Manifest
+from swarm_node.protocol.messages import same_tokenizer
 
 log = logging.getLogger(__name__)
 

@@ -17,16 +17,16 @@ import logging
 import time
 from typing import Awaitable, Callable
 
-from node.broadcast import topology
-from node.broadcast.fetch import Fetcher
-from node.broadcast.serve import Server
-from node.broadcast.store import ChunkStore
-from node.broadcast.transfer import BroadcastStats, Transfer
-from node.broadcast.wire import offer_request
-from node.transport.addresses import relayed
-from node.transport.carrier import Carrier, CarrierError
-from protocol.identity import Identity
-from protocol.manifest import Manifest, ManifestCheck, build_manifest, choose_chunk_size
+from swarm_node.node.broadcast import topology
+from swarm_node.node.broadcast.fetch import Fetcher
+from swarm_node.node.broadcast.serve import Server
+from swarm_node.node.broadcast.store import ChunkStore
+from swarm_node.node.broadcast.transfer import BroadcastStats, Transfer
+from swarm_node.node.broadcast.wire import offer_request
+from swarm_node.node.transport.addresses import relayed
+from swarm_node.node.transport.carrier import Carrier, CarrierError
+from swarm_node.protocol.identity import Identity
+from swarm_node.protocol.manifest import Manifest, ManifestCheck, build_manifest, choose_chunk_size
 
 log = logging.getLogger(__name__)
 

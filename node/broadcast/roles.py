@@ -33,8 +33,8 @@ import collections
 import dataclasses
 import logging
 import time
-from node.broadcast.context import RoleContext
-from node.errors import NodeError
+from swarm_node.node.broadcast.context import RoleContext
+from swarm_node.node.errors import NodeError
 
 log = logging.getLogger(__name__)
 
@@ -79,9 +79,9 @@ async def _broadcast_parts(ctx: RoleContext, follow: str | None):
     """The broadcast peer of this node and its weights directory, on the connection its transport
     already holds (``Transport.broadcast_parts``: hivemind's p2p daemon, the MQTT broker
     connection, the libp2p host)."""
-    from node.transport.ratelimit import TokenBucket
-    from node.broadcast.peer import BroadcastPeer
-    from node.broadcast.store import ChunkStore
+    from swarm_node.node.transport.ratelimit import TokenBucket
+    from swarm_node.node.broadcast.peer import BroadcastPeer
+    from swarm_node.node.broadcast.store import ChunkStore
 
     bc = ctx.settings
     upload = TokenBucket(bc.upload_mbps * 1e6) if bc.upload_mbps > 0 else None
@@ -106,7 +106,7 @@ class LearnerRole(Role):
         self._task: asyncio.Task | None = None
 
     async def start(self, ctx: RoleContext) -> None:
-        from node.broadcast.follow import WeightSource
+        from swarm_node.node.broadcast.follow import WeightSource
 
         peer, directory, store = await _broadcast_parts(ctx, None)
         await peer.start()
@@ -231,7 +231,7 @@ class WorkerRole(Role):
         return self._sign_at
 
     async def start(self, ctx: RoleContext) -> None:
-        from node.broadcast.follow import WeightFollower
+        from swarm_node.node.broadcast.follow import WeightFollower
 
         bc = ctx.settings
         peer, directory, _ = await _broadcast_parts(ctx, bc.follow)

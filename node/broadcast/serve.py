@@ -16,15 +16,15 @@ import asyncio
 import collections
 from typing import TYPE_CHECKING
 
-from node.broadcast import topology
-from node.broadcast.wire import BAD_REQUEST, BUSY, NOT_YET, OK, UNKNOWN, parse_request
-from node.transport.carrier import CarrierError
-from node.transport.ratelimit import TokenBucket
-from protocol.errors import ProtocolError
-from protocol.manifest import Manifest, decode_manifest, encode_manifest
+from swarm_node.node.broadcast import topology
+from swarm_node.node.broadcast.wire import BAD_REQUEST, BUSY, NOT_YET, OK, UNKNOWN, parse_request
+from swarm_node.node.transport.carrier import CarrierError
+from swarm_node.node.transport.ratelimit import TokenBucket
+from swarm_node.protocol.errors import ProtocolError
+from swarm_node.protocol.manifest import Manifest, decode_manifest, encode_manifest
 
 if TYPE_CHECKING:
-    from node.broadcast.peer import BroadcastPeer
+    from swarm_node.node.broadcast.peer import BroadcastPeer
 
 MAX_SERVES = 16  # replies being written at once
 STRANGER_SERVES = 2  # ... of them to peers that are not our children in the version asked for

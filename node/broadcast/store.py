@@ -20,8 +20,8 @@ import os
 import threading
 from pathlib import Path
 
-from protocol.errors import ProtocolError
-from protocol.manifest import Manifest, decode_manifest, encode_manifest
+from swarm_node.protocol.errors import ProtocolError
+from swarm_node.protocol.manifest import Manifest, decode_manifest, encode_manifest
 
 __all__ = ["ChunkStore"]
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 from typing import Callable
 
-from protocol.manifest import Manifest
+from swarm_node.protocol.manifest import Manifest
 
 __all__ = ["position", "parent_index", "upstream", "children", "fetchers"]
 

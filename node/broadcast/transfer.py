@@ -11,7 +11,7 @@ import collections
 import time
 from dataclasses import dataclass, field
 
-from protocol.manifest import Manifest
+from swarm_node.protocol.manifest import Manifest
 
 
 @dataclass

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import msgpack
 
-from node.transport.carrier import MAX_REQUEST
-from protocol.manifest import MAX_MANIFEST_BYTES, Manifest, encode_manifest
+from swarm_node.node.transport.carrier import MAX_REQUEST
+from swarm_node.protocol.manifest import MAX_MANIFEST_BYTES, Manifest, encode_manifest
 
 OK, NOT_YET, UNKNOWN, BAD_REQUEST, BUSY = 0, 1, 2, 3, 4
 

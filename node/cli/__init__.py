@@ -13,9 +13,10 @@
 
 Heavy libraries (torch, transformers) are imported only after arguments parse, inside the
 command that needs them, so ``--help`` and config errors answer at once (tests/test_imports.py
-checks that importing this package imports no torch). ``python -m node.cli`` runs ``main``.
+checks that importing this package imports no torch). ``python -m swarm_node`` (or
+``python -m swarm_node.node.cli``) runs ``main``.
 """
 
-from node.cli.dispatch import main
+from swarm_node.node.cli.dispatch import main
 
 __all__ = ["main"]

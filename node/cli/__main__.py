@@ -1,8 +1,8 @@
-"""``python -m node.cli``: the ``swarm-node`` command."""
+"""``python -m swarm_node.node.cli``: the ``swarm-node`` command."""
 
 import sys
 
-from node.cli import main
+from swarm_node.node.cli import main
 
 if __name__ == "__main__":  # (importing this module runs nothing: tests/test_imports.py imports every module)
     sys.exit(main())

@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from node.cli.flags import overrides as config_overrides
-from node.run.config import load_config
+from swarm_node.node.cli.flags import overrides as config_overrides
+from swarm_node.node.run.config import load_config
 
 
 def run_adversary(args: argparse.Namespace, unknown: list[str]) -> int:
-    from node.observe.logs import setup_logging
-    from node.sim.adversary import ATTACKS, run_adversary as adversary
+    from swarm_node.node.observe.logs import setup_logging
+    from swarm_node.node.sim.adversary import ATTACKS, run_adversary as adversary
 
     overrides = config_overrides(args, unknown)
     if args.bootstrap:

@@ -9,13 +9,13 @@ from pathlib import Path
 
 
 def run_bootstrap(args: argparse.Namespace, unknown: list[str]) -> int:
-    from node.observe.logs import setup_logging
-    from node.errors import ConfigError
-    from node.run.run_lock import RunLock
-    from node.transport.carriers import carrier
-    from policies.default_model import default_home
+    from swarm_node.node.observe.logs import setup_logging
+    from swarm_node.node.errors import ConfigError
+    from swarm_node.node.run.run_lock import RunLock
+    from swarm_node.node.transport.carriers import carrier
+    from swarm_node.policies.default_model import default_home
 
-    from node.transport.port_free import check_port_free
+    from swarm_node.node.transport.port_free import check_port_free
 
     setup_logging()
     check_port_free(args.host, args.port)  # before a daemon binds over it (node/transport/port_free.py)

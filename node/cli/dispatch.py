@@ -15,17 +15,17 @@ import traceback
 from dataclasses import dataclass
 from typing import Callable
 
-from node.cli.adversary import run_adversary
-from node.cli.bootstrap import run_bootstrap
-from node.cli.doctor import run_doctor
-from node.cli.eval import run_eval
-from node.cli.export import run_export
-from node.cli.parser import build_parser
-from node.cli.sim import run_sim_worker, run_simulation
-from node.cli.tools import run_build_model, run_id, run_plot
-from node.cli.train import run_join, run_train
-from node.errors import ConfigError
-from protocol.errors import SwarmError
+from swarm_node.node.cli.adversary import run_adversary
+from swarm_node.node.cli.bootstrap import run_bootstrap
+from swarm_node.node.cli.doctor import run_doctor
+from swarm_node.node.cli.eval import run_eval
+from swarm_node.node.cli.export import run_export
+from swarm_node.node.cli.parser import build_parser
+from swarm_node.node.cli.sim import run_sim_worker, run_simulation
+from swarm_node.node.cli.tools import run_build_model, run_id, run_plot
+from swarm_node.node.cli.train import run_join, run_train
+from swarm_node.node.errors import ConfigError
+from swarm_node.protocol.errors import SwarmError
 
 log = logging.getLogger("swarm_node")
 
@@ -53,7 +53,7 @@ COMMANDS: dict[str, Command] = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    from node.daemon_thread import exit_if_work_abandoned, work_abandoned
+    from swarm_node.node.daemon_thread import exit_if_work_abandoned, work_abandoned
 
     # A shell starts a background job ('swarm-node train &' from a script) with SIGINT ignored,
     # and asyncio.run then leaves it so: a Ctrl-C or `kill -INT` during start-up would be lost,
@@ -97,7 +97,7 @@ def _main(argv: list[str] | None) -> int:
 
 def _say(message: str, level: int) -> None:
     """The CLI's closing message: a plain line on stderr, or a JSON record under --run.log_format json."""
-    from node.observe.logs import json_mode
+    from swarm_node.node.observe.logs import json_mode
 
     if json_mode():
         log.log(level, "%s", message)

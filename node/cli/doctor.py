@@ -20,8 +20,8 @@ import shutil
 import time
 from pathlib import Path
 
-from node.errors import ConfigError
-from node.run.checkup import (Check, address_check, checkpoint_bytes, clock_check, disk_check, exit_code,
+from swarm_node.node.errors import ConfigError
+from swarm_node.node.run.checkup import (Check, address_check, checkpoint_bytes, clock_check, disk_check, exit_code,
                               listening_port, nat_check, reach_checks, render, report)
 
 __all__ = ["run_doctor"]
@@ -31,9 +31,9 @@ ASK_FRACTION = 0.8  # what is left is for asking and gathering: one peer timing 
 
 
 def run_doctor(args: argparse.Namespace, unknown: list[str]) -> int:
-    from node.cli.train import check_swarm, join_overrides
-    from node.observe.logs import setup_logging
-    from node.run.resume_config import load_run_config
+    from swarm_node.node.cli.train import check_swarm, join_overrides
+    from swarm_node.node.observe.logs import setup_logging
+    from swarm_node.node.run.resume_config import load_run_config
 
     setup_logging("ERROR")  # the check lines are the output; the transports' info logs would bury them
     t0 = time.monotonic()
@@ -64,11 +64,11 @@ def run_doctor(args: argparse.Namespace, unknown: list[str]) -> int:
 
 
 async def _network(cfg, args, say) -> float | None:
-    from node.transport.carriers import carrier
-    from node.transport.port_free import check_port_free
-    from node.swarm.probe import POLL_S, dial, endpoint_of, join_and_listen
-    from node.swarm.clock_offset import DELIVERY_ALLOWANCE_S
-    from node.transport.addresses import peer_id_of
+    from swarm_node.node.transport.carriers import carrier
+    from swarm_node.node.transport.port_free import check_port_free
+    from swarm_node.node.swarm.probe import POLL_S, dial, endpoint_of, join_and_listen
+    from swarm_node.node.swarm.clock_offset import DELIVERY_ALLOWANCE_S
+    from swarm_node.node.transport.addresses import peer_id_of
 
     sc, c = cfg.swarm, carrier(cfg.swarm.transport)
     name = "broker" if c.needs_broker else "bootstrap"
@@ -135,7 +135,7 @@ def _dialback(peers: list[str], timeout: float):
     the port back, each given its own time under the whole request's, so a slow or flooded peer
     costs its own answer, not the others'."""
     async def ask(transport) -> list:
-        from node.transport.hivemind.dialback import DIAL_S, Reach, ask_dialback
+        from swarm_node.node.transport.hivemind.dialback import DIAL_S, Reach, ask_dialback
 
         port = listening_port(list(transport.maddrs))
         each = min(timeout + 2 * DIAL_S, ASK_FRACTION * ASK_S)
@@ -150,7 +150,7 @@ def _dialback(peers: list[str], timeout: float):
 
 
 def _device(cfg, args) -> Check:
-    from node.run.preflight import check_device
+    from swarm_node.node.run.preflight import check_device
 
     try:
         check_device(cfg.model.device)
@@ -169,7 +169,7 @@ def _device(cfg, args) -> Check:
 
 
 def _profile(cfg, args) -> Check:
-    from node.gpu.select import describe, plan_profile
+    from swarm_node.node.gpu.select import describe, plan_profile
 
     try:
         plan = plan_profile(cfg, args.profile)
@@ -185,7 +185,7 @@ def _profile(cfg, args) -> Check:
 
 def _model_params(name: str) -> int | None:
     """The model's parameter count from its config.json, read offline (a folder, or the Hub's cache)."""
-    from node.gpu.profiles import ModelShape
+    from swarm_node.node.gpu.profiles import ModelShape
 
     try:
         local = Path(name).expanduser()

@@ -5,17 +5,17 @@ from __future__ import annotations
 
 import argparse
 
-from node.cli.flags import overrides as config_overrides
+from swarm_node.node.cli.flags import overrides as config_overrides
 
 
 def run_eval(args: argparse.Namespace, unknown: list[str]) -> int:
     """Load RUN's config and checkpoint (``--step N``, or the newest), evaluate, print, write."""
-    from node.observe.logs import setup_logging
+    from swarm_node.node.observe.logs import setup_logging
 
     overrides = config_overrides(args, unknown)  # --eval.* and --model.device: the parser knows no others
     setup_logging()
-    from node.observe.held_out import eval_file
-    from node.run.eval_checkpoint import evaluate_checkpoint, find_checkpoint, run_config
+    from swarm_node.node.observe.held_out import eval_file
+    from swarm_node.node.run.eval_checkpoint import evaluate_checkpoint, find_checkpoint, run_config
 
     cfg = run_config(args.run_dir, overrides)
     path = find_checkpoint(args.run_dir, args.step)

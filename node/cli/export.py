@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import argparse
 
-from node.cli.flags import overrides as config_overrides
+from swarm_node.node.cli.flags import overrides as config_overrides
 
 
 def run_export(args: argparse.Namespace, unknown: list[str]) -> int:
     """Export RUN_OR_CHECKPOINT (``--step N``, or the newest valid checkpoint) into ``--out``."""
-    from node.observe.logs import setup_logging
+    from swarm_node.node.observe.logs import setup_logging
 
     overrides = config_overrides(args, unknown)  # --model.device / --model.dtype: the parser knows no others
     setup_logging()
-    from node.run.export import export_model
+    from swarm_node.node.run.export import export_model
 
     done = export_model(args.source, args.out, step=args.step, adapter_only=args.adapter, overrides=overrides)
     what = "the LoRA adapter" if done.adapter_only else "the model"

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import argparse
 
-from node.errors import ConfigError
-from node.run.config import parse_flag_value, string_keys
+from swarm_node.node.errors import ConfigError
+from swarm_node.node.run.config import parse_flag_value, string_keys
 
 
 def overrides(ns: argparse.Namespace, unknown: list[str]) -> dict:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from node.run.config import flag_fields, show_value
+from swarm_node.node.run.config import flag_fields, show_value
 
 JOIN_RUN_DIR = "runs/join"  # join's run folder unless --run.dir or the config names one
 
@@ -81,7 +81,7 @@ def _add_role_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _add_profile_flag(p: argparse.ArgumentParser) -> None:
-    from node.gpu.select import PROFILE_CHOICES
+    from swarm_node.node.gpu.select import PROFILE_CHOICES
 
     p.add_argument("--profile", default="auto", choices=PROFILE_CHOICES, metavar="PROFILE",
                    help="memory profile: auto (default) reads the free memory of the CUDA device in "
@@ -261,7 +261,7 @@ def _add_id(sub) -> None:
 
 
 def _add_build_model(sub) -> None:
-    from policies.registry_models import REGISTRY_MODELS
+    from swarm_node.policies.registry_models import REGISTRY_MODELS
 
     known = ", ".join(sorted(REGISTRY_MODELS))
     build = sub.add_parser(

@@ -13,19 +13,19 @@ import logging
 import sys
 from pathlib import Path
 
-from node.cli.flags import overrides as config_overrides, raw_flags
-from node.errors import ConfigError
-from node.run.config import load_config
-from node.transport.carriers import carrier
+from swarm_node.node.cli.flags import overrides as config_overrides, raw_flags
+from swarm_node.node.errors import ConfigError
+from swarm_node.node.run.config import load_config
+from swarm_node.node.transport.carriers import carrier
 
 log = logging.getLogger("swarm_node")
 
 
 def run_sim_worker(args: argparse.Namespace, unknown: list[str]) -> int:
     """The memory simulation's one process (started by ``sim --transport memory``)."""
-    from node.observe.logs import setup_logging
-    from node.sim.argv import flag_list
-    from node.sim.worker import run_worker
+    from swarm_node.node.observe.logs import setup_logging
+    from swarm_node.node.sim.argv import flag_list
+    from swarm_node.node.sim.worker import run_worker
 
     overrides = config_overrides(argparse.Namespace(), unknown)
     control_flags = config_overrides(argparse.Namespace(), flag_list(json.loads(args.control_flags)))
@@ -37,11 +37,11 @@ def run_sim_worker(args: argparse.Namespace, unknown: list[str]) -> int:
 
 
 def run_simulation(args: argparse.Namespace, unknown: list[str]) -> int:
-    from node.observe.logs import setup_logging
-    from node.sim.runner import run_sim
-    from node.sim.spec import SimSpec
-    from node.sim.preflight import check_prior_run, startup_warnings
-    from node.sim.faults import load_faults
+    from swarm_node.node.observe.logs import setup_logging
+    from swarm_node.node.sim.runner import run_sim
+    from swarm_node.node.sim.spec import SimSpec
+    from swarm_node.node.sim.preflight import check_prior_run, startup_warnings
+    from swarm_node.node.sim.faults import load_faults
 
     overrides = config_overrides(argparse.Namespace(), unknown)
     if args.nodes < 1:
@@ -73,8 +73,8 @@ def run_simulation(args: argparse.Namespace, unknown: list[str]) -> int:
                           f"and a worker)")
     # Each node's own config (every node's flags plus its [[node]] overrides), valid or refused here;
     # a worker's learner id is not made yet: any well-formed one checks the rest.
-    from node.sim.argv import flag_text, role_flags
-    from node.sim.control import control_flags
+    from swarm_node.node.sim.argv import flag_text, role_flags
+    from swarm_node.node.sim.control import control_flags
 
     def node_config(i: int, extra: dict):
         return load_config(args.config, {**overrides, **joining, **role_flags(args.roles, i, "sn1" + "a" * 32),
@@ -90,12 +90,12 @@ def run_simulation(args: argparse.Namespace, unknown: list[str]) -> int:
                               f"{node_cfgs[k.node].train.steps} steps")
     # The nodes' own start-up checks, once, here: a mistake is one message before anything starts,
     # not N node failures after a model build.
-    from node.run.preflight import check_device, check_model_source, check_resume_matches, check_run_dir
-    from policies.model_source import BUILT_HERE, model_kind
+    from swarm_node.node.run.preflight import check_device, check_model_source, check_resume_matches, check_run_dir
+    from swarm_node.policies.model_source import BUILT_HERE, model_kind
 
     check_run_dir(run_dir)
     if swarm_carrier.needs_broker:
-        from node.transport.mqtt.broker import mosquitto_binary
+        from swarm_node.node.transport.mqtt.broker import mosquitto_binary
 
         mosquitto_binary()  # installed? (the simulator starts its own broker)
     for device in sorted({c.model.device for c in node_cfgs}):
@@ -135,7 +135,7 @@ def run_simulation(args: argparse.Namespace, unknown: list[str]) -> int:
 def _report_failed_nodes(spec, failed: dict[str, int]) -> int:
     """Say which nodes failed and where to read why. When every failure is a refused start
     (exit 2: a node's own config or environment check), pass the node's message on, exit 2."""
-    from node.sim.spec import node_log
+    from swarm_node.node.sim.spec import node_log
 
     def log_of(name: str) -> Path:  # "node3", or "nodes": the memory simulation's one process
         return node_log(spec, int(name.removeprefix("node")) if name[4:].isdigit() else 0)

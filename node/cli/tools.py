@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import argparse
 
-from node.errors import ConfigError, NodeError
+from swarm_node.node.errors import ConfigError, NodeError
 
 
 def run_id(args: argparse.Namespace, unknown: list[str]) -> int:
     """Print the node's peer id, making its key first if it has none."""
-    from node.observe.logs import setup_logging
+    from swarm_node.node.observe.logs import setup_logging
 
     setup_logging()
-    from protocol.identity import load_or_create_identity
+    from swarm_node.protocol.identity import load_or_create_identity
 
     print(load_or_create_identity(args.identity or args.run_dir / "identity.pem").peer_id)
     return 0
@@ -20,11 +20,11 @@ def run_id(args: argparse.Namespace, unknown: list[str]) -> int:
 
 def run_build_model(args: argparse.Namespace, unknown: list[str]) -> int:
     """Build, fetch or convert (or find in the cache) a model the node makes itself; print where it is."""
-    from node.observe.logs import setup_logging
+    from swarm_node.node.observe.logs import setup_logging
 
     setup_logging()
-    from policies.errors import ModelSourceError
-    from policies.model_source import BUILT_HERE, model_kind, resolve_model
+    from swarm_node.policies.errors import ModelSourceError
+    from swarm_node.policies.model_source import BUILT_HERE, model_kind, resolve_model
 
     try:
         kind = model_kind(args.name)
@@ -36,7 +36,7 @@ def run_build_model(args: argparse.Namespace, unknown: list[str]) -> int:
             if kind != "default":
                 raise ConfigError("build-model --out writes the embedded default model only; other models are "
                                   "cached under $SWARM_NODE_HOME/models (swarm-node export writes a trained one)")
-            from policies.default_model import build_default_model
+            from swarm_node.policies.default_model import build_default_model
 
             path = build_default_model(args.out)
         else:
@@ -49,10 +49,10 @@ def run_build_model(args: argparse.Namespace, unknown: list[str]) -> int:
 
 def run_plot(args: argparse.Namespace, unknown: list[str]) -> int:
     """Redraw a run folder's (or a sim folder's) plots; print each one's path."""
-    from node.observe.logs import setup_logging
+    from swarm_node.node.observe.logs import setup_logging
 
     setup_logging()
-    from node.observe.plots import plot_folder
+    from swarm_node.node.observe.plots import plot_folder
 
     try:
         for path in plot_folder(args.run_dir):

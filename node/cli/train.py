@@ -13,12 +13,12 @@ import logging
 from pathlib import Path
 from typing import Callable
 
-from node.cli.flags import flat_keys, overrides as config_overrides
-from node.cli.parser import JOIN_RUN_DIR
-from node.errors import ConfigError
-from node.run.config import read_toml
-from node.run.resume_config import load_run_config
-from node.transport.carriers import CARRIERS, carrier, carrier_of_address
+from swarm_node.node.cli.flags import flat_keys, overrides as config_overrides
+from swarm_node.node.cli.parser import JOIN_RUN_DIR
+from swarm_node.node.errors import ConfigError
+from swarm_node.node.run.config import read_toml
+from swarm_node.node.run.resume_config import load_run_config
+from swarm_node.node.transport.carriers import CARRIERS, carrier, carrier_of_address
 
 log = logging.getLogger("swarm_node")
 
@@ -72,7 +72,7 @@ def _common_overrides(args: argparse.Namespace, unknown: list[str]) -> dict:
 def _check_follow(by_flag: bool, overrides: dict, file_broadcast: dict) -> None:
     """A learner to follow (``--follow``, ``--broadcast.follow`` or the config file's) that is not a
     node id is named as such, not reported as if none were given."""
-    from protocol.identity import PEER_ID_RE
+    from swarm_node.protocol.identity import PEER_ID_RE
 
     flag = ("--follow" if by_flag else "--broadcast.follow" if "broadcast.follow" in overrides
             else "broadcast.follow (config file)")
@@ -103,7 +103,7 @@ def check_swarm(cfg, new_swarm: bool) -> None:
 
 
 def _run(args: argparse.Namespace, overrides: dict, check: Callable[[object], None] | None = None) -> int:
-    from node.observe.logs import setup_logging
+    from swarm_node.node.observe.logs import setup_logging
 
     _check_follow(getattr(args, "follow", None) is not None, overrides,
                   (read_toml(args.config).get("broadcast") or {}) if args.config else {})
@@ -141,7 +141,7 @@ def _warn_if_alone(cfg, summary: dict) -> None:
 
 def _with_profile(cfg, args: argparse.Namespace, overrides: dict):
     """The config with the memory profile's settings where the user set none (node/gpu/select.py)."""
-    from node.gpu.select import check_settings_fit, describe, plan_profile, profile_overrides
+    from swarm_node.node.gpu.select import check_settings_fit, describe, plan_profile, profile_overrides
 
     plan = plan_profile(cfg, args.profile)
     if plan is None:
@@ -160,7 +160,7 @@ def _with_profile(cfg, args: argparse.Namespace, overrides: dict):
 async def _train(cfg) -> dict:
     from transformers.utils import logging as hf_logging
 
-    from node.run.trainer import TrainingNode
+    from swarm_node.node.run.trainer import TrainingNode
 
     hf_logging.disable_progress_bar()  # the node's own progress display is the one to read
 

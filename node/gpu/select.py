@@ -17,9 +17,9 @@ import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from node.run.config import NodeConfig
-from node.errors import ConfigError
-from node.gpu.profiles import (GiB, PROFILES, Estimate, ModelShape, NoFit, Settings, Workload, choose_settings,
+from swarm_node.node.run.config import NodeConfig
+from swarm_node.node.errors import ConfigError
+from swarm_node.node.gpu.profiles import (GiB, PROFILES, Estimate, ModelShape, NoFit, Settings, Workload, choose_settings,
                                  estimate, free_device_memory, largest_class, usable)
 
 log = logging.getLogger(__name__)
@@ -51,8 +51,8 @@ class ProfilePlan:
 def _resolved(name: str) -> str:
     """The folder (or hub id) ``model.name`` means (policies/model_source.py): a registry model or a
     .gguf file is fetched or converted first, as the load would."""
-    from policies.errors import ModelSourceError
-    from policies.model_source import resolve_model
+    from swarm_node.policies.errors import ModelSourceError
+    from swarm_node.policies.model_source import resolve_model
 
     try:
         return resolve_model(name).path
@@ -78,12 +78,12 @@ def _model_config(name: str) -> dict:
 
 
 def _prompt_tokens(cfg: NodeConfig, name: str) -> int:
-    from node.run.preflight import longest_prompt
+    from swarm_node.node.run.preflight import longest_prompt
 
     try:
         from transformers import AutoTokenizer
 
-        from policies.prompt_format import choose_format
+        from swarm_node.policies.prompt_format import choose_format
 
         tok = AutoTokenizer.from_pretrained(name)
         fmt = choose_format(tok, cfg.generation.prompt_format, cfg.generation.system_prompt, cfg.generation.chat_example)
@@ -136,7 +136,7 @@ def plan_profile(cfg: NodeConfig, profile: str) -> ProfilePlan | None:
 
 def _vllm_samples(cfg: NodeConfig) -> bool:
     """Whether this run's generation backend will be vLLM (its engine then takes a share of the card)."""
-    from node.run.wiring import generation_backend  # here: wiring loads the model stack
+    from swarm_node.node.run.wiring import generation_backend  # here: wiring loads the model stack
 
     try:
         return generation_backend(cfg) == "vllm"

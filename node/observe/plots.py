@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from node.errors import NodeError
-from node.observe.held_out import evaluations, held_out_score, last_eval
-from node.observe.metrics import read_metrics
+from swarm_node.node.errors import NodeError
+from swarm_node.node.observe.held_out import evaluations, held_out_score, last_eval
+from swarm_node.node.observe.metrics import read_metrics
 
 __all__ = ["plot_folder", "plot_held_out", "plot_reward_curve", "plot_swarm", "rolling_mean"]
 

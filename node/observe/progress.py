@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from node.observe.held_out import evaluations, held_out_score
+from swarm_node.node.observe.held_out import evaluations, held_out_score
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ class Progress:
         """Training starts now: the ETA counts from here (not from before the evaluation at start
         or a resume's restore), and the held-out column shows the run's latest evaluation (the
         one before training, or a resumed run's last) until the next."""
-        from node.observe.metrics import read_metrics
+        from swarm_node.node.observe.metrics import read_metrics
 
         self.t0 = time.monotonic()
         done = evaluations(read_metrics(run_dir / "metrics.jsonl"), run_dir)

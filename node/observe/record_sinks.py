@@ -17,8 +17,8 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import Any, Protocol
 
-from node.errors import ConfigError
-from node.observe.metrics import MetricsWriter
+from swarm_node.node.errors import ConfigError
+from swarm_node.node.observe.metrics import MetricsWriter
 
 log = logging.getLogger(__name__)
 

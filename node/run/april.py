@@ -32,12 +32,12 @@ import logging
 import math
 from dataclasses import dataclass, field
 
-from node.run.rollouts import Rollout
-from policies.partial_generation import BUDGET, HALTED, RowRequest, generate_partial
-from policies.policy import Completion, Policy, SamplingParams
-from protocol.task_id import TaskId
-from rewards.registry import make_task
-from rewards.scoring import RewardConfig, score
+from swarm_node.node.run.rollouts import Rollout
+from swarm_node.policies.partial_generation import BUDGET, HALTED, RowRequest, generate_partial
+from swarm_node.policies.policy import Completion, Policy, SamplingParams
+from swarm_node.protocol.task_id import TaskId
+from swarm_node.rewards.registry import make_task
+from swarm_node.rewards.scoring import RewardConfig, score
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import collections
 import copy
 
-from policies.policy import Policy
+from swarm_node.policies.policy import Policy
 
 __all__ = ["LaggedBehaviour"]
 

@@ -19,8 +19,8 @@ import shutil
 import time
 from pathlib import Path
 
-from node.errors import CheckpointError, CheckpointFormatError
-from node.run.checkpoint_format import (
+from swarm_node.node.errors import CheckpointError, CheckpointFormatError
+from swarm_node.node.run.checkpoint_format import (
     MANIFEST_FILE, CheckpointState, forget_verified, fsync_path, load_checkpoint, verify_cached, write_files,
 )
 

@@ -31,16 +31,16 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from node.errors import CheckpointError, CheckpointFormatError
-from node.run.file_mode import give_plain_mode
-from policies.weight_state import tensors_for_save as _for_save  # one rule for tied weights
+from swarm_node.node.errors import CheckpointError, CheckpointFormatError
+from swarm_node.node.run.file_mode import give_plain_mode
+from swarm_node.policies.weight_state import tensors_for_save as _for_save  # one rule for tied weights
 
 __all__ = [
     "FORMAT_VERSION", "MANIFEST_FILE", "CheckpointState", "RngState", "capture_rng", "restore_rng",
     "write_files", "fsync_path", "verify_cached", "forget_verified", "load_checkpoint",
 ]
 
-logger = logging.getLogger("node.run.checkpoint")  # the checkpoint log name, as before the split
+logger = logging.getLogger("swarm_node.node.run.checkpoint")  # the checkpoint log name, as before the split
 
 FORMAT_VERSION = 1
 MODEL_FILE, OPTIM_FILE, RNG_FILE = "model.safetensors", "optimizer.safetensors", "rng.safetensors"

@@ -11,9 +11,9 @@ import json
 import shlex
 from dataclasses import asdict, dataclass
 
-from node.swarm.clock_offset import MIN_PEERS, SKEW_FRACTION, agreeing, median_offset, peer_offsets, skew_exceeds
-from node.transport.addresses import relayed
-from node.transport.hivemind.dialback import direct_address, printable
+from swarm_node.node.swarm.clock_offset import MIN_PEERS, SKEW_FRACTION, agreeing, median_offset, peer_offsets, skew_exceeds
+from swarm_node.node.transport.addresses import relayed
+from swarm_node.node.transport.hivemind.dialback import direct_address, printable
 
 __all__ = ["Check", "render", "exit_code", "report", "address_check", "nat_check", "reach_checks", "listening_port",
            "clock_check", "disk_check", "checkpoint_bytes"]

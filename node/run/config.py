@@ -20,11 +20,11 @@ from typing import Any, Literal, Optional, get_args, get_origin
 from pydantic import (Field, NonNegativeFloat, PositiveFloat, PrivateAttr, ValidationError, field_validator,
                       model_validator)
 
-from node.errors import ConfigError
-from node.run.config_section import Section as _Section, none_words as _none_words
-from node.run.eval_config import EvalConfig
-from node.run.tasks_config import TasksConfig
-from policies.prompt_format import DEFAULT_SYSTEM
+from swarm_node.node.errors import ConfigError
+from swarm_node.node.run.config_section import Section as _Section, none_words as _none_words
+from swarm_node.node.run.eval_config import EvalConfig
+from swarm_node.node.run.tasks_config import TasksConfig
+from swarm_node.policies.prompt_format import DEFAULT_SYSTEM
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -166,7 +166,7 @@ class SwarmConfig(_Section):
     @field_validator("initial_peers")
     @classmethod
     def _full_maddrs(cls, v: list[str]) -> list[str]:
-        from node.transport.addresses import peer_address_error
+        from swarm_node.node.transport.addresses import peer_address_error
 
         bad = [f"{m}: {why}" for m in v if (why := peer_address_error(m))]
         if bad:
@@ -176,8 +176,8 @@ class SwarmConfig(_Section):
 
     @model_validator(mode="after")
     def _broker(self) -> "SwarmConfig":
-        from node.transport.carriers import CARRIERS
-        from node.transport.mqtt.url import parse_broker_url
+        from swarm_node.node.transport.carriers import CARRIERS
+        from swarm_node.node.transport.mqtt.url import parse_broker_url
 
         c = CARRIERS.get(self.transport)  # None: "none"
         if c is not None and c.needs_broker and not self.broker:
@@ -218,7 +218,7 @@ class BroadcastConfig(_Section):
 
     @model_validator(mode="after")
     def _worker_follows(self) -> "BroadcastConfig":
-        from protocol.identity import PEER_ID_RE
+        from swarm_node.protocol.identity import PEER_ID_RE
 
         if self.role == "worker" and not PEER_ID_RE.fullmatch(self.follow):
             raise ValueError("a worker needs broadcast.follow: the learner's peer id (sn1 followed by 32 "
@@ -266,7 +266,7 @@ class NodeConfig(_Section):
 
     @model_validator(mode="after")
     def _real_model_on_a_cpu(self) -> "NodeConfig":
-        from node.run.model_defaults import choose_real_model_defaults
+        from swarm_node.node.run.model_defaults import choose_real_model_defaults
 
         self._chosen = choose_real_model_defaults(self)
         return self

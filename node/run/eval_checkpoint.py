@@ -17,13 +17,13 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from node.errors import CheckpointError, ConfigError
-from node.observe.held_out import eval_file
-from node.run.checkpoint import checkpoint_step, list_checkpoints, load_checkpoint, newest_valid
-from node.run.config import NodeConfig, config_from_data
-from node.run.evaluate import eval_settings, evaluate
-from node.run.resume import mismatch
-from node.run.wiring import load_policy
+from swarm_node.node.errors import CheckpointError, ConfigError
+from swarm_node.node.observe.held_out import eval_file
+from swarm_node.node.run.checkpoint import checkpoint_step, list_checkpoints, load_checkpoint, newest_valid
+from swarm_node.node.run.config import NodeConfig, config_from_data
+from swarm_node.node.run.evaluate import eval_settings, evaluate
+from swarm_node.node.run.resume import mismatch
+from swarm_node.node.run.wiring import load_policy
 
 log = logging.getLogger(__name__)
 

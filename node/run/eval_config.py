@@ -10,7 +10,7 @@ from typing import Any, Optional
 
 from pydantic import Field, field_validator, model_validator
 
-from node.run.config_section import Section, none_words
+from swarm_node.node.run.config_section import Section, none_words
 
 __all__ = ["EvalConfig"]
 

@@ -37,20 +37,20 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from node.observe.held_out import describe_eval, eval_file
-from node.observe.status import StatusFile
-from node.run.eval_config import EvalConfig
-from policies.halt import GenerationStopped, HaltWhen
-from policies.micro_batches import longest_first
-from policies.policy import Policy, SamplingParams, TokenBatch
-from protocol.task_id import TaskId
-from rewards.reserved import held_out_set, why_unevaluated
-from rewards.registry import make_task
-from rewards.scoring import RewardConfig, score
+from swarm_node.node.observe.held_out import describe_eval, eval_file
+from swarm_node.node.observe.status import StatusFile
+from swarm_node.node.run.eval_config import EvalConfig
+from swarm_node.policies.halt import GenerationStopped, HaltWhen
+from swarm_node.policies.micro_batches import longest_first
+from swarm_node.policies.policy import Policy, SamplingParams, TokenBatch
+from swarm_node.protocol.task_id import TaskId
+from swarm_node.rewards.reserved import held_out_set, why_unevaluated
+from swarm_node.rewards.registry import make_task
+from swarm_node.rewards.scoring import RewardConfig, score
 
 if TYPE_CHECKING:
-    from node.run.config import NodeConfig
-    from policies.vllm_backend import VllmSampler
+    from swarm_node.node.run.config import NodeConfig
+    from swarm_node.policies.vllm_backend import VllmSampler
 
 log = logging.getLogger(__name__)
 

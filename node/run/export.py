@@ -20,14 +20,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from node.errors import ConfigError
-from node.observe.held_out import evaluations
-from node.observe.metrics import read_metrics
-from node.run.checkpoint import checkpoint_step
-from node.run.config import NodeConfig
-from node.run.eval_checkpoint import find_checkpoint, policy_at, run_config
-from node.run.file_mode import give_plain_mode
-from rewards.task import PROMPT_TEMPLATE
+from swarm_node.node.errors import ConfigError
+from swarm_node.node.observe.held_out import evaluations
+from swarm_node.node.observe.metrics import read_metrics
+from swarm_node.node.run.checkpoint import checkpoint_step
+from swarm_node.node.run.config import NodeConfig
+from swarm_node.node.run.eval_checkpoint import find_checkpoint, policy_at, run_config
+from swarm_node.node.run.file_mode import give_plain_mode
+from swarm_node.rewards.task import PROMPT_TEMPLATE
 
 __all__ = ["Exported", "locate", "export_model", "model_card"]
 
@@ -152,8 +152,8 @@ def _base(name: str, loaded_from: str | None) -> tuple[str, str | None]:
     """(the base model as the card's "base:" line names it, what ``BASE`` is in the adapter's
     snippet, None where the name above is it): by ``model_kind``, from ``loaded_from``, the folder
     or hub id the run's model resolved to (policies/model_source.py) where it was exported."""
-    from policies.model_source import model_kind
-    from policies.registry_models import REGISTRY_MODELS
+    from swarm_node.policies.model_source import model_kind
+    from swarm_node.policies.registry_models import REGISTRY_MODELS
 
     kind = model_kind(name)
     here = f" (where this was exported: `{loaded_from}`)" if loaded_from else ""

@@ -29,8 +29,8 @@ _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
 
 def is_real_model(name: str) -> bool:
     """Whether ``model.name`` names a pretrained model (never raises: a bad name is preflight's)."""
-    from policies.errors import ModelSourceError
-    from policies.model_source import model_kind
+    from swarm_node.policies.errors import ModelSourceError
+    from swarm_node.policies.model_source import model_kind
 
     try:
         kind = model_kind(name)

@@ -31,7 +31,7 @@ from typing import Callable, Generic, TypeVar
 
 import torch
 
-from policies.policy import Policy
+from swarm_node.policies.policy import Policy
 
 log = logging.getLogger(__name__)
 

@@ -17,12 +17,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Sequence
 
-from node.run.rollouts import Rollout
-from policies.learner import TrainSample
+from swarm_node.node.run.rollouts import Rollout
+from swarm_node.policies.learner import TrainSample
 
 if TYPE_CHECKING:
-    from node.swarm.exchange import SwarmExchange
-    from node.swarm.pool import AdmittedGroup
+    from swarm_node.node.swarm.exchange import SwarmExchange
+    from swarm_node.node.swarm.pool import AdmittedGroup
 
 __all__ = ["OwnGroups", "FamilyCorrectness", "uninformative_groups", "own_groups", "take_replacing"]
 

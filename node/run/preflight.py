@@ -16,7 +16,7 @@ import logging
 import os
 from pathlib import Path
 
-from node.errors import ConfigError
+from swarm_node.node.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -89,8 +89,8 @@ def check_model_source(name: str) -> None:
     answers, or it is in the local Hugging Face cache (then it loads offline). Otherwise the load
     would retry for most of a minute and end in the Hub's own message (there may be no network
     at all where nodes run)."""
-    from policies.errors import ModelSourceError
-    from policies.model_source import model_kind
+    from swarm_node.policies.errors import ModelSourceError
+    from swarm_node.policies.model_source import model_kind
 
     try:
         if model_kind(name) != "hub":
@@ -147,7 +147,7 @@ def check_resume_matches(ckpt_root: Path, model_cfg: dict) -> None:
     *valid* checkpoint's ``state.json`` (the one resume loads); one without a recorded config
     is left to that check.
     """
-    from node.run.checkpoint import newest_valid
+    from swarm_node.node.run.checkpoint import newest_valid
 
     path = newest_valid(ckpt_root)
     if path is None:
@@ -185,8 +185,8 @@ def longest_prompt(encode, prompt_of, cfg) -> int:
     """The longest prompt, in tokens (``encode``: texts → token id lists; ``prompt_of``: a task's
     prompt text in the node's prompt format), of a sample of 256 of this run's tasks: what a
     prompt can take of the context and of the memory."""
-    from node.run.rollouts import round_task_ids
-    from rewards.registry import make_task
+    from swarm_node.node.run.rollouts import round_task_ids
+    from swarm_node.rewards.registry import make_task
 
     t = cfg.tasks
     ids = [i for step in range(32) for i in round_task_ids(cfg.train.seed, step, 8, t.names, t.difficulties)]

@@ -15,15 +15,15 @@ import json
 import logging
 from pathlib import Path
 
-from node.errors import CheckpointError
-from node.run.checkpoint import load_latest
-from node.run.checkpoint_format import CheckpointState, capture_rng, restore_rng
-from node.run.config import NodeConfig
-from policies.learner import Learner
-from policies.policy import Policy
+from swarm_node.node.errors import CheckpointError
+from swarm_node.node.run.checkpoint import load_latest
+from swarm_node.node.run.checkpoint_format import CheckpointState, capture_rng, restore_rng
+from swarm_node.node.run.config import NodeConfig
+from swarm_node.policies.learner import Learner
+from swarm_node.policies.policy import Policy
 
 # The node's log name, as before resuming left trainer.py: log filters (and tests) select it.
-log = logging.getLogger("node.run.trainer")
+log = logging.getLogger("swarm_node.node.run.trainer")
 
 __all__ = ["node_state", "restore", "resume_latest", "mismatch", "steps_recorded"]
 
@@ -40,7 +40,7 @@ def node_state(cfg: NodeConfig, policy: Policy, learner: Learner, step: int) -> 
 
 def steps_recorded(run_dir: Path) -> int:
     """The last step metrics.jsonl records (0 if none): what a restart may have lost."""
-    from node.observe.metrics import read_metrics
+    from swarm_node.node.observe.metrics import read_metrics
 
     recs = read_metrics(run_dir / "metrics.jsonl")
     return max((int(r.get("step", 0)) for r in recs), default=0)

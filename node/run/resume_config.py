@@ -13,8 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from node.errors import ConfigError
-from node.run.config import NodeConfig, config_from_data, load_config, merge_sections, read_toml
+from swarm_node.node.errors import ConfigError
+from swarm_node.node.run.config import NodeConfig, config_from_data, load_config, merge_sections, read_toml
 
 __all__ = ["load_run_config", "differences", "saved_config"]
 

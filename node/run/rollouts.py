@@ -12,15 +12,15 @@ import random
 from dataclasses import dataclass
 from typing import Sequence
 
-from node.swarm.admission import allowed_specials
-from node.swarm.pool import AdmittedGroup
-from policies.learner import TrainSample
-from protocol.messages import RolloutRecord, same_tokenizer
-from policies.policy import Completion, Policy, SamplingParams
-from rewards.registry import make_task, sample_task_ids
-from rewards.reserved import HeldOutSet
-from rewards.scoring import Reward, RewardConfig, score
-from protocol.task_id import TaskId
+from swarm_node.node.swarm.admission import allowed_specials
+from swarm_node.node.swarm.pool import AdmittedGroup
+from swarm_node.policies.learner import TrainSample
+from swarm_node.protocol.messages import RolloutRecord, same_tokenizer
+from swarm_node.policies.policy import Completion, Policy, SamplingParams
+from swarm_node.rewards.registry import make_task, sample_task_ids
+from swarm_node.rewards.reserved import HeldOutSet
+from swarm_node.rewards.scoring import Reward, RewardConfig, score
+from swarm_node.protocol.task_id import TaskId
 
 __all__ = ["Rollout", "round_task_ids", "generate_rollouts", "to_train_samples", "to_records",
            "external_samples"]

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from node.errors import ConfigError
+from swarm_node.node.errors import ConfigError
 
 __all__ = ["RunLock", "LOCK_FILE"]
 

@@ -15,11 +15,11 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from rewards.registry import make_task
+from swarm_node.rewards.registry import make_task
 
 if TYPE_CHECKING:
-    from node.observe.status import StatusFile
-    from node.run.rollouts import Rollout
+    from swarm_node.node.observe.status import StatusFile
+    from swarm_node.node.run.rollouts import Rollout
 
 log = logging.getLogger(__name__)
 

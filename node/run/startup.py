@@ -20,27 +20,27 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from node.daemon_thread import run_in_daemon_thread
-from node.errors import ConfigError
-from node.observe.endpoint import MetricsEndpoint
-from node.observe.record_sinks import check_sinks_available
-from node.observe.status import StatusFile
-from node.run.config import NodeConfig
-from node.run.preflight import check_context, check_device, check_model_source, check_resume_matches, check_run_dir
-from node.run.resume import resume_latest
-from node.run.run_lock import LOCK_FILE, RunLock
-from node.run.swarm_watch import watch_swarm
-from node.swarm.peer_cache import keep_peer_cache
-from node.run.wiring import build_exchange, build_learner, generation_backend, load_policy, start_vllm
-from node.transport import Transport
-from node.transport.carriers import CARRIERS
-from node.transport.mqtt.url import parse_broker_url
+from swarm_node.node.daemon_thread import run_in_daemon_thread
+from swarm_node.node.errors import ConfigError
+from swarm_node.node.observe.endpoint import MetricsEndpoint
+from swarm_node.node.observe.record_sinks import check_sinks_available
+from swarm_node.node.observe.status import StatusFile
+from swarm_node.node.run.config import NodeConfig
+from swarm_node.node.run.preflight import check_context, check_device, check_model_source, check_resume_matches, check_run_dir
+from swarm_node.node.run.resume import resume_latest
+from swarm_node.node.run.run_lock import LOCK_FILE, RunLock
+from swarm_node.node.run.swarm_watch import watch_swarm
+from swarm_node.node.swarm.peer_cache import keep_peer_cache
+from swarm_node.node.run.wiring import build_exchange, build_learner, generation_backend, load_policy, start_vllm
+from swarm_node.node.transport import Transport
+from swarm_node.node.transport.carriers import CARRIERS
+from swarm_node.node.transport.mqtt.url import parse_broker_url
 
 if TYPE_CHECKING:
-    from node.run.trainer import TrainingNode
+    from swarm_node.node.run.trainer import TrainingNode
 
 # The node's log name, as before start-up left trainer.py: log filters (and tests) select it.
-log = logging.getLogger("node.run.trainer")
+log = logging.getLogger("swarm_node.node.run.trainer")
 
 __all__ = ["start_node", "START_FILES"]
 

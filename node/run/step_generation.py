@@ -18,18 +18,18 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from node.run.april import PartialRollouts
-from node.run.overlap import GeneratorCopy
-from node.run.rollouts import Rollout, generate_rollouts, round_task_ids
+from swarm_node.node.run.april import PartialRollouts
+from swarm_node.node.run.overlap import GeneratorCopy
+from swarm_node.node.run.rollouts import Rollout, generate_rollouts, round_task_ids
 
 if TYPE_CHECKING:
-    from node.broadcast.context import RoleContext
-    from node.run.behaviour_lag import LaggedBehaviour
-    from node.run.config import NodeConfig
-    from policies.learner import Learner
-    from policies.policy import Policy, SamplingParams
-    from rewards.reserved import HeldOutSet
-    from rewards.scoring import RewardConfig
+    from swarm_node.node.broadcast.context import RoleContext
+    from swarm_node.node.run.behaviour_lag import LaggedBehaviour
+    from swarm_node.node.run.config import NodeConfig
+    from swarm_node.policies.learner import Learner
+    from swarm_node.policies.policy import Policy, SamplingParams
+    from swarm_node.rewards.reserved import HeldOutSet
+    from swarm_node.rewards.scoring import RewardConfig
 
 __all__ = ["StepRollouts", "StepGenerator", "carry_bound"]
 

@@ -15,7 +15,7 @@ from typing import Awaitable
 
 __all__ = ["StopRequest", "close_within", "CLOSE_PART_S"]
 
-log = logging.getLogger("node.run.trainer")
+log = logging.getLogger("swarm_node.node.run.trainer")
 
 
 class StopRequest:

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import numpy as np
 
-from node.observe.held_out import last_eval
-from node.observe.metrics import read_metrics, summary_window
-from node.observe.plots import plot_held_out, plot_reward_curve
+from swarm_node.node.observe.held_out import last_eval
+from swarm_node.node.observe.metrics import read_metrics, summary_window
+from swarm_node.node.observe.plots import plot_held_out, plot_reward_curve
 
 __all__ = ["write_summary", "SWARM_SUMMARY_KEYS"]
 

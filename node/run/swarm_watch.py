@@ -17,7 +17,7 @@ import logging
 import time
 from typing import Callable
 
-log = logging.getLogger("node.run.trainer")
+log = logging.getLogger("swarm_node.node.run.trainer")
 
 __all__ = ["watch_swarm", "alone_warning", "reached", "learner_heard", "ALONE_ROUNDS", "ALONE_MIN_S"]
 

@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
-from node.run.config_section import Section as _Section
+from swarm_node.node.run.config_section import Section as _Section
 
 __all__ = ["TasksConfig"]
 
@@ -25,8 +25,8 @@ class TasksConfig(_Section):
     @field_validator("families")
     @classmethod
     def _known_families(cls, v: list[str]) -> list[str]:
-        from rewards.registry import BUILT_IN, resolve_families  # light: no torch
-        from rewards.sources import is_source_spec
+        from swarm_node.rewards.registry import BUILT_IN, resolve_families  # light: no torch
+        from swarm_node.rewards.sources import is_source_spec
 
         if not v:
             raise ValueError(f"no task family chosen: name at least one of {', '.join(BUILT_IN)}")
@@ -34,7 +34,7 @@ class TasksConfig(_Section):
         if unknown:
             raise ValueError(f"unknown task families {unknown}; choose from {', '.join(BUILT_IN)}, "
                              f"or name a source: module:PKG.MOD, module:FILE.py, jsonl:FILE.jsonl, rg:DATASET (docs/tasks.md)")
-        from rewards.errors import TaskError
+        from swarm_node.rewards.errors import TaskError
 
         try:
             resolve_families(v)  # loads and checks each source now: a bad file stops the start, naming it
@@ -49,8 +49,8 @@ class TasksConfig(_Section):
         """The family names the entries mean (a source's is ``<name>_<digest>``, rewards/sources.py),
         settled when the config was checked: a dataset edited during the run does not rename its
         family under the running node (its held-out set and its peers' ids stay the ones it has)."""
-        from rewards.registry import get_family, resolve_families
-        from rewards.errors import TaskError
+        from swarm_node.rewards.registry import get_family, resolve_families
+        from swarm_node.rewards.errors import TaskError
 
         try:
             [get_family(n) for n in self._names]
@@ -62,7 +62,7 @@ class TasksConfig(_Section):
 
     @model_validator(mode="after")
     def _difficulties_exist(self) -> "TasksConfig":
-        from rewards.registry import get_family
+        from swarm_node.rewards.registry import get_family
 
         top = min(get_family(f).max_difficulty for f in self.names)
         if not self.difficulties or any(not 1 <= d <= top for d in self.difficulties):
@@ -73,7 +73,7 @@ class TasksConfig(_Section):
     def reward_config(self, prompt_kind: str):
         """How this node scores a completion (its own and its peers'), given its prompt format's
         kind ("raw" or "chat"): the one place ``answer``'s auto is decided."""
-        from rewards.scoring import RewardConfig
+        from swarm_node.rewards.scoring import RewardConfig
 
         answer = self.answer if self.answer != "auto" else ("lenient" if prompt_kind == "chat" else "tags")
         return RewardConfig(format_weight=self.format_weight, answer=answer)

@@ -28,34 +28,34 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from node.observe.endpoint import MetricsEndpoint
-from node.observe.record_sinks import open_record_log
-from node.observe.progress import Progress
-from node.observe.status import StatusFile
-from node.broadcast.context import RoleContext, RoleSettings
-from node.broadcast.roles import make_role
-from node.run.behaviour_lag import LaggedBehaviour
-from node.run.checkpoint import save_checkpoint
-from node.run.config import NodeConfig, batch_overlap
-from node.run.evaluate import HeldOut
-from node.run.overlap import GenerationAhead
-from node.run.own_groups import FamilyCorrectness, OwnGroups, own_groups, take_replacing
-from node.run.resume import node_state
-from node.run.rollouts import external_samples, to_records, to_train_samples
-from node.run.signal_watch import SignalWatch
-from node.run.startup import start_node
-from node.run.step_generation import StepGenerator, StepRollouts
-from node.run.stop_signals import StopSignals
-from node.run.stopping import StopRequest, close_within
-from node.run.summary import write_summary
-from node.swarm.exchange import SwarmExchange
-from node.swarm.pool import PeerGroup
-from node.transport import Transport
-from policies.learner import Learner
-from policies.policy import Policy, SamplingParams
+from swarm_node.node.observe.endpoint import MetricsEndpoint
+from swarm_node.node.observe.record_sinks import open_record_log
+from swarm_node.node.observe.progress import Progress
+from swarm_node.node.observe.status import StatusFile
+from swarm_node.node.broadcast.context import RoleContext, RoleSettings
+from swarm_node.node.broadcast.roles import make_role
+from swarm_node.node.run.behaviour_lag import LaggedBehaviour
+from swarm_node.node.run.checkpoint import save_checkpoint
+from swarm_node.node.run.config import NodeConfig, batch_overlap
+from swarm_node.node.run.evaluate import HeldOut
+from swarm_node.node.run.overlap import GenerationAhead
+from swarm_node.node.run.own_groups import FamilyCorrectness, OwnGroups, own_groups, take_replacing
+from swarm_node.node.run.resume import node_state
+from swarm_node.node.run.rollouts import external_samples, to_records, to_train_samples
+from swarm_node.node.run.signal_watch import SignalWatch
+from swarm_node.node.run.startup import start_node
+from swarm_node.node.run.step_generation import StepGenerator, StepRollouts
+from swarm_node.node.run.stop_signals import StopSignals
+from swarm_node.node.run.stopping import StopRequest, close_within
+from swarm_node.node.run.summary import write_summary
+from swarm_node.node.swarm.exchange import SwarmExchange
+from swarm_node.node.swarm.pool import PeerGroup
+from swarm_node.node.transport import Transport
+from swarm_node.policies.learner import Learner
+from swarm_node.policies.policy import Policy, SamplingParams
 
 if TYPE_CHECKING:
-    from policies.vllm_backend import VllmSampler
+    from swarm_node.policies.vllm_backend import VllmSampler
 
 log = logging.getLogger(__name__)
 

@@ -16,27 +16,27 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from node.clock import RoundClock
-from node.errors import ConfigError
-from node.observe.status import Phase
-from node.run.config import NodeConfig
-from node.swarm.exchange import SwarmExchange
-from node.swarm.peer_cache import CACHE_FILE, PeerCache
-from node.transport import Transport
-from node.transport.from_config import transport_from_config
-from policies.errors import PolicyError
-from policies.learner import Learner
-from policies.loss import LossConfig
-from policies.policy import Policy
-from policies.prompt_format import choose_format
-from protocol.identity import load_or_create_identity
-from rewards.reserved import held_out_set
+from swarm_node.node.clock import RoundClock
+from swarm_node.node.errors import ConfigError
+from swarm_node.node.observe.status import Phase
+from swarm_node.node.run.config import NodeConfig
+from swarm_node.node.swarm.exchange import SwarmExchange
+from swarm_node.node.swarm.peer_cache import CACHE_FILE, PeerCache
+from swarm_node.node.transport import Transport
+from swarm_node.node.transport.from_config import transport_from_config
+from swarm_node.policies.errors import PolicyError
+from swarm_node.policies.learner import Learner
+from swarm_node.policies.loss import LossConfig
+from swarm_node.policies.policy import Policy
+from swarm_node.policies.prompt_format import choose_format
+from swarm_node.protocol.identity import load_or_create_identity
+from swarm_node.rewards.reserved import held_out_set
 
 if TYPE_CHECKING:
-    from policies.vllm_backend import VllmSampler
+    from swarm_node.policies.vllm_backend import VllmSampler
 
 # The node's log name, as before these builders left trainer.py: log filters select it.
-log = logging.getLogger("node.run.trainer")
+log = logging.getLogger("swarm_node.node.run.trainer")
 
 __all__ = ["load_policy", "learner_arguments", "build_learner", "generation_backend", "start_vllm",
            "identity_path", "build_exchange", "OTHER_SECTIONS", "NODE_ONLY_LEARNER_FIELDS"]
@@ -59,9 +59,9 @@ def load_policy(cfg: NodeConfig, phase: Phase | None = None) -> Policy:
     """The configured policy; ``model.name`` resolves through policies/model_source.py (the
     embedded or a registry model, built or fetched once and cached; a .gguf file, converted once).
     ``phase`` hears which start-up phase this is in (building, loading)."""
-    from node.run.model_defaults import is_real_model
-    from policies.errors import ModelSourceError
-    from policies.model_source import model_kind, resolve_model
+    from swarm_node.node.run.model_defaults import is_real_model
+    from swarm_node.policies.errors import ModelSourceError
+    from swarm_node.policies.model_source import model_kind, resolve_model
 
     phase = phase or (lambda name, detail="": None)
     try:
@@ -126,7 +126,7 @@ def build_learner(policy: Policy, cfg: NodeConfig) -> Learner:
 def generation_backend(cfg: NodeConfig) -> str:
     """Who samples: "vllm" or "transformers" (policies/vllm_backend.py decides; a ConfigError
     says why an explicit vllm cannot run)."""
-    from policies.vllm_backend import choose_backend
+    from swarm_node.policies.vllm_backend import choose_backend
 
     g = cfg.generation
     try:
@@ -139,8 +139,8 @@ def generation_backend(cfg: NodeConfig) -> str:
 
 def start_vllm(policy: Policy, cfg: NodeConfig) -> "VllmSampler":
     """The vLLM engine for this run (policies/vllm_backend.py), sized for its longest sequence."""
-    from node.run.preflight import longest_prompt
-    from policies.vllm_backend import VllmSampler
+    from swarm_node.node.run.preflight import longest_prompt
+    from swarm_node.policies.vllm_backend import VllmSampler
 
     g = cfg.generation
     length = longest_prompt(policy.encode_prompts, policy.prompt_of, cfg) + g.max_completion_length + 16
@@ -167,7 +167,7 @@ async def build_exchange(cfg: NodeConfig, policy: Policy, transport: Transport |
     if hasattr(transport, "fallback_peers"):  # a carrier that joins through bootstraps: the cache after them
         transport.fallback_peers = cache.addrs
     if cfg.faults.active:
-        from node.transport.faulty import FaultyTransport
+        from swarm_node.node.transport.faulty import FaultyTransport
 
         f = cfg.faults
         transport = FaultyTransport(swarm=sc.name, publisher=ident.peer_id, inner=transport,

@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from node.sim.spec import SimSpec, is_control
-from node.transport.carriers import carrier
+from swarm_node.node.sim.spec import SimSpec, is_control
+from swarm_node.node.transport.carriers import carrier
 
 LISTEN_LOOPBACK = ["--swarm.host_maddrs", '["/ip4/127.0.0.1/tcp/0"]']
 NO_NAT_TRAVERSAL = ["--swarm.use_relay", "false", "--swarm.nat_port_map", "false"]

@@ -49,7 +49,7 @@ class Children:
         env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
         # The children share the simulator's working directory, so relative paths mean the same.
         with log_path.open("ab") as f:
-            p = subprocess.Popen([sys.executable, "-m", "node.cli", *args], stdout=f, stderr=subprocess.STDOUT,
+            p = subprocess.Popen([sys.executable, "-m", "swarm_node.node.cli", *args], stdout=f, stderr=subprocess.STDOUT,
                                  stdin=subprocess.DEVNULL, env=env, start_new_session=True,
                                  preexec_fn=die_with_parent)
         self.procs.append((name, p))

@@ -17,10 +17,10 @@ from __future__ import annotations
 import statistics
 from typing import TYPE_CHECKING
 
-from node.observe.held_out import held_out_score
+from swarm_node.node.observe.held_out import held_out_score
 
 if TYPE_CHECKING:
-    from node.run.config import NodeConfig
+    from swarm_node.node.run.config import NodeConfig
 
 __all__ = ["control_flags", "comparison", "comparison_lines"]
 

@@ -14,10 +14,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from node.errors import ConfigError
-from node.run.config import read_toml
-from node.sim.adversary import ATTACKS, DEFAULT_ATTACKS, RAW_ATTACKS, SYBIL_ATTACKS
-from node.transport.carriers import carrier
+from swarm_node.node.errors import ConfigError
+from swarm_node.node.run.config import read_toml
+from swarm_node.node.sim.adversary import ATTACKS, DEFAULT_ATTACKS, RAW_ATTACKS, SYBIL_ATTACKS
+from swarm_node.node.transport.carriers import carrier
 
 
 class _Strict(BaseModel):

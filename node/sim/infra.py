@@ -9,10 +9,10 @@ import asyncio
 import logging
 import time
 
-from node.errors import ConfigError, NodeError
-from node.sim.children import Children, die_with_parent
-from node.sim.spec import SimSpec
-from node.transport.carriers import carrier
+from swarm_node.node.errors import ConfigError, NodeError
+from swarm_node.node.sim.children import Children, die_with_parent
+from swarm_node.node.sim.spec import SimSpec
+from swarm_node.node.transport.carriers import carrier
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ async def start_bootstrap(spec: SimSpec, kids: Children, stop: asyncio.Event) ->
 
 async def start_broker(spec: SimSpec):
     """A Mosquitto for the nodes (anonymous, on a free loopback port), in <run dir>/broker."""
-    from node.transport.mqtt.broker import Mosquitto
+    from swarm_node.node.transport.mqtt.broker import Mosquitto
 
     broker = Mosquitto(spec.run_dir / "broker", preexec_fn=die_with_parent)  # BrokerMissing: a ConfigError
     await asyncio.to_thread(broker.start, spec.startup_timeout)
@@ -53,8 +53,8 @@ async def prepare_models(names: tuple[str, ...], mode: str, stop: asyncio.Event)
     before the nodes start: N nodes building one at once would each spend N times as long on the
     same cores. False if Ctrl-C came first (the build thread is abandoned; its temporary folder is
     cleaned next time)."""
-    from node.daemon_thread import run_in_daemon_thread
-    from policies.model_source import resolve_model
+    from swarm_node.node.daemon_thread import run_in_daemon_thread
+    from swarm_node.policies.model_source import resolve_model
 
     news = {"line": "starting", "since": time.time()}
     what = "the embedded default model" if names == ("default",) else ", ".join(names)
@@ -93,7 +93,7 @@ async def prepare_models(names: tuple[str, ...], mode: str, stop: asyncio.Event)
             build.cancel()  # the thread itself is abandoned (daemon); its folder is temporary
         if live is not None:
             live.stop()
-    from policies.errors import ModelSourceError
+    from swarm_node.policies.errors import ModelSourceError
 
     try:
         path = build.result()

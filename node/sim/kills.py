@@ -10,10 +10,10 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from node.sim.children import Children
-from node.sim.preflight import newest_checkpoint_step
-from node.sim.spec import SimSpec
-from node.sim.table import status_rows
+from swarm_node.node.sim.children import Children
+from swarm_node.node.sim.preflight import newest_checkpoint_step
+from swarm_node.node.sim.spec import SimSpec
+from swarm_node.node.sim.table import status_rows
 
 log = logging.getLogger(__name__)
 

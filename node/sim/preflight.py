@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from node.errors import ConfigError
-from node.sim.spec import SimSpec
+from swarm_node.node.errors import ConfigError
+from swarm_node.node.sim.spec import SimSpec
 
 
 def newest_checkpoint_step(node_dir: Path) -> int | None:
     """Step of the checkpoint a node in ``node_dir`` would resume from (the newest that
     verifies: a corrupt newer one does not count), None if there is none."""
-    from node.run.checkpoint import checkpoint_step, newest_valid
+    from swarm_node.node.run.checkpoint import checkpoint_step, newest_valid
 
     found = newest_valid(node_dir / "checkpoints")
     return checkpoint_step(found) if found is not None else None
@@ -48,7 +48,7 @@ def check_prior_run(spec: SimSpec, steps: list[int], resume: bool) -> str | None
 def startup_warnings(spec: SimSpec, cfgs: list) -> list[str]:
     """Things about this run a user should know before it starts (not errors: it can run);
     ``cfgs[i]`` is node i's config."""
-    from node.run.config import batch_overlap
+    from swarm_node.node.run.config import batch_overlap
 
     out = []
     for k in spec.faults.kill:

@@ -32,14 +32,14 @@ import sys
 import time
 from pathlib import Path
 
-from node.sim.argv import adversary_args, join_flags, node_args, worker_args
-from node.sim.children import Children
-from node.sim.infra import prepare_models, start_bootstrap, start_broker
-from node.sim.kills import KillFaults
-from node.sim.spec import SimSpec, is_control, node_log, processes
-from node.sim.summary import clear_summary, write_summary
-from node.sim.table import plain_line, render_table, status_rows
-from node.transport.carriers import carrier
+from swarm_node.node.sim.argv import adversary_args, join_flags, node_args, worker_args
+from swarm_node.node.sim.children import Children
+from swarm_node.node.sim.infra import prepare_models, start_bootstrap, start_broker
+from swarm_node.node.sim.kills import KillFaults
+from swarm_node.node.sim.spec import SimSpec, is_control, node_log, processes
+from swarm_node.node.sim.summary import clear_summary, write_summary
+from swarm_node.node.sim.table import plain_line, render_table, status_rows
+from swarm_node.node.transport.carriers import carrier
 
 
 log = logging.getLogger(__name__)
@@ -72,7 +72,7 @@ def _launch_nodes(spec: SimSpec, kids: Children, how: list[str], broker_url: str
         return ["join", *how, *node_args(spec, i)], node_log(spec, i)
 
     # Identities up front: a partition names the peers on the other side by peer id.
-    from protocol.identity import load_or_create_identity
+    from swarm_node.protocol.identity import load_or_create_identity
 
     for i in range(spec.nodes):
         (spec.run_dir / f"node{i}").mkdir(exist_ok=True)

@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from node.sim.faults import SimFaults
-from node.transport.carriers import carrier
+from swarm_node.node.sim.faults import SimFaults
+from swarm_node.node.transport.carriers import carrier
 
 
 @dataclass

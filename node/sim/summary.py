@@ -12,12 +12,12 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from node.sim.control import comparison, comparison_lines
-from node.sim.spec import SimSpec, is_control, node_name
-from node.sim.table import fmt, read_status
+from swarm_node.node.sim.control import comparison, comparison_lines
+from swarm_node.node.sim.spec import SimSpec, is_control, node_name
+from swarm_node.node.sim.table import fmt, read_status
 
 if TYPE_CHECKING:
-    from node.sim.kills import KillFaults
+    from swarm_node.node.sim.kills import KillFaults
 
 
 def fault_text(n: dict) -> str:
@@ -54,9 +54,9 @@ def write_summary(spec: SimSpec, wall_s: float, interrupted: bool, failed: dict,
                   stopping: bool = False) -> dict:
     """Write summary.json and summary.md (and the plots, unless ``stopping``: written as a stop
     begins, then again once the nodes have stopped); ``interrupted`` marks it partial."""
-    from node.observe.held_out import evaluations, held_out_score, last_eval
-    from node.observe.metrics import read_metrics, summary_window
-    from node.observe.plots import plot_swarm
+    from swarm_node.node.observe.held_out import evaluations, held_out_score, last_eval
+    from swarm_node.node.observe.metrics import read_metrics, summary_window
+    from swarm_node.node.observe.plots import plot_swarm
 
     nodes, series = [], {}
     records = [read_metrics(spec.run_dir / f"node{i}" / "metrics.jsonl") for i in range(spec.nodes)]

@@ -8,13 +8,13 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from node.observe.held_out import held_out_score
-from node.observe.status import describe_phase
-from node.sim.spec import SimSpec, node_name, processes
+from swarm_node.node.observe.held_out import held_out_score
+from swarm_node.node.observe.status import describe_phase
+from swarm_node.node.sim.spec import SimSpec, node_name, processes
 
 if TYPE_CHECKING:  # annotations only (kills.py reads these rows: importing it here would be a cycle)
-    from node.sim.children import Children
-    from node.sim.kills import KillFaults
+    from swarm_node.node.sim.children import Children
+    from swarm_node.node.sim.kills import KillFaults
 
 
 def read_status(node_dir: Path) -> dict | None:

@@ -45,19 +45,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from node.swarm.limits import MAX_CREATED_DRIFT_S, MAX_GROUPS_PER_BATCH, MAX_TEXT_BYTES_PER_TOKEN
-from node.swarm.pool import AdmittedGroup
-from node.transport.base import Delivery
-from protocol.codec import decode
-from protocol.errors import MessageTooLarge, ProtocolError, UnknownField, UnsupportedVersion
-from protocol.messages import MIN_TOKEN_LOGPROB, Announcement, RolloutBatch, RolloutRecord, same_tokenizer
-from protocol.signing import Envelope, Verifier, VerifyResult, envelope_from_bytes
-from protocol.task_id import TaskId
-from rewards.errors import TaskError, UnknownTaskFamily
-from rewards.held_out import is_held_out
-from rewards.registry import get_family, make_task
-from rewards.scoring import RewardConfig, score
-from rewards.task import Task
+from swarm_node.node.swarm.limits import MAX_CREATED_DRIFT_S, MAX_GROUPS_PER_BATCH, MAX_TEXT_BYTES_PER_TOKEN
+from swarm_node.node.swarm.pool import AdmittedGroup
+from swarm_node.node.transport.base import Delivery
+from swarm_node.protocol.codec import decode
+from swarm_node.protocol.errors import MessageTooLarge, ProtocolError, UnknownField, UnsupportedVersion
+from swarm_node.protocol.messages import MIN_TOKEN_LOGPROB, Announcement, RolloutBatch, RolloutRecord, same_tokenizer
+from swarm_node.protocol.signing import Envelope, Verifier, VerifyResult, envelope_from_bytes
+from swarm_node.protocol.task_id import TaskId
+from swarm_node.rewards.errors import TaskError, UnknownTaskFamily
+from swarm_node.rewards.held_out import is_held_out
+from swarm_node.rewards.registry import get_family, make_task
+from swarm_node.rewards.scoring import RewardConfig, score
+from swarm_node.rewards.task import Task
 
 __all__ = ["REJECT_REASONS", "SENDER_FAULTS", "Refused", "Admitted", "Admission", "open_message",
            "still_fresh", "allowed_specials"]

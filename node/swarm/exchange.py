@@ -26,25 +26,25 @@ import random
 import time
 from typing import Callable, Mapping, Sequence
 
-from node.clock import RoundClock
-from node.swarm import limits
-from node.swarm.admission import SENDER_FAULTS, Admission, Admitted, Refused, open_message, still_fresh
-from node.swarm.clock_offset import DELIVERY_ALLOWANCE_S, ClockWatch
-from node.swarm.limits import envelope_ttl, heartbeat_ttl, usable_envelope_bytes
-from node.swarm.link import SwarmLink
-from node.swarm.peer_work import PeerWork
-from node.swarm.pool import AdmittedGroup, PeerPool
-from node.swarm.selection import sender_cap
-from node.swarm.stats import SwarmStats, bump
-from node.swarm.verdicts import VerdictCache
-from node.transport.base import Delivery, Transport
-from node.transport.hivemind.index import envelopes_wanted
-from protocol.codec import encode
-from protocol.identity import Identity
-from protocol.messages import Announcement, RolloutBatch, RolloutRecord
-from protocol.signing import Envelope, Verifier, envelope_to_bytes, next_seq, sign
-from rewards.scoring import RewardConfig
-from rewards.task import Task
+from swarm_node.node.clock import RoundClock
+from swarm_node.node.swarm import limits
+from swarm_node.node.swarm.admission import SENDER_FAULTS, Admission, Admitted, Refused, open_message, still_fresh
+from swarm_node.node.swarm.clock_offset import DELIVERY_ALLOWANCE_S, ClockWatch
+from swarm_node.node.swarm.limits import envelope_ttl, heartbeat_ttl, usable_envelope_bytes
+from swarm_node.node.swarm.link import SwarmLink
+from swarm_node.node.swarm.peer_work import PeerWork
+from swarm_node.node.swarm.pool import AdmittedGroup, PeerPool
+from swarm_node.node.swarm.selection import sender_cap
+from swarm_node.node.swarm.stats import SwarmStats, bump
+from swarm_node.node.swarm.verdicts import VerdictCache
+from swarm_node.node.transport.base import Delivery, Transport
+from swarm_node.node.transport.hivemind.index import envelopes_wanted
+from swarm_node.protocol.codec import encode
+from swarm_node.protocol.identity import Identity
+from swarm_node.protocol.messages import Announcement, RolloutBatch, RolloutRecord
+from swarm_node.protocol.signing import Envelope, Verifier, envelope_to_bytes, next_seq, sign
+from swarm_node.rewards.scoring import RewardConfig
+from swarm_node.rewards.task import Task
 
 log = logging.getLogger(__name__)
 

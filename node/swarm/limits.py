@@ -6,8 +6,8 @@ node/swarm/pool.py's.
 
 from __future__ import annotations
 
-from protocol.messages import MAX_ROLLOUTS, MAX_TASK_ID_CHARS
-from protocol.signing import MAX_ENVELOPE_SIZE
+from swarm_node.protocol.messages import MAX_ROLLOUTS, MAX_TASK_ID_CHARS
+from swarm_node.protocol.signing import MAX_ENVELOPE_SIZE
 
 __all__ = ["MAX_GROUPS_PER_BATCH", "MAX_TEXT_BYTES_PER_TOKEN", "MAX_CREATED_DRIFT_S", "MAX_TRACKED_PEERS",
            "OTHER_PEERS", "usable_envelope_bytes", "envelope_ttl", "heartbeat_ttl"]

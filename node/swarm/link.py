@@ -15,8 +15,8 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from node.transport.backoff import Backoff
-from node.transport.base import Transport
+from swarm_node.node.transport.backoff import Backoff
+from swarm_node.node.transport.base import Transport
 
 log = logging.getLogger(__name__)
 

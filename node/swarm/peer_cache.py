@@ -37,8 +37,8 @@ from typing import Callable, Mapping
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from node.swarm.peer_work import MIN_ROUNDS  # (the one bar: the clock watch counts peers past it too)
-from protocol.identity import Identity
+from swarm_node.node.swarm.peer_work import MIN_ROUNDS  # (the one bar: the clock watch counts peers past it too)
+from swarm_node.protocol.identity import Identity
 
 log = logging.getLogger(__name__)
 

@@ -19,9 +19,9 @@ import sys
 from dataclasses import dataclass
 from typing import Mapping
 
-from protocol.messages import RolloutRecord
-from node.swarm.selection import select as select_groups, sender_cap
-from rewards.task import Task
+from swarm_node.protocol.messages import RolloutRecord
+from swarm_node.node.swarm.selection import select as select_groups, sender_cap
+from swarm_node.rewards.task import Task
 
 __all__ = ["PeerGroup", "AdmittedGroup", "PeerPool", "group_bytes", "MAX_POOL_GROUPS", "MAX_POOL_BYTES",
            "MAX_SENDER_BYTES"]

@@ -17,7 +17,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from node.transport.addresses import without_peer
+from swarm_node.node.transport.addresses import without_peer
 
 __all__ = ["endpoint_of", "dial", "Listened", "join_and_listen"]
 
@@ -83,11 +83,11 @@ async def join_and_listen(sc, *, join_timeout: float, window: float, ask=None, a
     """Join the swarm ``sc`` (the ``[swarm]`` config) as a throw-away peer within ``join_timeout``
     seconds, then poll its heartbeats for ``window`` seconds, then ``await ask(transport)`` (a
     list, at most ``ask_timeout`` seconds) when given; leave. Never raises for the network."""
-    from node.swarm.admission import Refused, open_message
-    from node.transport.from_config import transport_from_config
-    from protocol.identity import Identity
-    from protocol.messages import Announcement
-    from protocol.signing import Verifier
+    from swarm_node.node.swarm.admission import Refused, open_message
+    from swarm_node.node.transport.from_config import transport_from_config
+    from swarm_node.protocol.identity import Identity
+    from swarm_node.protocol.messages import Announcement
+    from swarm_node.protocol.signing import Verifier
 
     out = Listened()
     ident = Identity.generate()

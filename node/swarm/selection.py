@@ -29,7 +29,7 @@ import random
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 if TYPE_CHECKING:  # the pool imports this module
-    from node.swarm.pool import AdmittedGroup
+    from swarm_node.node.swarm.pool import AdmittedGroup
 
 __all__ = ["RULES", "select", "sender_cap"]
 

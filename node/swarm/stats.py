@@ -10,7 +10,7 @@ from __future__ import annotations
 import collections
 from dataclasses import dataclass, field
 
-from node.swarm import limits
+from swarm_node.node.swarm import limits
 
 __all__ = ["SwarmStats", "bump"]
 

@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Generic, TypeVar
 
-from node.transport.base import Delivery
+from swarm_node.node.transport.base import Delivery
 
 __all__ = ["VerdictCache", "MAX_VERDICTS", "MAX_VERDICT_BYTES", "MAX_HEARTBEAT_VERDICTS",
            "MAX_HEARTBEAT_VERDICT_BYTES", "VERDICT_AGE_ROUNDS"]

@@ -21,7 +21,7 @@ the same protobuf symbols and cannot share one process, and MQTT needs neither. 
 another.
 """
 
-from node.transport.base import Delivery, Transport, TransportError
+from swarm_node.node.transport.base import Delivery, Transport, TransportError
 
 __all__ = ["Delivery", "Transport", "TransportError", "create_transport"]
 
@@ -29,6 +29,6 @@ __all__ = ["Delivery", "Transport", "TransportError", "create_transport"]
 def create_transport(kind: str, **kwargs) -> Transport:
     """A transport by config name (``swarm.transport``), imported lazily (node/transport/carriers.py)."""
     # Imported here: a package-level name ``carrier`` would be the submodule carrier.py once imported.
-    from node.transport.carriers import carrier
+    from swarm_node.node.transport.carriers import carrier
 
     return carrier(kind).load_transport()(**kwargs)

@@ -17,8 +17,8 @@ import collections
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from protocol.errors import SwarmError
-from protocol.signing import MAX_ENVELOPE_SIZE
+from swarm_node.protocol.errors import SwarmError
+from swarm_node.protocol.signing import MAX_ENVELOPE_SIZE
 
 __all__ = ["Delivery", "Transport", "TransportError", "MAX_ENVELOPE_SIZE", "MAX_ANNOUNCEMENT_SIZE"]
 

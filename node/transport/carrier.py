@@ -21,8 +21,8 @@ import struct
 from abc import ABC, abstractmethod
 from typing import Awaitable, Callable
 
-from node.transport.ratelimit import TokenBucket
-from protocol.manifest import MAX_MANIFEST_BYTES
+from swarm_node.node.transport.ratelimit import TokenBucket
+from swarm_node.protocol.manifest import MAX_MANIFEST_BYTES
 
 log = logging.getLogger(__name__)
 

@@ -14,11 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Awaitable, Callable
 
-from node.transport.addresses import peer_id_of
-from node.transport.base import Transport, TransportError
-from node.transport.hivemind import settings as hivemind_settings
-from node.transport.libp2p import settings as libp2p_settings
-from node.transport.mqtt import settings as mqtt_settings
+from swarm_node.node.transport.addresses import peer_id_of
+from swarm_node.node.transport.base import Transport, TransportError
+from swarm_node.node.transport.hivemind import settings as hivemind_settings
+from swarm_node.node.transport.libp2p import settings as libp2p_settings
+from swarm_node.node.transport.mqtt import settings as mqtt_settings
 
 __all__ = ["CARRIERS", "Carrier", "carrier", "carrier_of_address"]
 
@@ -60,7 +60,7 @@ class Carrier:
 
 
 def _memory() -> type[Transport]:
-    from node.transport.memory import MemoryTransport
+    from swarm_node.node.transport.memory import MemoryTransport
 
     return MemoryTransport
 
@@ -70,33 +70,33 @@ def _memory_kwargs(sc, ident, *, p2p_identity_path: str | None, on_retry) -> dic
 
 
 def _hivemind() -> type[Transport]:
-    from node.transport.hivemind.transport import HivemindTransport
+    from swarm_node.node.transport.hivemind.transport import HivemindTransport
 
     return HivemindTransport
 
 
 def _hivemind_bootstrap() -> BootstrapServer:
-    from node.transport.hivemind.bootstrap import run_bootstrap
+    from swarm_node.node.transport.hivemind.bootstrap import run_bootstrap
 
     return run_bootstrap
 
 
 def _mqtt() -> type[Transport]:
-    from node.transport.mqtt.transport import MqttTransport
+    from swarm_node.node.transport.mqtt.transport import MqttTransport
 
     return MqttTransport
 
 
 def _libp2p() -> type[Transport]:
     try:
-        from node.transport.libp2p.transport import Libp2pTransport
+        from swarm_node.node.transport.libp2p.transport import Libp2pTransport
     except ImportError as e:  # an optional extra
         raise TransportError(f"the libp2p transport needs py-libp2p: pip install 'swarm-node[libp2p]' ({e})") from None
     return Libp2pTransport
 
 
 def _libp2p_bootstrap() -> BootstrapServer:
-    from node.transport.libp2p.bootstrap import run_libp2p_bootstrap
+    from swarm_node.node.transport.libp2p.bootstrap import run_libp2p_bootstrap
 
     return run_libp2p_bootstrap
 

@@ -25,8 +25,8 @@ import hashlib
 import time
 from dataclasses import dataclass
 
-from node.transport.addresses import relayed
-from protocol.manifest import MAX_RELAYS, Manifest
+from swarm_node.node.transport.addresses import relayed
+from swarm_node.protocol.manifest import MAX_RELAYS, Manifest
 
 __all__ = ["Directory", "HeldDirectory", "Pointer", "relay_order", "ANNOUNCE_TTL_S", "MAX_UNVOUCHED_RELAYS",
            "MAX_FOLLOWERS"]

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from node.transport.base import Delivery, Transport
+from swarm_node.node.transport.base import Delivery, Transport
 
 __all__ = ["FaultyTransport"]
 

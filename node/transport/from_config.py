@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Callable
 
-from node.transport import Transport, create_transport
-from node.transport.carriers import carrier
-from protocol.identity import Identity
+from swarm_node.node.transport import Transport, create_transport
+from swarm_node.node.transport.carriers import carrier
+from swarm_node.protocol.identity import Identity
 
 __all__ = ["transport_from_config"]
 

@@ -23,8 +23,8 @@ import collections
 import hashlib
 from typing import Iterable
 
-from node.transport.base import MAX_ANNOUNCEMENT_SIZE, MAX_ENVELOPE_SIZE, Delivery
-from node.transport.standing import MAX_VOUCHED, Standing
+from swarm_node.node.transport.base import MAX_ANNOUNCEMENT_SIZE, MAX_ENVELOPE_SIZE, Delivery
+from swarm_node.node.transport.standing import MAX_VOUCHED, Standing
 
 __all__ = ["Inbox", "MAX_ROUND_AHEAD", "MAX_DELIVERIES", "MAX_HEARD", "MAX_VOUCHED"]
 

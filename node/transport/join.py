@@ -24,7 +24,7 @@ import asyncio
 import logging
 from typing import Awaitable, Callable, Optional, TypeVar
 
-from node.transport.base import TransportError
+from swarm_node.node.transport.base import TransportError
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from node.transport.base import MAX_ANNOUNCEMENT_SIZE, MAX_ENVELOPE_SIZE, Delivery, Transport
+from swarm_node.node.transport.base import MAX_ANNOUNCEMENT_SIZE, MAX_ENVELOPE_SIZE, Delivery, Transport
 
 __all__ = ["MemoryHub", "MemoryTransport", "PROCESS_HUB"]
 

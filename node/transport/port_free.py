@@ -11,7 +11,7 @@ from __future__ import annotations
 import errno
 import socket
 
-from node.errors import ConfigError
+from swarm_node.node.errors import ConfigError
 
 __all__ = ["check_port_free"]
 

@@ -9,6 +9,6 @@ boolean.py          'boolean': 'not t or f' -> 'f'
 counting.py         'counting': 'count a in abca' -> '2'
 """
 
-from rewards.families.family import Family
+from swarm_node.rewards.families.family import Family
 
 __all__ = ["Family"]

@@ -15,8 +15,8 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-from rewards.families.family import Family
-from rewards.families.normalize import canonical_token
+from swarm_node.rewards.families.family import Family
+from swarm_node.rewards.families.normalize import canonical_token
 
 __all__ = ["FAMILY"]
 

@@ -19,8 +19,8 @@ import random
 import re
 from dataclasses import dataclass
 
-from rewards.families.family import Family
-from rewards.families.normalize import canonical_word
+from swarm_node.rewards.families.family import Family
+from swarm_node.rewards.families.normalize import canonical_word
 
 __all__ = ["FAMILY", "to_base"]
 

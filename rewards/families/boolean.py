@@ -21,9 +21,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from rewards.families.family import Family
-from rewards.families.normalize import canonical_word
-from rewards.task import MAX_QUESTION_CHARS
+from swarm_node.rewards.families.family import Family
+from swarm_node.rewards.families.normalize import canonical_word
+from swarm_node.rewards.task import MAX_QUESTION_CHARS
 
 __all__ = ["FAMILY"]
 

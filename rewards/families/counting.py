@@ -18,8 +18,8 @@ import random
 import string
 from dataclasses import dataclass
 
-from rewards.families.family import Family
-from rewards.families.normalize import canonical_token
+from swarm_node.rewards.families.family import Family
+from swarm_node.rewards.families.normalize import canonical_token
 
 __all__ = ["FAMILY"]
 

@@ -12,7 +12,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from rewards.errors import InvalidTaskId
+from swarm_node.rewards.errors import InvalidTaskId
 
 __all__ = ["Family", "Generator", "Normalizer"]
 

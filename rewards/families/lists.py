@@ -20,9 +20,9 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from rewards.families.family import Family
-from rewards.families.normalize import canonical_token
-from rewards.task import MAX_ANSWER_CHARS
+from swarm_node.rewards.families.family import Family
+from swarm_node.rewards.families.normalize import canonical_token
+from swarm_node.rewards.task import MAX_ANSWER_CHARS
 
 __all__ = ["FAMILY"]
 

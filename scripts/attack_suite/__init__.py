@@ -11,4 +11,4 @@ measured and against which targets.
 - ``report``: the markdown report, and the JSON and markdown files.
 """
 
-import common  # noqa: F401 - puts the repository root on sys.path: these modules import node/
+import common  # noqa: F401 - puts the repository root on sys.path: these modules import swarm_node

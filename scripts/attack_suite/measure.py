@@ -9,8 +9,8 @@ from pathlib import Path
 
 from attack_suite.sampler import MemorySampler
 from attack_suite.scenarios import MIB, Setup, local_groups
-from node.observe.metrics import read_metrics
-from node.sim.adversary import OVERSIZED_TASKS
+from swarm_node.node.observe.metrics import read_metrics
+from swarm_node.node.sim.adversary import OVERSIZED_TASKS
 
 
 def read_json(path: Path) -> dict:

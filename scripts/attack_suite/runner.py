@@ -18,7 +18,7 @@ from attack_suite.scenarios import Setup
 
 def progress_line(run_dir: Path, nodes: int, steps: int, adversary: bool) -> str:
     """Where each node (and the adversary) is, from their status files: the 10 s progress line."""
-    from node.observe.status import describe_phase
+    from swarm_node.node.observe.status import describe_phase
 
     parts = []
     for i in range(nodes):
@@ -37,9 +37,9 @@ async def run_scenario(name: str, attacks: tuple[str, ...], setup: Setup, run_di
                        say: Callable[[str], None] = print, deadline_s: float | None = None) -> dict:
     """Run the honest swarm (plus an adversary running ``attacks``, if any) to the end, then
     measure it. A run past ``deadline_s`` is stopped as Ctrl-C stops a sim (what it did counts)."""
-    from node.sim.runner import run_sim
-    from node.sim.faults import MaliciousFault, SimFaults
-    from node.sim.spec import SimSpec
+    from swarm_node.node.sim.runner import run_sim
+    from swarm_node.node.sim.faults import MaliciousFault, SimFaults
+    from swarm_node.node.sim.spec import SimSpec
 
     if run_dir.exists():
         shutil.rmtree(run_dir)

@@ -34,7 +34,7 @@ def lower_priority(pid: int, done: set) -> None:
 def _node_processes(procs: list[Process], run_dir: str) -> list[int]:
     """The pids of the ``node.cli`` processes started with ``--run.dir run_dir``."""
     want = b"\0--run.dir\0" + run_dir.encode() + b"\0"
-    return [p.pid for p in procs if b"node.cli" in p.cmdline and want in p.cmdline + b"\0"]
+    return [p.pid for p in procs if b"swarm_node.node.cli" in p.cmdline and want in p.cmdline + b"\0"]
 
 
 class MemorySampler:

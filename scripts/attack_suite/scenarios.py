@@ -76,7 +76,7 @@ class Setup:
 
 def _setting(setup: Setup, key: str):
     """A config value in this setup: its flag if one is given, else the config's default."""
-    from node.run.config import NodeConfig
+    from swarm_node.node.run.config import NodeConfig
 
     section, name = key.split(".")
     default = getattr(getattr(NodeConfig(), section), name)
@@ -85,7 +85,7 @@ def _setting(setup: Setup, key: str):
 
 def sender_cap_of(setup: Setup) -> int:
     """The most groups one sender may give an honest node's step in this setup (node/swarm/selection.py)."""
-    from node.swarm.selection import sender_cap
+    from swarm_node.node.swarm.selection import sender_cap
 
     return sender_cap(_setting(setup, "swarm.external_groups"), _setting(setup, "swarm.max_sender_share"))
 

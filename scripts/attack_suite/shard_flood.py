@@ -28,7 +28,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from protocol.identity import Identity
+from swarm_node.protocol.identity import Identity
 
 PREFIX_DIGITS = 2  # the victim's shard at levels 0-2: 1 in 256 fresh keys lands there
 FLOOD_LEVELS = (0, 1, 2)
@@ -41,7 +41,7 @@ WANT = 2  # envelopes_wanted(J = 4, 4 groups an envelope)
 def grind_keys(prefix: str, n: int) -> list[Identity]:
     """``n`` fresh identities whose peer-id hash starts with ``prefix`` (16**len(prefix) tries
     each, about 50 us a try)."""
-    from node.transport.hivemind.index import peer_hash
+    from swarm_node.node.transport.hivemind.index import peer_hash
 
     keys = []
     while len(keys) < n:
@@ -71,7 +71,7 @@ class Phase:
 
 
 async def _start_transport(ident: Identity, maddrs: list[str], round_seconds: float):
-    from node.transport.hivemind.transport import HivemindTransport
+    from swarm_node.node.transport.hivemind.transport import HivemindTransport
 
     t = HivemindTransport(swarm=SWARM, publisher=ident.peer_id, signer=ident, initial_peers=maddrs,
                           join_retries=2, round_seconds=round_seconds, **LOOPBACK)
@@ -111,8 +111,8 @@ async def _flood_loop(sybil, keys: list[Identity], rounds: set[int], round_secon
     Sybil's host (junk bodies)."""
     import hashlib
 
-    from node.transport.hivemind.index import shard_prefix
-    from node.transport.hivemind.index_records import index_entry
+    from swarm_node.node.transport.hivemind.index import shard_prefix
+    from swarm_node.node.transport.hivemind.index_records import index_entry
 
     done = set()
     while done != rounds:
@@ -138,10 +138,10 @@ async def _flood_loop(sybil, keys: list[Identity], rounds: set[int], round_secon
 async def run_shard_flood(phases: list[Phase], n_keys: int = 160, round_seconds: float = 3.0,
                           say=print) -> dict:
     """Run the phases back to back in one swarm; returns what each honest peer measured per phase."""
-    from node.sim.adversary.sybil import SybilNode
-    from node.transport.hivemind.daemon import start_dht_node, stop_dht_node
-    from node.transport.hivemind.index import peer_hash
-    from node.transport.hivemind.records import bootstrap_validator
+    from swarm_node.node.sim.adversary.sybil import SybilNode
+    from swarm_node.node.transport.hivemind.daemon import start_dht_node, stop_dht_node
+    from swarm_node.node.transport.hivemind.index import peer_hash
+    from swarm_node.node.transport.hivemind.records import bootstrap_validator
 
     victim, receiver = Honest("victim", Identity.generate()), Honest("receiver", Identity.generate())
     t0 = time.time()

@@ -7,7 +7,7 @@ from attack_suite.measure import finite, finite_mean
 from attack_suite.scenarios import (DECODE_SLACK, EXPECTED_REJECTIONS, EXPECTED_TRANSPORT, MAX_GROWTH, MIB,
                                     MUST_BE_REFUSED, POOL_BYTES_CAP, RHO_ATTACKS, RHO_TOLERANCE, Setup,
                                     sender_cap_of)
-from node.sim.adversary import ADMITTED_BY_DESIGN
+from swarm_node.node.sim.adversary import ADMITTED_BY_DESIGN
 
 
 def clean_baseline(cleans: list[dict]) -> dict:

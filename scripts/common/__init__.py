@@ -12,7 +12,7 @@
 - ``curves``: the correctness-curve statistics the experiment reports use, and their plots.
 
 Scripts run as ``python scripts/NAME.py`` have scripts/ on sys.path, not the repository root:
-importing this package puts the root there, so ``node``, ``policies`` ... import after it.
+importing this package puts the root there, so ``swarm_node`` (``swarm_node.node`` ...) imports after it.
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from node.observe.held_out import held_out_score  # importable: the package puts the repository root on sys.path
-from node.observe.plots import rolling_mean
+from swarm_node.node.observe.held_out import held_out_score  # importable: the package puts the repository root on sys.path
+from swarm_node.node.observe.plots import rolling_mean
 
 WINDOW = 20  # steps in the rolling mean and in "final" (the last WINDOW steps)
 

@@ -30,6 +30,6 @@ def setup(args: argparse.Namespace) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.model is None:
-        from policies.default_model import ensure_default_model
+        from swarm_node.policies.default_model import ensure_default_model
 
         args.model = str(ensure_default_model())

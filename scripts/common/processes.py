@@ -42,7 +42,7 @@ def run_cli(args: list[str], run_dir: Path, done_file: str, rerun: bool = False)
     if (run_dir / done_file).exists() and not rerun:
         print(f"{run_dir}: done already (--rerun to redo)", flush=True)
         return run_dir
-    cmd = [sys.executable, "-m", "node.cli", *args, "--run.dir", str(run_dir), "--run.checkpoint_every", "0"]
+    cmd = [sys.executable, "-m", "swarm_node.node.cli", *args, "--run.dir", str(run_dir), "--run.checkpoint_every", "0"]
     t0 = time.time()
     print(f"{run_dir.name}: swarm-node {' '.join(args)}", flush=True)
     subprocess.run(cmd, check=True, cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1"),

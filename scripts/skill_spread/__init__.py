@@ -5,4 +5,4 @@
   learning alone, finals, collapses; and the plot of the non-holders' curves.
 """
 
-import common  # noqa: F401 - puts the repository root on sys.path: these modules import node/
+import common  # noqa: F401 - puts the repository root on sys.path: these modules import swarm_node

@@ -20,7 +20,7 @@ import statistics
 from pathlib import Path
 
 from common.curves import Curve, first_reach_at, mean_at_steps
-from node.observe.held_out import held_out_score
+from swarm_node.node.observe.held_out import held_out_score
 
 FAMILIES = ("counting", "boolean")  # the two families the embedded model learns at level 2
 

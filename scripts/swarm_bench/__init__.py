@@ -9,4 +9,4 @@ its docstring says what is measured and how.
 - ``report``: the markdown tables.
 """
 
-import common  # noqa: F401 - puts the repository root on sys.path: these modules import node/
+import common  # noqa: F401 - puts the repository root on sys.path: these modules import swarm_node

@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from common.proc import busy_share, machine_jiffies
-from node.clock import RoundClock
-from node.swarm.exchange import SwarmExchange
-from policies.policy import Policy
-from protocol.identity import Identity
-from protocol.messages import RolloutRecord
+from swarm_node.node.clock import RoundClock
+from swarm_node.node.swarm.exchange import SwarmExchange
+from swarm_node.policies.policy import Policy
+from swarm_node.protocol.identity import Identity
+from swarm_node.protocol.messages import RolloutRecord
 from swarm_bench.nodes import ROUND_SECONDS, close_all, make_exchange, make_transports
 
 

@@ -12,17 +12,17 @@ from typing import Callable
 
 import torch
 
-from node.clock import RoundClock
-from node.run.config import NodeConfig
-from node.run.rollouts import generate_rollouts, round_task_ids, to_records
-from node.swarm.exchange import SwarmExchange
-from node.transport.base import Transport
-from node.transport.memory import MemoryHub, MemoryTransport
-from policies.default_model import ensure_default_model
-from policies.policy import Policy, SamplingParams
-from protocol.identity import Identity
-from protocol.messages import RolloutRecord
-from rewards.scoring import RewardConfig
+from swarm_node.node.clock import RoundClock
+from swarm_node.node.run.config import NodeConfig
+from swarm_node.node.run.rollouts import generate_rollouts, round_task_ids, to_records
+from swarm_node.node.swarm.exchange import SwarmExchange
+from swarm_node.node.transport.base import Transport
+from swarm_node.node.transport.memory import MemoryHub, MemoryTransport
+from swarm_node.policies.default_model import ensure_default_model
+from swarm_node.policies.policy import Policy, SamplingParams
+from swarm_node.protocol.identity import Identity
+from swarm_node.protocol.messages import RolloutRecord
+from swarm_node.rewards.scoring import RewardConfig
 
 SWARM = "bench"
 ROUND_SECONDS = 1.0  # the demo's round (docs/examples/swarm_demo.toml): one trial a round
@@ -68,9 +68,9 @@ async def make_transports(kind: str, ids: list[Identity]) -> tuple[list[Transpor
         hub = MemoryHub()
         ts = [MemoryTransport(swarm=SWARM, publisher=i.peer_id, hub=hub) for i in ids]
     elif kind == "hivemind":
-        from node.transport.hivemind.records import bootstrap_validator
-        from node.transport.hivemind.transport import HivemindTransport
-        from node.transport.hivemind.daemon import start_dht_node, stop_dht_node
+        from swarm_node.node.transport.hivemind.records import bootstrap_validator
+        from swarm_node.node.transport.hivemind.transport import HivemindTransport
+        from swarm_node.node.transport.hivemind.daemon import start_dht_node, stop_dht_node
 
         boot = await start_dht_node(initial_peers=[], retries=0, record_validator=bootstrap_validator(), **LOOPBACK)
         stop_boot = functools.partial(stop_dht_node, boot)
@@ -80,8 +80,8 @@ async def make_transports(kind: str, ids: list[Identity]) -> tuple[list[Transpor
         ts = [HivemindTransport(swarm=SWARM, publisher=i.peer_id, signer=i, initial_peers=maddrs, join_retries=0,
                                 round_seconds=ROUND_SECONDS, **LOOPBACK) for i in ids]
     else:
-        from node.transport.libp2p.transport import Libp2pTransport
-        from node.transport.libp2p.host import Libp2pHost
+        from swarm_node.node.transport.libp2p.transport import Libp2pTransport
+        from swarm_node.node.transport.libp2p.host import Libp2pHost
 
         listen = LOOPBACK["host_maddrs"]
         boot = Libp2pHost(Identity.generate(), listen, [])  # joins no topic, as the libp2p bootstrap
@@ -103,7 +103,7 @@ async def make_transports(kind: str, ids: list[Identity]) -> tuple[list[Transpor
 async def gossip_mesh_formed(ts: list[Transport]) -> None:
     """Until every libp2p node has min(N, D_low) peers in its rollouts mesh (gossipsub grafts up to
     D_low on its heartbeat): before that a publication may reach only part of the swarm."""
-    from node.transport.libp2p.transport import gossip_topics
+    from swarm_node.node.transport.libp2p.transport import gossip_topics
 
     topic = gossip_topics(SWARM)[0]
     deadline = time.monotonic() + MESH_TIMEOUT_S

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import time
 
-from node.clock import RoundClock
-from node.transport.base import Delivery
-from node.transport.memory import MemoryHub, MemoryTransport
-from policies.policy import Policy
-from protocol.identity import Identity
-from protocol.messages import RolloutRecord
-from protocol.signing import Verifier, VerifyResult, envelope_from_bytes
+from swarm_node.node.clock import RoundClock
+from swarm_node.node.transport.base import Delivery
+from swarm_node.node.transport.memory import MemoryHub, MemoryTransport
+from swarm_node.policies.policy import Policy
+from swarm_node.protocol.identity import Identity
+from swarm_node.protocol.messages import RolloutRecord
+from swarm_node.protocol.signing import Verifier, VerifyResult, envelope_from_bytes
 from swarm_bench.nodes import NODE_POLL_SECONDS, SWARM, make_exchange
 
 CHUNKS = 10

@@ -10,12 +10,12 @@ import os
 import random
 from typing import Callable
 
-from node.broadcast.peer import BroadcastPeer
-from node.broadcast.store import ChunkStore
-from node.transport.carrier import MemoryCarrier, MemoryHub
-from node.transport.ratelimit import TokenBucket
-from protocol.identity import Identity
-from protocol.manifest import Manifest
+from swarm_node.node.broadcast.peer import BroadcastPeer
+from swarm_node.node.broadcast.store import ChunkStore
+from swarm_node.node.transport.carrier import MemoryCarrier, MemoryHub
+from swarm_node.node.transport.ratelimit import TokenBucket
+from swarm_node.protocol.identity import Identity
+from swarm_node.protocol.manifest import Manifest
 
 SWARM = "s"
 META = dict(step=7, model_fingerprint="mf", tokenizer_fingerprint="tf", format="safetensors-full")

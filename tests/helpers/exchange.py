@@ -7,12 +7,12 @@ import time
 
 import msgpack
 
-from node.clock import RoundClock
-from node.swarm.exchange import SwarmExchange
-from node.transport.memory import MemoryHub, MemoryTransport
-from protocol.identity import Identity
-from protocol.messages import RolloutBatch, RolloutRecord
-from protocol.signing import envelope_to_bytes, sign
+from swarm_node.node.clock import RoundClock
+from swarm_node.node.swarm.exchange import SwarmExchange
+from swarm_node.node.transport.memory import MemoryHub, MemoryTransport
+from swarm_node.protocol.identity import Identity
+from swarm_node.protocol.messages import RolloutBatch, RolloutRecord
+from swarm_node.protocol.signing import envelope_to_bytes, sign
 
 VOCAB = 50
 TOK_FP = "tok-fp"

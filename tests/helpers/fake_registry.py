@@ -21,7 +21,7 @@ import zipfile
 from pathlib import Path
 from typing import Callable
 
-from policies.registry_models import RegistryModel
+from swarm_node.policies.registry_models import RegistryModel
 
 PACKAGE, VERSION = "swarm-node-fake-model", "0.1.0"
 MEMBER = "swarm_node_fake_model/fake-model.Q4_1.gguf"
@@ -79,7 +79,7 @@ def fake_convert(gguf: Path, out: Path, say: Callable[[str], None]) -> dict:
 
 
 def main() -> None:
-    from policies import registry_models
+    from swarm_node.policies import registry_models
     from tests.helpers.wait import wait_until
 
     ap = argparse.ArgumentParser()

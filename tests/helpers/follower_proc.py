@@ -10,10 +10,10 @@ import hashlib
 import json
 from pathlib import Path
 
-from node.transport.hivemind.carrier import HivemindCarrier
-from node.broadcast.peer import BroadcastPeer
-from node.broadcast.store import ChunkStore
-from protocol.identity import load_or_create_identity
+from swarm_node.node.transport.hivemind.carrier import HivemindCarrier
+from swarm_node.node.broadcast.peer import BroadcastPeer
+from swarm_node.node.broadcast.store import ChunkStore
+from swarm_node.protocol.identity import load_or_create_identity
 
 
 async def main(a) -> None:

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import time
 
-from node.transport.hivemind.daemon import start_dht_node
-from node.transport.hivemind.index_records import index_entry
-from node.transport.hivemind.records import OwnerSignatureValidator, bootstrap_validator
-from node.transport.hivemind.rollout_stream import handler_name as _handler_name
-from node.transport.hivemind.transport import HivemindTransport
-from protocol.identity import Identity
+from swarm_node.node.transport.hivemind.daemon import start_dht_node
+from swarm_node.node.transport.hivemind.index_records import index_entry
+from swarm_node.node.transport.hivemind.records import OwnerSignatureValidator, bootstrap_validator
+from swarm_node.node.transport.hivemind.rollout_stream import handler_name as _handler_name
+from swarm_node.node.transport.hivemind.transport import HivemindTransport
+from swarm_node.protocol.identity import Identity
 
 LOOPBACK = dict(host_maddrs=["/ip4/127.0.0.1/tcp/0"], use_relay=False, nat_port_map=False)
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 import asyncio
 import time
 
-from node.clock import RoundClock
-from node.swarm.exchange import SwarmExchange
-from node.transport.libp2p.transport import Libp2pTransport
-from protocol.codec import encode
-from protocol.identity import Identity
-from protocol.messages import RolloutBatch, RolloutRecord
-from protocol.signing import envelope_to_bytes, sign
+from swarm_node.node.clock import RoundClock
+from swarm_node.node.swarm.exchange import SwarmExchange
+from swarm_node.node.transport.libp2p.transport import Libp2pTransport
+from swarm_node.protocol.codec import encode
+from swarm_node.protocol.identity import Identity
+from swarm_node.protocol.messages import RolloutBatch, RolloutRecord
+from swarm_node.protocol.signing import envelope_to_bytes, sign
 
 LOOPBACK = ["/ip4/127.0.0.1/tcp/0"]
 VOCAB = 50

@@ -10,10 +10,10 @@ import time
 
 import pytest
 
-from node.transport.mqtt.broker import Mosquitto, node_acl
-from node.transport.mqtt.transport import MqttTransport
-from node.transport.mqtt.url import parse_broker_url
-from protocol.identity import Identity
+from swarm_node.node.transport.mqtt.broker import Mosquitto, node_acl
+from swarm_node.node.transport.mqtt.transport import MqttTransport
+from swarm_node.node.transport.mqtt.url import parse_broker_url
+from swarm_node.protocol.identity import Identity
 from tests.helpers.tls_certs import make_certs
 
 PART_LIMIT = 64 * 1024  # the broker's max_packet_size: envelopes above it travel split

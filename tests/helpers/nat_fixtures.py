@@ -42,7 +42,7 @@ class NatProcs(Procs):
         return self
 
     def _spawn(self, args: list[str], log) -> subprocess.Popen:
-        p = self.net.python(self.where, ["-m", "node.cli", *args], log, ROOT)
+        p = self.net.python(self.where, ["-m", "swarm_node.node.cli", *args], log, ROOT)
         self.procs.append(p)
         return p
 

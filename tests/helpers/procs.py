@@ -53,7 +53,7 @@ class Procs:
 
     def _spawn(self, args: list[str], log: Path) -> subprocess.Popen:
         f = log.open("ab")
-        p = subprocess.Popen([sys.executable, "-m", "node.cli", *args], stdout=f, stderr=subprocess.STDOUT,
+        p = subprocess.Popen([sys.executable, "-m", "swarm_node.node.cli", *args], stdout=f, stderr=subprocess.STDOUT,
                              env=_env(), cwd=ROOT)
         f.close()
         self.procs.append(p)

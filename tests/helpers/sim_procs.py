@@ -59,7 +59,7 @@ def cmdline_of(pid: int) -> bytes:
 def start_sim(tmp_path: Path, model_dir: Path, *args: str) -> subprocess.Popen:
     env = dict(os.environ, OMP_NUM_THREADS="1")
     log = (tmp_path / "sim.log").open("wb")
-    return subprocess.Popen([sys.executable, "-m", "node.cli", "sim", "--run.dir", str(tmp_path / "sim"),
+    return subprocess.Popen([sys.executable, "-m", "swarm_node.node.cli", "sim", "--run.dir", str(tmp_path / "sim"),
                              "--model.name", str(model_dir), *SMALL, *args],
                             stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
 

@@ -1,7 +1,7 @@
 """A verified history given to a publisher in a test, as the node earns it: envelopes admitted in
 3 of the receiver's rounds (node/transport/standing.py), one envelope being no longer enough."""
 
-from node.transport.standing import VOUCH_ROUNDS
+from swarm_node.node.transport.standing import VOUCH_ROUNDS
 
 
 def give_standing(transport, publisher: str) -> None:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from node.run.config import NodeConfig, load_config
-from node.run.trainer import TrainingNode
-from node.run.wiring import identity_path
-from node.transport.memory import MemoryHub, MemoryTransport
-from protocol.identity import load_or_create_identity
+from swarm_node.node.run.config import NodeConfig, load_config
+from swarm_node.node.run.trainer import TrainingNode
+from swarm_node.node.run.wiring import identity_path
+from swarm_node.node.transport.memory import MemoryHub, MemoryTransport
+from swarm_node.protocol.identity import load_or_create_identity
 
 
 def swarm_cfg(model_dir: Path, run_dir: Path, **over) -> NodeConfig:

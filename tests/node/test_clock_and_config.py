@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from node.clock import RoundClock
-from node.run.config import load_config
-from node.errors import ConfigError
+from swarm_node.node.clock import RoundClock
+from swarm_node.node.run.config import load_config
+from swarm_node.node.errors import ConfigError
 
 
 def test_rounds_are_a_pure_function_of_time():

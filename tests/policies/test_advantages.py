@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from policies.advantages import group_advantages
+from swarm_node.policies.advantages import group_advantages
 
 
 def _close(t: torch.Tensor, expected: list[float], tol: float = 1e-6) -> bool:

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from policies.default_model import ensure_default_model
-from policies.policy import Policy, SamplingParams
-from rewards.registry import make_task, sample_task_ids
-from rewards.scoring import score
+from swarm_node.policies.default_model import ensure_default_model
+from swarm_node.policies.policy import Policy, SamplingParams
+from swarm_node.rewards.registry import make_task, sample_task_ids
+from swarm_node.rewards.scoring import score
 
 from tests.helpers.paths import ROOT
 
@@ -47,7 +47,7 @@ def test_default_model_is_small_cached_and_answers_in_format(default_dir, tmp_pa
 
 def test_cli_trains_the_default_model(default_dir, tmp_path):
     run = tmp_path / "run"
-    r = subprocess.run([sys.executable, "-m", "node.cli", "train", "--model.name", str(default_dir),
+    r = subprocess.run([sys.executable, "-m", "swarm_node.node.cli", "train", "--model.name", str(default_dir),
                         "--train.steps", "3", "--run.dir", str(run), "--run.progress", "plain"],
                        cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-from policies.default_model import DefaultModelRecipe, warm_start_examples
+from swarm_node.policies.default_model import DefaultModelRecipe, warm_start_examples
 
 COUNTING_PROMPT = re.compile(r"Q: (count [a-z] in|len|rev) [a-z]+\nA: ")  # the counting family's three questions
 
@@ -24,8 +24,8 @@ def test_the_default_recipes_digest_is_pinned():
 def test_the_warm_start_leaves_out_every_smaller_evaluation_too():
     """A node evaluating on fewer tasks per family than the recipe left out evaluates on a subset of
     them: each count's held-out set is a prefix of a larger count's."""
-    from rewards.registry import all_families
-    from rewards.reserved import held_out_set
+    from swarm_node.rewards.registry import all_families
+    from swarm_node.rewards.reserved import held_out_set
 
     for levels in ([1], [2], [1, 2]):
         small = held_out_set(all_families(), levels, 16).ids
@@ -47,7 +47,7 @@ def test_the_context_length_changes_no_weight(tmp_path):
     import torch
     from safetensors.torch import load_file
 
-    from policies.default_model import build_default_model
+    from swarm_node.policies.default_model import build_default_model
     from tests.conftest import TINY_RECIPE
 
     short = replace(TINY_RECIPE, sft_steps=5, max_position_embeddings=128)

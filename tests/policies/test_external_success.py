@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
-from policies.loss import LossConfig, LossInputs, loss_plan, policy_loss
-from policies.offpolicy import success_floor
+from swarm_node.policies.loss import LossConfig, LossInputs, loss_plan, policy_loss
+from swarm_node.policies.offpolicy import success_floor
 
 L = math.log
 OFF = LossConfig()
@@ -169,8 +169,8 @@ def test_the_floor_must_be_in_0_1(f):
 def test_the_learner_reports_peers_successes_and_applies_the_floor(tiny_model_dir):
     """Prompt 1's group is a peer's whose claimed log μ is ln 100 above the truth on every token, so
     each of its token ratios is 0.01 on the learner's first pass (on-policy otherwise)."""
-    from policies.learner import Learner, TrainSample
-    from policies.policy import Policy, SamplingParams
+    from swarm_node.policies.learner import Learner, TrainSample
+    from swarm_node.policies.policy import Policy, SamplingParams
 
     torch.manual_seed(0)
     rollouts = Policy.load(tiny_model_dir).generate(["What is 2+3?", "Count the a in banana."], 3,

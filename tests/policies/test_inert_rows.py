@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-import policies.learner as learner_mod
-from policies.inert_rows import live_rows, skippable, whole_batch_denominator
-from policies.learner import Learner, TrainSample
-from policies.loss import LossConfig
-from policies.policy import Policy, SamplingParams
+import swarm_node.policies.learner as learner_mod
+from swarm_node.policies.inert_rows import live_rows, skippable, whole_batch_denominator
+from swarm_node.policies.learner import Learner, TrainSample
+from swarm_node.policies.loss import LossConfig
+from swarm_node.policies.policy import Policy, SamplingParams
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -11,9 +11,9 @@ import math
 import pytest
 import torch
 
-import policies.learner as learner_mod
-from policies.learner import Learner, TrainSample
-from policies.policy import Policy, SamplingParams, TokenBatch
+import swarm_node.policies.learner as learner_mod
+from swarm_node.policies.learner import Learner, TrainSample
+from swarm_node.policies.policy import Policy, SamplingParams, TokenBatch
 
 PROMPTS = ["What is 2+3?", "Count the letter a in banana."]
 G = 3  # completions per prompt

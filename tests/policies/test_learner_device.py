@@ -14,9 +14,9 @@ import math
 import pytest
 import torch
 
-from policies.learner import Learner, TrainSample
-from policies.loss import LossConfig
-from policies.policy import Policy, SamplingParams
+from swarm_node.policies.learner import Learner, TrainSample
+from swarm_node.policies.loss import LossConfig
+from swarm_node.policies.policy import Policy, SamplingParams
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
@@ -176,7 +176,7 @@ def clean_version(option: dict) -> int:
 
 
 def test_out_of_memory_at_one_row_is_a_clear_error_that_changes_nothing(tiny_model_dir, samples, monkeypatch):
-    from policies.oom import OutOfMemory
+    from swarm_node.policies.oom import OutOfMemory
 
     torch.manual_seed(0)
     policy = Policy.load(tiny_model_dir)
@@ -208,7 +208,7 @@ def test_an_error_that_is_not_out_of_memory_is_not_retried(tiny_model_dir, sampl
 
 
 def test_out_of_memory_in_the_optimizer_is_a_clear_error(tiny_model_dir, samples, monkeypatch):
-    from policies.oom import OutOfMemory
+    from swarm_node.policies.oom import OutOfMemory
 
     torch.manual_seed(0)
     learner = Learner(Policy.load(tiny_model_dir), learning_rate=1e-3)

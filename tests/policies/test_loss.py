@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from policies.loss import LossConfig, LossInputs, policy_loss, sequence_weights
+from swarm_node.policies.loss import LossConfig, LossInputs, policy_loss, sequence_weights
 
 
 def _inputs(logp, beh, mask, adv, *, sample_mask=None, seq_level=None, w=None, beh_seq=None):

@@ -9,8 +9,8 @@ import math
 import pytest
 import torch
 
-from policies.learner import Learner, TrainSample
-from policies.policy import Policy, SamplingParams
+from swarm_node.policies.learner import Learner, TrainSample
+from swarm_node.policies.policy import Policy, SamplingParams
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
@@ -81,7 +81,7 @@ def test_dropout_is_off_so_checkpointed_learner_passes_match_generation(tiny_mod
     checkpoint with dropout 0.3 must still give the learner the log-probs generation records."""
     from transformers import AutoTokenizer, OPTConfig, OPTForCausalLM
 
-    from policies.policy import TokenBatch
+    from swarm_node.policies.policy import TokenBatch
 
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     cfg = OPTConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, ffn_dim=64, num_attention_heads=2,

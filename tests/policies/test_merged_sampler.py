@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from policies.policy import Policy
+from swarm_node.policies.policy import Policy
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from policies.micro_batches import Pass, plan_passes
-from policies.token_batch import TokenBatch
+from swarm_node.policies.micro_batches import Pass, plan_passes
+from swarm_node.policies.token_batch import TokenBatch
 
 
 def test_without_a_bound_or_within_it_one_pass_keeps_the_rows_in_their_order():
@@ -54,7 +54,7 @@ def test_a_pass_at_its_own_width_holds_its_rows_tokens_where_the_batch_does():
 
 
 def test_a_pass_gives_the_whole_batchs_log_probs(tiny_model_dir):
-    from policies.policy import Policy
+    from swarm_node.policies.policy import Policy
 
     policy = Policy.load(tiny_model_dir)
     policy.model.eval()
@@ -71,7 +71,7 @@ def test_a_pass_gives_the_whole_batchs_log_probs(tiny_model_dir):
 
 def test_split_generation_takes_prompts_longest_first_and_answers_in_the_callers_order(tiny_model_dir,
                                                                                        monkeypatch):
-    from policies.policy import Policy, SamplingParams
+    from swarm_node.policies.policy import Policy, SamplingParams
 
     policy = Policy.load(tiny_model_dir)
     policy.generation_batch_size = 2

@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from policies.offpolicy import (
+from swarm_node.policies.offpolicy import (
     effective_sample_size,
     ess_fraction,
     ess_fraction_by_source,

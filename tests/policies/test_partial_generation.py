@@ -10,9 +10,9 @@ import weakref
 import pytest
 import torch
 
-from policies.offpolicy import sequence_log_weights, token_log_ratios
-from policies.partial_generation import BUDGET, EOS, HALTED, RowRequest, RowStops, generate_partial
-from policies.policy import Policy, SamplingParams, TokenBatch
+from swarm_node.policies.offpolicy import sequence_log_weights, token_log_ratios
+from swarm_node.policies.partial_generation import BUDGET, EOS, HALTED, RowRequest, RowStops, generate_partial
+from swarm_node.policies.policy import Policy, SamplingParams, TokenBatch
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 

@@ -14,9 +14,9 @@ from dataclasses import replace
 import pytest
 import torch
 
-from policies.errors import PolicyError
-from policies.learner import Learner, TrainSample
-from policies.policy import Policy, SamplingParams, TokenBatch, tokenizer_fingerprint
+from swarm_node.policies.errors import PolicyError
+from swarm_node.policies.learner import Learner, TrainSample
+from swarm_node.policies.policy import Policy, SamplingParams, TokenBatch, tokenizer_fingerprint
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
@@ -151,7 +151,7 @@ def test_fingerprints_stable_across_loads(tiny_model_dir):
 def test_fingerprints_differ(tiny_model_dir):
     from transformers import Qwen2ForCausalLM
 
-    from policies.default_model import DefaultModelRecipe, _train_tokenizer
+    from swarm_node.policies.default_model import DefaultModelRecipe, _train_tokenizer
 
     base = Policy.load(tiny_model_dir)
     # a genuinely different tokenizer (another BPE vocabulary size) ...
@@ -252,7 +252,7 @@ def test_save_lora_policy_keeps_live_policy_trainable(tiny_model_dir, tmp_path):
 def test_tokenizer_without_eos_is_a_clear_error(tiny_model_dir):
     from transformers import AutoTokenizer
 
-    from policies.errors import PolicyError
+    from swarm_node.policies.errors import PolicyError
 
     policy = Policy.load(tiny_model_dir)
     tok = AutoTokenizer.from_pretrained(str(tiny_model_dir))

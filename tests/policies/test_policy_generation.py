@@ -12,7 +12,7 @@ import copy
 import pytest
 import torch
 
-from policies.policy import Policy, SamplingParams, TokenBatch
+from swarm_node.policies.policy import Policy, SamplingParams, TokenBatch
 from tests.policies.test_policy import PROMPTS
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
@@ -101,7 +101,7 @@ def test_generation_out_of_memory_halves_the_rows_and_keeps_every_completion(tin
 
 
 def test_generation_that_does_not_fit_one_row_is_a_clear_error(tiny_model_dir, monkeypatch):
-    from policies.oom import OutOfMemory
+    from swarm_node.policies.oom import OutOfMemory
 
     policy = Policy.load(tiny_model_dir)
     _oom_generate_above(policy, monkeypatch, 0)
@@ -242,7 +242,7 @@ def test_behaviour_logprobs_are_those_of_the_full_logits_path(tiny_model_dir):
     nothing modified it in place)."""
     from transformers import LogitsProcessorList
 
-    from policies.sampling import BehaviourLogprobs
+    from swarm_node.policies.sampling import BehaviourLogprobs
 
     policy = Policy.load(tiny_model_dir)
     batch = TokenBatch.build(policy.encode_prompts(PROMPTS), [()] * 3, policy.tokenizer.pad_token_id)

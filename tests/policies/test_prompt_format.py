@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from node.errors import ConfigError
-from node.run.config import load_config
-from node.run.wiring import load_policy
-from policies.prompt_format import DEFAULT_SYSTEM, EXAMPLE, RAW, REMINDER, PromptFormat, choose_format
-from protocol.messages import same_tokenizer
-from rewards.registry import make_task
+from swarm_node.node.errors import ConfigError
+from swarm_node.node.run.config import load_config
+from swarm_node.node.run.wiring import load_policy
+from swarm_node.policies.prompt_format import DEFAULT_SYSTEM, EXAMPLE, RAW, REMINDER, PromptFormat, choose_format
+from swarm_node.protocol.messages import same_tokenizer
+from swarm_node.rewards.registry import make_task
 from tests.helpers.swarm_helpers import train_to_end
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -92,7 +92,7 @@ def test_a_model_with_a_chat_template_is_prompted_through_it(chat_model_dir, tin
     assert raw.tokenizer_fingerprint == chat.tokenizer_fingerprint
     assert not same_tokenizer(raw.rollout_fingerprint, chat.rollout_fingerprint)
     # A stale node's behaviour copy (train.behaviour_lag) samples the same prompts.
-    from node.run.behaviour_lag import LaggedBehaviour
+    from swarm_node.node.run.behaviour_lag import LaggedBehaviour
 
     assert LaggedBehaviour(chat, 2, 0).behaviour.prompt_of(task) == prompt
     plain = load_policy(load_config(None, {"model.name": str(tiny_model_dir)}))
@@ -118,7 +118,7 @@ def test_a_run_trains_and_evaluates_through_the_chat_template(chat_model_dir, tm
     # The exported model keeps its template, and its card says how it was prompted.
     from transformers import AutoTokenizer
 
-    from node.cli import main
+    from swarm_node.node.cli import main
 
     assert main(["export", str(tmp_path / "run"), "--out", str(tmp_path / "model")]) == 0
     card = (tmp_path / "model" / "README.md").read_text()

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from policies import registry_models
-from policies.errors import ModelSourceError
-from policies.model_cache import BUILD_OK, is_built, models_root
-from policies.model_source import model_kind, resolve_model
-from policies.registry_models import ensure_registry_model
+from swarm_node.policies import registry_models
+from swarm_node.policies.errors import ModelSourceError
+from swarm_node.policies.model_cache import BUILD_OK, is_built, models_root
+from swarm_node.policies.model_source import model_kind, resolve_model
+from swarm_node.policies.registry_models import ensure_registry_model
 from tests.helpers.fake_registry import (MEMBER, PAYLOAD, fake_convert, fake_entry, find_links, make_wheel,
                                          sha256)
 from tests.helpers.paths import ROOT

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-import policies.token_logprobs as tl
-from policies.token_logprobs import token_logprobs
+import swarm_node.policies.token_logprobs as tl
+from swarm_node.policies.token_logprobs import token_logprobs
 
 
 def _plain(logits, targets, t):

@@ -11,9 +11,9 @@ import subprocess
 import pytest
 import torch
 
-from policies.errors import PolicyError
-from policies.policy import Policy
-from policies.vllm_backend import choose_backend, merged_weights, vllm_installed
+from swarm_node.policies.errors import PolicyError
+from swarm_node.policies.policy import Policy
+from swarm_node.policies.vllm_backend import choose_backend, merged_weights, vllm_installed
 
 from tests.helpers.paths import ROOT
 OK = dict(top_p=1.0, top_k=0, behaviour_lag=0)
@@ -45,7 +45,7 @@ def test_an_explicit_vllm_that_cannot_run_says_why(installed, over, says):
 def test_asking_for_vllm_without_it_fails_before_the_model_loads(tiny_model_dir, tmp_path):
     import sys
 
-    r = subprocess.run([sys.executable, "-m", "node.cli", "train", "--model.name", str(tiny_model_dir),
+    r = subprocess.run([sys.executable, "-m", "swarm_node.node.cli", "train", "--model.name", str(tiny_model_dir),
                         "--generation.backend", "vllm", "--run.dir", str(tmp_path / "r")],
                        capture_output=True, text=True, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert r.returncode == 2 and "generation.backend vllm: vLLM is not installed" in r.stderr, r.stderr[-1500:]
@@ -154,7 +154,7 @@ class _OnCuda:
 @pytest.mark.parametrize("lora, level", [(0, 2), (4, 1)])
 def test_on_cuda_the_engine_sleeps_through_the_learner_step_and_wakes_with_the_new_weights(
         fake_vllm, tiny_model_dir, tmp_path, lora, level):
-    from policies.vllm_backend import VllmSampler
+    from swarm_node.policies.vllm_backend import VllmSampler
 
     policy = Policy.load(tiny_model_dir, lora_rank=lora, seed=0)
     s = VllmSampler(_OnCuda(policy), model_path=str(tiny_model_dir), dtype="float32", max_model_len=64, seed=0)
@@ -183,7 +183,7 @@ def test_on_cuda_the_engine_sleeps_through_the_learner_step_and_wakes_with_the_n
 
 
 def test_an_engine_that_does_not_fit_is_a_clear_error_naming_the_settings(fake_vllm, tiny_model_dir):
-    from policies.vllm_backend import VllmSampler
+    from swarm_node.policies.vllm_backend import VllmSampler
 
     policy = _OnCuda(Policy.load(tiny_model_dir))
     fake_vllm.fail_with = ValueError("No available memory for the cache blocks. Try increasing "

@@ -9,8 +9,8 @@ import pytest
 import torch
 from safetensors.torch import save as st_save
 
-from policies.policy import Policy
-from policies.weight_state import WeightStateError, apply_state, encode_state
+from swarm_node.policies.policy import Policy
+from swarm_node.policies.weight_state import WeightStateError, apply_state, encode_state
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

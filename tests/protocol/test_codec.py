@@ -12,15 +12,15 @@ import random
 import msgpack
 import pytest
 
-from protocol.codec import decode, encode
-from protocol.errors import (
+from swarm_node.protocol.codec import decode, encode
+from swarm_node.protocol.errors import (
     MalformedMessage,
     MessageTooLarge,
     ProtocolError,
     SwarmError,
     UnsupportedVersion,
 )
-from protocol.messages import (
+from swarm_node.protocol.messages import (
     MAX_COMPLETION_TOKENS,
     MAX_MESSAGE_BYTES,
     MAX_ROLLOUTS,

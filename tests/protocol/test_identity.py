@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from protocol.errors import SwarmError
-from protocol.identity import (
+from swarm_node.protocol.errors import SwarmError
+from swarm_node.protocol.identity import (
     Identity,
     IdentityError,
     load_or_create_identity,

@@ -7,9 +7,9 @@ import hashlib
 import msgpack
 import pytest
 
-from protocol.errors import MalformedMessage, MessageTooLarge
-from protocol.identity import Identity
-from protocol.manifest import (MAX_MANIFEST_BYTES, Manifest, ManifestCheck, build_manifest, decode_manifest,
+from swarm_node.protocol.errors import MalformedMessage, MessageTooLarge
+from swarm_node.protocol.identity import Identity
+from swarm_node.protocol.manifest import (MAX_MANIFEST_BYTES, Manifest, ManifestCheck, build_manifest, decode_manifest,
                                encode_manifest)
 
 SRC = Identity.generate()

@@ -8,8 +8,8 @@ from dataclasses import replace
 
 import pytest
 
-from protocol.identity import Identity
-from protocol.signing import (
+from swarm_node.protocol.identity import Identity
+from swarm_node.protocol.signing import (
     MAX_PAYLOAD_SIZE,
     Envelope,
     SigningError,
@@ -321,7 +321,7 @@ def test_verify_and_commit_from_many_threads_lose_nothing() -> None:
 def test_next_seq_grows_and_follows_the_clock():
     import time
 
-    from protocol.signing import next_seq
+    from swarm_node.protocol.signing import next_seq
 
     now_us = time.time_ns() // 1000
     assert next_seq(0) >= now_us  # a fresh process starts at the clock, past any number it used before

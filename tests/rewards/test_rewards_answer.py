@@ -2,7 +2,7 @@
 
 import pytest
 
-from rewards.answer import (
+from swarm_node.rewards.answer import (
     ANSWER_CLOSE,
     ANSWER_OPEN,
     MAX_SCAN_CHARS,

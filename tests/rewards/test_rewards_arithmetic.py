@@ -4,9 +4,9 @@ import re
 
 import pytest
 
-from rewards.families.arithmetic import FAMILY
-from rewards.registry import make_task
-from rewards.task import TaskId
+from swarm_node.rewards.families.arithmetic import FAMILY
+from swarm_node.rewards.registry import make_task
+from swarm_node.rewards.task import TaskId
 
 SEEDS = range(200)
 

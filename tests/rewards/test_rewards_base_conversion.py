@@ -4,9 +4,9 @@ import re
 
 import pytest
 
-from rewards.families.base_conversion import FAMILY, to_base
-from rewards.registry import make_task
-from rewards.task import TaskId
+from swarm_node.rewards.families.base_conversion import FAMILY, to_base
+from swarm_node.rewards.registry import make_task
+from swarm_node.rewards.task import TaskId
 
 SEEDS = range(200)
 TO_RE = re.compile(r"([0-9]+) to base ([0-9]+)")

@@ -2,11 +2,11 @@
 
 import pytest
 
-from rewards.answer import extract_answer, is_well_formed
-from rewards.corpus import supervised_examples, tokenizer_corpus
-from rewards.errors import TaskError, UnknownTaskFamily
-from rewards.registry import FAMILIES, make_task
-from rewards.task import ALPHABET, PROMPT_TEMPLATE, TaskId
+from swarm_node.rewards.answer import extract_answer, is_well_formed
+from swarm_node.rewards.corpus import supervised_examples, tokenizer_corpus
+from swarm_node.rewards.errors import TaskError, UnknownTaskFamily
+from swarm_node.rewards.registry import FAMILIES, make_task
+from swarm_node.rewards.task import ALPHABET, PROMPT_TEMPLATE, TaskId
 
 
 def test_supervised_examples_shape_and_determinism():

@@ -4,9 +4,9 @@ import re
 
 import pytest
 
-from rewards.families.counting import FAMILY
-from rewards.registry import make_task
-from rewards.task import TaskId
+from swarm_node.rewards.families.counting import FAMILY
+from swarm_node.rewards.registry import make_task
+from swarm_node.rewards.task import TaskId
 
 SEEDS = range(200)
 LEVELS = {1: (1, 3, "ab"), 2: (3, 5, "abc"), 3: (5, 8, "abcdef"), 4: (8, 12, "abcdefghijklm")}

@@ -1,7 +1,7 @@
 """Error hierarchy and messages of the rewards package."""
 
-from protocol.errors import SwarmError
-from rewards.errors import InvalidRewardConfig, InvalidTaskId, TaskError, UnknownTaskFamily
+from swarm_node.protocol.errors import SwarmError
+from swarm_node.rewards.errors import InvalidRewardConfig, InvalidTaskId, TaskError, UnknownTaskFamily
 
 
 def test_hierarchy():

@@ -4,8 +4,8 @@ import statistics
 
 import pytest
 
-from rewards.registry import FAMILIES, make_task
-from rewards.task import ALPHABET, MAX_ANSWER_CHARS, MAX_QUESTION_CHARS, TaskId
+from swarm_node.rewards.registry import FAMILIES, make_task
+from swarm_node.rewards.task import ALPHABET, MAX_ANSWER_CHARS, MAX_QUESTION_CHARS, TaskId
 
 SEEDS = range(300)
 

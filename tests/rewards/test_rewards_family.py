@@ -4,8 +4,8 @@ import random
 
 import pytest
 
-from rewards.errors import InvalidTaskId
-from rewards.families.family import Family
+from swarm_node.rewards.errors import InvalidTaskId
+from swarm_node.rewards.families.family import Family
 
 
 def make_family():

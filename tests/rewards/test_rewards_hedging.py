@@ -11,10 +11,10 @@ hold ``verified`` (the peer-floor rows) to one well-formed block.
 
 import pytest
 
-from rewards.answer import MAX_SCAN_CHARS, extract_lenient
-from rewards.registry import make_task
-from rewards.scoring import Reward, RewardConfig, score
-from rewards.task import Task, TaskId
+from swarm_node.rewards.answer import MAX_SCAN_CHARS, extract_lenient
+from swarm_node.rewards.registry import make_task
+from swarm_node.rewards.scoring import Reward, RewardConfig, score
+from swarm_node.rewards.task import Task, TaskId
 
 LENIENT = RewardConfig(answer="lenient")
 TAGS = RewardConfig(answer="tags")

@@ -7,10 +7,10 @@ import random
 
 import pytest
 
-from protocol.task_id import MAX_SEED, TaskId
-from rewards.errors import TaskError
-from rewards.held_out import FIRST_HELD_OUT_SEED, HELD_OUT_SEEDS, held_out_ids, is_held_out
-from rewards.registry import FAMILIES, make_task, sample_task_ids
+from swarm_node.protocol.task_id import MAX_SEED, TaskId
+from swarm_node.rewards.errors import TaskError
+from swarm_node.rewards.held_out import FIRST_HELD_OUT_SEED, HELD_OUT_SEEDS, held_out_ids, is_held_out
+from swarm_node.rewards.registry import FAMILIES, make_task, sample_task_ids
 
 
 def test_the_space_is_the_top_2_20_seeds():

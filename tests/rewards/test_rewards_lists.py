@@ -2,9 +2,9 @@
 
 import pytest
 
-from rewards.families.lists import FAMILY
-from rewards.registry import make_task
-from rewards.task import TaskId
+from swarm_node.rewards.families.lists import FAMILY
+from swarm_node.rewards.registry import make_task
+from swarm_node.rewards.task import TaskId
 
 SEEDS = range(200)
 REFERENCE = {

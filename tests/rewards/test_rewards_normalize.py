@@ -2,7 +2,7 @@
 
 import pytest
 
-from rewards.families.normalize import canonical_int, canonical_token, canonical_word
+from swarm_node.rewards.families.normalize import canonical_int, canonical_token, canonical_word
 
 
 @pytest.mark.parametrize(

@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from rewards.errors import InvalidTaskId, TaskError, UnknownTaskFamily
-from rewards.registry import FAMILIES, all_families, get_family, make_task, sample_task_ids
-from rewards.task import MAX_SEED, Task, TaskId
+from swarm_node.rewards.errors import InvalidTaskId, TaskError, UnknownTaskFamily
+from swarm_node.rewards.registry import FAMILIES, all_families, get_family, make_task, sample_task_ids
+from swarm_node.rewards.task import MAX_SEED, Task, TaskId
 
 from tests.helpers.paths import ROOT as REPO_ROOT
 EXPECTED_FAMILIES = ["arithmetic", "lists", "base", "boolean", "counting"]
@@ -76,7 +76,7 @@ def test_same_tasks_in_fresh_subprocess():
     ids = [str(task_id) for task_id in all_ids(seeds=(0, 1, MAX_SEED))]
     code = (
         "import json, sys\n"
-        "from rewards.registry import make_task\n"
+        "from swarm_node.rewards.registry import make_task\n"
         "ids = json.loads(sys.argv[1])\n"
         "print(json.dumps([[make_task(i).question, make_task(i).answer] for i in ids]))\n"
     )

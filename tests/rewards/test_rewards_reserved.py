@@ -7,11 +7,11 @@ from __future__ import annotations
 import json
 import random
 
-from node.run.rollouts import round_task_ids
-from protocol.task_id import TaskId
-from rewards.held_out import is_held_out
-from rewards.registry import make_task, resolve_families
-from rewards.reserved import MAX_RESERVED_SHARE, held_out_set, level_size, why_unevaluated
+from swarm_node.node.run.rollouts import round_task_ids
+from swarm_node.protocol.task_id import TaskId
+from swarm_node.rewards.held_out import is_held_out
+from swarm_node.rewards.registry import make_task, resolve_families
+from swarm_node.rewards.reserved import MAX_RESERVED_SHARE, held_out_set, level_size, why_unevaluated
 
 FAMILIES = ["arithmetic", "lists", "base", "boolean", "counting"]
 
@@ -51,9 +51,9 @@ def test_training_never_draws_a_held_out_question():
 
 
 def test_the_embedded_models_warm_start_leaves_out_the_default_evaluations_questions():
-    from policies.default_model import DefaultModelRecipe, _held_out
-    from rewards.corpus import supervised_examples
-    from rewards.registry import all_families
+    from swarm_node.policies.default_model import DefaultModelRecipe, _held_out
+    from swarm_node.rewards.corpus import supervised_examples
+    from swarm_node.rewards.registry import all_families
 
     recipe = DefaultModelRecipe()
     excluded = _held_out(recipe)

@@ -16,12 +16,12 @@ import pytest
 
 pytest.importorskip("reasoning_gym")
 
-from protocol.task_id import TaskId  # noqa: E402
-from rewards.registry import get_family, make_task, resolve_families  # noqa: E402
-from rewards.reserved import held_out_set  # noqa: E402
-from rewards.rg_source import RL_SWARM_PRESET, rg_version  # noqa: E402
-from rewards.scoring import score  # noqa: E402
-from rewards.sources import TaskSourceError, load_sources  # noqa: E402
+from swarm_node.protocol.task_id import TaskId  # noqa: E402
+from swarm_node.rewards.registry import get_family, make_task, resolve_families  # noqa: E402
+from swarm_node.rewards.reserved import held_out_set  # noqa: E402
+from swarm_node.rewards.rg_source import RL_SWARM_PRESET, rg_version  # noqa: E402
+from swarm_node.rewards.scoring import score  # noqa: E402
+from swarm_node.rewards.sources import TaskSourceError, load_sources  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).parent / "golden"

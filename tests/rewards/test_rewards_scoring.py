@@ -4,11 +4,11 @@ import math
 
 import pytest
 
-from rewards.answer import format_answer
-from rewards.errors import InvalidRewardConfig, TaskError
-from rewards.registry import make_task
-from rewards.scoring import Reward, RewardConfig, score, score_batch
-from rewards.task import Task, TaskId
+from swarm_node.rewards.answer import format_answer
+from swarm_node.rewards.errors import InvalidRewardConfig, TaskError
+from swarm_node.rewards.registry import make_task
+from swarm_node.rewards.scoring import Reward, RewardConfig, score, score_batch
+from swarm_node.rewards.task import Task, TaskId
 
 
 def task(family, question, answer):
@@ -118,7 +118,7 @@ def test_lenient_reads_the_block_then_a_box_then_the_last_number_of_a_numeric_ta
 
 
 def test_lenient_reads_no_bare_number_where_the_answer_is_not_one():
-    from rewards.answer import extract_lenient, is_number
+    from swarm_node.rewards.answer import extract_lenient, is_number
 
     t = make_task("boolean:1:1")
     assert not is_number(t.answer)

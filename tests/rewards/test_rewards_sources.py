@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from protocol.task_id import TaskId
-from rewards.errors import TaskError, UnknownTaskFamily
-from rewards.registry import all_families, get_family, make_task, resolve_families, sample_task_ids
-from rewards.reserved import held_out_set
-from rewards.scoring import score
-from rewards.sources import TaskSourceError, load_source
+from swarm_node.protocol.task_id import TaskId
+from swarm_node.rewards.errors import TaskError, UnknownTaskFamily
+from swarm_node.rewards.registry import all_families, get_family, make_task, resolve_families, sample_task_ids
+from swarm_node.rewards.reserved import held_out_set
+from swarm_node.rewards.scoring import score
+from swarm_node.rewards.sources import TaskSourceError, load_source
 
 ROWS = [{"question": "capital of france", "answer": "Paris"},
         {"question": "2 + 2", "answer": "4"},
@@ -94,7 +94,7 @@ def test_missing_and_undecodable_files_are_refused(tmp_path):
 
 
 MODULE = '''
-from rewards import Family
+from swarm_node.rewards import Family
 
 def generate(rng, difficulty):
     a, b = rng.randint(1, 9 * difficulty), rng.randint(1, 9 * difficulty)
@@ -218,7 +218,7 @@ def test_a_tiny_dataset_keeps_its_questions_for_training(tmp_path):
 def test_a_config_keeps_the_family_names_it_was_checked_with(tmp_path):
     """A dataset edited while a node runs does not rename the node's family under it: its held-out
     set, its evaluation and the ids it draws stay those of the content it started with."""
-    from node.run.config import load_config
+    from swarm_node.node.run.config import load_config
 
     path = _jsonl(tmp_path / "live.jsonl")
     cfg = load_config(None, {"tasks.families": [f"jsonl:{path}"]})

@@ -2,8 +2,8 @@
 
 import pytest
 
-from rewards.errors import InvalidTaskId, TaskError
-from rewards.task import MAX_SEED, PROMPT_TEMPLATE, Task, TaskId
+from swarm_node.rewards.errors import InvalidTaskId, TaskError
+from swarm_node.rewards.task import MAX_SEED, PROMPT_TEMPLATE, Task, TaskId
 
 
 def test_str_and_parse_round_trip():

@@ -99,12 +99,12 @@ The DHT attacks write index entries with the transport's own ``index_entry`` and
 """
 
 # The package's public API (the CLI, the simulator, scripts/bench_attacks.py and the tests use it).
-from node.sim.adversary.attacks_sybil import OVERSIZED_TASKS
-from node.sim.adversary.dht_entries import index_entries
-from node.sim.adversary.main import run_adversary
-from node.sim.adversary.peer import Adversary
-from node.sim.adversary.registry import ADMITTED_BY_DESIGN, ATTACKS, DEFAULT_ATTACKS, RAW_ATTACKS, SYBIL_ATTACKS
-from node.sim.adversary.sybil import SybilNode
+from swarm_node.node.sim.adversary.attacks_sybil import OVERSIZED_TASKS
+from swarm_node.node.sim.adversary.dht_entries import index_entries
+from swarm_node.node.sim.adversary.main import run_adversary
+from swarm_node.node.sim.adversary.peer import Adversary
+from swarm_node.node.sim.adversary.registry import ADMITTED_BY_DESIGN, ATTACKS, DEFAULT_ATTACKS, RAW_ATTACKS, SYBIL_ATTACKS
+from swarm_node.node.sim.adversary.sybil import SybilNode
 
 __all__ = ["ATTACKS", "DEFAULT_ATTACKS", "ADMITTED_BY_DESIGN", "RAW_ATTACKS", "SYBIL_ATTACKS", "OVERSIZED_TASKS",
            "Adversary", "SybilNode", "run_adversary", "index_entries"]

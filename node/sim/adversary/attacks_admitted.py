@@ -8,13 +8,13 @@ from __future__ import annotations
 import hashlib
 from typing import TYPE_CHECKING
 
-from node.sim.adversary.forge import task_ids
-from protocol.codec import encode
-from protocol.messages import RolloutBatch, RolloutRecord
-from rewards.registry import make_task
+from swarm_node.node.sim.adversary.forge import task_ids
+from swarm_node.protocol.codec import encode
+from swarm_node.protocol.messages import RolloutBatch, RolloutRecord
+from swarm_node.rewards.registry import make_task
 
 if TYPE_CHECKING:
-    from node.sim.adversary.peer import Adversary
+    from swarm_node.node.sim.adversary.peer import Adversary
 
 GROUPS = 4  # groups (tasks) in each batch
 

@@ -8,11 +8,11 @@ import hashlib
 import time
 from typing import TYPE_CHECKING
 
-from node.sim.adversary.dht_entries import heartbeat_entries, index_entries
-from protocol.identity import Identity
+from swarm_node.node.sim.adversary.dht_entries import heartbeat_entries, index_entries
+from swarm_node.protocol.identity import Identity
 
 if TYPE_CHECKING:
-    from node.sim.adversary.peer import Adversary
+    from swarm_node.node.sim.adversary.peer import Adversary
 
 DISPLACE_AHEAD_S = 1800.0  # later than any owner's own expiration
 FAR_AHEAD_S = 3 * 3600.0

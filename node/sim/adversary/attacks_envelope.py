@@ -8,12 +8,12 @@ import logging
 import os
 from typing import TYPE_CHECKING
 
-from node.sim.adversary.forge import round_answer, with_field
-from protocol.codec import encode
-from protocol.messages import RolloutBatch, RolloutRecord
+from swarm_node.node.sim.adversary.forge import round_answer, with_field
+from swarm_node.protocol.codec import encode
+from swarm_node.protocol.messages import RolloutBatch, RolloutRecord
 
 if TYPE_CHECKING:
-    from node.sim.adversary.peer import Adversary
+    from swarm_node.node.sim.adversary.peer import Adversary
 
 log = logging.getLogger(__name__)
 

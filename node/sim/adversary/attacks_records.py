@@ -7,12 +7,12 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from node.sim.adversary.forge import round_answer, round_task_id
-from protocol.codec import encode
-from protocol.messages import Announcement
+from swarm_node.node.sim.adversary.forge import round_answer, round_task_id
+from swarm_node.protocol.codec import encode
+from swarm_node.protocol.messages import Announcement
 
 if TYPE_CHECKING:
-    from node.sim.adversary.peer import Adversary
+    from swarm_node.node.sim.adversary.peer import Adversary
 
 AN_HOUR_S = 3600.0
 

@@ -11,14 +11,14 @@ import os
 import time
 from typing import TYPE_CHECKING, Callable
 
-from node.sim.adversary.dht_entries import index_entries
-from protocol.codec import encode
-from protocol.errors import MessageTooLarge
-from protocol.identity import Identity
-from protocol.messages import MAX_MESSAGE_BYTES, RolloutRecord
+from swarm_node.node.sim.adversary.dht_entries import index_entries
+from swarm_node.protocol.codec import encode
+from swarm_node.protocol.errors import MessageTooLarge
+from swarm_node.protocol.identity import Identity
+from swarm_node.protocol.messages import MAX_MESSAGE_BYTES, RolloutRecord
 
 if TYPE_CHECKING:
-    from node.sim.adversary.peer import Adversary
+    from swarm_node.node.sim.adversary.peer import Adversary
 
 log = logging.getLogger(__name__)
 

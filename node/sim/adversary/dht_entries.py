@@ -14,8 +14,8 @@ def index_entries(swarm: str, round: int, peer_id: str, p2p: str, size: int, sha
     """(key, subkey, value) of ``peer_id``'s index entry for ``round``, as the transport writes
     it: one per shard level in ``levels`` (default ``LEVELS``: where readers of a swarm of this
     size read)."""
-    from node.transport.hivemind.index import MAX_LEVEL, shard_prefix
-    from node.transport.hivemind.index_records import index_entry
+    from swarm_node.node.transport.hivemind.index import MAX_LEVEL, shard_prefix
+    from swarm_node.node.transport.hivemind.index_records import index_entry
 
     return [index_entry(swarm, round, peer_id, p2p, int(size), sha256, prefix=shard_prefix(peer_id, lv))
             for lv in (LEVELS if levels is None else levels) if lv in range(MAX_LEVEL + 1)]
@@ -24,8 +24,8 @@ def index_entries(swarm: str, round: int, peer_id: str, p2p: str, size: int, sha
 def heartbeat_entries(swarm: str, peer_id: str, data: bytes,
                       levels: tuple[int, ...] | None = None) -> list[tuple[str, str, object]]:
     """(key, subkey, value) of ``peer_id``'s heartbeat, at each shard level."""
-    from node.transport.hivemind.index import MAX_LEVEL, shard_prefix
-    from node.transport.hivemind.index_records import heartbeat_entry
+    from swarm_node.node.transport.hivemind.index import MAX_LEVEL, shard_prefix
+    from swarm_node.node.transport.hivemind.index_records import heartbeat_entry
 
     return [heartbeat_entry(swarm, peer_id, bytes(data), prefix=shard_prefix(peer_id, lv))
             for lv in (LEVELS if levels is None else levels) if lv in range(MAX_LEVEL + 1)]

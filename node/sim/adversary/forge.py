@@ -11,11 +11,11 @@ from typing import Any, Iterable
 
 import msgpack
 
-from protocol.codec import encode
-from protocol.identity import Identity
-from protocol.messages import RolloutBatch, RolloutRecord
-from protocol.signing import envelope_to_bytes, next_seq, sign
-from rewards.registry import make_task
+from swarm_node.protocol.codec import encode
+from swarm_node.protocol.identity import Identity
+from swarm_node.protocol.messages import RolloutBatch, RolloutRecord
+from swarm_node.protocol.signing import envelope_to_bytes, next_seq, sign
+from swarm_node.rewards.registry import make_task
 
 
 def round_task_id(r: int) -> str:

@@ -7,22 +7,22 @@ import logging
 import signal
 from pathlib import Path
 
-from node.errors import ConfigError
-from node.run.config import NodeConfig
-from node.sim.adversary.attacks_sybil import oversized_records
-from node.sim.adversary.client import RawClient
-from node.sim.adversary.peer import Adversary
-from node.sim.adversary.registry import ATTACKS, RAW_ATTACKS, SYBIL_ATTACKS
-from node.sim.adversary.sybil import SybilNode
-from node.transport.carriers import CARRIERS
-from node.transport.from_config import transport_from_config
-from protocol.identity import load_or_create_identity
+from swarm_node.node.errors import ConfigError
+from swarm_node.node.run.config import NodeConfig
+from swarm_node.node.sim.adversary.attacks_sybil import oversized_records
+from swarm_node.node.sim.adversary.client import RawClient
+from swarm_node.node.sim.adversary.peer import Adversary
+from swarm_node.node.sim.adversary.registry import ATTACKS, RAW_ATTACKS, SYBIL_ATTACKS
+from swarm_node.node.sim.adversary.sybil import SybilNode
+from swarm_node.node.transport.carriers import CARRIERS
+from swarm_node.node.transport.from_config import transport_from_config
+from swarm_node.protocol.identity import load_or_create_identity
 
 log = logging.getLogger(__name__)
 
 
 async def run_adversary(cfg: NodeConfig, attacks: list[str]) -> int:
-    from node.run.wiring import identity_path, load_policy
+    from swarm_node.node.run.wiring import identity_path, load_policy
 
     unknown = [a for a in attacks if a not in ATTACKS]
     if unknown or not attacks:

@@ -12,18 +12,18 @@ import logging
 import time
 from pathlib import Path
 
-from node.clock import RoundClock
-from node.run.config import NodeConfig
-from node.sim.adversary.client import RawClient
-from node.sim.adversary.forge import Forger
-from node.sim.adversary.registry import ATTACK_FUNCTIONS, ATTACKS
-from node.sim.adversary.sybil import SybilNode
-from node.swarm.limits import envelope_ttl, heartbeat_ttl
-from node.transport import Transport
-from protocol.codec import decode
-from protocol.identity import Identity
-from protocol.messages import Announcement, RolloutRecord
-from protocol.signing import envelope_from_bytes
+from swarm_node.node.clock import RoundClock
+from swarm_node.node.run.config import NodeConfig
+from swarm_node.node.sim.adversary.client import RawClient
+from swarm_node.node.sim.adversary.forge import Forger
+from swarm_node.node.sim.adversary.registry import ATTACK_FUNCTIONS, ATTACKS
+from swarm_node.node.sim.adversary.sybil import SybilNode
+from swarm_node.node.swarm.limits import envelope_ttl, heartbeat_ttl
+from swarm_node.node.transport import Transport
+from swarm_node.protocol.codec import decode
+from swarm_node.protocol.identity import Identity
+from swarm_node.protocol.messages import Announcement, RolloutRecord
+from swarm_node.protocol.signing import envelope_from_bytes
 
 log = logging.getLogger(__name__)
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Awaitable, Callable
 
-from node.sim.adversary import attacks_admitted, attacks_dht, attacks_envelope, attacks_records, attacks_sybil
+from swarm_node.node.sim.adversary import attacks_admitted, attacks_dht, attacks_envelope, attacks_records, attacks_sybil
 
 if TYPE_CHECKING:
-    from node.sim.adversary.peer import Adversary
+    from swarm_node.node.sim.adversary.peer import Adversary
 
 Attack = Callable[["Adversary", int], Awaitable[bool]]
 

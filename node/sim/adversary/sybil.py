@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import asyncio
 
-from node.transport.hivemind.rollout_stream import handler_name, read_request, write_body
-from protocol.identity import Identity
+from swarm_node.node.transport.hivemind.rollout_stream import handler_name, read_request, write_body
+from swarm_node.protocol.identity import Identity
 
 
 class SybilNode:
@@ -32,9 +32,9 @@ class SybilNode:
     async def start(self) -> None:
         from hivemind.dht.validation import CompositeValidator
 
-        from node.transport.hivemind.records import CLOCK_SLACK_S, MAX_RECORD_TTL_S, OwnerSignatureValidator
-        from node.transport.hivemind.index_records import SwarmRecordValidator
-        from node.transport.hivemind.daemon import start_dht_node
+        from swarm_node.node.transport.hivemind.records import CLOCK_SLACK_S, MAX_RECORD_TTL_S, OwnerSignatureValidator
+        from swarm_node.node.transport.hivemind.index_records import SwarmRecordValidator
+        from swarm_node.node.transport.hivemind.daemon import start_dht_node
 
         class _ManyKeys(OwnerSignatureValidator):
             """Signs for each of several keys: a record whose subkey is one of their peer ids."""
@@ -105,7 +105,7 @@ class SybilNode:
 
     async def close(self) -> None:
         if self.node is not None:
-            from node.transport.hivemind.daemon import stop_dht_node
+            from swarm_node.node.transport.hivemind.daemon import stop_dht_node
 
             await stop_dht_node(self.node)
             self.node = None

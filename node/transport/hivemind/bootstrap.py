@@ -13,13 +13,13 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from node.transport.backoff import JOIN_BACKOFF_S
-from node.transport.bootstrap_serve import serve_until_stopped
-from node.transport.hivemind.daemon import start_dht_node, stop_dht_node
-from node.transport.hivemind.dialback import serve_dialback
-from node.transport.hivemind.nat import RELAY_OPTIONS
-from node.transport.hivemind.records import bootstrap_validator
-from policies.default_model import default_home
+from swarm_node.node.transport.backoff import JOIN_BACKOFF_S
+from swarm_node.node.transport.bootstrap_serve import serve_until_stopped
+from swarm_node.node.transport.hivemind.daemon import start_dht_node, stop_dht_node
+from swarm_node.node.transport.hivemind.dialback import serve_dialback
+from swarm_node.node.transport.hivemind.nat import RELAY_OPTIONS
+from swarm_node.node.transport.hivemind.records import bootstrap_validator
+from swarm_node.policies.default_model import default_home
 
 log = logging.getLogger(__name__)
 

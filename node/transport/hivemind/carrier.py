@@ -17,9 +17,9 @@ import logging
 from hivemind.p2p import P2P, P2PDaemonError, PeerID
 from hivemind.utils.multiaddr import Multiaddr
 
-from node.transport.addresses import relayed, with_peer
-from node.transport.carrier import CarrierError, Handler, StreamCarrier
-from node.transport.ratelimit import TokenBucket
+from swarm_node.node.transport.addresses import relayed, with_peer
+from swarm_node.node.transport.carrier import CarrierError, Handler, StreamCarrier
+from swarm_node.node.transport.ratelimit import TokenBucket
 
 log = logging.getLogger(__name__)
 

@@ -17,14 +17,14 @@ from hivemind.dht.node import DHTNode
 from hivemind.dht.validation import RecordValidatorBase
 from hivemind.p2p import P2PDaemonError
 
-import node.transport.hivemind.patches  # noqa: F401  (hivemind's DHT, patched at import: see that module)
-from node.observe.logs import adopt_library_logging
-from node.transport.backoff import JOIN_BACKOFF_S, JOIN_RETRIES, TryAgain, retry
-from node.transport.base import TransportError
+import swarm_node.node.transport.hivemind.patches  # noqa: F401  (hivemind's DHT, patched at import: see that module)
+from swarm_node.node.observe.logs import adopt_library_logging
+from swarm_node.node.transport.backoff import JOIN_BACKOFF_S, JOIN_RETRIES, TryAgain, retry
+from swarm_node.node.transport.base import TransportError
 
 adopt_library_logging()  # JSON logs: hivemind's own handler gives way to the node's
 
-log = logging.getLogger("node.transport.hivemind.transport")  # the transport's log name, as before the split
+log = logging.getLogger("swarm_node.node.transport.hivemind.transport")  # the transport's log name, as before the split
 
 __all__ = ["start_dht_node", "stop_dht_node"]
 

@@ -32,7 +32,7 @@ import unicodedata
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from node.transport.addresses import relayed
+from swarm_node.node.transport.addresses import relayed
 
 __all__ = ["DIALBACK", "Reach", "DialGate", "serve_dialback", "ask_dialback", "observed_host", "probe_listener",
            "requested_port", "direct_address", "host_port", "printable"]

@@ -31,10 +31,10 @@ import logging
 
 from hivemind.utils import get_dht_time
 
-from node.transport.hivemind.index import FOLLOWER_LEVEL, SHARD_FANOUT, followers_key, shard_prefix, weights_key
-from node.transport.directory import ANNOUNCE_TTL_S, MAX_UNVOUCHED_RELAYS, Directory, Pointer, relay_order
-from protocol.identity import PEER_ID_RE
-from protocol.manifest import Manifest
+from swarm_node.node.transport.hivemind.index import FOLLOWER_LEVEL, SHARD_FANOUT, followers_key, shard_prefix, weights_key
+from swarm_node.node.transport.directory import ANNOUNCE_TTL_S, MAX_UNVOUCHED_RELAYS, Directory, Pointer, relay_order
+from swarm_node.protocol.identity import PEER_ID_RE
+from swarm_node.protocol.manifest import Manifest
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from node.transport.hivemind.index import explore_allowance
+from swarm_node.node.transport.hivemind.index import explore_allowance
 
 __all__ = ["RoundBudget", "FetchBudget", "MAX_FETCH_FAILURES"]
 

@@ -25,17 +25,17 @@ from typing import Awaitable, Callable
 
 from hivemind.p2p import PeerID
 
-from node.transport.base import Delivery
-from node.transport.hivemind.fetch_budget import MAX_FETCH_FAILURES, FetchBudget
-from node.transport.hivemind.index import bulky_threshold, choose_fetches
-from node.transport.hivemind.nat import dial_failure_hint
-from node.transport.hivemind.rollout_stream import FETCH_TIMEOUT_S, NotAnnounced, Oversized
-from node.transport.hivemind.serve_slots import PER_PEER
-from node.transport.hivemind.served_hosts import ServedHosts
-from node.transport.hivemind.strikes import SourceStrikes
-from node.transport.standing import Standing
+from swarm_node.node.transport.base import Delivery
+from swarm_node.node.transport.hivemind.fetch_budget import MAX_FETCH_FAILURES, FetchBudget
+from swarm_node.node.transport.hivemind.index import bulky_threshold, choose_fetches
+from swarm_node.node.transport.hivemind.nat import dial_failure_hint
+from swarm_node.node.transport.hivemind.rollout_stream import FETCH_TIMEOUT_S, NotAnnounced, Oversized
+from swarm_node.node.transport.hivemind.serve_slots import PER_PEER
+from swarm_node.node.transport.hivemind.served_hosts import ServedHosts
+from swarm_node.node.transport.hivemind.strikes import SourceStrikes
+from swarm_node.node.transport.standing import Standing
 
-log = logging.getLogger("node.transport.hivemind.transport")  # the transport's log name, as before the split
+log = logging.getLogger("swarm_node.node.transport.hivemind.transport")  # the transport's log name, as before the split
 
 __all__ = ["Fetcher", "Download", "MAX_INFLIGHT_FETCHES", "REST_ROUNDS"]
 

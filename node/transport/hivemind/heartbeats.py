@@ -13,7 +13,7 @@ import collections
 import hashlib
 from dataclasses import dataclass, field
 
-from node.transport.base import Delivery
+from swarm_node.node.transport.base import Delivery
 
 __all__ = ["HeardHeartbeats", "MAX_PUBLISHERS"]
 

@@ -46,7 +46,7 @@ import re
 from dataclasses import dataclass
 from typing import Collection, Iterable, Mapping, Sequence, Set
 
-from protocol.identity import PEER_ID_RE
+from swarm_node.protocol.identity import PEER_ID_RE
 
 __all__ = ["SHARD_FANOUT", "MAX_LEVEL", "SHARD_TARGET", "EXPLORE_EVERY_ROUNDS", "FOLLOWER_LEVEL", "peer_hash",
            "shard_prefix", "level_for", "write_levels", "round_key", "peers_key", "weights_key", "followers_key",

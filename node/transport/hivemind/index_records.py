@@ -19,10 +19,10 @@ from hivemind.dht.routing import DHTID
 from hivemind.dht.validation import CompositeValidator, DHTRecord, RecordValidatorBase
 from hivemind.utils import get_dht_time
 
-from node.transport.base import MAX_ANNOUNCEMENT_SIZE, MAX_ENVELOPE_SIZE
-from node.transport.hivemind.index import parse_key, peers_key, round_key, shard_prefix
-from node.transport.hivemind.records import CLOCK_SLACK_S, MAX_RECORD_TTL_S, PEER_ID_RE, OwnerSignatureValidator
-from protocol.identity import Identity
+from swarm_node.node.transport.base import MAX_ANNOUNCEMENT_SIZE, MAX_ENVELOPE_SIZE
+from swarm_node.node.transport.hivemind.index import parse_key, peers_key, round_key, shard_prefix
+from swarm_node.node.transport.hivemind.records import CLOCK_SLACK_S, MAX_RECORD_TTL_S, PEER_ID_RE, OwnerSignatureValidator
+from swarm_node.protocol.identity import Identity
 
 __all__ = ["ROUND_ENTRY_ROUNDS", "HEARTBEAT_ROUNDS", "index_entry", "heartbeat_entry", "shard_entries",
            "SwarmRecordValidator", "swarm_validator"]

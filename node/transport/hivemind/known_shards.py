@@ -31,7 +31,7 @@ import random
 from dataclasses import dataclass
 from typing import Collection, Iterable, Mapping
 
-from node.transport.hivemind.index import search_levels
+from swarm_node.node.transport.hivemind.index import search_levels
 
 __all__ = ["KnownShards", "Missing", "MAX_REMEMBERED", "MAX_SEARCHES", "MAX_BACKOFF_ROUNDS", "MAX_FAILED_SEARCHES",
            "GONE_RETRY_ROUNDS", "backoff_rounds"]

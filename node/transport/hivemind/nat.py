@@ -19,7 +19,7 @@ p2pd has no hole punching (no DCUtR): every byte between two NATed peers goes th
 
 from __future__ import annotations
 
-from node.transport.base import TransportError
+from swarm_node.node.transport.base import TransportError
 
 __all__ = ["behind_nat_options", "RELAY_OPTIONS", "dial_failure_hint"]
 

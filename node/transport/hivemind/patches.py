@@ -35,7 +35,7 @@ behaviours of hivemind let one peer take away other peers' entries:
 
 ``apply()`` runs at import and is idempotent. On another hivemind version a patch is still
 applied if the method it replaces has the expected parameters, and skipped with a warning if
-not. The transport needs only ``import node.transport.hivemind.patches  # noqa: F401`` before it
+not. The transport needs only ``import swarm_node.node.transport.hivemind.patches  # noqa: F401`` before it
 creates nodes. ``ORIGINALS`` keeps the replaced functions (tests use them to show the bugs).
 """
 

@@ -29,7 +29,7 @@ from hivemind.dht.protocol import DHTProtocol
 from hivemind.dht.validation import DHTRecord, RecordValidatorBase
 from hivemind.utils import get_dht_time
 
-from protocol.identity import PEER_ID_RE, PUBLIC_KEY_SIZE, Identity, peer_id_from_public_key
+from swarm_node.protocol.identity import PEER_ID_RE, PUBLIC_KEY_SIZE, Identity, peer_id_from_public_key
 
 __all__ = ["OwnerSignatureValidator", "bootstrap_validator", "signed_bytes", "PEER_ID_RE", "MAX_RECORD_TTL_S"]
 

@@ -17,8 +17,8 @@ import asyncio
 import struct
 from typing import Callable, Iterator
 
-from node.transport.base import MAX_ENVELOPE_SIZE
-from node.transport.hivemind.records import PEER_ID_RE
+from swarm_node.node.transport.base import MAX_ENVELOPE_SIZE
+from swarm_node.node.transport.hivemind.records import PEER_ID_RE
 
 __all__ = ["handler_name", "Outbox", "answer", "download", "read_request", "write_body", "Oversized",
            "NotAnnounced", "ServesAnother", "FETCH_TIMEOUT_S", "REQUEST_TIMEOUT_S"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from protocol.identity import Identity
+from swarm_node.protocol.identity import Identity
 
 __all__ = ["transport_kwargs"]
 

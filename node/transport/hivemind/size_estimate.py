@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from node.transport.hivemind.index import estimate_size, level_for
+from swarm_node.node.transport.hivemind.index import estimate_size, level_for
 
 __all__ = ["ShardRead", "next_estimate"]
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import collections
 from dataclasses import dataclass, field
 
-from node.transport.backoff import backoff_delay
+from swarm_node.node.transport.backoff import backoff_delay
 
 __all__ = ["Strikes", "SourceStrikes", "BACKOFF_ROUNDS", "MAX_BACKOFF_ROUNDS"]
 

@@ -48,24 +48,24 @@ from typing import Callable, Collection, Iterable, Optional
 
 from hivemind.utils import get_dht_time
 
-import node.transport.hivemind.patches  # noqa: F401  (hivemind's DHT, patched at import: see that module)
-from node.observe.logs import adopt_library_logging
-from node.transport.addresses import peer_id_of
-from node.transport.backoff import JOIN_BACKOFF_S, JOIN_RETRIES
-from node.transport.base import MAX_ANNOUNCEMENT_SIZE, MAX_ENVELOPE_SIZE, Delivery, Transport, TransportError
-from node.transport.hivemind.daemon import start_dht_node, stop_dht_node
-from node.transport.hivemind.dialback import serve_dialback
-from node.transport.hivemind.fetcher import Fetcher
-from node.transport.hivemind.heartbeats import HeardHeartbeats
-from node.transport.hivemind.index import favoured, level_for, peers_key, read_plan, round_key, shard_prefix, write_levels
-from node.transport.hivemind.index_records import heartbeat_entry, index_entry, shard_entries, swarm_validator
-from node.transport.hivemind.known_shards import KnownShards
-from node.transport.hivemind.nat import behind_nat_options
-from node.transport.hivemind.rollout_stream import Outbox, ServesAnother, answer, download, handler_name
-from node.transport.hivemind.serve_slots import ServeSlots
-from node.transport.hivemind.size_estimate import next_estimate
-from node.transport.join import PEER_CACHE, join_swarm
-from protocol.identity import Identity
+import swarm_node.node.transport.hivemind.patches  # noqa: F401  (hivemind's DHT, patched at import: see that module)
+from swarm_node.node.observe.logs import adopt_library_logging
+from swarm_node.node.transport.addresses import peer_id_of
+from swarm_node.node.transport.backoff import JOIN_BACKOFF_S, JOIN_RETRIES
+from swarm_node.node.transport.base import MAX_ANNOUNCEMENT_SIZE, MAX_ENVELOPE_SIZE, Delivery, Transport, TransportError
+from swarm_node.node.transport.hivemind.daemon import start_dht_node, stop_dht_node
+from swarm_node.node.transport.hivemind.dialback import serve_dialback
+from swarm_node.node.transport.hivemind.fetcher import Fetcher
+from swarm_node.node.transport.hivemind.heartbeats import HeardHeartbeats
+from swarm_node.node.transport.hivemind.index import favoured, level_for, peers_key, read_plan, round_key, shard_prefix, write_levels
+from swarm_node.node.transport.hivemind.index_records import heartbeat_entry, index_entry, shard_entries, swarm_validator
+from swarm_node.node.transport.hivemind.known_shards import KnownShards
+from swarm_node.node.transport.hivemind.nat import behind_nat_options
+from swarm_node.node.transport.hivemind.rollout_stream import Outbox, ServesAnother, answer, download, handler_name
+from swarm_node.node.transport.hivemind.serve_slots import ServeSlots
+from swarm_node.node.transport.hivemind.size_estimate import next_estimate
+from swarm_node.node.transport.join import PEER_CACHE, join_swarm
+from swarm_node.protocol.identity import Identity
 
 adopt_library_logging()  # JSON logs: hivemind's own handler gives way to the node's
 
@@ -405,8 +405,8 @@ class HivemindTransport(Transport):
                 "_body_sizes": len(f.body_sizes), "_served_hosts": len(f.served), "_seen_entries": sum(len(v) for v in b.judged.values())}
 
     async def broadcast_parts(self, identity, source: str, upload):
-        from node.transport.hivemind.directory import WeightDirectory
-        from node.transport.hivemind.carrier import HivemindCarrier
+        from swarm_node.node.transport.hivemind.directory import WeightDirectory
+        from swarm_node.node.transport.hivemind.carrier import HivemindCarrier
 
         # One p2p daemon per node: the broadcast's streams ride the DHT node's.
         return (HivemindCarrier(self._node.p2p, self.swarm, upload),

@@ -14,10 +14,10 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from node.transport.bootstrap_serve import serve_until_stopped
-from node.transport.libp2p.host import Libp2pHost
-from policies.default_model import default_home
-from protocol.identity import load_or_create_identity
+from swarm_node.node.transport.bootstrap_serve import serve_until_stopped
+from swarm_node.node.transport.libp2p.host import Libp2pHost
+from swarm_node.policies.default_model import default_home
+from swarm_node.protocol.identity import load_or_create_identity
 
 log = logging.getLogger(__name__)
 

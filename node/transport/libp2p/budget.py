@@ -43,7 +43,7 @@ from __future__ import annotations
 import collections
 from dataclasses import dataclass, field
 
-from node.transport.ratelimit import Bucket
+from swarm_node.node.transport.ratelimit import Bucket
 
 __all__ = ["CheckBudget", "AHEAD", "MAX_PUBLISHERS", "MAX_ROUNDS"]
 

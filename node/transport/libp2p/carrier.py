@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import logging
 
-from node.transport.addresses import peer_id_of
-from node.transport.carrier import CarrierError, Handler, StreamCarrier
-from node.transport.ratelimit import TokenBucket
+from swarm_node.node.transport.addresses import peer_id_of
+from swarm_node.node.transport.carrier import CarrierError, Handler, StreamCarrier
+from swarm_node.node.transport.ratelimit import TokenBucket
 
 log = logging.getLogger(__name__)
 

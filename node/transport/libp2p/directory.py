@@ -28,12 +28,12 @@ import time
 
 import msgpack
 
-from node.transport.directory import ANNOUNCE_TTL_S, HeldDirectory
-from node.transport.libp2p.budget import CheckBudget
-from node.transport.libp2p.frames import publisher_of_address
-from protocol.identity import PEER_ID_RE, Identity
-from protocol.manifest import Manifest
-from protocol.records import MAX_RECORD_BYTES, open_record, sign_record
+from swarm_node.node.transport.directory import ANNOUNCE_TTL_S, HeldDirectory
+from swarm_node.node.transport.libp2p.budget import CheckBudget
+from swarm_node.node.transport.libp2p.frames import publisher_of_address
+from swarm_node.protocol.identity import PEER_ID_RE, Identity
+from swarm_node.protocol.manifest import Manifest
+from swarm_node.protocol.records import MAX_RECORD_BYTES, open_record, sign_record
 
 log = logging.getLogger(__name__)
 

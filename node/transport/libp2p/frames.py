@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import msgpack
 
-from node.transport.addresses import peer_id_of
-from node.transport.base import MAX_ANNOUNCEMENT_SIZE
-from node.transport.libp2p.host import publisher_of
-from protocol.signing import envelope_from_bytes
+from swarm_node.node.transport.addresses import peer_id_of
+from swarm_node.node.transport.base import MAX_ANNOUNCEMENT_SIZE
+from swarm_node.node.transport.libp2p.host import publisher_of
+from swarm_node.protocol.signing import envelope_from_bytes
 
 __all__ = ["gossip_topics", "bodies_protocol", "parse_frame", "signed_at", "publisher_of_remote",
            "publisher_of_address"]

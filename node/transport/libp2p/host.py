@@ -54,11 +54,11 @@ from libp2p.pubsub.gossipsub import PROTOCOL_ID_V11, GossipSub
 from libp2p.pubsub.pubsub import Pubsub
 from libp2p.tools.anyio_service import background_trio_service
 
-from node.transport.addresses import dialable_addrs
-from node.transport.base import TransportError
-from node.transport.libp2p.peer_exchange import PX_PROTOCOL, PeerExchange
-from node.transport.libp2p.trio_bridge import BridgeClosed, TrioThread
-from protocol.identity import Identity, peer_id_from_public_key
+from swarm_node.node.transport.addresses import dialable_addrs
+from swarm_node.node.transport.base import TransportError
+from swarm_node.node.transport.libp2p.peer_exchange import PX_PROTOCOL, PeerExchange
+from swarm_node.node.transport.libp2p.trio_bridge import BridgeClosed, TrioThread
+from swarm_node.protocol.identity import Identity, peer_id_from_public_key
 
 log = logging.getLogger(__name__)
 

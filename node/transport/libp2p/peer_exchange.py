@@ -23,10 +23,10 @@ from libp2p.network.stream.exceptions import StreamEOF
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import info_from_p2p_addr
 
-from node.transport.addresses import peer_id_of, with_peer, without_peer
-from node.transport.libp2p.settings import UNDIALABLE
+from swarm_node.node.transport.addresses import peer_id_of, with_peer, without_peer
+from swarm_node.node.transport.libp2p.settings import UNDIALABLE
 
-log = logging.getLogger("node.transport.libp2p.host")  # the host's log name, as before the split
+log = logging.getLogger("swarm_node.node.transport.libp2p.host")  # the host's log name, as before the split
 
 __all__ = ["PeerExchange", "PX_PROTOCOL", "DIAL_TIMEOUT_S"]
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from node.errors import ConfigError
-from protocol.identity import Identity
+from swarm_node.node.errors import ConfigError
+from swarm_node.protocol.identity import Identity
 
 __all__ = ["transport_kwargs", "NO_RELAY", "UNDIALABLE"]
 

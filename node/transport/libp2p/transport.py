@@ -56,21 +56,21 @@ from typing import Callable, Iterable, Optional
 
 import msgpack
 
-from node.clock import RoundClock
-from node.transport.addresses import peer_id_of, with_peer
-from node.transport.backoff import JOIN_BACKOFF_S, JOIN_RETRIES, TryAgain, retry
-from node.transport.carrier import CarrierError
-from node.transport.libp2p.carrier import Libp2pCarrier
-from node.transport.base import MAX_ANNOUNCEMENT_SIZE, MAX_ENVELOPE_SIZE, Delivery, Transport, TransportError
-from node.transport.libp2p.budget import CheckBudget
-from node.transport.inbox import Inbox
-from node.transport.libp2p.frames import (bodies_protocol, gossip_topics, parse_frame, publisher_of_address,  # noqa: F401
+from swarm_node.node.clock import RoundClock
+from swarm_node.node.transport.addresses import peer_id_of, with_peer
+from swarm_node.node.transport.backoff import JOIN_BACKOFF_S, JOIN_RETRIES, TryAgain, retry
+from swarm_node.node.transport.carrier import CarrierError
+from swarm_node.node.transport.libp2p.carrier import Libp2pCarrier
+from swarm_node.node.transport.base import MAX_ANNOUNCEMENT_SIZE, MAX_ENVELOPE_SIZE, Delivery, Transport, TransportError
+from swarm_node.node.transport.libp2p.budget import CheckBudget
+from swarm_node.node.transport.inbox import Inbox
+from swarm_node.node.transport.libp2p.frames import (bodies_protocol, gossip_topics, parse_frame, publisher_of_address,  # noqa: F401
                                           publisher_of_remote, signed_at)
-from node.transport.libp2p.host import GOSSIP_MAX, Libp2pHost
-from node.transport.libp2p.serving import Serves
-from node.transport.join import join_swarm
-from node.transport.libp2p.trio_bridge import BridgeClosed
-from protocol.identity import Identity
+from swarm_node.node.transport.libp2p.host import GOSSIP_MAX, Libp2pHost
+from swarm_node.node.transport.libp2p.serving import Serves
+from swarm_node.node.transport.join import join_swarm
+from swarm_node.node.transport.libp2p.trio_bridge import BridgeClosed
+from swarm_node.protocol.identity import Identity
 
 log = logging.getLogger(__name__)
 
@@ -337,8 +337,8 @@ class Libp2pTransport(Transport):
         return publisher_of_address(addr) == publisher
 
     async def broadcast_parts(self, identity, source: str, upload):
-        from node.transport.libp2p.carrier import weights_protocol
-        from node.transport.libp2p.directory import Libp2pWeightDirectory
+        from swarm_node.node.transport.libp2p.carrier import weights_protocol
+        from swarm_node.node.transport.libp2p.directory import Libp2pWeightDirectory
 
         directory = Libp2pWeightDirectory(self, identity, source)
         await directory.start()

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from node.errors import ConfigError
+from swarm_node.node.errors import ConfigError
 
 __all__ = ["Mosquitto", "BrokerMissing", "free_port", "node_acl", "mosquitto_binary"]
 

@@ -28,11 +28,11 @@ import logging
 import os
 import struct
 
-from node.transport.ratelimit import TokenBucket
-from node.transport.carrier import HEADER, MAX_REQUEST, Carrier, CarrierError, Handler, unpack_reply
-from node.transport.mqtt.link import BrokerDown
-from node.transport.mqtt.parts import PartError, Reassembler, parse_part, split
-from protocol.identity import PEER_ID_RE
+from swarm_node.node.transport.ratelimit import TokenBucket
+from swarm_node.node.transport.carrier import HEADER, MAX_REQUEST, Carrier, CarrierError, Handler, unpack_reply
+from swarm_node.node.transport.mqtt.link import BrokerDown
+from swarm_node.node.transport.mqtt.parts import PartError, Reassembler, parse_part, split
+from swarm_node.protocol.identity import PEER_ID_RE
 
 log = logging.getLogger(__name__)
 

@@ -22,13 +22,13 @@ from __future__ import annotations
 import logging
 import time
 
-from node.transport.directory import ANNOUNCE_TTL_S, HeldDirectory
-from node.transport.base import TransportError
-from node.transport.mqtt.link import BrokerDown
-from node.transport.mqtt.parts import PartError, Reassembler, parse_part
-from protocol.identity import PEER_ID_RE, Identity
-from protocol.manifest import MAX_MANIFEST_BYTES, Manifest, encode_manifest
-from protocol.records import open_record, sign_record
+from swarm_node.node.transport.directory import ANNOUNCE_TTL_S, HeldDirectory
+from swarm_node.node.transport.base import TransportError
+from swarm_node.node.transport.mqtt.link import BrokerDown
+from swarm_node.node.transport.mqtt.parts import PartError, Reassembler, parse_part
+from swarm_node.protocol.identity import PEER_ID_RE, Identity
+from swarm_node.protocol.manifest import MAX_MANIFEST_BYTES, Manifest, encode_manifest
+from swarm_node.protocol.records import open_record, sign_record
 
 log = logging.getLogger(__name__)
 

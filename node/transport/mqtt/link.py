@@ -31,9 +31,9 @@ from aiomqtt.exceptions import MqttConnectError
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from node.transport.backoff import JOIN_BACKOFF_S, JOIN_RETRIES, Backoff, TryAgain, retry
-from node.transport.base import TransportError
-from node.transport.mqtt.url import PASSWORD_ENV, BrokerSettings
+from swarm_node.node.transport.backoff import JOIN_BACKOFF_S, JOIN_RETRIES, Backoff, TryAgain, retry
+from swarm_node.node.transport.base import TransportError
+from swarm_node.node.transport.mqtt.url import PASSWORD_ENV, BrokerSettings
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +148,7 @@ class MqttLink:
         return _Client(s.host, s.port, username=s.username, password=s.password, identifier=ident,
                        protocol=aiomqtt.ProtocolVersion.V5, keepalive=s.keepalive, timeout=self.connect_timeout,
                        tls_context=self._tls_context(), max_queued_incoming_messages=INCOMING_QUEUE,
-                       logger=logging.getLogger("node.transport.mqtt.transport.client"))
+                       logger=logging.getLogger("swarm_node.node.transport.mqtt.transport.client"))
 
     async def _connect_once(self, strict: bool = True) -> _Client:
         client = self._new_client()

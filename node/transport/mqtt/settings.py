@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from node.transport.mqtt.url import parse_broker_url, resolve_password
-from protocol.identity import Identity
+from swarm_node.node.transport.mqtt.url import parse_broker_url, resolve_password
+from swarm_node.protocol.identity import Identity
 
 __all__ = ["transport_kwargs"]
 

@@ -49,13 +49,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from node.transport.backoff import JOIN_BACKOFF_S, JOIN_RETRIES
-from node.transport.base import MAX_ANNOUNCEMENT_SIZE, MAX_ENVELOPE_SIZE, Delivery, Transport, TransportError
-from node.transport.mqtt.url import BrokerSettings
-from node.transport.inbox import MAX_ROUND_AHEAD, Inbox
-from node.transport.mqtt.link import BrokerDown, MqttLink
-from node.transport.mqtt.parts import NoRoom, PartError, Reassembler, TooLarge, parse_part, split
-from protocol.identity import PEER_ID_RE
+from swarm_node.node.transport.backoff import JOIN_BACKOFF_S, JOIN_RETRIES
+from swarm_node.node.transport.base import MAX_ANNOUNCEMENT_SIZE, MAX_ENVELOPE_SIZE, Delivery, Transport, TransportError
+from swarm_node.node.transport.mqtt.url import BrokerSettings
+from swarm_node.node.transport.inbox import MAX_ROUND_AHEAD, Inbox
+from swarm_node.node.transport.mqtt.link import BrokerDown, MqttLink
+from swarm_node.node.transport.mqtt.parts import NoRoom, PartError, Reassembler, TooLarge, parse_part, split
+from swarm_node.protocol.identity import PEER_ID_RE
 
 log = logging.getLogger(__name__)
 
@@ -302,8 +302,8 @@ class MqttTransport(Transport):
         await self.link.subscribe(topic_filter, 1)
 
     async def broadcast_parts(self, identity, source: str, upload):
-        from node.transport.mqtt.carrier import MqttCarrier
-        from node.transport.mqtt.directory import MqttWeightDirectory
+        from swarm_node.node.transport.mqtt.carrier import MqttCarrier
+        from swarm_node.node.transport.mqtt.directory import MqttWeightDirectory
 
         directory = MqttWeightDirectory(self, identity, source)
         await directory.start()

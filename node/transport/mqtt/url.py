@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from node.transport.base import TransportError
+from swarm_node.node.transport.base import TransportError
 
 log = logging.getLogger(__name__)
 

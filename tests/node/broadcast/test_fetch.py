@@ -8,9 +8,9 @@ from __future__ import annotations
 import asyncio
 import os
 
-from node.broadcast.fetch import version_to_fetch
-from node.broadcast.peer import BroadcastPeer
-from node.transport.carrier import MemoryCarrier
+from swarm_node.node.broadcast.fetch import version_to_fetch
+from swarm_node.node.broadcast.peer import BroadcastPeer
+from swarm_node.node.transport.carrier import MemoryCarrier
 from tests.helpers.broadcast_net import META, Net, outpace, weights
 
 SIZE, CHUNK = 512 * 1024, 16 * 1024  # a version: 32 chunks

@@ -16,11 +16,11 @@ import time
 
 import pytest
 
-from node.transport.ratelimit import TokenBucket
-from node.transport.hivemind.carrier import HivemindCarrier
-from node.broadcast.peer import BroadcastPeer
+from swarm_node.node.transport.ratelimit import TokenBucket
+from swarm_node.node.transport.hivemind.carrier import HivemindCarrier
+from swarm_node.node.broadcast.peer import BroadcastPeer
 from tests.helpers.paths import ROOT
-from protocol.identity import Identity
+from swarm_node.protocol.identity import Identity
 
 pytestmark = [pytest.mark.slow, pytest.mark.daemon, pytest.mark.subprocess]
 SWARM = "kill"

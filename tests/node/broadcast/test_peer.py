@@ -9,11 +9,11 @@ import os
 import msgpack
 import pytest
 
-from node.transport.ratelimit import TokenBucket
-from node.transport.carrier import MemoryCarrier, MemoryHub
-from node.broadcast.wire import BUSY, NOT_YET, OK
-from protocol.identity import Identity
-from protocol.manifest import Manifest, build_manifest, encode_manifest
+from swarm_node.node.transport.ratelimit import TokenBucket
+from swarm_node.node.transport.carrier import MemoryCarrier, MemoryHub
+from swarm_node.node.broadcast.wire import BUSY, NOT_YET, OK
+from swarm_node.protocol.identity import Identity
+from swarm_node.protocol.manifest import Manifest, build_manifest, encode_manifest
 from tests.helpers.broadcast_net import META, SWARM, Net, weights
 
 
@@ -315,7 +315,7 @@ def test_uploads_to_strangers_yield_to_uploads_to_children():
 
 
 def test_a_peer_cannot_hold_more_than_its_share_of_open_requests(monkeypatch):
-    import node.transport.carrier as carrier_mod
+    import swarm_node.node.transport.carrier as carrier_mod
 
     async def go():
         hub, gate = MemoryHub(), asyncio.Event()

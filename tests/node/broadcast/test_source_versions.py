@@ -7,13 +7,13 @@ import asyncio
 
 import pytest
 
-from node.transport.carrier import MemoryCarrier, MemoryHub
-from node.transport.hivemind.directory import Pointer
-from node.broadcast.follow import WeightSource
-from node.broadcast.peer import BroadcastPeer
-from node.broadcast.store import ChunkStore
-from policies.policy import Policy
-from protocol.identity import Identity
+from swarm_node.node.transport.carrier import MemoryCarrier, MemoryHub
+from swarm_node.node.transport.hivemind.directory import Pointer
+from swarm_node.node.broadcast.follow import WeightSource
+from swarm_node.node.broadcast.peer import BroadcastPeer
+from swarm_node.node.broadcast.store import ChunkStore
+from swarm_node.policies.policy import Policy
+from swarm_node.protocol.identity import Identity
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

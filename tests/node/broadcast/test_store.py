@@ -7,7 +7,7 @@ import hashlib
 import os
 from types import SimpleNamespace
 
-from node.broadcast.store import ChunkStore
+from swarm_node.node.broadcast.store import ChunkStore
 
 
 def _chunk(text: bytes) -> tuple[bytes, bytes]:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from node.broadcast import topology
-from protocol.identity import Identity
-from protocol.manifest import build_manifest
+from swarm_node.node.broadcast import topology
+from swarm_node.protocol.identity import Identity
+from swarm_node.protocol.manifest import build_manifest
 
 SRC = Identity.generate()
 R = [f"sn1r{i}" for i in range(7)]

@@ -7,16 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from node.transport.carrier import MemoryCarrier, MemoryHub
-from node.transport.hivemind.directory import WeightDirectory
-from node.broadcast.context import RoleContext, RoleSettings
-from node.broadcast.follow import WeightFollower, WeightSource
-from node.broadcast.peer import BroadcastPeer
-from node.broadcast.roles import WorkerRole
-from node.swarm.pool import PeerGroup
-from node.observe.status import StatusFile
-from policies.policy import Policy
-from protocol.identity import Identity
+from swarm_node.node.transport.carrier import MemoryCarrier, MemoryHub
+from swarm_node.node.transport.hivemind.directory import WeightDirectory
+from swarm_node.node.broadcast.context import RoleContext, RoleSettings
+from swarm_node.node.broadcast.follow import WeightFollower, WeightSource
+from swarm_node.node.broadcast.peer import BroadcastPeer
+from swarm_node.node.broadcast.roles import WorkerRole
+from swarm_node.node.swarm.pool import PeerGroup
+from swarm_node.node.observe.status import StatusFile
+from swarm_node.policies.policy import Policy
+from swarm_node.protocol.identity import Identity
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -89,7 +89,7 @@ async def _until(cond):
 
 
 def test_a_learner_keeps_only_its_workers_groups_of_versions_it_published_within_the_bound():
-    from node.broadcast.roles import LearnerRole
+    from swarm_node.node.broadcast.roles import LearnerRole
 
     role = LearnerRole()
     role.followers, role.published, role.published_versions = {"sn1w", "sn1x"}, 10, {6: 6, 8: 8, 10: 10}
@@ -110,7 +110,7 @@ def test_a_learner_keeps_only_its_workers_groups_of_versions_it_published_within
 def test_a_learner_restarted_behind_a_signed_version_maps_new_numbers_to_its_own_updates():
     """After a restart from an older checkpoint the learner signs learner version + offset; a
     worker still on the old life's version 12 (other weights, same number) is dropped."""
-    from node.broadcast.roles import LearnerRole
+    from swarm_node.node.broadcast.roles import LearnerRole
 
     role = LearnerRole()
     role.offset = 5  # the old life signed up to version 14; it resumed at update 10

@@ -22,7 +22,7 @@ def test_a_bootstrap_stopped_with_its_daemon_prints_no_traceback(sig, tmp_path):
     maddr = tmp_path / "maddr"
     log = tmp_path / "bootstrap.log"
     with log.open("wb") as out:
-        p = subprocess.Popen([sys.executable, "-m", "node.cli", "bootstrap", "--host", "127.0.0.1", "--port", "0",
+        p = subprocess.Popen([sys.executable, "-m", "swarm_node.node.cli", "bootstrap", "--host", "127.0.0.1", "--port", "0",
                               "--no-nat", "--no-relay", "--identity", str(tmp_path / "key"),
                               "--maddr-file", str(maddr)], stdout=out, stderr=subprocess.STDOUT, cwd=ROOT,
                              env=dict(os.environ, PYTHONUNBUFFERED="1"), start_new_session=True)
@@ -44,12 +44,12 @@ def test_a_second_bootstrap_with_the_same_key_is_refused_while_the_first_runs(tm
     maddr, key = tmp_path / "maddr", tmp_path / "key"
     log = tmp_path / "bootstrap.log"
     with log.open("wb") as out:
-        first = subprocess.Popen([sys.executable, "-m", "node.cli", "bootstrap", "--host", "127.0.0.1", "--port",
+        first = subprocess.Popen([sys.executable, "-m", "swarm_node.node.cli", "bootstrap", "--host", "127.0.0.1", "--port",
                                   "0", "--no-nat", "--no-relay", "--identity", str(key), "--maddr-file", str(maddr)],
                                  stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
     try:
         wait_until(lambda: maddr.exists() and maddr.read_text().strip(), 120, "the bootstrap peer to listen", first)
-        second = subprocess.run([sys.executable, "-m", "node.cli", "bootstrap", "--host", "127.0.0.1", "--port", "0",
+        second = subprocess.run([sys.executable, "-m", "swarm_node.node.cli", "bootstrap", "--host", "127.0.0.1", "--port", "0",
                                  "--no-nat", "--no-relay", "--identity", str(key)], capture_output=True, text=True,
                                 cwd=ROOT, timeout=120)
         assert second.returncode == 2, second.stderr[-2000:]

@@ -27,7 +27,7 @@ def test_a_name_with_nothing_to_build_exits_2_saying_why_and_fetches_nothing(tmp
     (tmp_path / "folder" / "config.json").write_text("{}")
     home = tmp_path / "home"
     env = {**os.environ, "SWARM_NODE_HOME": str(home), "PYTHONPATH": str(ROOT)}
-    p = subprocess.run([sys.executable, "-m", "node.cli", "build-model", *(a.format(tmp=tmp_path) for a in args)],
+    p = subprocess.run([sys.executable, "-m", "swarm_node.node.cli", "build-model", *(a.format(tmp=tmp_path) for a in args)],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert p.returncode == 2, p.stderr[-3000:]
     assert all(w.format(tmp=tmp_path) in p.stderr for w in why), p.stderr[-3000:]

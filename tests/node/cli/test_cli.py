@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from node.cli import main
+from swarm_node.node.cli import main
 from tests.helpers.paths import ROOT
 
 
@@ -77,7 +77,7 @@ def test_join_rejects_a_placeholder_peer_id_or_a_malformed_address_at_start_nami
 def test_bootstrap_addresses_are_checked_without_the_libp2p_extras_multiaddr_too():
     """``multiaddr`` comes with the libp2p extra only; a plain install parses with hivemind's copy."""
     code = ("import sys; sys.modules['multiaddr'] = None\n"
-            "from node.transport.addresses import peer_address_error as e\n"
+            "from swarm_node.node.transport.addresses import peer_address_error as e\n"
             "print(e('/ip4/10.0.0.1/tcp/31337/p2p/QmWyMy'))\n"
             "print(e('/ip4/10.0.0.400/tcp/31337/p2p/QmWyMywt33NGEr2d32nqvpPeQq36fd3tj9eZaiBj2CbKSM'))\n"
             "print(e('/ip4/10.0.0.1/tcp/31337/p2p/QmWyMywt33NGEr2d32nqvpPeQq36fd3tj9eZaiBj2CbKSM'))\n")

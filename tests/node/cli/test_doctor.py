@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from node.cli import main
+from swarm_node.node.cli import main
 from tests.helpers.paths import ROOT
 from tests.helpers.procs import LOOPBACK_FLAGS, Procs, _env
 
@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.subprocess]
 
 def _doctor(*args: str, timeout: float = 120) -> tuple[subprocess.CompletedProcess, float]:
     t0 = time.monotonic()
-    p = subprocess.run([sys.executable, "-m", "node.cli", "doctor", *args], capture_output=True, text=True,
+    p = subprocess.run([sys.executable, "-m", "swarm_node.node.cli", "doctor", *args], capture_output=True, text=True,
                        cwd=ROOT, env=_env(), timeout=timeout)
     return p, time.monotonic() - t0
 

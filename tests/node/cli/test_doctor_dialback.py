@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import asyncio
 
-from node.cli import doctor
-from node.transport.hivemind import dialback
-from node.transport.hivemind.dialback import Reach
+from swarm_node.node.cli import doctor
+from swarm_node.node.transport.hivemind import dialback
+from swarm_node.node.transport.hivemind.dialback import Reach
 
 
 class Transport:

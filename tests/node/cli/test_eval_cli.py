@@ -8,10 +8,10 @@ import json
 
 import pytest
 
-from node.cli import main
-from node.cli.eval import table
-from node.observe.metrics import read_metrics
-from node.run.config import NodeConfig, load_config
+from swarm_node.node.cli import main
+from swarm_node.node.cli.eval import table
+from swarm_node.node.observe.metrics import read_metrics
+from swarm_node.node.run.config import NodeConfig, load_config
 from tests.helpers.swarm_helpers import train_to_end
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from node.cli import main
-from node.run.config import load_config
-from node.run.eval_checkpoint import find_checkpoint, policy_at, run_config
-from node.run.export import model_card
+from swarm_node.node.cli import main
+from swarm_node.node.run.config import load_config
+from swarm_node.node.run.eval_checkpoint import find_checkpoint, policy_at, run_config
+from swarm_node.node.run.export import model_card
 from tests.helpers.swarm_helpers import train_to_end
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -46,7 +46,7 @@ def warmer_model_dir(tmp_path_factory) -> Path:
     warm_tiny_model_dir almost never closes an answer block: its groups carry no gradient)."""
     from dataclasses import replace
 
-    from policies.default_model import build_default_model
+    from swarm_node.policies.default_model import build_default_model
     from tests.conftest import TINY_RECIPE
 
     out = tmp_path_factory.mktemp("warmer") / "model"
@@ -107,7 +107,7 @@ def test_a_new_python_loads_the_export_and_generates_without_the_projects_code(f
             "ids = t('Q: 1+1=\\nA: ', return_tensors='pt').input_ids\n"
             "new = m.generate(ids, max_new_tokens=5, do_sample=False)[0, ids.shape[1]:]\n"
             "assert len(new) >= 1 and isinstance(t.decode(new), str)\n"
-            "assert not any(k.startswith(('node', 'policies', 'rewards', 'protocol')) for k in sys.modules)\n"
+            "assert not any(k.startswith(('swarm_node', 'node', 'policies', 'rewards', 'protocol')) for k in sys.modules)\n"
             "print(type(m).__name__)")
     done = subprocess.run([sys.executable, "-I", "-c", code], cwd=tmp_path, capture_output=True, text=True,
                           timeout=300)
@@ -162,9 +162,9 @@ def _adapter_card(name: str, loaded_from: str | None, chat: bool = True, **over)
 def test_an_adapters_card_names_a_base_transformers_loads(tmp_path, monkeypatch, capsys):
     """A registry name or a .gguf file is no name transformers loads: the card says which folder is
     (the one ``build-model`` prints, what the run loaded), and for a registry model its hub twin."""
-    from policies.gguf_convert import gguf_folder_name
-    from policies.model_cache import BUILD_OK, models_root
-    from policies.registry_models import REGISTRY_MODELS
+    from swarm_node.policies.gguf_convert import gguf_folder_name
+    from swarm_node.policies.model_cache import BUILD_OK, models_root
+    from swarm_node.policies.registry_models import REGISTRY_MODELS
 
     monkeypatch.setenv("SWARM_NODE_HOME", str(tmp_path / "home"))
     gguf = tmp_path / "mine.gguf"

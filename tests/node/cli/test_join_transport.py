@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from node.cli.train import join_transport
+from swarm_node.node.cli.train import join_transport
 
 
 @pytest.mark.parametrize("flag, overrides, file_swarm, expected", [

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from node.gpu.profiles import (GiB, PROFILES, QWEN25, ModelShape, NoFit, Settings, Workload, _candidates,
+from swarm_node.node.gpu.profiles import (GiB, PROFILES, QWEN25, ModelShape, NoFit, Settings, Workload, _candidates,
                                  choose_settings, estimate, largest_class, usable)
 
 from tests.helpers.paths import ROOT
@@ -135,7 +135,7 @@ def half_b_dir(tmp_path_factory, tiny_model_dir) -> Path:
 
 def _join(model: Path, *flags: str, cwd: Path):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    r = subprocess.run([sys.executable, "-m", "node.cli", "join", "--new-swarm", "--print-config",
+    r = subprocess.run([sys.executable, "-m", "swarm_node.node.cli", "join", "--new-swarm", "--print-config",
                         "--model.name", str(model), *flags], capture_output=True, text=True, env=env, cwd=cwd,
                        timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -160,7 +160,7 @@ def test_profile_sets_what_the_user_left_unset_and_says_so(half_b_dir, tmp_path)
 
 @pytest.mark.subprocess
 def test_no_profile_without_a_gpu_or_with_none(half_b_dir, tmp_path):
-    from node.run.config import load_config
+    from swarm_node.node.run.config import load_config
 
     defaults = json.loads(load_config(None, {"model.name": str(half_b_dir)}).to_json())
     for flags, said in ((("--profile", "none"), None), ((), "not a CUDA device")):
@@ -185,8 +185,8 @@ def test_auto_reads_the_free_memory_and_gives_vllm_its_share_of_the_whole_card(h
     """``--profile auto`` on a (faked) CUDA card with 8 of 24 GiB free: the plan is for the 8 GiB,
     and the vLLM engine's share, which vLLM reads as a share of the whole card, is converted so it
     takes what the plan gave it and no more."""
-    import node.gpu.select as ps
-    from node.run.config import load_config
+    import swarm_node.node.gpu.select as ps
+    from swarm_node.node.run.config import load_config
 
     monkeypatch.setattr(ps, "free_device_memory", lambda device: (8 * GiB, 24 * GiB))
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)

@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from protocol.identity import load_or_create_identity
+from swarm_node.protocol.identity import load_or_create_identity
 from tests.helpers.netns import PUBLIC_IP
 from tests.helpers.procs import hostile_refusals, metrics, status
 from tests.helpers.wait import wait_until

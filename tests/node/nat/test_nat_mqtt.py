@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from protocol.identity import load_or_create_identity
-from node.transport.mqtt.broker import mosquitto_binary
+from swarm_node.protocol.identity import load_or_create_identity
+from swarm_node.node.transport.mqtt.broker import mosquitto_binary
 from tests.helpers.netns import PUBLIC_IP, ROUTER_WAN
 from tests.helpers.procs import hostile_refusals, metrics, status
 from tests.helpers.wait import wait_until

@@ -9,10 +9,10 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from node.observe.endpoint import MetricsEndpoint
-from node.observe.held_out import describe_eval, held_out_score, last_eval
-from node.observe.plots import plot_folder, plot_held_out
-from node.observe.progress import Progress
+from swarm_node.node.observe.endpoint import MetricsEndpoint
+from swarm_node.node.observe.held_out import describe_eval, held_out_score, last_eval
+from swarm_node.node.observe.plots import plot_folder, plot_held_out
+from swarm_node.node.observe.progress import Progress
 
 EVAL = {"greedy": 0.3, "sampled": 0.25, "n": 4, "pass_at_k": 0.5, "k": 2, "seconds": 1.5,
         "families": {"arithmetic": {"greedy": 0.5, "sampled": 0.25, "n": 2, "pass_at_k": 0.75},
@@ -92,7 +92,7 @@ def test_plots_draw_held_out_per_family_and_plot_redraws_it(tmp_path):
     bare.mkdir()
     (bare / "metrics.jsonl").write_text(json.dumps({"step": 1, "correct": 0.1}) + "\n")
     assert plot_folder(bare) == [bare / "reward_curve.png"]  # a run that never evaluated: no held-out plot
-    from node.errors import NodeError
+    from swarm_node.node.errors import NodeError
 
     with pytest.raises(NodeError, match="no held-out evaluation"):
         plot_held_out(bare / "metrics.jsonl", bare / "h.png")

@@ -16,7 +16,7 @@ import warnings
 
 import pytest
 
-from node.observe.logs import setup_logging
+from swarm_node.node.observe.logs import setup_logging
 
 from tests.helpers.procs import LOOPBACK_FLAGS, Procs, _env  # noqa: E402
 
@@ -101,7 +101,7 @@ def test_an_exception_record_is_one_line(restore_logging, capsys):
 # hivemind is checked in child processes: importing it here could clash with py-libp2p in other tests.
 _HIVEMIND_SCRIPT = textwrap.dedent("""
     import logging, sys
-    from node.observe.logs import setup_logging
+    from swarm_node.node.observe.logs import setup_logging
     if sys.argv[1] == "before":  # setup_logging adopts what is already imported
         import hivemind.utils.logging
         setup_logging("INFO", "json")
@@ -109,7 +109,7 @@ _HIVEMIND_SCRIPT = textwrap.dedent("""
         setup_logging("INFO", "json")
         assert "hivemind" not in sys.modules  # setup_logging never imports it
         import hivemind.utils.logging
-        from node.observe.logs import adopt_library_logging
+        from swarm_node.node.observe.logs import adopt_library_logging
         adopt_library_logging()  # what the module importing hivemind does
     hivemind.utils.logging.get_logger("hivemind.p2p.p2p_daemon").info("Peer ID: Qm123", extra={"caller": "p2pd"})
     # The daemon's listener closing under a stop: not shown (at hivemind's INFO level).
@@ -138,7 +138,7 @@ def test_hivemind_records_go_through_the_json_handler(imported):
 
 @pytest.mark.subprocess
 def test_lora_training_run_logs_only_json_and_no_peft_deprecation(tiny_model_dir, tmp_path):
-    r = subprocess.run([sys.executable, "-m", "node.cli", "train", "--model.name", str(tiny_model_dir),
+    r = subprocess.run([sys.executable, "-m", "swarm_node.node.cli", "train", "--model.name", str(tiny_model_dir),
                         "--model.lora_rank", "4", "--train.steps", "2", "--run.dir", str(tmp_path / "run"),
                         "--run.log_format", "json", "--run.progress", "plain", "--run.plot", "false"],
                        capture_output=True, text=True, env=_env(), cwd=REPO_ROOT, timeout=300)
@@ -150,7 +150,7 @@ def test_lora_training_run_logs_only_json_and_no_peft_deprecation(tiny_model_dir
     # filtered by name (policies/policy.py), so it is not among them.
     assert all("\n" not in x["msg"] for x in warned), warned
     assert not any(x["category"] == "FutureWarning" and "modeling_utils.py:" in x["location"] for x in warned), warned
-    assert any(x["logger"] == "node.observe.progress" for x in recs)
+    assert any(x["logger"] == "swarm_node.node.observe.progress" for x in recs)
     assert json.loads(r.stdout)["steps"] == 2
 
 
@@ -164,7 +164,7 @@ def test_a_hivemind_join_logs_only_json_including_hivemind_and_p2pd(tiny_model_d
         err, out = tmp_path / "join.err", tmp_path / "join.out"
         with err.open("wb") as e, out.open("wb") as o:
             join = subprocess.Popen(
-                [sys.executable, "-m", "node.cli", "join", "--bootstrap", maddr, *LOOPBACK_FLAGS,
+                [sys.executable, "-m", "swarm_node.node.cli", "join", "--bootstrap", maddr, *LOOPBACK_FLAGS,
                  "--model.name", str(tiny_model_dir), "--train.steps", "2", "--swarm.round_seconds", "1",
                  "--run.dir", str(tmp_path / "join"), "--run.log_format", "json", "--run.progress", "plain",
                  "--run.plot", "false", "--swarm.external_groups", "0", "--generation.prompts_per_step", "2"],
@@ -176,7 +176,7 @@ def test_a_hivemind_join_logs_only_json_including_hivemind_and_p2pd(tiny_model_d
         hivemind = [x for x in recs if x["logger"].startswith("hivemind")]
         assert hivemind, "no record from a hivemind logger"
         assert any(x.get("caller") == "p2pd" for x in hivemind), "no re-logged p2p daemon line"
-        assert any(x["logger"] == "node.observe.progress" for x in recs)
+        assert any(x["logger"] == "swarm_node.node.observe.progress" for x in recs)
         assert json.loads(out.read_text())["steps"] == 2
     finally:
         procs.close()

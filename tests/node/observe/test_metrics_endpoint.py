@@ -10,9 +10,9 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from node.run.config import load_config
-from node.errors import ConfigError
-from node.transport.memory import MemoryHub
+from swarm_node.node.run.config import load_config
+from swarm_node.node.errors import ConfigError
+from swarm_node.node.transport.memory import MemoryHub
 
 from tests.helpers.swarm_helpers import create_node, swarm_cfg  # noqa: E402
 
@@ -56,7 +56,7 @@ def test_metrics_endpoint_is_off_by_default_and_port_clash_is_a_clear_error(tiny
     assert load_config(None, {}).run.metrics_port is None
     import socket
 
-    from node.run.trainer import TrainingNode
+    from swarm_node.node.run.trainer import TrainingNode
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -69,7 +69,7 @@ def test_metrics_endpoint_is_off_by_default_and_port_clash_is_a_clear_error(tiny
 
 
 def test_an_mqtt_nodes_broker_link_and_outgoing_queue_are_exported():
-    from node.observe.endpoint import MetricsEndpoint
+    from swarm_node.node.observe.endpoint import MetricsEndpoint
 
     swarm = {"transport": "mqtt", "peer_id": "sn1" + "a" * 32, "peers_alive": 2, "peers_heard": 2, "pool": 0,
              "rollouts_out": 10, "groups_in": 4, "groups_used": 4, "dropped_stale": 0, "rejected": {},

@@ -6,8 +6,8 @@ import io
 import json
 import logging
 
-from node.observe.logs import JsonFormatter, setup_logging
-from node.observe.progress import Progress
+from swarm_node.node.observe.logs import JsonFormatter, setup_logging
+from swarm_node.node.observe.progress import Progress
 
 RECORD = {"step": 3, "reward": 0.25, "correct": 0.2, "rho": 0.9, "lr": 9e-5, "lr_factor": 0.95,
           "tokens_per_s": 1234.0, "step_time": 0.3}
@@ -30,14 +30,14 @@ def test_rich_panel_renders_every_column():
 
 def test_plain_mode_logs_a_line_with_the_metrics(caplog):
     p = Progress("plain", total_steps=3)
-    with caplog.at_level(logging.INFO, logger="node.observe.progress"):
+    with caplog.at_level(logging.INFO, logger="swarm_node.node.observe.progress"):
         p.update(RECORD)  # the last step is always logged, whatever the throttle
     p.close()
     assert "step 3/3" in caplog.text and "ESS/B 0.900" in caplog.text
 
 
 def test_json_logs_are_one_object_per_line_with_extra_fields():
-    rec = logging.LogRecord("node.run.trainer", logging.INFO, __file__, 1, "checkpoint %s", ("step_000003",), None)
+    rec = logging.LogRecord("swarm_node.node.run.trainer", logging.INFO, __file__, 1, "checkpoint %s", ("step_000003",), None)
     rec.step = 3
     obj = json.loads(JsonFormatter().format(rec))
     assert obj["msg"] == "checkpoint step_000003" and obj["level"] == "INFO" and obj["step"] == 3

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from node.errors import ConfigError
-from node.observe.metrics import MetricsWriter, read_metrics
-from node.observe.record_sinks import RecordLog, check_sinks_available, scalars
-from node.run.config import load_config
+from swarm_node.node.errors import ConfigError
+from swarm_node.node.observe.metrics import MetricsWriter, read_metrics
+from swarm_node.node.observe.record_sinks import RecordLog, check_sinks_available, scalars
+from swarm_node.node.run.config import load_config
 from tests.helpers.swarm_helpers import train_to_end
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -103,7 +103,7 @@ class _Breaks:
 def test_a_sink_that_fails_is_said_once_and_dropped_and_metrics_jsonl_goes_on(tmp_path, caplog):
     broken = _Breaks(after=2)
     log = RecordLog(MetricsWriter(tmp_path / "metrics.jsonl"), [broken])
-    with caplog.at_level(logging.WARNING, logger="node.observe.record_sinks"):
+    with caplog.at_level(logging.WARNING, logger="swarm_node.node.observe.record_sinks"):
         for step in range(1, 6):
             log.write({"step": step, "reward": step / 10})
     log.close()
@@ -114,7 +114,7 @@ def test_a_sink_that_fails_is_said_once_and_dropped_and_metrics_jsonl_goes_on(tm
 
 
 def test_a_sink_whose_package_is_missing_is_refused_before_the_model_loads(tmp_path, monkeypatch):
-    import node.observe.record_sinks as sinks
+    import swarm_node.node.observe.record_sinks as sinks
 
     monkeypatch.setattr(sinks, "find_spec", lambda name: None)
     with pytest.raises(ConfigError, match=r"pip install 'swarm-node\[tensorboard\]'"):
@@ -125,7 +125,7 @@ def test_a_sink_whose_package_is_missing_is_refused_before_the_model_loads(tmp_p
     # A node refuses it before loading anything: the missing model folder is never reached.
     import asyncio
 
-    from node.run.trainer import TrainingNode
+    from swarm_node.node.run.trainer import TrainingNode
 
     cfg = load_config(None, {"model.name": str(tmp_path / "no-model"), "run.dir": str(tmp_path / "run"),
                              "run.tensorboard": True})

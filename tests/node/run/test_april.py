@@ -9,10 +9,10 @@ import collections
 import pytest
 import torch
 
-from node.run.april import PartialRollouts
-from node.run.rollouts import round_task_ids
-from policies.policy import Policy, SamplingParams, TokenBatch
-from rewards.scoring import RewardConfig
+from swarm_node.node.run.april import PartialRollouts
+from swarm_node.node.run.rollouts import round_task_ids
+from swarm_node.policies.policy import Policy, SamplingParams, TokenBatch
+from swarm_node.rewards.scoring import RewardConfig
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
@@ -132,8 +132,8 @@ def test_a_row_carried_past_the_staleness_bound_is_restarted_not_published_with_
 
 
 def test_the_carry_bound_is_the_bound_where_the_rollouts_are_trained():
-    from node.run.config import NodeConfig
-    from node.run.step_generation import carry_bound
+    from swarm_node.node.run.config import NodeConfig
+    from swarm_node.node.run.step_generation import carry_bound
 
     cfg = NodeConfig()
     assert carry_bound(cfg) == cfg.learner.max_off_policy_steps  # synchronous: trained at once

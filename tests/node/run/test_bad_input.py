@@ -20,7 +20,7 @@ pytestmark = pytest.mark.subprocess
 
 
 def swarm_node(*args: str, cwd: Path, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "node.cli", *args], cwd=cwd, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "swarm_node.node.cli", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, env=env or dict(os.environ, PYTHONPATH=str(ROOT)))
 
 
@@ -144,9 +144,9 @@ def test_a_checkpoint_that_does_not_fit_the_model_is_summarised(tiny_model_dir, 
     # few lines instead of torch's list of every key.
     import torch
 
-    from node.run.checkpoint_format import CheckpointState
-    from node.errors import CheckpointError
-    from node.run.resume import mismatch as _mismatch
+    from swarm_node.node.run.checkpoint_format import CheckpointState
+    from swarm_node.node.errors import CheckpointError
+    from swarm_node.node.run.resume import mismatch as _mismatch
 
     model = {f"layer{i}.weight": torch.zeros(2, 2) for i in range(40)}
     saved = CheckpointState(step=1, policy_version=1,
@@ -181,7 +181,7 @@ def test_ctrl_c_while_the_model_builds_exits_at_once_without_a_traceback(tmp_pat
     env = dict(os.environ, PYTHONPATH=str(ROOT), SWARM_NODE_HOME=str(tmp_path / "home"), OMP_NUM_THREADS="1")
     # Started as a shell starts a background job, with SIGINT ignored: the node must stop on it
     # anyway (and this test then does not depend on how the suite itself was started).
-    p = subprocess.Popen([sys.executable, "-m", "node.cli", "train", "--run.dir", "r", "--run.progress", "off"],
+    p = subprocess.Popen([sys.executable, "-m", "swarm_node.node.cli", "train", "--run.dir", "r", "--run.progress", "off"],
                          cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     status = tmp_path / "r" / "status.json"
@@ -216,7 +216,7 @@ def test_a_sim_folder_that_cannot_be_a_folder(tiny_model_dir, workdir):
 
 
 def test_help_lists_allowed_values_and_none(capsys):
-    from node.cli import main
+    from swarm_node.node.cli import main
 
     with pytest.raises(SystemExit):
         main(["train", "--help"])

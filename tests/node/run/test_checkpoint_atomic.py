@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 import torch
 
-import node.run.checkpoint as ckpt
-import node.run.checkpoint_format as ckpt_format
-from node.run.checkpoint import list_checkpoints, load_checkpoint, load_latest, save_checkpoint
-from node.run.checkpoint_format import CheckpointState
-from node.errors import CheckpointError
+import swarm_node.node.run.checkpoint as ckpt
+import swarm_node.node.run.checkpoint_format as ckpt_format
+from swarm_node.node.run.checkpoint import list_checkpoints, load_checkpoint, load_latest, save_checkpoint
+from swarm_node.node.run.checkpoint_format import CheckpointState
+from swarm_node.node.errors import CheckpointError
 
 from tests.helpers.paths import ROOT as REPO_ROOT
 from tests.node.run.test_checkpoint import _sidecars, _small_state
@@ -112,8 +112,8 @@ def test_unserializable_extra_fails_before_writing(tmp_path):
 _WRITER = r"""
 import sys, torch
 from pathlib import Path
-from node.run.checkpoint import save_checkpoint
-from node.run.checkpoint_format import CheckpointState, capture_rng
+from swarm_node.node.run.checkpoint import save_checkpoint
+from swarm_node.node.run.checkpoint_format import CheckpointState, capture_rng
 root, step = Path(sys.argv[1]), 0
 model = {f"w{i}": torch.randn(256, 1024) for i in range(4)}  # 4 MiB of weights
 while True:

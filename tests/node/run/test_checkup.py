@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from node.run.checkup import (GiB, Check, address_check, checkpoint_bytes, clock_check, disk_check, exit_code,
+from swarm_node.node.run.checkup import (GiB, Check, address_check, checkpoint_bytes, clock_check, disk_check, exit_code,
                               listening_port, nat_check, reach_checks, render, report)
-from node.transport.hivemind.dialback import Reach
+from swarm_node.node.transport.hivemind.dialback import Reach
 
 
 def test_a_line_shows_the_fix_only_when_not_ok():

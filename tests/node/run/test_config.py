@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from node.cli import main
-from node.cli.parser import build_parser
-from node.run.config import NodeConfig, flag_fields, load_config, parse_flag_value
-from node.errors import ConfigError
+from swarm_node.node.cli import main
+from swarm_node.node.cli.parser import build_parser
+from swarm_node.node.run.config import NodeConfig, flag_fields, load_config, parse_flag_value
+from swarm_node.node.errors import ConfigError
 
 from tests.helpers.paths import ROOT as REPO_ROOT
 
@@ -29,7 +29,7 @@ def _write(tmp_path: Path, text: str, name: str = "node.toml") -> Path:
 
 def _cli() -> list[str]:
     exe = shutil.which("swarm-node") or str(Path(sys.executable).with_name("swarm-node"))
-    return [exe] if Path(exe).exists() else [sys.executable, "-m", "node.cli"]
+    return [exe] if Path(exe).exists() else [sys.executable, "-m", "swarm_node.node.cli"]
 
 
 def _run(args: list[str], cwd: Path) -> tuple[subprocess.CompletedProcess, float]:
@@ -214,7 +214,7 @@ def test_parse_flag_value(text, expected):
 def test_delta_none_flag_gives_none():
     parser = build_parser()
     ns = parser.parse_args(["train", "--learner.delta", "none", "--learner.epsilon_high", "off"])
-    from node.cli.flags import overrides as _overrides
+    from swarm_node.node.cli.flags import overrides as _overrides
 
     cfg = load_config(None, _overrides(ns, []))
     assert cfg.learner.delta is None and cfg.learner.epsilon_high is None
@@ -225,7 +225,7 @@ def test_delta_none_flag_gives_none():
 
 
 def test_cli_flags_parse_into_typed_config():
-    from node.cli.flags import overrides as _overrides
+    from swarm_node.node.cli.flags import overrides as _overrides
 
     ns = build_parser().parse_args(["train", "--generation.num_generations", "4",
                                     "--learner.learning_rate", "3e-4", "--run.resume", "true",
@@ -274,7 +274,7 @@ def test_cli_bad_config_fails_fast_without_torch(tmp_path):
     assert proc.stdout == ""
     assert took < 10
     # and it really never imported torch on the way to the error
-    code = ("import sys; from node.cli import main; rc = main(['train', '--config', sys.argv[1]]); "
+    code = ("import sys; from swarm_node.node.cli import main; rc = main(['train', '--config', sys.argv[1]]); "
             "print('torch' in sys.modules, 'transformers' in sys.modules); sys.exit(rc)")
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
     proc = subprocess.run([sys.executable, "-c", code, str(bad)], capture_output=True, text=True,
@@ -317,7 +317,7 @@ def test_example_configs_validate(name):
     path = REPO_ROOT / "docs" / "examples" / name
     cfg = load_config(path, {"swarm.transport": "hivemind"} if name == "swarm_demo.toml" else None)
     assert cfg.model.name == "default" and cfg.run.resume
-    from policies.default_model import DefaultModelRecipe
+    from swarm_node.policies.default_model import DefaultModelRecipe
 
     # The embedded model's warm start left out every question these evaluate on.
     assert cfg.eval.tasks_per_family <= DefaultModelRecipe().held_out_tasks
@@ -327,7 +327,7 @@ def test_example_configs_validate(name):
 def test_every_config_key_is_in_the_running_docs():
     """docs/running.md's configuration table lists every key (a new setting is documented)."""
 
-    from node.run.config import flag_fields
+    from swarm_node.node.run.config import flag_fields
 
     doc = (REPO_ROOT / "docs" / "running.md").read_text()
     missing = [f"{s}.{n}" for s, n, *_ in flag_fields() if f"| `{s}.{n}` |" not in doc]
@@ -383,9 +383,9 @@ def test_the_node_defaults_are_the_learner_library_defaults():
     import dataclasses
     import inspect
 
-    from node.run.wiring import learner_arguments
-    from policies.learner import Learner
-    from policies.loss import LossConfig
+    from swarm_node.node.run.wiring import learner_arguments
+    from swarm_node.policies.learner import Learner
+    from swarm_node.policies.loss import LossConfig
 
     node = learner_arguments(NodeConfig())
     library = LossConfig()
@@ -406,9 +406,9 @@ def test_the_node_defaults_are_the_learner_library_defaults():
 def test_every_learner_field_reaches_the_learner_by_its_name():
     import dataclasses
 
-    from node.run.config import LearnerConfig
-    from node.run.wiring import NODE_ONLY_LEARNER_FIELDS, OTHER_SECTIONS, learner_arguments, learner_parameters
-    from policies.loss import LossConfig
+    from swarm_node.node.run.config import LearnerConfig
+    from swarm_node.node.run.wiring import NODE_ONLY_LEARNER_FIELDS, OTHER_SECTIONS, learner_arguments, learner_parameters
+    from swarm_node.policies.loss import LossConfig
 
     params = set(learner_parameters()) | {f.name for f in dataclasses.fields(LossConfig)}
     assert set(LearnerConfig.model_fields) - NODE_ONLY_LEARNER_FIELDS == params - set(OTHER_SECTIONS)
@@ -421,7 +421,7 @@ def test_every_learner_field_reaches_the_learner_by_its_name():
 
 
 def test_the_external_success_floor_is_off_by_default_and_in_0_1():
-    from node.run.wiring import learner_arguments
+    from swarm_node.node.run.wiring import learner_arguments
 
     assert load_config().learner.external_success_floor is None
     assert learner_arguments(load_config(None, {"learner.external_success_floor": 0.25}))["loss"].external_success_floor == 0.25

@@ -10,13 +10,13 @@ from dataclasses import replace
 import pytest
 import torch
 
-from node.run.config import load_config
-from node.run.evaluate import CPU_ROWS_PER_CALL, TaskOutcome, eval_settings, evaluate, greedy_texts, pass_at_k, summarise
-from node.run.wiring import load_policy
-from policies.policy import Completion
-from rewards.answer import format_answer
-from rewards.held_out import held_out_ids
-from rewards.registry import make_task
+from swarm_node.node.run.config import load_config
+from swarm_node.node.run.evaluate import CPU_ROWS_PER_CALL, TaskOutcome, eval_settings, evaluate, greedy_texts, pass_at_k, summarise
+from swarm_node.node.run.wiring import load_policy
+from swarm_node.policies.policy import Completion
+from swarm_node.rewards.answer import format_answer
+from swarm_node.rewards.held_out import held_out_ids
+from swarm_node.rewards.registry import make_task
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -145,15 +145,15 @@ def test_a_family_without_held_out_questions_is_named_and_left_out(tiny, tmp_pat
     """A 3-row dataset has no question to hold out (rewards/reserved.py): the evaluation names it
     and goes on with the others; with no other family there is nothing to evaluate, and the node's
     evaluation is off instead of failing at every step."""
-    from node.run.evaluate import HeldOut
-    from rewards.registry import resolve_families
+    from swarm_node.node.run.evaluate import HeldOut
+    from swarm_node.rewards.registry import resolve_families
 
     cfg, policy = tiny
     rows = tmp_path / "few.jsonl"
     rows.write_text("".join(json.dumps({"question": f"q{i}", "answer": str(i)}) + "\n" for i in range(3)))
     [few] = resolve_families([f"jsonl:{rows}"])
     on = {"model.name": cfg.model.name, "eval.tasks_per_family": 2}
-    caplog.set_level(logging.WARNING, logger="node.run.evaluate")
+    caplog.set_level(logging.WARNING, logger="swarm_node.node.run.evaluate")
     s = eval_settings(load_config(None, {**on, "tasks.families": ["arithmetic", f"jsonl:{rows}"]}), prompt_kind="raw")
     assert f"no held-out questions for task family {few}: no level has the 4 questions" in caplog.text
     result = evaluate(policy, replace(s, samples=1), "0:1")

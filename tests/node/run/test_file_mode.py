@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from node.run.file_mode import give_plain_mode, plain_mode
+from swarm_node.node.run.file_mode import give_plain_mode, plain_mode
 
 
 @pytest.mark.parametrize("umask", [0o022, 0o027, 0o077], ids=oct)

@@ -11,10 +11,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from node.observe.metrics import read_metrics
-from node.run.config import load_config
-from node.run.evaluate import HeldOut
-from policies.prompt_format import RAW
+from swarm_node.node.observe.metrics import read_metrics
+from swarm_node.node.run.config import load_config
+from swarm_node.node.run.evaluate import HeldOut
+from swarm_node.policies.prompt_format import RAW
 from tests.helpers.swarm_helpers import train_to_end
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -67,7 +67,7 @@ def test_the_evaluation_before_training_is_the_start_every_later_one_compares_wi
     """``eval.at_start``: evaluated once before step 1, into eval/step_0.json (not a metrics record:
     no step made it), read back first by ``evaluations``; a resumed run does not redo it, and a
     run that evaluates nothing makes none."""
-    from node.observe.held_out import evaluations, start_eval
+    from swarm_node.node.observe.held_out import evaluations, start_eval
 
     run = tmp_path / "run"
     train_to_end(_cfg(warm_tiny_model_dir, run, **{"eval.every": 0, "train.steps": 2, "run.checkpoint_every": 1}))
@@ -109,7 +109,7 @@ def test_a_failed_evaluation_is_logged_and_training_keeps_its_records_and_checkp
     """An evaluation that raises (out of memory on a GPU, say) costs only that evaluation: the
     step's record (with ``eval_error``), the periodic checkpoint due at the same step and the rest
     of the run go on."""
-    import node.run.evaluate as evaluate_module
+    import swarm_node.node.run.evaluate as evaluate_module
 
     def out_of_memory(*args, **kwargs):
         raise RuntimeError("CUDA out of memory (simulated)")
@@ -135,8 +135,8 @@ def test_a_stop_during_an_evaluation_ends_it_and_the_summary_says_stopped_early(
     import asyncio
     import threading
 
-    from node.run.trainer import TrainingNode
-    from policies.policy import Policy
+    from swarm_node.node.run.trainer import TrainingNode
+    from swarm_node.policies.policy import Policy
 
     run = tmp_path / "run"
     cfg = _cfg(tiny_model_dir, run, **{"train.steps": 1, "eval.every": 0, "eval.at_start": False,

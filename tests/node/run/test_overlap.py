@@ -10,9 +10,9 @@ import threading
 import pytest
 import torch
 
-from node.run.overlap import GenerationAhead, GeneratorCopy, may_start
-from policies.halt import GenerationStopped
-from policies.policy import Policy, SamplingParams
+from swarm_node.node.run.overlap import GenerationAhead, GeneratorCopy, may_start
+from swarm_node.policies.halt import GenerationStopped
+from swarm_node.policies.policy import Policy, SamplingParams
 from tests.helpers.wait import wait_for
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py

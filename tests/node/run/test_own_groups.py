@@ -7,12 +7,12 @@ from __future__ import annotations
 import random
 from types import SimpleNamespace
 
-from node.run.own_groups import FamilyCorrectness, OwnGroups, own_groups, take_replacing, uninformative_groups
-from node.run.rollouts import Rollout
-from node.swarm.pool import AdmittedGroup, PeerPool
-from protocol.task_id import TaskId
-from rewards.registry import make_task
-from rewards.scoring import Reward
+from swarm_node.node.run.own_groups import FamilyCorrectness, OwnGroups, own_groups, take_replacing, uninformative_groups
+from swarm_node.node.run.rollouts import Rollout
+from swarm_node.node.swarm.pool import AdmittedGroup, PeerPool
+from swarm_node.protocol.task_id import TaskId
+from swarm_node.rewards.registry import make_task
+from swarm_node.rewards.scoring import Reward
 
 TASK = make_task("arithmetic:1:1")
 
@@ -105,9 +105,9 @@ def test_off_or_j_zero_asks_for_no_extra():
 def test_a_solo_run_leaves_its_uninformative_groups_out_of_the_learners_batch(warm_tiny_model_dir, tmp_path):
     import asyncio
 
-    from node.observe.metrics import read_metrics
-    from node.run.config import load_config
-    from node.run.trainer import TrainingNode
+    from swarm_node.node.observe.metrics import read_metrics
+    from swarm_node.node.run.config import load_config
+    from swarm_node.node.run.trainer import TrainingNode
 
     cfg = load_config(None, {"model.name": str(warm_tiny_model_dir), "run.dir": str(tmp_path / "run"),
                              "run.progress": "off", "generation.prompts_per_step": 4,

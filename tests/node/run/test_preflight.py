@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from node.errors import ConfigError
-from node.run.preflight import check_model_source
+from swarm_node.node.errors import ConfigError
+from swarm_node.node.run.preflight import check_model_source
 from tests.helpers.paths import ROOT
 
 
@@ -49,7 +49,7 @@ def test_a_node_without_the_hub_fails_at_once_with_one_message(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"}
     # Nothing listens on port 9: the Hub "cannot be reached" on any machine, with or without a network.
     env.update(HF_ENDPOINT="http://127.0.0.1:9", HF_HOME=str(tmp_path / "hf"), HF_HUB_CACHE=str(tmp_path / "hf" / "hub"))
-    p = subprocess.run([sys.executable, "-m", "node.cli", "train", "--model.name", "someorg/not-a-cached-model",
+    p = subprocess.run([sys.executable, "-m", "swarm_node.node.cli", "train", "--model.name", "someorg/not-a-cached-model",
                         "--run.dir", str(tmp_path / "run"), "--train.steps", "1"],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert p.returncode == 2, p.stderr[-3000:]
@@ -69,7 +69,7 @@ def test_a_cached_hub_model_loads_offline_at_once_where_the_hub_cannot_be_reache
     (repo / "refs" / "main").write_text("0" * 40)
     env = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"}
     env.update(HF_ENDPOINT="http://127.0.0.1:9", HF_HOME=str(tmp_path / "hf"), HF_HUB_CACHE=str(hub), OMP_NUM_THREADS="1")
-    p = subprocess.run([sys.executable, "-m", "node.cli", "train", "--model.name", "someorg/tiny", "--run.dir",
+    p = subprocess.run([sys.executable, "-m", "swarm_node.node.cli", "train", "--model.name", "someorg/tiny", "--run.dir",
                         str(tmp_path / "run"), "--train.steps", "1", "--eval.at_start", "false", "--eval.at_end", "false",
                         "--generation.max_completion_length", "8", "--run.progress", "off", "--run.plot", "false"],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)

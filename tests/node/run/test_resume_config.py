@@ -8,10 +8,10 @@ import json
 
 import pytest
 
-from node.cli import main
-from node.errors import ConfigError
-from node.run.config import load_config
-from node.run.resume_config import differences, load_run_config
+from swarm_node.node.cli import main
+from swarm_node.node.errors import ConfigError
+from swarm_node.node.run.config import load_config
+from swarm_node.node.run.resume_config import differences, load_run_config
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

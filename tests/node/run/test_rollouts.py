@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from node.run.rollouts import round_task_ids
-from rewards.registry import make_task
+from swarm_node.node.run.rollouts import round_task_ids
+from swarm_node.rewards.registry import make_task
 
 FAMILIES = ["arithmetic", "lists", "base", "boolean", "counting"]
 
@@ -35,7 +35,7 @@ def test_a_family_listed_twice_gets_twice_the_share():
 
 
 def test_a_round_never_asks_a_held_out_task():
-    from rewards.held_out import held_out_ids, is_held_out
+    from swarm_node.rewards.held_out import held_out_ids, is_held_out
 
     ids = [t for step in range(50) for t in round_task_ids(0, step, 8, FAMILIES, [1, 2])]
     assert not any(is_held_out(t.seed) for t in ids)

@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from node.errors import ConfigError
-from node.run.run_lock import LOCK_FILE, RunLock
+from swarm_node.node.errors import ConfigError
+from swarm_node.node.run.run_lock import LOCK_FILE, RunLock
 from tests.helpers.paths import ROOT
 from tests.helpers.wait import wait_until
 
 
 def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "node.cli", *args]
+    return [sys.executable, "-m", "swarm_node.node.cli", *args]
 
 
 def _train(model: Path, run: Path, steps: int, *extra: str) -> list[str]:

@@ -7,14 +7,14 @@ import logging
 
 import pytest
 
-from node.observe.status import StatusFile
-from node.run.config import load_config
-from node.run.rollouts import Rollout
-from node.run.signal_watch import FLAT_STEPS, SAMPLE_CHARS, SignalWatch, is_flat, likely_cause, sample_lines
-from policies.policy import Completion
-from protocol.task_id import TaskId
-from rewards.registry import make_task
-from rewards.scoring import Reward
+from swarm_node.node.observe.status import StatusFile
+from swarm_node.node.run.config import load_config
+from swarm_node.node.run.rollouts import Rollout
+from swarm_node.node.run.signal_watch import FLAT_STEPS, SAMPLE_CHARS, SignalWatch, is_flat, likely_cause, sample_lines
+from swarm_node.policies.policy import Completion
+from swarm_node.protocol.task_id import TaskId
+from swarm_node.rewards.registry import make_task
+from swarm_node.rewards.scoring import Reward
 from tests.helpers.swarm_helpers import train_to_end
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -27,7 +27,7 @@ def _rollout(seed: int, text: str = "<answer>1</answer>", correct: float = 0.0, 
 
 def _said(caplog, level: int) -> list[str]:
     """What the watch logged at ``level`` (another test's setup may leave other loggers at INFO)."""
-    return [r.getMessage() for r in caplog.records if r.levelno == level and r.name == "node.run.signal_watch"]
+    return [r.getMessage() for r in caplog.records if r.levelno == level and r.name == "swarm_node.node.run.signal_watch"]
 
 
 FLAT = {"zero_adv_frac": 1.0, "format": 0.0, "truncated": 0.0, "correct": 0.0}
@@ -59,7 +59,7 @@ def test_a_flat_step_has_no_advantage_or_only_uninformative_own_groups():
 
 
 def test_warned_once_after_a_run_of_flat_steps_and_a_learning_step_starts_the_count_again(tmp_path, caplog):
-    caplog.set_level(logging.INFO, logger="node.run.signal_watch")
+    caplog.set_level(logging.INFO, logger="swarm_node.node.run.signal_watch")
     status = StatusFile(tmp_path, 100, "m", 0)
     watch = SignalWatch(0, 64, status)
     rollouts = [_rollout(1)]
@@ -94,7 +94,7 @@ def test_samples_show_the_question_the_reward_and_the_start_of_the_completion():
 def test_a_run_that_never_writes_the_format_is_warned_with_samples_to_look_at(tiny_model_dir, tmp_path, caplog):
     """The untrained tiny model never closes an answer block: every group scores 0, and the run
     says why after FLAT_STEPS steps; ``run.log_samples 2`` logs two completions a step."""
-    caplog.set_level(logging.INFO, logger="node.run.signal_watch")
+    caplog.set_level(logging.INFO, logger="swarm_node.node.run.signal_watch")
     cfg = load_config(None, {"model.name": str(tiny_model_dir), "run.dir": str(tmp_path / "run"),
                              "run.progress": "off", "run.plot": False, "generation.prompts_per_step": 2,
                              "generation.num_generations": 2, "generation.max_completion_length": 6,

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from conftest import TINY_RECIPE
-from node.errors import ConfigError
-from node.sim.faults import SimFaults
-from node.sim.spec import SimSpec
-from node.sim.preflight import check_prior_run, startup_warnings
-from node.transport.memory import MemoryHub
+from swarm_node.node.errors import ConfigError
+from swarm_node.node.sim.faults import SimFaults
+from swarm_node.node.sim.spec import SimSpec
+from swarm_node.node.sim.preflight import check_prior_run, startup_warnings
+from swarm_node.node.transport.memory import MemoryHub
 from tests.helpers.swarm_helpers import create_node, run_all, swarm_cfg
 
 
@@ -63,10 +63,10 @@ def test_a_swarm_where_every_node_trains_on_every_group_is_warned_about(warm_tin
         await run_all(ns)
         return ns
 
-    import node.run.trainer
+    import swarm_node.node.run.trainer as trainer
 
-    monkeypatch.setattr(node.run.trainer, "COINCIDE_STEPS", 2)  # 20 in a real run (tested below)
-    caplog.set_level(logging.WARNING, logger="node.run.trainer")
+    monkeypatch.setattr(trainer, "COINCIDE_STEPS", 2)  # 20 in a real run (tested below)
+    caplog.set_level(logging.WARNING, logger="swarm_node.node.run.trainer")
     ns = asyncio.run(scenario())
     hits = [r for r in caplog.records if "every node trains on every group" in r.getMessage()]
     if warned:
@@ -78,7 +78,7 @@ def test_a_swarm_where_every_node_trains_on_every_group_is_warned_about(warm_tin
 
 
 def test_the_simulator_warns_before_it_starts():
-    from node.run.config import load_config
+    from swarm_node.node.run.config import load_config
 
     faults = SimFaults.model_validate({"kill": [{"node": 0, "at_step": 6}, {"node": 1, "at_step": 60}]})
     spec = SimSpec(nodes=2, transport="hivemind", run_dir=Path("/r"), faults=faults)
@@ -100,7 +100,7 @@ def test_the_simulator_warns_before_it_starts():
 
 
 def test_batch_overlap_advice_by_hand():
-    from node.run.config import batch_overlap
+    from swarm_node.node.run.config import batch_overlap
 
     # P peers x I = B - J groups: overlap when J >= P * I; the advice is the largest J below it.
     assert batch_overlap(1, 8, 4) is not None and "--swarm.external_groups 3 or fewer" in batch_overlap(1, 8, 4)
@@ -117,8 +117,8 @@ def test_batch_overlap_advice_by_hand():
 def _fake_checkpoint(node_dir: Path, step: int) -> Path:
     import torch
 
-    from node.run.checkpoint import save_checkpoint
-    from node.run.checkpoint_format import CheckpointState
+    from swarm_node.node.run.checkpoint import save_checkpoint
+    from swarm_node.node.run.checkpoint_format import CheckpointState
 
     return save_checkpoint(node_dir / "checkpoints", CheckpointState(step, step, {"w": torch.zeros(2)}))
 
@@ -141,15 +141,15 @@ def test_the_simulator_reads_an_earlier_run_before_starting_anything(tmp_path):
 
 
 def test_a_resume_that_finds_no_checkpoint_says_the_recorded_steps_are_lost(tiny_model_dir, tmp_path, caplog):
-    from node.run.config import load_config
-    from node.run.trainer import TrainingNode
+    from swarm_node.node.run.config import load_config
+    from swarm_node.node.run.trainer import TrainingNode
 
     run = tmp_path / "r"
     run.mkdir()
     (run / "metrics.jsonl").write_text("".join(json.dumps({"step": s}) + "\n" for s in (1, 2, 3)))
     cfg = load_config(None, {"model.name": str(tiny_model_dir), "run.dir": str(run), "run.resume": True,
                              "run.checkpoint_every": 50, "train.steps": 1})
-    caplog.set_level(logging.WARNING, logger="node.run.trainer")
+    caplog.set_level(logging.WARNING, logger="swarm_node.node.run.trainer")
 
     async def scenario():
         node = await TrainingNode.create(cfg)
@@ -162,8 +162,8 @@ def test_a_resume_that_finds_no_checkpoint_says_the_recorded_steps_are_lost(tiny
 
 
 def test_a_resume_says_how_many_recorded_steps_are_redone(tiny_model_dir, tmp_path, caplog):
-    from node.run.config import load_config
-    from node.run.trainer import TrainingNode
+    from swarm_node.node.run.config import load_config
+    from swarm_node.node.run.trainer import TrainingNode
 
     run = tmp_path / "r"
     over = {"model.name": str(tiny_model_dir), "run.dir": str(run), "train.steps": 2, "run.progress": "off",
@@ -179,15 +179,15 @@ def test_a_resume_says_how_many_recorded_steps_are_redone(tiny_model_dir, tmp_pa
     asyncio.run(train())  # checkpoint at step 2
     with (run / "metrics.jsonl").open("a") as f:  # as if steps 3-5 ran, then a kill -9
         f.write("".join(json.dumps({"step": s}) + "\n" for s in (3, 4, 5)))
-    caplog.set_level(logging.INFO, logger="node.run.trainer")
+    caplog.set_level(logging.INFO, logger="swarm_node.node.run.trainer")
     asyncio.run(train(**{"run.resume": True}))
     assert any("(step 2, policy v2); the 3 steps recorded after it are redone" in r.getMessage()
                for r in caplog.records)
 
 
 def test_load_logs_what_trains_and_opob_warns_about_its_cost(tiny_model_dir, tmp_path, caplog):
-    from node.run.config import load_config
-    from node.run.trainer import TrainingNode
+    from swarm_node.node.run.config import load_config
+    from swarm_node.node.run.trainer import TrainingNode
 
     caplog.set_level(logging.INFO)
 
@@ -208,7 +208,7 @@ def test_load_logs_what_trains_and_opob_warns_about_its_cost(tiny_model_dir, tmp
 
 
 def test_processes_that_start_at_once_build_the_default_model_once(tmp_path):
-    from policies.default_model import ensure_default_model
+    from swarm_node.policies.default_model import ensure_default_model
 
     recipe = replace(TINY_RECIPE, seed=4321)  # a recipe no other test caches
     news: dict[str, list[str]] = {"a": [], "b": []}
@@ -242,14 +242,14 @@ def test_the_same_batch_warning_needs_consecutive_steps(caplog):
     # A 4-node swarm's first steps see one peer's heartbeat only: that must not warn.
     from types import SimpleNamespace
 
-    from node.run.config import load_config
-    from node.run.trainer import COINCIDE_STEPS, TrainingNode
+    from swarm_node.node.run.config import load_config
+    from swarm_node.node.run.trainer import COINCIDE_STEPS, TrainingNode
 
     cfg = load_config(None, {"swarm.transport": "memory", "swarm.max_sender_share": 1})  # I = J = 4
     node = SimpleNamespace(cfg=cfg, _coincide_warned=False, _coincide_steps=0,
                            status=SimpleNamespace(extra={}))
     warn = TrainingNode._warn_if_batches_coincide
-    caplog.set_level(logging.WARNING, logger="node.run.trainer")
+    caplog.set_level(logging.WARNING, logger="swarm_node.node.run.trainer")
     for _ in range(3):
         warn(node, 4, 1)  # looks like two nodes for a few steps...
     warn(node, 4, 3)  # ...then the other peers' heartbeats arrive
@@ -263,7 +263,7 @@ def test_the_same_batch_warning_needs_consecutive_steps(caplog):
 def test_the_simulator_warns_before_resuming_a_node_on_another_recipe(warm_tiny_model_dir, tmp_path):
     """An old run folder (``runs/demo`` before the demo changed): a node whose checkpoint was trained
     on other tasks, another evaluation or in the other role is named before the run starts."""
-    from node.run.config import config_from_data
+    from swarm_node.node.run.config import config_from_data
     from tests.helpers.swarm_helpers import train_to_end
 
     cfg = swarm_cfg(warm_tiny_model_dir, tmp_path / "sim" / "node0", **{"train.steps": 1, "swarm.transport": "none"})

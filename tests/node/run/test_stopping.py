@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 
-from node.run.stopping import StopRequest
-from node.transport.memory import MemoryHub
+from swarm_node.node.run.stopping import StopRequest
+from swarm_node.node.transport.memory import MemoryHub
 from tests.helpers.swarm_helpers import create_node, swarm_cfg
 
 
@@ -86,7 +86,7 @@ def test_a_part_of_close_that_never_finishes_is_left_behind_by_name(caplog):
     import asyncio
     import logging
 
-    from node.run.stopping import close_within
+    from swarm_node.node.run.stopping import close_within
 
     cancelled = []
 
@@ -112,7 +112,7 @@ def test_a_part_of_close_that_never_finishes_is_left_behind_by_name(caplog):
         except OSError as e:
             return str(e)
 
-    with caplog.at_level(logging.WARNING, logger="node.run.trainer"):
+    with caplog.at_level(logging.WARNING, logger="swarm_node.node.run.trainer"):
         assert asyncio.run(go()) == "broker gone"
     assert cancelled == [True]
     assert [r.getMessage() for r in caplog.records] == [

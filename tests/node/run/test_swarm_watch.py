@@ -12,9 +12,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from node.run import swarm_watch
-from node.run.config import load_config
-from node.transport.memory import MemoryHub
+from swarm_node.node.run import swarm_watch
+from swarm_node.node.run.config import load_config
+from swarm_node.node.transport.memory import MemoryHub
 from tests.helpers.swarm_helpers import create_node, run_all, swarm_cfg
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

@@ -16,10 +16,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from node.run.config import load_config
-from node.errors import ConfigError
-from node.observe.metrics import read_metrics
-from node.run.trainer import TrainingNode
+from swarm_node.node.run.config import load_config
+from swarm_node.node.errors import ConfigError
+from swarm_node.node.observe.metrics import read_metrics
+from swarm_node.node.run.trainer import TrainingNode
 from tests.helpers.swarm_helpers import train_to_end
 
 from tests.helpers.paths import ROOT
@@ -104,7 +104,7 @@ def test_corrupt_latest_checkpoint_falls_back_to_previous(warm_tiny_model_dir, t
 @pytest.mark.subprocess  # tests/helpers/process_guard.py
 def test_sigint_stops_cleanly_with_a_checkpoint_and_resumes(warm_tiny_model_dir, tmp_path):
     run = tmp_path / "run"
-    args = [sys.executable, "-m", "node.cli", "train", "--model.name", str(warm_tiny_model_dir),
+    args = [sys.executable, "-m", "swarm_node.node.cli", "train", "--model.name", str(warm_tiny_model_dir),
             "--run.dir", str(run), "--run.progress", "plain", "--train.steps", "100000",
             "--generation.prompts_per_step", "2", "--generation.num_generations", "2",
             "--generation.max_completion_length", "6", "--run.plot", "false"]
@@ -139,7 +139,7 @@ def test_two_ctrl_c_in_quick_succession_still_write_the_summary_and_the_final_st
     """The second Ctrl-C came after the loop had taken its handlers off: Python's KeyboardInterrupt
     ended the process without summary.json or plots, status.json left at "stopping"."""
     run = tmp_path / "run"
-    args = [sys.executable, "-m", "node.cli", "train", "--model.name", str(warm_tiny_model_dir),
+    args = [sys.executable, "-m", "swarm_node.node.cli", "train", "--model.name", str(warm_tiny_model_dir),
             "--run.dir", str(run), "--run.progress", "plain", "--train.steps", "100000",
             "--generation.prompts_per_step", "2", "--generation.num_generations", "2",
             "--generation.max_completion_length", "6", "--run.plot", "true", "--eval.every", "0",
@@ -247,7 +247,7 @@ def test_lora_resume_on_other_base_weights_is_refused(warm_tiny_model_dir, tmp_p
 
     from safetensors.torch import save_file
 
-    from node.errors import CheckpointError
+    from swarm_node.node.errors import CheckpointError
 
     other = tmp_path / "other-base"
     shutil.copytree(warm_tiny_model_dir, other)
@@ -267,7 +267,7 @@ def test_out_of_memory_in_a_step_is_recovered_and_recorded(warm_tiny_model_dir, 
     """CUDA's out-of-memory error, injected into generation (over 8 rows) and the learner's
     forward pass (over 4 rows) of a 16-completion step: the step is retried at half the rows
     until it fits, the run goes on at that size, and metrics and status.json say so."""
-    from policies.policy import Policy
+    from swarm_node.policies.policy import Policy
 
     real_sample, real_logp = Policy._sample, Policy.completion_logprobs
 
@@ -285,7 +285,7 @@ def test_out_of_memory_in_a_step_is_recovered_and_recorded(warm_tiny_model_dir, 
     monkeypatch.setattr(Policy, "completion_logprobs", logprobs)
     # The whole batch in the learner's passes (rows of all-equal groups would be left out:
     # policies/inert_rows.py), so the halvings are the batch's, not what its rewards allow.
-    import policies.learner as learner_mod
+    import swarm_node.policies.learner as learner_mod
 
     monkeypatch.setattr(learner_mod, "skippable", lambda *a: False)
     run = tmp_path / "run"
@@ -300,7 +300,7 @@ def test_out_of_memory_in_a_step_is_recovered_and_recorded(warm_tiny_model_dir, 
 
 
 def test_generation_batch_size_applies_to_the_lagged_sampler(warm_tiny_model_dir, tmp_path, monkeypatch):
-    from policies.policy import Policy
+    from swarm_node.policies.policy import Policy
 
     real, rows = Policy._sample, []
 

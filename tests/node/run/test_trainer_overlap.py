@@ -8,9 +8,9 @@ import math
 
 import pytest
 
-from node.errors import ConfigError
-from node.observe.metrics import read_metrics
-from node.run.config import load_config
+from swarm_node.node.errors import ConfigError
+from swarm_node.node.observe.metrics import read_metrics
+from swarm_node.node.run.config import load_config
 from tests.helpers.swarm_helpers import train_to_end
 from tests.node.run.test_trainer import _cfg
 
@@ -72,7 +72,7 @@ def test_settings_that_cannot_overlap_are_refused_with_the_reason(over, words):
 def test_a_generation_device_this_machine_lacks_is_refused_before_the_model_loads(warm_tiny_model_dir, tmp_path):
     import asyncio
 
-    from node.run.trainer import TrainingNode
+    from swarm_node.node.run.trainer import TrainingNode
 
     cfg = _cfg(warm_tiny_model_dir, tmp_path / "run", **{"train.max_async": 1, "generation.device": "cuda:7"})
     with pytest.raises(ConfigError, match="--generation.device cuda:7"):

@@ -27,7 +27,7 @@ import pytest
 
 
 import bench_attacks  # noqa: E402
-from node.sim.adversary import Adversary  # noqa: E402
+from swarm_node.node.sim.adversary import Adversary  # noqa: E402
 
 SMALL = {"generation.prompts_per_step": "4", "generation.num_generations": "4",
          "generation.max_completion_length": "8", "swarm.external_groups": "2",
@@ -41,7 +41,7 @@ SCENARIOS = {
 
 @pytest.fixture(scope="module")
 def tiny_policy(tiny_model_dir):
-    from policies.policy import Policy
+    from swarm_node.policies.policy import Policy
 
     return Policy.load(str(tiny_model_dir))
 
@@ -52,11 +52,11 @@ def tiny_policy(tiny_model_dir):
     ("foreign_logprob_gap", None), ("zero_advantage", None), ("crafted_informative", None),
 ])
 def test_each_envelope_attack_is_refused_under_its_reason_or_admitted_by_design(kind, reason, tiny_policy, tmp_path):
-    from node.clock import RoundClock
-    from node.run.config import load_config
-    from node.swarm.exchange import SwarmExchange
-    from node.transport.memory import MemoryHub, MemoryTransport
-    from protocol.identity import Identity
+    from swarm_node.node.clock import RoundClock
+    from swarm_node.node.run.config import load_config
+    from swarm_node.node.swarm.exchange import SwarmExchange
+    from swarm_node.node.transport.memory import MemoryHub, MemoryTransport
+    from swarm_node.protocol.identity import Identity
 
     policy = tiny_policy
     tok = policy.tokenizer

@@ -13,13 +13,13 @@ import time
 
 import msgpack
 
-from node.transport.base import MAX_ENVELOPE_SIZE
-from node.transport.memory import MemoryHub
-from protocol.codec import encode
-from protocol.identity import Identity
-from protocol.messages import RolloutBatch, RolloutRecord
-from protocol.signing import envelope_to_bytes, sign
-from rewards.registry import make_task
+from swarm_node.node.transport.base import MAX_ENVELOPE_SIZE
+from swarm_node.node.transport.memory import MemoryHub
+from swarm_node.protocol.codec import encode
+from swarm_node.protocol.identity import Identity
+from swarm_node.protocol.messages import RolloutBatch, RolloutRecord
+from swarm_node.protocol.signing import envelope_to_bytes, sign
+from swarm_node.rewards.registry import make_task
 from tests.helpers.swarm_helpers import create_node, run_all, swarm_cfg
 
 

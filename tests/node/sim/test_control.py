@@ -7,12 +7,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from node.run.config import load_config
-from node.sim.argv import node_args, worker_args
-from node.sim.control import comparison, comparison_lines, control_flags
-from node.sim.spec import SimSpec, is_control
-from node.sim.summary import write_summary
-from node.sim.table import status_rows
+from swarm_node.node.run.config import load_config
+from swarm_node.node.sim.argv import node_args, worker_args
+from swarm_node.node.sim.control import comparison, comparison_lines, control_flags
+from swarm_node.node.sim.spec import SimSpec, is_control
+from swarm_node.node.sim.summary import write_summary
+from swarm_node.node.sim.table import status_rows
 
 
 def _flags(args: list[str]) -> dict[str, str]:

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from node.observe.metrics import read_metrics
+from swarm_node.node.observe.metrics import read_metrics
 from tests.helpers.sim_procs import alive, start_sim, wait_watching
 
 pytestmark = [pytest.mark.slow, pytest.mark.subprocess]

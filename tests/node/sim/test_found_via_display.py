@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 import logging
 
-from node.observe.progress import Progress
-from node.sim.spec import SimSpec
-from node.sim.table import plain_line, render_table, status_rows
+from swarm_node.node.observe.progress import Progress
+from swarm_node.node.sim.spec import SimSpec
+from swarm_node.node.sim.table import plain_line, render_table, status_rows
 
 
 def _node(d, via: str | None) -> None:
@@ -42,7 +42,7 @@ def test_a_nodes_live_panel_and_round_line_say_how_it_found_the_swarm(caplog):
     console = Console(width=300, record=True)
     console.print(Progress("off", 10)._render(m))
     assert "up (peer cache)" in console.export_text()
-    with caplog.at_level(logging.INFO, logger="node.observe.progress"):
+    with caplog.at_level(logging.INFO, logger="swarm_node.node.observe.progress"):
         p = Progress("plain", 10)
         p.update(m)
         p.close()

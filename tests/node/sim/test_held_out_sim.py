@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 
-from node.sim.spec import SimSpec
-from node.sim.summary import write_summary
-from node.sim.table import plain_line, render_table, status_rows
+from swarm_node.node.sim.spec import SimSpec
+from swarm_node.node.sim.summary import write_summary
+from swarm_node.node.sim.table import plain_line, render_table, status_rows
 
 EVAL = {"greedy": 0.375, "sampled": 0.25, "n": 4, "seconds": 1.0,
         "families": {"lists": {"greedy": 0.5, "sampled": 0.25, "n": 2}, "boolean": {"greedy": 0.25, "sampled": 0.25, "n": 2}}}

@@ -32,8 +32,8 @@ def test_sim_runs_a_swarm_to_the_end_and_writes_its_folder(transport, warm_tiny_
     assert len(seen) >= (1 if transport == "memory" else 4)  # it did start processes (mqtt: the broker too)...
     assert alive(seen) == set()  # ...and none is left
     if transport == "hivemind":  # each node keeps the peers it trained on (node/swarm/peer_cache.py)
-        from node.swarm.peer_cache import PeerCache
-        from protocol.identity import load_or_create_identity
+        from swarm_node.node.swarm.peer_cache import PeerCache
+        from swarm_node.protocol.identity import load_or_create_identity
 
         ids = [load_or_create_identity(run / f"node{i}" / "identity.pem") for i in range(3)]
         cached = 0

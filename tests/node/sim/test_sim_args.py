@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from node.run.config import parse_flag_value
-from node.sim.argv import flag_text as _raw, node_args as _node_args
-from node.sim.faults import SimFaults
-from node.sim.spec import SimSpec
+from swarm_node.node.run.config import parse_flag_value
+from swarm_node.node.sim.argv import flag_text as _raw, node_args as _node_args
+from swarm_node.node.sim.faults import SimFaults
+from swarm_node.node.sim.spec import SimSpec
 
 
 def _flags(args: list[str]) -> dict[str, str]:
@@ -41,8 +41,8 @@ def test_per_node_faults_become_that_nodes_flags():
 def test_bad_faults_files_are_refused_with_a_reason(tmp_path):
     import pytest
 
-    from node.errors import ConfigError
-    from node.sim.faults import load_faults
+    from swarm_node.node.errors import ConfigError
+    from swarm_node.node.sim.faults import load_faults
 
     with pytest.raises(ConfigError, match="not found"):
         load_faults(tmp_path / "missing.toml")
@@ -67,9 +67,9 @@ def test_bad_faults_files_are_refused_with_a_reason(tmp_path):
 def test_per_node_flags_reach_each_node_of_the_memory_worker(tmp_path, monkeypatch):
     """Over memory every node runs in one ``sim-worker``: node i's ``[[node]]`` flags travel to it as
     JSON and go on top of every node's flags (and of a control node's), as a node process's do."""
-    from node.cli import main
-    from node.sim.argv import worker_args
-    from node.sim.worker import node_overrides
+    from swarm_node.node.cli import main
+    from swarm_node.node.sim.argv import worker_args
+    from swarm_node.node.sim.worker import node_overrides
 
     faults = SimFaults.model_validate({"node": [{"index": 1, "flags": {"model.name": "/m1", "train.behaviour_lag": 2}},
                                                 {"index": 2, "flags": {"generation.prompts_per_step": 2}}]})
@@ -81,7 +81,7 @@ def test_per_node_flags_reach_each_node_of_the_memory_worker(tmp_path, monkeypat
         seen.update(n=n, overrides=overrides, control=control, control_flags=control_flags, node_flags=node_flags)
         return 0
 
-    monkeypatch.setattr("node.sim.worker.run_worker", fake_worker)
+    monkeypatch.setattr("swarm_node.node.sim.worker.run_worker", fake_worker)
     assert main(worker_args(spec)) == 0  # parsed as the worker process parses its command line
     assert seen["node_flags"] == {1: {"model.name": "/m1", "train.behaviour_lag": 2},
                                   2: {"generation.prompts_per_step": 2}}
@@ -99,7 +99,7 @@ def test_the_summary_counts_what_a_restarted_node_used_over_its_whole_run(tmp_pa
     used before it was killed still count (its restart may come after the others finished)."""
     import json
 
-    from node.sim.summary import write_summary
+    from swarm_node.node.sim.summary import write_summary
 
     d = tmp_path / "node0"
     d.mkdir()
@@ -127,7 +127,7 @@ def test_learner_workers_make_node0_the_learner_and_the_others_follow_it():
 
 
 def test_the_weights_column_says_what_each_role_holds():
-    from node.sim.table import weights_text
+    from swarm_node.node.sim.table import weights_text
 
     assert weights_text(None) == "-"
     assert weights_text({"role": "learner", "published_version": 7, "followers": 3}) == "publishes v7 to 3"
@@ -137,7 +137,7 @@ def test_the_weights_column_says_what_each_role_holds():
 
 
 def test_roles_in_the_simulator_need_hivemind(tmp_path, capsys):
-    from node.cli import main
+    from swarm_node.node.cli import main
 
     assert main(["sim", "--nodes", "3", "--roles", "learner-workers", "--transport", "memory",
                  "--run.dir", str(tmp_path / "s")]) == 2
@@ -147,9 +147,9 @@ def test_roles_in_the_simulator_need_hivemind(tmp_path, capsys):
 def test_the_adversary_joins_the_carrier_the_simulated_swarm_runs_on(tmp_path, monkeypatch):
     """``[[malicious]]``'s command, parsed as ``swarm-node adversary`` parses it, names the swarm's
     carrier and where to join it (over libp2p it once named ``libp2p`` twice and was refused)."""
-    import node.cli.adversary as cli_adversary
-    from node.cli.parser import build_parser
-    from node.sim.argv import adversary_args, join_flags
+    import swarm_node.node.cli.adversary as cli_adversary
+    from swarm_node.node.cli.parser import build_parser
+    from swarm_node.node.sim.argv import adversary_args, join_flags
 
     faults = SimFaults.model_validate({"malicious": [{"attacks": ["garbage"]}]})
     seen = {}
@@ -159,7 +159,7 @@ def test_the_adversary_joins_the_carrier_the_simulated_swarm_runs_on(tmp_path, m
                     attacks=attacks)
         return 0
 
-    monkeypatch.setattr("node.sim.adversary.run_adversary", fake_adversary)
+    monkeypatch.setattr("swarm_node.node.sim.adversary.run_adversary", fake_adversary)
     maddr, broker = "/ip4/127.0.0.1/tcp/4001/p2p/12D3KooWBootstrap", "mqtt://127.0.0.1:1883"
     for transport in ("hivemind", "libp2p", "mqtt"):
         spec = SimSpec(nodes=2, transport=transport, run_dir=tmp_path, overrides={}, faults=faults,

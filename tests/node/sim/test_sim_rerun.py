@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
 def sim(tmp_path: Path, model: Path | None, *args: str, env: dict | None = None) -> subprocess.Popen:
     log = (tmp_path / "sim.log").open("ab")
     model_flags = ["--model.name", str(model)] if model is not None else []
-    return subprocess.Popen([sys.executable, "-m", "node.cli", "sim", "--run.dir", str(tmp_path / "sim"), *model_flags,
+    return subprocess.Popen([sys.executable, "-m", "swarm_node.node.cli", "sim", "--run.dir", str(tmp_path / "sim"), *model_flags,
                              *SMALL, "--swarm.round_seconds", "1.0", "--run.resume", "true", *args],
                             stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
                             env=env or dict(os.environ, OMP_NUM_THREADS="1"))
@@ -106,8 +106,8 @@ def test_a_node_that_has_not_trained_yet_shows_its_phase(warm_tiny_model_dir, tm
 
     try:
         wait_until(waiting, 120, "node0 to wait for peers", p)
-        from node.sim.spec import SimSpec
-        from node.sim.table import render_table, status_rows
+        from swarm_node.node.sim.spec import SimSpec
+        from swarm_node.node.sim.table import render_table, status_rows
 
         rows = status_rows(SimSpec(nodes=1, transport="hivemind", run_dir=run))
         assert rows[0]["phase"].startswith("waiting for peers ") and "peer groups" in rows[0]["phase"]

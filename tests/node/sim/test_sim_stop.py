@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from node.sim.children import Children
+from swarm_node.node.sim.children import Children
 from tests.helpers.sim_procs import start_sim, wait_training
 from tests.helpers.wait import wait_until
 

@@ -9,15 +9,15 @@ import math
 import pytest
 import torch
 
-from node.swarm.admission import allowed_specials
-from node.transport.base import Delivery
-from policies.loss import LossConfig, LossInputs, policy_loss, row_caps, sequence_weights
-from policies.offpolicy import ess_fraction, token_log_ratios
-from protocol.codec import encode
-from protocol.identity import Identity
-from protocol.messages import MIN_TOKEN_LOGPROB, RolloutRecord
+from swarm_node.node.swarm.admission import allowed_specials
+from swarm_node.node.transport.base import Delivery
+from swarm_node.policies.loss import LossConfig, LossInputs, policy_loss, row_caps, sequence_weights
+from swarm_node.policies.offpolicy import ess_fraction, token_log_ratios
+from swarm_node.protocol.codec import encode
+from swarm_node.protocol.identity import Identity
+from swarm_node.protocol.messages import MIN_TOKEN_LOGPROB, RolloutRecord
 from tests.helpers.exchange import batch, clock_at, decode_text, envelope, make_exchange
-from node.transport.memory import MemoryHub
+from swarm_node.node.transport.memory import MemoryHub
 
 EOS, PAD = 1, 0
 
@@ -60,10 +60,10 @@ def test_special_tokens_other_than_a_final_eos_are_refused(ids, ok):
 
 
 def test_a_node_does_not_publish_what_its_peers_would_refuse():
-    from node.run.rollouts import Rollout, to_records
-    from policies.policy import Completion
-    from rewards.scoring import Reward
-    from rewards.task import TaskId
+    from swarm_node.node.run.rollouts import Rollout, to_records
+    from swarm_node.policies.policy import Completion
+    from swarm_node.rewards.scoring import Reward
+    from swarm_node.rewards.task import TaskId
 
     def rollout(ids):
         c = Completion((5,), tuple(ids), "x", tuple(-0.5 for _ in ids), False)
@@ -74,7 +74,7 @@ def test_a_node_does_not_publish_what_its_peers_would_refuse():
 
 
 def test_a_peer_text_spelling_a_special_token_is_text(tiny_model_dir):
-    from policies.policy import Policy
+    from swarm_node.policies.policy import Policy
 
     p = Policy.load(str(tiny_model_dir))
     eos = p.tokenizer.eos_token
@@ -137,8 +137,8 @@ def test_learner_rho_and_lr_are_unmoved_by_zero_advantage_rows(tiny_model_dir):
     # The learner end to end: a group with rewards [1, 0] sampled by this very policy (w = 1),
     # plus a peer's zero-advantage group of 3 whose claimed log μ = 0 per token makes w ≈ 0.
     # Old rule: rho ≈ 2/5 = 0.4 and the LR factor sqrt(0.4) = 0.63; now rho = 1 and factor 1.
-    from policies.learner import Learner, TrainSample
-    from policies.policy import Policy, TokenBatch
+    from swarm_node.policies.learner import Learner, TrainSample
+    from swarm_node.policies.policy import Policy, TokenBatch
 
     policy = Policy.load(str(tiny_model_dir))
     prompt = policy.encode_prompts(["what is 2+2?"])[0]
@@ -170,8 +170,8 @@ def test_a_created_at_that_disagrees_with_the_signed_time_is_refused():
 def test_heartbeats_are_bounded_whatever_the_number_of_fresh_identities(monkeypatch):
     import time
 
-    import node.swarm.limits as swarm
-    from protocol.messages import Announcement
+    import swarm_node.node.swarm.limits as swarm
+    from swarm_node.protocol.messages import Announcement
 
     monkeypatch.setattr(swarm, "MAX_TRACKED_PEERS", 50)
     ex, _ = _ex()
@@ -184,7 +184,7 @@ def test_heartbeats_are_bounded_whatever_the_number_of_fresh_identities(monkeypa
 
 
 def test_a_sender_over_its_memory_share_loses_its_own_oldest_groups(monkeypatch):
-    import node.swarm.pool as swarm
+    import swarm_node.node.swarm.pool as swarm
 
     ex, flooder = _ex()
     honest = Identity.generate()
@@ -207,8 +207,8 @@ def test_learner_rho_still_falls_with_off_policy_gradient_rows(tiny_model_dir):
     # Rewards [1, 0]: both rows carry gradient. Row 0 was sampled by this policy (w = 1); row 1's
     # behaviour claims log μ one nat above log π (w = e^-1). By hand:
     # ρ = (1 + e^-1)^2 / (2 (1 + e^-2)) = 1.87109 / 2.27067 = 0.82403, LR factor sqrt(ρ) = 0.90776.
-    from policies.learner import Learner, TrainSample
-    from policies.policy import Policy, TokenBatch
+    from swarm_node.policies.learner import Learner, TrainSample
+    from swarm_node.policies.policy import Policy, TokenBatch
 
     policy = Policy.load(str(tiny_model_dir))
     prompt = policy.encode_prompts(["what is 2+2?"])[0]
@@ -226,7 +226,7 @@ def test_learner_rho_still_falls_with_off_policy_gradient_rows(tiny_model_dir):
 
 
 def test_a_flood_of_fresh_keys_does_not_push_honest_groups_out_of_the_pool(monkeypatch):
-    import node.swarm.pool as swarm
+    import swarm_node.node.swarm.pool as swarm
 
     monkeypatch.setattr(swarm, "MAX_POOL_GROUPS", 20)
     ex, honest = _ex()
@@ -261,8 +261,8 @@ def _honest_plus_hostile(policy, hostile_claims):
     one hostile sender's group of 2, rewards [1, 0], whose per-token log μ claims are
     ``hostile_claims`` (one value per row, within the admission bound). Every row carries gradient.
     Also returns the hostile rows' Σ log π (under this policy)."""
-    from policies.learner import TrainSample
-    from policies.policy import TokenBatch
+    from swarm_node.policies.learner import TrainSample
+    from swarm_node.policies.policy import TokenBatch
 
     prompt = policy.encode_prompts(["what is 2+2?"])[0]
     texts = ("<answer>4</answer>", "<answer>5</answer>", "4", "5", "<answer>6</answer>", "6")
@@ -294,8 +294,8 @@ def _honest_plus_hostile(policy, hostile_claims):
 ])
 def test_one_senders_claims_lower_rho_and_lr_by_at_most_its_share(tiny_model_dir, claims, rho_pooled,
                                                                   rho_hostile):
-    from policies.learner import Learner
-    from policies.policy import Policy
+    from swarm_node.policies.learner import Learner
+    from swarm_node.policies.policy import Policy
 
     policy = Policy.load(str(tiny_model_dir))
     samples, seq_logpi = _honest_plus_hostile(policy, claims)
@@ -316,7 +316,7 @@ def test_one_senders_claims_lower_rho_and_lr_by_at_most_its_share(tiny_model_dir
 
 
 def test_peer_rows_take_their_source_from_the_sender():
-    from policies.learner import LOCAL_SOURCE, TrainSample, sample_source
+    from swarm_node.policies.learner import LOCAL_SOURCE, TrainSample, sample_source
 
     base = dict(prompt_ids=(2,), completion_ids=(3,), behaviour_logprobs=(-1.0,), behaviour_seq_logprob=-1.0,
                 reward=0.0)

@@ -9,13 +9,13 @@ import time
 
 import pytest
 
-from node.swarm.clock_offset import ClockWatch, median_offset, peer_offsets, skew_exceeds, skew_message, warn_again
-from node.swarm.pool import AdmittedGroup
-from node.transport.memory import MemoryHub
-from protocol.codec import encode
-from protocol.identity import Identity
-from protocol.messages import Announcement
-from rewards.registry import make_task
+from swarm_node.node.swarm.clock_offset import ClockWatch, median_offset, peer_offsets, skew_exceeds, skew_message, warn_again
+from swarm_node.node.swarm.pool import AdmittedGroup
+from swarm_node.node.transport.memory import MemoryHub
+from swarm_node.protocol.codec import encode
+from swarm_node.protocol.identity import Identity
+from swarm_node.protocol.messages import Announcement
+from swarm_node.rewards.registry import make_task
 from tests.helpers.exchange import TOK_FP, clock_at, envelope, make_exchange, record
 
 
@@ -193,7 +193,7 @@ def test_a_node_warns_once_when_its_peers_clocks_are_a_good_part_of_a_round_off(
                 assert ex.admit_announcement(d)
         return ex
 
-    with caplog.at_level(logging.WARNING, logger="node.swarm.exchange"):
+    with caplog.at_level(logging.WARNING, logger="swarm_node.node.swarm.exchange"):
         ex = asyncio.run(go())
     warnings = [r.getMessage() for r in caplog.records if "clock" in r.getMessage()]
     assert len(warnings) == (1 if warned else 0), warnings

@@ -7,13 +7,13 @@ import time
 
 import pytest
 
-from node.swarm.admission import REJECT_REASONS
-from node.transport.base import MAX_ENVELOPE_SIZE, Delivery
-from node.transport.memory import MemoryHub, MemoryTransport
-from protocol.codec import encode
-from protocol.identity import Identity
-from protocol.messages import Announcement, RolloutRecord
-from protocol.signing import Envelope, canonical_bytes, envelope_to_bytes, sign
+from swarm_node.node.swarm.admission import REJECT_REASONS
+from swarm_node.node.transport.base import MAX_ENVELOPE_SIZE, Delivery
+from swarm_node.node.transport.memory import MemoryHub, MemoryTransport
+from swarm_node.protocol.codec import encode
+from swarm_node.protocol.identity import Identity
+from swarm_node.protocol.messages import Announcement, RolloutRecord
+from swarm_node.protocol.signing import Envelope, canonical_bytes, envelope_to_bytes, sign
 from tests.helpers.exchange import TOK_FP, VOCAB, batch, clock_at, envelope, make_exchange, record, tamper_body
 
 
@@ -219,7 +219,7 @@ def test_one_batch_per_sender_and_round(setup):
 
 
 def test_batches_and_groups_are_capped():
-    from node.swarm.limits import MAX_GROUPS_PER_BATCH
+    from swarm_node.node.swarm.limits import MAX_GROUPS_PER_BATCH
 
     hub, me, peer = MemoryHub(), Identity.generate(), Identity.generate()
     ex = make_exchange(hub, me, clock_at(10), group_cap=2)
@@ -233,7 +233,7 @@ def test_batches_and_groups_are_capped():
 
 def test_admission_records_the_task_and_the_tokenizer_verdict_on_each_group(setup):
     # Decided once, here: the learner (node/run/rollouts.py external_samples) only reads them.
-    from rewards.registry import make_task
+    from swarm_node.rewards.registry import make_task
 
     hub, me, peer, clock, ex = setup
     other = Identity.generate()
@@ -248,7 +248,7 @@ def test_admission_records_the_task_and_the_tokenizer_verdict_on_each_group(setu
 
 
 def test_pool_is_bounded(monkeypatch):
-    import node.swarm.pool as pool
+    import swarm_node.node.swarm.pool as pool
 
     monkeypatch.setattr(pool, "MAX_POOL_GROUPS", 3)
     hub, me = MemoryHub(), Identity.generate()
@@ -260,7 +260,7 @@ def test_pool_is_bounded(monkeypatch):
 
 
 def test_per_peer_counters_are_bounded(monkeypatch):
-    import node.swarm.limits as swarm
+    import swarm_node.node.swarm.limits as swarm
 
     monkeypatch.setattr(swarm, "MAX_TRACKED_PEERS", 2)
     hub, me = MemoryHub(), Identity.generate()
@@ -272,7 +272,7 @@ def test_per_peer_counters_are_bounded(monkeypatch):
 
 
 def test_a_failing_check_is_counted_and_does_not_stop_polling(setup, monkeypatch):
-    import node.swarm.admission as swarm
+    import swarm_node.node.swarm.admission as swarm
 
     hub, me, peer, clock, ex = setup
     real = swarm.make_task
@@ -380,8 +380,8 @@ def test_a_sender_whose_envelope_lies_is_distrusted_and_a_replay_is_only_counted
 
 @pytest.mark.parametrize("groups,cap,tokens", [(64, 8, 16), (4, 128, 128), (16, 32, 64), (64, 16, 8)])
 def test_usable_envelope_bytes_bounds_the_largest_envelope_a_node_could_use(groups, cap, tokens):
-    from node.swarm.limits import MAX_TEXT_BYTES_PER_TOKEN, usable_envelope_bytes
-    from protocol.messages import MAX_ROLLOUTS, MAX_TOKEN_ID
+    from swarm_node.node.swarm.limits import MAX_TEXT_BYTES_PER_TOKEN, usable_envelope_bytes
+    from swarm_node.protocol.messages import MAX_ROLLOUTS, MAX_TOKEN_ID
 
     peer = Identity.generate()
     family = "f" * 32
@@ -419,7 +419,7 @@ def test_completions_longer_than_the_node_trains_on_are_neither_checked_nor_kept
 
 
 def test_bodies_larger_than_all_the_node_could_use_are_not_taken(setup):
-    from node.swarm.limits import usable_envelope_bytes
+    from swarm_node.node.swarm.limits import usable_envelope_bytes
 
     hub, me, peer, clock, _ = setup
     ex = make_exchange(hub, me, clock, max_tokens=4, group_cap=2)

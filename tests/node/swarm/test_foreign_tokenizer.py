@@ -7,15 +7,15 @@ import json
 from dataclasses import replace
 
 from conftest import TINY_RECIPE
-from protocol.messages import same_tokenizer
-from node.swarm.pool import AdmittedGroup
-from node.run.rollouts import external_samples
-from node.transport.memory import MemoryHub
-from policies.default_model import build_default_model
-from policies.policy import Policy
-from protocol.messages import RolloutRecord
-from rewards.registry import make_task
-from rewards.scoring import RewardConfig
+from swarm_node.protocol.messages import same_tokenizer
+from swarm_node.node.swarm.pool import AdmittedGroup
+from swarm_node.node.run.rollouts import external_samples
+from swarm_node.node.transport.memory import MemoryHub
+from swarm_node.policies.default_model import build_default_model
+from swarm_node.policies.policy import Policy
+from swarm_node.protocol.messages import RolloutRecord
+from swarm_node.rewards.registry import make_task
+from swarm_node.rewards.scoring import RewardConfig
 from tests.helpers.swarm_helpers import create_node, run_all, swarm_cfg
 
 
@@ -99,8 +99,8 @@ def test_a_group_whose_prompt_leaves_no_room_in_the_model_is_left_out(tiny_model
     """A task source's questions have no length bound, and a peer may pick the longest ids it can
     find: a prompt that leaves no room for this node's completions in the model's positions (128
     for the tiny model) is counted as too long, never handed to the learner."""
-    from rewards.registry import resolve_families
-    from protocol.task_id import TaskId
+    from swarm_node.rewards.registry import resolve_families
+    from swarm_node.protocol.task_id import TaskId
 
     data = tmp_path / "long.jsonl"
     data.write_text(json.dumps({"question": "q " * 100, "answer": "1"}) + "\n"

@@ -3,12 +3,12 @@ the held-out seed space is refused whole, as ``held_out_task``, a sender fault."
 
 from __future__ import annotations
 
-from node.swarm.admission import REJECT_REASONS, SENDER_FAULTS
-from node.transport.base import Delivery
-from node.transport.memory import MemoryHub
-from protocol.codec import encode
-from protocol.identity import Identity
-from rewards.held_out import FIRST_HELD_OUT_SEED, held_out_ids
+from swarm_node.node.swarm.admission import REJECT_REASONS, SENDER_FAULTS
+from swarm_node.node.transport.base import Delivery
+from swarm_node.node.transport.memory import MemoryHub
+from swarm_node.protocol.codec import encode
+from swarm_node.protocol.identity import Identity
+from swarm_node.rewards.held_out import FIRST_HELD_OUT_SEED, held_out_ids
 from tests.helpers.exchange import batch, clock_at, envelope, make_exchange, record
 
 
@@ -40,8 +40,8 @@ def test_a_group_asking_a_held_out_question_under_another_seed_is_dropped_not_re
     the rest of the batch is admitted and the sender is not at fault."""
     import random
 
-    from protocol.task_id import TaskId
-    from rewards.reserved import held_out_set
+    from swarm_node.protocol.task_id import TaskId
+    from swarm_node.rewards.reserved import held_out_set
 
     held = held_out_set(["arithmetic"], [1], 16)
     rng = random.Random(1)

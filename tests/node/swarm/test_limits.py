@@ -1,6 +1,6 @@
 """The swarm's time rules, by hand: how long an envelope and a heartbeat stay published."""
 
-from node.swarm.limits import envelope_ttl, heartbeat_ttl
+from swarm_node.node.swarm.limits import envelope_ttl, heartbeat_ttl
 
 
 def test_an_envelope_lives_the_readers_lag_plus_two_rounds():

@@ -10,7 +10,7 @@ import asyncio
 
 import numpy as np
 
-from node.transport.memory import MemoryHub
+from swarm_node.node.transport.memory import MemoryHub
 from tests.helpers.swarm_helpers import create_node, run_all, swarm_cfg
 
 STEPS, WARM = 40, 14

@@ -6,7 +6,7 @@ import asyncio
 import json
 from pathlib import Path
 
-from node.transport.memory import MemoryHub
+from swarm_node.node.transport.memory import MemoryHub
 from tests.helpers.swarm_helpers import create_node, run_all, swarm_cfg
 
 

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from node.swarm.peer_cache import ADDRS_PER_PEER, PeerCache
-from protocol.identity import Identity
+from swarm_node.node.swarm.peer_cache import ADDRS_PER_PEER, PeerCache
+from swarm_node.protocol.identity import Identity
 
 
 @dataclass
@@ -112,7 +112,7 @@ def test_a_node_whose_bootstrap_is_gone_joins_through_a_cached_peer(tmp_path):
 
 @pytest.mark.daemon
 def test_with_no_cache_a_dead_bootstrap_still_fails_with_its_message():
-    from node.transport.base import TransportError
+    from swarm_node.node.transport.base import TransportError
     from tests.helpers.hivemind_dht import _bootstrap, _transport, pid
 
     async def go():
@@ -136,7 +136,7 @@ def test_only_addresses_whose_host_served_the_publisher_are_kept(tmp_path):
     served the publisher's body, for the publisher."""
     from types import SimpleNamespace
 
-    from node.swarm.peer_cache import keep_peer_cache
+    from swarm_node.node.swarm.peer_cache import keep_peer_cache
     from tests.helpers.hivemind_dht import _bootstrap, _now_round, _transport, pid
 
     async def go():

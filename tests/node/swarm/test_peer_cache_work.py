@@ -10,14 +10,14 @@ import time
 
 import pytest
 
-from node.swarm.peer_cache import PeerCache, keep_peer_cache
-from node.swarm.pool import AdmittedGroup
-from node.transport.base import Delivery
-from node.transport.memory import MemoryHub
-from protocol.codec import encode
-from protocol.identity import Identity
-from protocol.messages import Announcement
-from rewards.registry import make_task
+from swarm_node.node.swarm.peer_cache import PeerCache, keep_peer_cache
+from swarm_node.node.swarm.pool import AdmittedGroup
+from swarm_node.node.transport.base import Delivery
+from swarm_node.node.transport.memory import MemoryHub
+from swarm_node.protocol.codec import encode
+from swarm_node.protocol.identity import Identity
+from swarm_node.protocol.messages import Announcement
+from swarm_node.rewards.registry import make_task
 from tests.helpers.exchange import TOK_FP, clock_at, envelope, make_exchange, record
 
 TASK = "arithmetic:1:1"
@@ -101,7 +101,7 @@ def test_a_new_honest_peer_gets_in_after_more_than_1024_senders(tmp_path):
 def test_the_work_ledger_stays_bounded_and_open_to_newcomers():
     """The ledger's own bound: a flood of one-round keys past it displaces its own kind, never a
     peer with 10 rounds, and the newest sender always has an entry."""
-    from node.swarm.peer_work import PeerWork
+    from swarm_node.node.swarm.peer_work import PeerWork
 
     w = PeerWork(limit=50)
     for r in range(1, 11):

@@ -7,7 +7,7 @@ import asyncio
 import socket
 import time
 
-from node.swarm.probe import dial, endpoint_of
+from swarm_node.node.swarm.probe import dial, endpoint_of
 
 
 def test_where_addresses_dial():

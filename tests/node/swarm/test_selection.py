@@ -9,9 +9,9 @@ import random
 
 import pytest
 
-from node.swarm.pool import AdmittedGroup, PeerPool
-from node.swarm.selection import select, sender_cap
-from rewards.registry import make_task
+from swarm_node.node.swarm.pool import AdmittedGroup, PeerPool
+from swarm_node.node.swarm.selection import select, sender_cap
+from swarm_node.rewards.registry import make_task
 
 TASK = make_task("arithmetic:1:1")
 

@@ -8,17 +8,17 @@ import collections
 import time
 from types import SimpleNamespace
 
-from node.clock import RoundClock
-from node.sim.adversary.attacks_admitted import crafted_informative_batch
-from node.sim.adversary.forge import Forger
-from node.swarm.exchange import SwarmExchange
-from node.transport.base import Delivery
-from node.transport.memory import MemoryHub, MemoryTransport
-from protocol.codec import encode
-from protocol.identity import Identity
-from protocol.messages import RolloutBatch, RolloutRecord
-from rewards.registry import make_task
-from rewards.scoring import RewardConfig
+from swarm_node.node.clock import RoundClock
+from swarm_node.node.sim.adversary.attacks_admitted import crafted_informative_batch
+from swarm_node.node.sim.adversary.forge import Forger
+from swarm_node.node.swarm.exchange import SwarmExchange
+from swarm_node.node.transport.base import Delivery
+from swarm_node.node.transport.memory import MemoryHub, MemoryTransport
+from swarm_node.protocol.codec import encode
+from swarm_node.protocol.identity import Identity
+from swarm_node.protocol.messages import RolloutBatch, RolloutRecord
+from swarm_node.rewards.registry import make_task
+from swarm_node.rewards.scoring import RewardConfig
 from tests.helpers.exchange import clock_at, envelope
 
 EOS = 0

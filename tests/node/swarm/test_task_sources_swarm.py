@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from node.transport.base import Delivery
-from node.transport.memory import MemoryHub
-from protocol.codec import encode
-from protocol.identity import Identity
-from rewards.registry import resolve_families
+from swarm_node.node.transport.base import Delivery
+from swarm_node.node.transport.memory import MemoryHub
+from swarm_node.protocol.codec import encode
+from swarm_node.protocol.identity import Identity
+from swarm_node.rewards.registry import resolve_families
 from tests.helpers.exchange import batch, clock_at, envelope, make_exchange, record
 from tests.helpers.swarm_helpers import create_node, run_all, swarm_cfg
 
@@ -83,7 +83,7 @@ def _sources(kind: str, tmp_path: Path) -> tuple[str, str]:
         other = _data(tmp_path / "doubles_v2.jsonl", [*ROWS[:-1], {"question": "double 12", "answer": "25"}])
         return f"jsonl:{data}", f"jsonl:{other}"
     if kind == "module":  # a user's family: node2's copy answers one question differently
-        code = ("from rewards import Family\n\n"
+        code = ("from swarm_node.rewards import Family\n\n"
                 "def generate(rng, difficulty):\n"
                 "    a = rng.randint(1, 9)\n"
                 "    return f'double {a}', str(2 * a{tweak})\n\n"

@@ -12,14 +12,14 @@ import types
 
 import pytest
 
-import protocol.signing as signing
-from node.swarm.admission import Admission, Admitted, Refused
-from node.swarm.verdicts import MAX_VERDICTS, VerdictCache
-from node.transport.base import Delivery
-from node.transport.memory import MemoryHub
-from protocol.codec import encode
-from protocol.identity import Identity
-from protocol.messages import Announcement
+import swarm_node.protocol.signing as signing
+from swarm_node.node.swarm.admission import Admission, Admitted, Refused
+from swarm_node.node.swarm.verdicts import MAX_VERDICTS, VerdictCache
+from swarm_node.node.transport.base import Delivery
+from swarm_node.node.transport.memory import MemoryHub
+from swarm_node.protocol.codec import encode
+from swarm_node.protocol.identity import Identity
+from swarm_node.protocol.messages import Announcement
 from tests.helpers.exchange import TOK_FP, batch, clock_at, envelope, make_exchange
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from node.transport.addresses import dialable_addrs, names_peer, peer_id_of, with_peer, without_peer
+from swarm_node.node.transport.addresses import dialable_addrs, names_peer, peer_id_of, with_peer, without_peer
 
 ADDR = "/ip4/1.2.3.4/tcp/31337/p2p/12D3KooWabc"
 

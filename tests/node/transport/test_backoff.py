@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from node.transport.backoff import (JOIN_BACKOFF_S, RECONNECT_FIRST_S, RECONNECT_MAX_S, Backoff, TryAgain,
+from swarm_node.node.transport.backoff import (JOIN_BACKOFF_S, RECONNECT_FIRST_S, RECONNECT_MAX_S, Backoff, TryAgain,
                                     backoff_delay, retry)
 
 

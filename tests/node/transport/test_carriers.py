@@ -15,11 +15,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from node.errors import ConfigError
-from node.run.config import SwarmConfig
-from node.transport import TransportError, create_transport
-from node.transport.carriers import CARRIERS, Carrier, carrier
-from protocol.identity import Identity
+from swarm_node.node.errors import ConfigError
+from swarm_node.node.run.config import SwarmConfig
+from swarm_node.node.transport import TransportError, create_transport
+from swarm_node.node.transport.carriers import CARRIERS, Carrier, carrier
+from swarm_node.protocol.identity import Identity
 from tests.helpers.paths import ROOT
 
 UNKNOWN = "unknown transport 'none'; choose memory, hivemind, mqtt or libp2p"
@@ -67,8 +67,8 @@ def test_the_traits_are_what_the_node_the_simulator_and_the_cli_decide_by():
 
 
 def test_the_cli_offers_what_the_table_holds():
-    from node.cli.parser import build_parser
-    from node.cli.train import JOIN_TRANSPORTS
+    from swarm_node.node.cli.parser import build_parser
+    from swarm_node.node.cli.train import JOIN_TRANSPORTS
 
     assert JOIN_TRANSPORTS == ("hivemind", "mqtt", "libp2p")
     subs = next(a for a in build_parser()._actions if a.dest == "command").choices
@@ -80,7 +80,7 @@ def test_the_cli_offers_what_the_table_holds():
 
 
 def test_memory_is_built_from_the_swarm_name_alone():
-    from node.transport.memory import MemoryHub, MemoryTransport
+    from swarm_node.node.transport.memory import MemoryHub, MemoryTransport
 
     ident = Identity.generate()
     assert carrier("memory").transport_kwargs(SwarmConfig(transport="memory"), ident, p2p_identity_path="x",
@@ -115,13 +115,13 @@ def test_each_carrier_reads_its_own_settings():
 
 
 def test_a_missing_py_libp2p_is_a_transport_error_naming_the_extra(monkeypatch):
-    monkeypatch.setitem(sys.modules, "node.transport.libp2p.transport", None)  # its import fails
+    monkeypatch.setitem(sys.modules, "swarm_node.node.transport.libp2p.transport", None)  # its import fails
     with pytest.raises(TransportError, match=r"needs py-libp2p: pip install 'swarm-node\[libp2p\]'"):
         carrier("libp2p").load_transport()
 
 
 def test_the_simulator_joins_each_carrier_as_before():
-    from node.sim.argv import join_flags
+    from swarm_node.node.sim.argv import join_flags
 
     loopback = ["--swarm.host_maddrs", '["/ip4/127.0.0.1/tcp/0"]']
     assert join_flags("hivemind", "/m", None) == ["--bootstrap", "/m", *loopback, "--swarm.use_relay", "false",
@@ -131,8 +131,8 @@ def test_the_simulator_joins_each_carrier_as_before():
 
 
 def test_memory_runs_the_simulation_in_one_process_and_refuses_faults():
-    from node.sim.faults import SimFaults
-    from node.sim.spec import SimSpec, node_log, processes
+    from swarm_node.node.sim.faults import SimFaults
+    from swarm_node.node.sim.spec import SimSpec, node_log, processes
 
     assert not processes(SimSpec(nodes=2, transport="memory", run_dir=Path("/r")))
     assert node_log(SimSpec(nodes=2, transport="memory", run_dir=Path("/r")), 1) == Path("/r/nodes.log")
@@ -148,7 +148,7 @@ def test_memory_runs_the_simulation_in_one_process_and_refuses_faults():
 
 
 def test_joining_says_what_each_carrier_starts_first():
-    from node.run.startup import _joining
+    from swarm_node.node.run.startup import _joining
 
     def cfg(transport: str, **kw) -> SimpleNamespace:
         return SimpleNamespace(swarm=SwarmConfig(transport=transport, **kw))
@@ -167,8 +167,8 @@ def test_joining_says_what_each_carrier_starts_first():
 
 # What no module the table imports at load time may import: the carriers' libraries, and the
 # carrier modules that import them.
-HEAVY = ("hivemind", "libp2p", "multiaddr", "trio", "paho", "node.transport.hivemind.transport",
-         "node.transport.libp2p.transport", "node.transport.mqtt.transport")
+HEAVY = ("hivemind", "libp2p", "multiaddr", "trio", "paho", "swarm_node.node.transport.hivemind.transport",
+         "swarm_node.node.transport.libp2p.transport", "swarm_node.node.transport.mqtt.transport")
 
 
 def _load_time_imports(path: Path) -> list[str]:
@@ -191,13 +191,16 @@ def _load_time_imports(path: Path) -> list[str]:
 
 
 def _project_file(module: str) -> Path | None:
-    base = ROOT.joinpath(*module.split("."))
+    parts = module.split(".")
+    if parts[0] == "swarm_node" and len(parts) > 1:
+        parts = parts[1:]  # swarm_node.node is the repository's node/ folder
+    base = ROOT.joinpath(*parts)
     return next((p for p in (base.with_suffix(".py"), base / "__init__.py") if p.is_file()), None)
 
 
 def test_the_table_loads_no_carrier_library():
     seen: set[str] = set()
-    todo = ["node.transport.carriers"]
+    todo = ["swarm_node.node.transport.carriers"]
     while todo:
         module = todo.pop()
         parts = module.split(".")
@@ -210,15 +213,15 @@ def test_the_table_loads_no_carrier_library():
             todo.extend(_load_time_imports(path))
         heavy = [h for h in HEAVY if module == h or module.startswith(h + ".")]
         assert not heavy, f"loading node.transport.carriers imports {module}"
-    assert {"node.transport.hivemind.settings", "node.transport.libp2p.settings",
-            "node.transport.mqtt.settings"} <= seen  # the walk did reach each carrier's settings
+    assert {"swarm_node.node.transport.hivemind.settings", "swarm_node.node.transport.libp2p.settings",
+            "swarm_node.node.transport.mqtt.settings"} <= seen  # the walk did reach each carrier's settings
 
 
 @pytest.mark.subprocess
 def test_importing_the_table_in_a_fresh_interpreter_imports_neither_hivemind_nor_libp2p():
-    code = ("import sys, node.transport.carriers, node.transport.from_config\n"
+    code = ("import sys, swarm_node.node.transport.carriers, swarm_node.node.transport.from_config\n"
             "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('hivemind', 'libp2p')\n"
-            "             or m in ('node.transport.hivemind.transport', 'node.transport.libp2p.transport'))\n"
+            "             or m in ('swarm_node.node.transport.hivemind.transport', 'swarm_node.node.transport.libp2p.transport'))\n"
             "assert not bad, bad\n")
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr

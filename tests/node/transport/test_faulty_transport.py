@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import time
 
-from node.transport.faulty import FaultyTransport
-from node.transport.memory import MemoryHub, MemoryTransport
+from swarm_node.node.transport.faulty import FaultyTransport
+from swarm_node.node.transport.memory import MemoryHub, MemoryTransport
 
 
 def pair(**faults):

@@ -8,7 +8,7 @@ import pytest
 
 from tests.helpers.procs import hostile_refusals, metrics, procs, status  # noqa: F401 - procs is a fixture
 from tests.helpers.wait import wait_until
-from protocol.identity import load_or_create_identity
+from swarm_node.protocol.identity import load_or_create_identity
 
 pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
 

@@ -7,15 +7,15 @@ from __future__ import annotations
 
 import pytest
 
-from node.errors import ConfigError
-from node.run.config import SwarmConfig
-from node.transport.base import TransportError
-from node.transport.hivemind.carrier import _peer_of
-from node.transport.hivemind.index_records import _ADDR_RE
-from node.transport.hivemind.nat import RELAY_OPTIONS, behind_nat_options, dial_failure_hint
-from node.transport.hivemind.settings import transport_kwargs as hivemind_kwargs
-from node.transport.libp2p.settings import transport_kwargs as libp2p_kwargs
-from protocol.identity import Identity
+from swarm_node.node.errors import ConfigError
+from swarm_node.node.run.config import SwarmConfig
+from swarm_node.node.transport.base import TransportError
+from swarm_node.node.transport.hivemind.carrier import _peer_of
+from swarm_node.node.transport.hivemind.index_records import _ADDR_RE
+from swarm_node.node.transport.hivemind.nat import RELAY_OPTIONS, behind_nat_options, dial_failure_hint
+from swarm_node.node.transport.hivemind.settings import transport_kwargs as hivemind_kwargs
+from swarm_node.node.transport.libp2p.settings import transport_kwargs as libp2p_kwargs
+from swarm_node.protocol.identity import Identity
 
 RELAY = "/ip4/203.0.113.7/tcp/31337/p2p/QmS9hbFfqnVB2kZdb3rnHd9bA2XeeqFK7hjbRyYHKacW6q"
 PEER = "QmSVGatAKGR6B1Da8LnhGdU4e3By1SsGtDCmLEGVn7Yifw"
@@ -74,8 +74,8 @@ def test_behind_nat_a_join_through_the_peer_cache_still_reserves_at_the_bootstra
     stay the configured bootstraps (the join itself goes through the cache)."""
     import asyncio
 
-    from node.transport.hivemind import transport as hm
-    from node.transport.join import PEER_CACHE
+    from swarm_node.node.transport.hivemind import transport as hm
+    from swarm_node.node.transport.join import PEER_CACHE
 
     cached = "/ip4/198.51.100.9/tcp/4001/p2p/" + PEER
     joins = []

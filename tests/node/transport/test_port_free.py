@@ -7,9 +7,9 @@ import socket
 
 import pytest
 
-from node.cli import main
-from node.errors import ConfigError
-from node.transport.port_free import check_port_free
+from swarm_node.node.cli import main
+from swarm_node.node.errors import ConfigError
+from swarm_node.node.transport.port_free import check_port_free
 
 
 def _listener() -> tuple[socket.socket, int]:

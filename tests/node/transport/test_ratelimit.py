@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from node.transport.ratelimit import Bucket, TokenBucket
+from swarm_node.node.transport.ratelimit import Bucket, TokenBucket
 
 
 def test_a_bucket_refills_at_its_rate_up_to_its_burst():

@@ -2,8 +2,8 @@
 
 import collections
 
-from node.transport.inbox import Inbox
-from node.transport.standing import (BEHIND, IDLE_ROUNDS, LAPSE_ROUNDS, MAX_VOUCHED, PROMOTIONS_PER_ROUND,
+from swarm_node.node.transport.inbox import Inbox
+from swarm_node.node.transport.standing import (BEHIND, IDLE_ROUNDS, LAPSE_ROUNDS, MAX_VOUCHED, PROMOTIONS_PER_ROUND,
                                      VOUCH_ROUNDS, Candidate, Standing, counts, promotion_order)
 
 

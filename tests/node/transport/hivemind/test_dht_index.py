@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from node.transport.hivemind.index import (MAX_SHARD_COUNT, SHARD_FANOUT, ReadPlan, choose_fetches,
+from swarm_node.node.transport.hivemind.index import (MAX_SHARD_COUNT, SHARD_FANOUT, ReadPlan, choose_fetches,
                                            envelopes_wanted, estimate_size, explore_allowance, level_for,
                                            parse_key, peer_hash, read_plan, round_key, search_levels,
                                            shard_prefix, write_levels)
@@ -84,7 +84,7 @@ def test_known_publishers_are_fetched_first_and_unknown_ones_are_capped():
 
 
 def test_bulky_known_publishers_come_after_the_others():
-    from node.transport.hivemind.index import bulky_threshold
+    from swarm_node.node.transport.hivemind.index import bulky_threshold
 
     assert bulky_threshold([20_000] * 3) == float("inf")  # no history yet
     assert bulky_threshold([20_000, 21_000, 22_000, 4_000_000]) == 4 * 22_000  # 4 x the median
@@ -114,7 +114,7 @@ def test_a_reader_in_a_big_swarm_reads_the_shards_of_the_peers_it_knows():
 
 
 def test_a_newcomer_explores_one_key_per_host_reachable_hosts_first():
-    from node.transport.hivemind.index import explore_order
+    from swarm_node.node.transport.hivemind.index import explore_order
 
     rng = random.Random(0)
     # 100 fresh keys point at hosts that do not exist, 100 at the adversary's one host; two honest
@@ -197,7 +197,7 @@ def test_a_promising_newcomer_is_explored_before_a_flood_of_fresh_keys():
 
 
 def test_a_read_favours_the_searched_then_known_then_promising_publishers():
-    from node.transport.hivemind.index import favoured
+    from swarm_node.node.transport.hivemind.index import favoured
 
     rng = random.Random(0)
     assert favoured(["s"], {"k1", "k2"}, {"p1"}, 4, rng)[:1] == ["s"]

@@ -10,8 +10,8 @@ import logging
 
 import pytest
 
-from node.transport.hivemind import dialback as db
-from node.transport.hivemind.dialback import DialGate, Reach, ask_dialback, direct_address, printable, requested_port
+from swarm_node.node.transport.hivemind import dialback as db
+from swarm_node.node.transport.hivemind.dialback import DialGate, Reach, ask_dialback, direct_address, printable, requested_port
 
 PEER = "QmWyMyQmWyMyQmWyMyQmWyMyQmWyMyQmWyMyQmWyMyQmWyMy"
 

@@ -19,14 +19,14 @@ def test_a_failed_join_leaves_no_daemon_and_prints_no_traceback(tiny_model_dir, 
     env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
     maddr = tmp_path / "maddr"
     with (tmp_path / "bootstrap.log").open("wb") as out:  # another carrier's bootstrap: it takes the TCP connection
-        boot = subprocess.Popen([sys.executable, "-m", "node.cli", "bootstrap", "--transport", "libp2p", "--host",
+        boot = subprocess.Popen([sys.executable, "-m", "swarm_node.node.cli", "bootstrap", "--transport", "libp2p", "--host",
                                  "127.0.0.1", "--port", "0", "--identity", str(tmp_path / "key"),
                                  "--maddr-file", str(maddr)], stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
     try:
         wait_until(lambda: maddr.exists() and maddr.read_text().strip(), 120, "the libp2p bootstrap to listen", boot)
         addr = maddr.read_text().split()[0]
         # `train` with a hivemind swarm: join's own check would refuse this address before dialling it.
-        p = subprocess.run([sys.executable, "-m", "node.cli", "train", "--swarm.transport", "hivemind",
+        p = subprocess.run([sys.executable, "-m", "swarm_node.node.cli", "train", "--swarm.transport", "hivemind",
                             "--swarm.initial_peers", f'["{addr}"]', "--model.name", str(tiny_model_dir),
                             "--run.dir", str(tmp_path / "run"), "--swarm.host_maddrs", '["/ip4/127.0.0.1/tcp/0"]',
                             "--swarm.use_relay", "false", "--swarm.nat_port_map", "false",

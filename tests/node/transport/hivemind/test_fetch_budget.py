@@ -3,8 +3,8 @@ strikes.py): pure bookkeeping, by hand."""
 
 from __future__ import annotations
 
-from node.transport.hivemind.fetch_budget import MAX_FETCH_FAILURES, FetchBudget
-from node.transport.hivemind.strikes import SourceStrikes, Strikes
+from swarm_node.node.transport.hivemind.fetch_budget import MAX_FETCH_FAILURES, FetchBudget
+from swarm_node.node.transport.hivemind.strikes import SourceStrikes, Strikes
 
 E = ("sn1pub", "a" * 64)
 

@@ -9,16 +9,16 @@ import asyncio
 import pytest
 import torch
 
-from node.transport.hivemind.directory import MAX_UNVOUCHED_RELAYS, WeightDirectory, relay_order
-from node.broadcast.follow import WeightFollower, WeightSource, fresh_enough
-from node.transport.hivemind.carrier import HivemindCarrier
-from node.broadcast.peer import BroadcastPeer
-from node.transport.hivemind.index import FOLLOWER_LEVEL, followers_key, shard_prefix, weights_key
-from node.transport.hivemind.records import bootstrap_validator
-from node.transport.hivemind.index_records import swarm_validator
-from node.transport.hivemind.daemon import start_dht_node, stop_dht_node
-from policies.policy import Policy
-from protocol.identity import Identity
+from swarm_node.node.transport.hivemind.directory import MAX_UNVOUCHED_RELAYS, WeightDirectory, relay_order
+from swarm_node.node.broadcast.follow import WeightFollower, WeightSource, fresh_enough
+from swarm_node.node.transport.hivemind.carrier import HivemindCarrier
+from swarm_node.node.broadcast.peer import BroadcastPeer
+from swarm_node.node.transport.hivemind.index import FOLLOWER_LEVEL, followers_key, shard_prefix, weights_key
+from swarm_node.node.transport.hivemind.records import bootstrap_validator
+from swarm_node.node.transport.hivemind.index_records import swarm_validator
+from swarm_node.node.transport.hivemind.daemon import start_dht_node, stop_dht_node
+from swarm_node.policies.policy import Policy
+from swarm_node.protocol.identity import Identity
 from tests.helpers.wait import wait_for
 
 pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.daemon]
@@ -223,7 +223,7 @@ def test_a_flood_of_fresh_follower_identities_neither_hides_the_pointer_nor_dela
     """200 identities announce as followers (owner-signed, well-formed, unreachable); the source
     still reads its pointer, its two vouched workers relay first and get the version with no
     fallback, and only a few strangers are listed as relays."""
-    from node.sim.adversary import SybilNode
+    from swarm_node.node.sim.adversary import SybilNode
     from hivemind.utils import get_dht_time
 
     async def go():

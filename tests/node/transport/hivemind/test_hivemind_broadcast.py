@@ -9,12 +9,12 @@ import random
 
 import pytest
 
-from node.transport.ratelimit import TokenBucket
-from node.transport.carrier import CarrierError
-from node.transport.hivemind.carrier import HivemindCarrier
-from node.broadcast.peer import BroadcastPeer
-from node.broadcast.wire import OK
-from protocol.identity import Identity
+from swarm_node.node.transport.ratelimit import TokenBucket
+from swarm_node.node.transport.carrier import CarrierError
+from swarm_node.node.transport.hivemind.carrier import HivemindCarrier
+from swarm_node.node.broadcast.peer import BroadcastPeer
+from swarm_node.node.broadcast.wire import OK
+from swarm_node.protocol.identity import Identity
 from tests.helpers.wait import wait_for
 
 pytestmark = pytest.mark.daemon
@@ -119,8 +119,8 @@ def test_replies_over_the_limit_and_garbage_requests_are_refused():
 def test_a_peer_trickling_its_reply_is_given_up_on():
     """A reply announced at full size but sent a few bytes at a time: the per-piece timeout alone
     would wait forever; the whole-reply deadline (MIN_RATE) ends it."""
-    import node.transport.carrier as hc
-    from node.transport.carrier import HEADER
+    import swarm_node.node.transport.carrier as hc
+    from swarm_node.node.transport.carrier import HEADER
 
     async def go():
         a, b = await HivemindCarrier.create("t"), await HivemindCarrier.create("t")
@@ -160,8 +160,8 @@ def test_a_requester_that_never_closes_its_streams_holds_no_slot_after_each_repl
     """The server waits for the requester to close before closing (p2pd drops reply tails
     otherwise), but gives the request slot back once the reply is written: 3 x STREAMS_PER_REMOTE
     requests left open one after another are all answered."""
-    from node.transport.carrier import HEADER, STREAMS_PER_REMOTE, U32
-    from node.transport.hivemind.carrier import _handler_name, _peer_of
+    from swarm_node.node.transport.carrier import HEADER, STREAMS_PER_REMOTE, U32
+    from swarm_node.node.transport.hivemind.carrier import _handler_name, _peer_of
 
     async def go():
         a, b = await HivemindCarrier.create("t"), await HivemindCarrier.create("t")

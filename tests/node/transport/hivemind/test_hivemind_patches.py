@@ -19,7 +19,7 @@ from hivemind.dht.validation import DHTRecord, RecordValidatorBase
 from hivemind.utils import MSGPackSerializer, get_dht_time, timed_storage
 from hivemind.utils.timed_storage import TimedStorage
 
-from node.transport.hivemind import patches as hivemind_patches
+from swarm_node.node.transport.hivemind import patches as hivemind_patches
 
 pytestmark = pytest.mark.daemon
 

@@ -13,13 +13,13 @@ import pytest
 from hivemind.dht.protocol import DHTProtocol
 from hivemind.dht.routing import DHTID
 
-from node.transport.base import MAX_ENVELOPE_SIZE, TransportError
-from node.transport.hivemind.index import peers_key, round_key
-from node.transport.hivemind.records import OwnerSignatureValidator
-from node.transport.hivemind.index_records import heartbeat_entry, index_entry
-from node.transport.hivemind.transport import HivemindTransport
-from node.transport.hivemind.daemon import start_dht_node, stop_dht_node
-from protocol.identity import Identity
+from swarm_node.node.transport.base import MAX_ENVELOPE_SIZE, TransportError
+from swarm_node.node.transport.hivemind.index import peers_key, round_key
+from swarm_node.node.transport.hivemind.records import OwnerSignatureValidator
+from swarm_node.node.transport.hivemind.index_records import heartbeat_entry, index_entry
+from swarm_node.node.transport.hivemind.transport import HivemindTransport
+from swarm_node.node.transport.hivemind.daemon import start_dht_node, stop_dht_node
+from swarm_node.protocol.identity import Identity
 from tests.helpers.standing import give_standing
 from tests.helpers.hivemind_dht import (LOOPBACK, _bootstrap, _hostile_server, _now_round,  # noqa: F401
                                        _transport, ident, pid)
@@ -30,9 +30,9 @@ def test_record_validator_refuses_what_could_censor_a_round():
     from hivemind.dht.validation import DHTRecord
     from hivemind.utils import get_dht_time
 
-    from node.transport.hivemind.index import shard_prefix
-    from node.transport.hivemind.records import MAX_RECORD_TTL_S
-    from node.transport.hivemind.index_records import SwarmRecordValidator
+    from swarm_node.node.transport.hivemind.index import shard_prefix
+    from swarm_node.node.transport.hivemind.records import MAX_RECORD_TTL_S
+    from swarm_node.node.transport.hivemind.index_records import SwarmRecordValidator
 
     v = SwarmRecordValidator("t", round_seconds=5.0)
     ser = DHTProtocol.serializer
@@ -116,7 +116,7 @@ def test_a_round_entry_expires_within_the_swarm_wide_bound():
     from hivemind.dht.validation import DHTRecord
     from hivemind.utils import get_dht_time
 
-    from node.transport.hivemind.index_records import SwarmRecordValidator
+    from swarm_node.node.transport.hivemind.index_records import SwarmRecordValidator
 
     v = SwarmRecordValidator("t", round_seconds=5.0)
     ser = DHTProtocol.serializer
@@ -251,7 +251,7 @@ def test_the_bootstrap_keeps_only_owner_signed_peer_records():
     from hivemind.dht.validation import DHTRecord
     from hivemind.utils import get_dht_time
 
-    from node.transport.hivemind.records import bootstrap_validator
+    from swarm_node.node.transport.hivemind.records import bootstrap_validator
 
     ser = DHTProtocol.serializer
     v, owner = bootstrap_validator(), Identity.generate()

@@ -80,13 +80,13 @@ LAG = 8  # rounds the victim still reads a round's entries: 12 s at 1.5 s rounds
 
 def test_attacks_over_hivemind_are_rejected_by_a_running_node(procs, warm_tiny_model_dir, tmp_path):
     """An attacker joins the DHT from this process and publishes hostile envelopes."""
-    from node.clock import RoundClock
-    from node.transport.hivemind.transport import HivemindTransport
-    from policies.policy import Policy
-    from protocol.codec import encode
-    from protocol.identity import Identity
-    from protocol.messages import RolloutBatch, RolloutRecord
-    from protocol.signing import envelope_to_bytes, sign
+    from swarm_node.node.clock import RoundClock
+    from swarm_node.node.transport.hivemind.transport import HivemindTransport
+    from swarm_node.policies.policy import Policy
+    from swarm_node.protocol.codec import encode
+    from swarm_node.protocol.identity import Identity
+    from swarm_node.protocol.messages import RolloutBatch, RolloutRecord
+    from swarm_node.protocol.signing import envelope_to_bytes, sign
 
     _, maddr = procs.bootstrap()
     round_s = 1.5

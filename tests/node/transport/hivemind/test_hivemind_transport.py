@@ -10,12 +10,12 @@ import time
 
 import pytest
 
-from node.transport.base import MAX_ENVELOPE_SIZE, TransportError
-from node.transport.hivemind.index import round_key
-from node.transport.hivemind.index_records import index_entry
-from node.transport.hivemind.records import OwnerSignatureValidator
-from node.transport.hivemind.rollout_stream import handler_name as _handler_name
-from node.transport.hivemind.daemon import start_dht_node, stop_dht_node
+from swarm_node.node.transport.base import MAX_ENVELOPE_SIZE, TransportError
+from swarm_node.node.transport.hivemind.index import round_key
+from swarm_node.node.transport.hivemind.index_records import index_entry
+from swarm_node.node.transport.hivemind.records import OwnerSignatureValidator
+from swarm_node.node.transport.hivemind.rollout_stream import handler_name as _handler_name
+from swarm_node.node.transport.hivemind.daemon import start_dht_node, stop_dht_node
 from tests.helpers.hivemind_dht import (LOOPBACK, _bootstrap, _hostile_server, _now_round, _store_entries,  # noqa: F401
                                        _transport, ident, pid)
 

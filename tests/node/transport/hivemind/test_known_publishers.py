@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 import collections
 
-from node.transport.hivemind.transport import HivemindTransport
-from node.transport.inbox import Inbox
-from protocol.identity import Identity
+from swarm_node.node.transport.hivemind.transport import HivemindTransport
+from swarm_node.node.transport.inbox import Inbox
+from swarm_node.protocol.identity import Identity
 
 
 class EmptyNode:

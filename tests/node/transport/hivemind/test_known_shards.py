@@ -8,7 +8,7 @@ from __future__ import annotations
 import random
 import statistics
 
-from node.transport.hivemind.known_shards import (GONE_RETRY_ROUNDS, MAX_BACKOFF_ROUNDS, MAX_FAILED_SEARCHES, MAX_SEARCHES, KnownShards,
+from swarm_node.node.transport.hivemind.known_shards import (GONE_RETRY_ROUNDS, MAX_BACKOFF_ROUNDS, MAX_FAILED_SEARCHES, MAX_SEARCHES, KnownShards,
                                                    Missing, backoff_rounds)
 
 

@@ -18,12 +18,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from node.transport.hivemind.fetch_budget import MAX_FETCH_FAILURES
-from node.transport.hivemind.fetcher import REST_ROUNDS, Fetcher
-from node.transport.hivemind.rollout_stream import REQUEST_TIMEOUT_S, read_request
-from node.transport.hivemind.serve_slots import PER_PEER, TOTAL, ServeSlots
-from node.transport.hivemind.transport import HivemindTransport
-from protocol.identity import Identity
+from swarm_node.node.transport.hivemind.fetch_budget import MAX_FETCH_FAILURES
+from swarm_node.node.transport.hivemind.fetcher import REST_ROUNDS, Fetcher
+from swarm_node.node.transport.hivemind.rollout_stream import REQUEST_TIMEOUT_S, read_request
+from swarm_node.node.transport.hivemind.serve_slots import PER_PEER, TOTAL, ServeSlots
+from swarm_node.node.transport.hivemind.transport import HivemindTransport
+from swarm_node.protocol.identity import Identity
 
 HOST = "Qm" + "h" * 44
 

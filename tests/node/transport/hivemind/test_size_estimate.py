@@ -6,7 +6,7 @@ to 512 1, up to 8192 2."""
 
 from __future__ import annotations
 
-from node.transport.hivemind.size_estimate import next_estimate
+from swarm_node.node.transport.hivemind.size_estimate import next_estimate
 
 
 def test_nothing_read_leaves_the_estimate():

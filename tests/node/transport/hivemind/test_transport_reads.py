@@ -13,10 +13,10 @@ import hashlib
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hivemind.utils import ValueWithExpiration
 
-from node.transport.hivemind.index import round_key, shard_prefix
-from node.transport.hivemind.index_records import index_entry
-from node.transport.hivemind.transport import HivemindTransport
-from protocol.identity import Identity
+from swarm_node.node.transport.hivemind.index import round_key, shard_prefix
+from swarm_node.node.transport.hivemind.index_records import index_entry
+from swarm_node.node.transport.hivemind.transport import HivemindTransport
+from swarm_node.protocol.identity import Identity
 from tests.helpers.standing import give_standing
 
 R = 1000

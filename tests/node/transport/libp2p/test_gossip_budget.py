@@ -1,6 +1,6 @@
 """The gossip validator's budget (node/transport/libp2p/budget.py), with hand-picked times."""
 
-from node.transport.libp2p.budget import AHEAD, MAX_ROUNDS, CheckBudget
+from swarm_node.node.transport.libp2p.budget import AHEAD, MAX_ROUNDS, CheckBudget
 
 
 def test_strangers_share_a_rate_and_a_burst_and_vouched_publishers_do_not_spend_it():
@@ -74,7 +74,7 @@ def test_a_heartbeat_the_full_check_refuses_gives_its_gap_back():
 
 
 def test_serves_of_one_body_twice_a_peer_and_sixteen_in_all_to_strangers():
-    from node.transport.libp2p.serving import MAX_SERVES, MAX_STRANGER_SERVES, Serves
+    from swarm_node.node.transport.libp2p.serving import MAX_SERVES, MAX_STRANGER_SERVES, Serves
 
     s, size = Serves(), 1000
 
@@ -95,7 +95,7 @@ def test_serves_of_one_body_twice_a_peer_and_sixteen_in_all_to_strangers():
 def test_a_strangers_serve_is_charged_what_was_written_and_in_flight_ones_are_reserved():
     """Serves were charged before the write and never given back: 8 fresh ids whose streams reset
     at once used up the 16 serves of a body nobody received."""
-    from node.transport.libp2p.serving import MAX_STRANGER_INFLIGHT, MAX_STRANGER_SERVES, Serves, stranger_may_start
+    from swarm_node.node.transport.libp2p.serving import MAX_STRANGER_INFLIGHT, MAX_STRANGER_SERVES, Serves, stranger_may_start
 
     s, size = Serves(), 1000
     for k in range(8):  # 8 fresh ids, 2 serves each, each reset after 10 bytes

@@ -11,16 +11,16 @@ import time
 import msgpack
 import pytest
 
-from node.clock import RoundClock
-from node.swarm.exchange import SwarmExchange
-from node.transport.base import Delivery, TransportError
-from node.transport.libp2p.transport import GOSSIP_BODY_MAX, Libp2pTransport, gossip_topics
-from node.transport.libp2p.host import Libp2pHost, libp2p_peer_id, publisher_of
-from node.transport.libp2p.trio_bridge import BridgeClosed, TrioThread
-from protocol.codec import encode
-from protocol.identity import Identity
-from protocol.messages import Announcement, RolloutBatch, RolloutRecord
-from protocol.signing import envelope_to_bytes, sign
+from swarm_node.node.clock import RoundClock
+from swarm_node.node.swarm.exchange import SwarmExchange
+from swarm_node.node.transport.base import Delivery, TransportError
+from swarm_node.node.transport.libp2p.transport import GOSSIP_BODY_MAX, Libp2pTransport, gossip_topics
+from swarm_node.node.transport.libp2p.host import Libp2pHost, libp2p_peer_id, publisher_of
+from swarm_node.node.transport.libp2p.trio_bridge import BridgeClosed, TrioThread
+from swarm_node.protocol.codec import encode
+from swarm_node.protocol.identity import Identity
+from swarm_node.protocol.messages import Announcement, RolloutBatch, RolloutRecord
+from swarm_node.protocol.signing import envelope_to_bytes, sign
 
 
 from tests.helpers.libp2p_net import LOOPBACK, VOCAB, envelope, exchange, hub_and_two, transport, until  # noqa: F401
@@ -49,8 +49,8 @@ def test_a_flood_of_fresh_identities_buys_a_bounded_number_of_checks_and_honest_
     gossipsub takes them. B checks strangers' messages within its budget (20 a second, burst 40)
     and drops the rest unchecked and unforwarded; A, whose rollouts B has admitted in 3 rounds
     before, is checked whatever the flood, and every one of A's envelopes reaches C through B."""
-    from node.transport.libp2p.budget import CheckBudget
-    from node.transport.libp2p.host import libp2p_key_pair
+    from swarm_node.node.transport.libp2p.budget import CheckBudget
+    from swarm_node.node.transport.libp2p.host import libp2p_key_pair
 
     ia, ib, ic, ix = (Identity.generate() for _ in range(4))
     sybils = [Identity.generate() for _ in range(300)]

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import asyncio
 
-from node.clock import RoundClock
-from node.swarm.peer_cache import PeerCache
-from node.transport.libp2p.host import Libp2pHost, libp2p_peer_id
-from node.transport.libp2p.transport import gossip_topics
-from protocol.identity import Identity
+from swarm_node.node.clock import RoundClock
+from swarm_node.node.swarm.peer_cache import PeerCache
+from swarm_node.node.transport.libp2p.host import Libp2pHost, libp2p_peer_id
+from swarm_node.node.transport.libp2p.transport import gossip_topics
+from swarm_node.protocol.identity import Identity
 from tests.helpers.libp2p_net import LOOPBACK, envelope, exchange, transport, until
 
 

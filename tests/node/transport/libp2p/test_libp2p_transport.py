@@ -12,16 +12,16 @@ import time
 import msgpack
 import pytest
 
-from node.clock import RoundClock
-from node.swarm.exchange import SwarmExchange
-from node.transport.base import Delivery, TransportError
-from node.transport.libp2p.transport import GOSSIP_BODY_MAX, Libp2pTransport, gossip_topics
-from node.transport.libp2p.host import Libp2pHost, libp2p_peer_id, publisher_of
-from node.transport.libp2p.trio_bridge import BridgeClosed, TrioThread
-from protocol.codec import encode
-from protocol.identity import Identity
-from protocol.messages import Announcement, RolloutBatch, RolloutRecord
-from protocol.signing import envelope_to_bytes, sign
+from swarm_node.node.clock import RoundClock
+from swarm_node.node.swarm.exchange import SwarmExchange
+from swarm_node.node.transport.base import Delivery, TransportError
+from swarm_node.node.transport.libp2p.transport import GOSSIP_BODY_MAX, Libp2pTransport, gossip_topics
+from swarm_node.node.transport.libp2p.host import Libp2pHost, libp2p_peer_id, publisher_of
+from swarm_node.node.transport.libp2p.trio_bridge import BridgeClosed, TrioThread
+from swarm_node.protocol.codec import encode
+from swarm_node.protocol.identity import Identity
+from swarm_node.protocol.messages import Announcement, RolloutBatch, RolloutRecord
+from swarm_node.protocol.signing import envelope_to_bytes, sign
 
 
 

@@ -11,11 +11,11 @@ import time
 
 import msgpack
 
-import node.transport.carrier as carrier_module
-from node.transport.libp2p.carrier import Libp2pCarrier
-from node.transport.libp2p.host import libp2p_peer_id
-from node.transport.libp2p.serving import MAX_STRANGER_INFLIGHT, MAX_STRANGER_SERVES, Serves
-from protocol.identity import Identity
+import swarm_node.node.transport.carrier as carrier_module
+from swarm_node.node.transport.libp2p.carrier import Libp2pCarrier
+from swarm_node.node.transport.libp2p.host import libp2p_peer_id
+from swarm_node.node.transport.libp2p.serving import MAX_STRANGER_INFLIGHT, MAX_STRANGER_SERVES, Serves
+from swarm_node.protocol.identity import Identity
 from tests.helpers.libp2p_net import transport
 
 SIZE = 2_000_000

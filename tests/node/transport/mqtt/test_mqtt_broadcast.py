@@ -13,16 +13,16 @@ import time
 import aiomqtt
 import pytest
 
-from node.transport.ratelimit import TokenBucket
-from node.transport.carrier import CarrierError
-from node.transport.mqtt.carrier import MqttCarrier
-from node.transport.mqtt.directory import MqttWeightDirectory
-from node.broadcast.peer import BroadcastPeer
-from node.broadcast.store import ChunkStore
-from protocol.identity import Identity
-from protocol.manifest import build_manifest, decode_manifest, encode_manifest
-from protocol.records import sign_record
-from node.transport.mqtt.parts import split
+from swarm_node.node.transport.ratelimit import TokenBucket
+from swarm_node.node.transport.carrier import CarrierError
+from swarm_node.node.transport.mqtt.carrier import MqttCarrier
+from swarm_node.node.transport.mqtt.directory import MqttWeightDirectory
+from swarm_node.node.broadcast.peer import BroadcastPeer
+from swarm_node.node.broadcast.store import ChunkStore
+from swarm_node.protocol.identity import Identity
+from swarm_node.protocol.manifest import build_manifest, decode_manifest, encode_manifest
+from swarm_node.protocol.records import sign_record
+from swarm_node.node.transport.mqtt.parts import split
 from tests.helpers.mqtt_fixtures import broker, certs, idents  # noqa: F401 - fixtures
 from tests.helpers.broadcast_net import outpace
 from tests.helpers.mqtt_fixtures import transport, until

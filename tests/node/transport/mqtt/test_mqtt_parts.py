@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from node.transport.mqtt.parts import HEADER_SIZE, NoRoom, PartError, Reassembler, TooLarge, parse_part, split
+from swarm_node.node.transport.mqtt.parts import HEADER_SIZE, NoRoom, PartError, Reassembler, TooLarge, parse_part, split
 
 
 def test_split_sizes_and_order_free_reassembly():

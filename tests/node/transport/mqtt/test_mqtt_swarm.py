@@ -12,7 +12,7 @@ from tests.helpers.mqtt_fixtures import broker_for, certs  # noqa: F401 - fixtur
 
 from tests.helpers.procs import hostile_refusals, metrics, procs, status  # noqa: E402,F401 - procs is a fixture
 from tests.helpers.wait import wait_until
-from protocol.identity import load_or_create_identity  # noqa: E402
+from swarm_node.protocol.identity import load_or_create_identity  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.broker, pytest.mark.subprocess]
 

@@ -10,16 +10,16 @@ import aiomqtt
 import pytest
 
 from tests.helpers.mqtt_fixtures import PART_LIMIT, broker, broker_for, certs, idents  # noqa: F401 - fixtures
-from node.clock import RoundClock
-from node.swarm.exchange import SwarmExchange
-from node.transport.base import TransportError
-from node.transport.mqtt.url import parse_broker_url, resolve_password
-from node.transport.mqtt.transport import MqttTransport
-from node.transport.mqtt.parts import HEADER_SIZE, split
-from protocol.codec import encode
-from protocol.identity import Identity
-from protocol.messages import RolloutBatch, RolloutRecord
-from protocol.signing import envelope_to_bytes, sign
+from swarm_node.node.clock import RoundClock
+from swarm_node.node.swarm.exchange import SwarmExchange
+from swarm_node.node.transport.base import TransportError
+from swarm_node.node.transport.mqtt.url import parse_broker_url, resolve_password
+from swarm_node.node.transport.mqtt.transport import MqttTransport
+from swarm_node.node.transport.mqtt.parts import HEADER_SIZE, split
+from swarm_node.protocol.codec import encode
+from swarm_node.protocol.identity import Identity
+from swarm_node.protocol.messages import RolloutBatch, RolloutRecord
+from swarm_node.protocol.signing import envelope_to_bytes, sign
 
 from tests.helpers.mqtt_fixtures import collect, transport, until
 
