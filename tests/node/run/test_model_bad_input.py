@@ -30,13 +30,16 @@ def test_a_tokenizer_without_eos_is_refused_as_the_users_input(tiny_model_dir, t
         load_policy(load_config(None, {"model.name": str(model)}))
 
 
-def test_a_gguf_transformers_cannot_read_is_refused_with_what_to_do(tmp_path):
+def test_a_gguf_transformers_cannot_read_is_refused_with_what_to_do(tmp_path, monkeypatch):
+    home = tmp_path / "home"  # its own: other tests convert good GGUF files into the shared one
+    monkeypatch.setenv("SWARM_NODE_HOME", str(home))
     bad = tmp_path / "weights.gguf"
     bad.write_bytes(b"GGUF" + b"\x00" * 64)  # a GGUF header and nothing a reader can use
     with pytest.raises(ConfigError, match="cannot read .*weights.gguf as a model"):
         load_policy(load_config(None, {"model.name": str(bad)}))
-    assert not any(p.name.startswith("gguf-") and (p / "BUILD_OK").exists()
-                   for p in (tmp_path.parent).rglob("gguf-*"))  # nothing half-built counts as built
+    models = home / "models"
+    left = [p.name for p in models.iterdir()] if models.exists() else []
+    assert not [n for n in left if not n.endswith(".lock")], left  # nothing half-built kept, not even its build folder
 
 
 def test_a_pretrained_model_without_a_chat_template_is_prompted_raw_and_says_so(tiny_model_dir, tmp_path, caplog,
