@@ -160,7 +160,7 @@ def test_the_adversary_joins_the_carrier_the_simulated_swarm_runs_on(tmp_path, m
         return 0
 
     monkeypatch.setattr("swarm_node.node.sim.adversary.run_adversary", fake_adversary)
-    maddr, broker = "/ip4/127.0.0.1/tcp/4001/p2p/12D3KooWBootstrap", "mqtt://127.0.0.1:1883"
+    maddr, broker = "/ip4/127.0.0.1/tcp/4001/p2p/12D3KooWD3eckifWpRn9wQpMG9R9hX3sD158z7EqHWmweQAJU5SA", "mqtt://127.0.0.1:1883"
     for transport in ("hivemind", "libp2p", "mqtt"):
         spec = SimSpec(nodes=2, transport=transport, run_dir=tmp_path, overrides={}, faults=faults,
                        peer_ids=["a", "b"], partition_start=0.0)

@@ -91,7 +91,7 @@ def test_memory_is_built_from_the_swarm_name_alone():
 
 def test_each_carrier_reads_its_own_settings():
     ident = Identity.generate()
-    peers = ["/ip4/10.0.0.1/tcp/31337/p2p/QmBoot"]
+    peers = ["/ip4/10.0.0.1/tcp/31337/p2p/QmWyMywt33NGEr2d32nqvpPeQq36fd3tj9eZaiBj2CbKSM"]
     sc = SwarmConfig(transport="hivemind", initial_peers=peers, host_maddrs=["/ip4/127.0.0.1/tcp/0"],
                      announce_maddrs=["/ip4/1.2.3.4/tcp/5"], use_relay=False, nat_port_map=False, startup_timeout=7.0,
                      join_retries=2, join_backoff=0.5, round_seconds=3.0)
@@ -153,7 +153,7 @@ def test_joining_says_what_each_carrier_starts_first():
     def cfg(transport: str, **kw) -> SimpleNamespace:
         return SimpleNamespace(swarm=SwarmConfig(transport=transport, **kw))
 
-    boot = "/ip4/10.0.0.1/tcp/31337/p2p/QmBoot"
+    boot = "/ip4/10.0.0.1/tcp/31337/p2p/QmWyMywt33NGEr2d32nqvpPeQq36fd3tj9eZaiBj2CbKSM"
     peers = [boot]
     assert _joining(cfg("hivemind", initial_peers=peers), None) == f"starting the p2p daemon, then contacting {boot}"
     assert _joining(cfg("libp2p", initial_peers=peers), None) == f"starting the libp2p host, then contacting {boot}"
