@@ -101,21 +101,32 @@ def test_corrupt_latest_checkpoint_falls_back_to_previous(warm_tiny_model_dir, t
     assert summary["steps"] == 5
 
 
+def _training_process(model_dir: Path, run: Path, steps_done: int, *flags: str) -> subprocess.Popen:
+    """``swarm-node train`` in a process of its own (a long run of tiny steps), once it has
+    recorded ``steps_done`` steps."""
+    args = [sys.executable, "-m", "swarm_node.node.cli", "train", "--model.name", str(model_dir),
+            "--run.dir", str(run), "--run.progress", "plain", "--train.steps", "100000",
+            "--generation.prompts_per_step", "2", "--generation.num_generations", "2",
+            "--generation.max_completion_length", "6", *flags]
+    proc = subprocess.Popen(args, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    try:
+        while len(read_metrics(run / "metrics.jsonl")) < steps_done:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "training never started"
+            time.sleep(0.1)
+    except BaseException:
+        proc.kill()
+        raise
+    return proc
+
+
 @pytest.mark.subprocess  # tests/helpers/process_guard.py
 def test_sigint_stops_cleanly_with_a_checkpoint_and_resumes(warm_tiny_model_dir, tmp_path):
     run = tmp_path / "run"
-    args = [sys.executable, "-m", "swarm_node.node.cli", "train", "--model.name", str(warm_tiny_model_dir),
-            "--run.dir", str(run), "--run.progress", "plain", "--train.steps", "100000",
-            "--generation.prompts_per_step", "2", "--generation.num_generations", "2",
-            "--generation.max_completion_length", "6", "--run.plot", "false"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = _training_process(warm_tiny_model_dir, run, 3, "--run.plot", "false")
     try:
-        deadline = time.monotonic() + 120
-        while len(read_metrics(run / "metrics.jsonl")) < 3:
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "training never started"
-            time.sleep(0.2)
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
     finally:
@@ -139,26 +150,17 @@ def test_two_ctrl_c_in_quick_succession_still_write_the_summary_and_the_final_st
     """The second Ctrl-C came after the loop had taken its handlers off: Python's KeyboardInterrupt
     ended the process without summary.json or plots, status.json left at "stopping"."""
     run = tmp_path / "run"
-    args = [sys.executable, "-m", "swarm_node.node.cli", "train", "--model.name", str(warm_tiny_model_dir),
-            "--run.dir", str(run), "--run.progress", "plain", "--train.steps", "100000",
-            "--generation.prompts_per_step", "2", "--generation.num_generations", "2",
-            "--generation.max_completion_length", "6", "--run.plot", "true", "--eval.every", "0",
-            "--eval.at_start", "false"]
-    proc = subprocess.Popen(args, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = _training_process(warm_tiny_model_dir, run, 2, "--run.plot", "true", "--eval.every", "0",
+                             "--eval.at_start", "false")
     try:
-        deadline = time.monotonic() + 120
-        while len(read_metrics(run / "metrics.jsonl")) < 2:
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "training never started"
-            time.sleep(0.1)
         proc.send_signal(signal.SIGINT)
+        deadline = time.monotonic() + 120
         # The second once the loop is over (the final checkpoint, summary and plots): where it
         # used to land after the handlers were gone.
         status = run / "status.json"
         while proc.poll() is None and json.loads(status.read_text())["phase"] not in ("stopping", "finishing",
                                                                                       "stopped"):
-            assert time.monotonic() < deadline + 120, "the node never began to stop"
+            assert time.monotonic() < deadline, "the node never began to stop"
             time.sleep(0.01)
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)
