@@ -18,7 +18,8 @@ __all__ = ["write_summary", "SWARM_SUMMARY_KEYS"]
 
 # What summary.json keeps of the exchange's status (node/swarm/exchange.py).
 SWARM_SUMMARY_KEYS = ("peer_id", "peers_alive", "peers_heard", "peers_used", "groups_used_by_peer", "rollouts_out",
-                      "groups_in", "groups_used", "dropped_stale", "dropped_held_out", "dropped_unknown_family", "rejected",
+                      "groups_in", "groups_used", "dropped_stale", "dropped_held_out", "dropped_unknown_family",
+                      "unusable_batches", "rejected",
                       "rejected_total")
 
 

@@ -10,6 +10,8 @@
     verdicts.py    what the gossip gate found on a message that passed, until it is polled: a
                    message is checked once (bounded by entries, bytes and age; each used once)
     stats.py       the exchange's counters (per-peer ones bounded)
+    unusable.py    senders of nothing this node can use (unknown task families), round after round:
+                   when to back them off (pure, bounded)
     link.py        a transport wrapped with reconnect and back-off (the exchange's one way out)
 
 It talks to peers only through ``node.transport.Transport``; it knows no carrier.

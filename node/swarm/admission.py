@@ -27,6 +27,12 @@ Admission, in order; each rejection is counted under the reason shown (``stats.r
     text ≠ decode(token ids) (same tokenizer)     text_mismatch
     created_at ≠ signed envelope time (± 5 s)     created_at_mismatch   (any message)
 
+A batch every group of which is of a task family this node has not loaded (another dataset, or
+another version of it) is refused as ``unknown_family``: not pooled and, over gossip, not passed
+on, but no rejection (an honest peer may train on other data): its groups are counted as
+``dropped_unknown_family`` and a sustained run of such batches backs its sender off
+(node/swarm/unusable.py). A batch with some usable group keeps it and drops the rest.
+
 CPU is bounded: only what could be used is checked (a group's first ``group_cap`` records no
 longer than the node trains on, ``max_tokens``; nothing of a batch already too old for the window,
 or a second one from a sender and round). Transports add their own refusals before any of this:
@@ -59,7 +65,7 @@ from swarm_node.rewards.registry import get_family, make_task
 from swarm_node.rewards.scoring import RewardConfig, score
 from swarm_node.rewards.task import Task
 
-__all__ = ["REJECT_REASONS", "SENDER_FAULTS", "Refused", "Admitted", "Admission", "open_message",
+__all__ = ["REJECT_REASONS", "SENDER_FAULTS", "NOT_REJECTIONS", "Refused", "Admitted", "Admission", "open_message",
            "still_fresh", "allowed_specials"]
 
 REJECT_REASONS = (
@@ -74,6 +80,10 @@ REJECT_REASONS = (
 # off (replay, duplicate_round and stale_clock can happen to an honest node that restarted or
 # whose clock drifts, so they are only counted).
 SENDER_FAULTS = frozenset(REJECT_REASONS) - {"replay", "duplicate_round", "stale_clock", "oversized", "hash_mismatch"}
+
+# Refusals that are not rejections (an honest peer sends them): the exchange counts their groups
+# as dropped, and gossip forwards a stale batch (others may still use it) but not an unusable one.
+NOT_REJECTIONS = frozenset({"stale", "unknown_family"})
 
 _VERIFY_REASON = {
     VerifyResult.MALFORMED: "malformed_envelope",
@@ -104,7 +114,8 @@ def allowed_specials(ids: Sequence[int], special_ids: frozenset[int], eos_id: in
 
 class Refused(Exception):
     """An admission check failed: counted under ``reason`` (REJECT_REASONS) by the exchange.
-    ``stale`` is no refusal: a batch too old for the window, its group count in ``detail``."""
+    Two are no rejection, their group count in ``detail``: ``stale``, a batch too old for the
+    window, and ``unknown_family``, a batch of families this node has not loaded (``NOT_REJECTIONS``)."""
 
     def __init__(self, reason: str, detail: str = ""):
         super().__init__(reason)
@@ -218,9 +229,11 @@ class Admission:
                 raise Refused("too_many_groups", f"{len(by_task)} tasks")
             if msg.round < current - self.max_round_lag:
                 raise Refused("stale", str(len(by_task)))  # could never be used: not checked further
+            by_task, unknown = _known_families(by_task)
+            if unknown and not by_task:  # nothing here this node could ever use: not passed on
+                raise Refused("unknown_family", str(unknown))
             token_level = same_tokenizer(msg.tokenizer_fingerprint, self.tokenizer_fingerprint)
             by_task, dropped_long = self._usable(by_task, token_level)
-            by_task, unknown = _known_families(by_task)
             groups = [  # the whole batch is refused if any record fails
                 self._admitted(msg, task_id, records, token_level) for task_id, records in by_task.items()]
         except Refused as r:

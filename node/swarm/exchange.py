@@ -28,7 +28,7 @@ from typing import Callable, Mapping, Sequence
 
 from swarm_node.node.clock import RoundClock
 from swarm_node.node.swarm import limits
-from swarm_node.node.swarm.admission import SENDER_FAULTS, Admission, Admitted, Refused, open_message, still_fresh
+from swarm_node.node.swarm.admission import NOT_REJECTIONS, SENDER_FAULTS, Admission, Admitted, Refused, open_message, still_fresh
 from swarm_node.node.swarm.clock_offset import DELIVERY_ALLOWANCE_S, ClockWatch
 from swarm_node.node.swarm.limits import envelope_ttl, heartbeat_ttl, usable_envelope_bytes
 from swarm_node.node.swarm.link import SwarmLink
@@ -36,6 +36,7 @@ from swarm_node.node.swarm.peer_work import PeerWork
 from swarm_node.node.swarm.pool import AdmittedGroup, PeerPool
 from swarm_node.node.swarm.selection import sender_cap
 from swarm_node.node.swarm.stats import SwarmStats, bump
+from swarm_node.node.swarm.unusable import UnusableRuns
 from swarm_node.node.swarm.verdicts import VerdictCache
 from swarm_node.node.transport.base import Delivery, Transport
 from swarm_node.node.transport.hivemind.index import envelopes_wanted
@@ -87,6 +88,7 @@ class SwarmExchange:
             clock.round_seconds)
         self.stats = SwarmStats()
         self.work = PeerWork()  # rounds of each peer trained on, with a gradient (the peer cache ranks by it)
+        self.unusable = UnusableRuns()  # senders sending nothing this node can use, round after round
         self.pool = PeerPool(random.Random(f"swarm-exchange:{seed}:{identity.peer_id}"))
         self._batches: set[tuple[str, int]] = set()  # (sender, round) admitted, inside the window
         self._arrived = asyncio.Event()
@@ -304,9 +306,24 @@ class SwarmExchange:
                 self.verdicts.put(d, checked)
                 return True
             if checked.reason == "stale":
-                return True  # a stale batch is honest, only late: ``admit`` counts it
+                return True  # a stale batch is honest, only late (others may use it): ``admit`` counts it
         self._loop.call_soon_threadsafe(self._commit, d, checked)
         return False
+
+    def _drop(self, d: Delivery, checked: Refused) -> int:
+        """A batch refused for no fault (``NOT_REJECTIONS``): its groups are counted as dropped.
+        One of families this node lacks costs its sender a back-off after a sustained run."""
+        if checked.reason == "stale":  # honest, only late
+            self.stats.dropped_stale += int(checked.detail)
+            return 0
+        self.stats.dropped_unknown_family += int(checked.detail)
+        self.stats.unusable_batches += 1
+        if self.unusable.unusable(d.publisher, d.round):
+            self.stats.unusable_backed_off += 1
+            self.transport.distrust(d.publisher, d.round)
+            log.info("%.48s sent nothing this node can use (task families it has not loaded) in %d rounds "
+                     "in a row: backed off", d.publisher, self.unusable.run_of(d.publisher))
+        return 0
 
     def admit(self, d: Delivery) -> int:
         """Run one delivery through every admission check; returns the groups admitted."""
@@ -330,9 +347,8 @@ class SwarmExchange:
     def _commit(self, d: Delivery, checked: Admitted | Refused) -> int:
         """Count a refusal, or remember the envelope and pool its groups (on the event loop)."""
         if isinstance(checked, Refused):
-            if checked.reason == "stale":  # honest, only late: its groups are dropped, not rejected
-                self.stats.dropped_stale += int(checked.detail)
-                return 0
+            if checked.reason in NOT_REJECTIONS:
+                return self._drop(d, checked)
             if checked.reason in SENDER_FAULTS:
                 self.transport.distrust(d.publisher, d.round)
             return self._reject(checked.reason, d, checked.detail)
@@ -348,6 +364,7 @@ class SwarmExchange:
         self.stats.envelopes_in += 1
         if not groups:  # nothing this node can use: it earns no fetch slot, nor sizes the budget
             return 0
+        self.unusable.usable(msg.sender)
         self.transport.admitted(msg.sender, msg.round)
         # What one envelope can give a step: a sender cannot supply more than its share, so a
         # batch of 64 groups must not shrink the fetch budget (nor one of 1 grow it past J).
@@ -401,7 +418,7 @@ class SwarmExchange:
         v = self.verifier
         return {"pool": len(self.pool), "pool_bytes": len(self.pool.sizes), "sender_bytes": len(self.pool.sender_bytes),
                 "batches": len(self._batches), "peers": len(self.peers), "groups_in": len(self.stats.groups_in),
-                "groups_used": len(self.stats.groups_used), "work": len(self.work), "rejected": len(self.stats.rejected),
+                "groups_used": len(self.stats.groups_used), "work": len(self.work), "unusable": len(self.unusable), "rejected": len(self.stats.rejected),
                 "verifier_senders": len(v._senders), "verifier_entries": v.remembered(),
                 "verdicts": len(self.verdicts), "heartbeat_verdicts": len(self.heartbeat_verdicts),
                 **{f"transport.{k}": n for k, n in self.transport.buffer_sizes().items()}}
@@ -411,30 +428,11 @@ class SwarmExchange:
         return {
             "peer_id": self.peer_id,
             "peers_alive": self.peers_alive(),
-            "peers_heard": len(s.groups_in),
-            "peers_used": len(s.groups_used),
-            "envelopes_in": s.envelopes_in,
-            "envelopes_out": s.envelopes_out,
-            "rollouts_out": s.rollouts_out,
-            "groups_in": sum(s.groups_in.values()),
-            "groups_used": sum(s.groups_used.values()),
-            "groups_used_by_peer": dict(s.groups_used),
-            "groups_in_by_peer": dict(s.groups_in),
             "pool": len(self.pool),
             "pool_bytes": self.pool.bytes,
-            "dropped_stale": s.dropped_stale,
-            "dropped_full": s.dropped_full,
-            "dropped_long": s.dropped_long,
-            "dropped_held_out": s.dropped_held_out,
-            "dropped_unknown_family": s.dropped_unknown_family,
+            **s.counts(),
             "rejected": dict(s.rejected + self.transport.rejected),
             "rejected_total": sum(s.rejected.values()) + sum(self.transport.rejected.values()),
-            "publish_errors": s.publish_errors,
-            "heartbeat_errors": s.heartbeat_errors,
-            "poll_errors": s.poll_errors,
-            "publish_skipped": s.publish_skipped,
-            "publish_timeouts": s.publish_timeouts,
-            "internal_errors": s.internal_errors,
             "clock_offset_s": self.clock_watch.offset(),
             # checked once over gossip: hits are polled messages whose gate verdict was reused
             "verdicts": {"rollouts": dict(self.verdicts.counts), "heartbeats": dict(self.heartbeat_verdicts.counts)},

@@ -97,6 +97,7 @@ def measure(name: str, attacks: tuple[str, ...], setup: Setup, run_dir: Path, sa
             "backed_off": sw.get("backed_off", 0), "dropped_full": sw.get("dropped_full", 0),
             "pool_bytes": sw.get("pool_bytes", 0), "poll_errors": sw.get("poll_errors", 0),
             "internal_errors": sw.get("internal_errors", 0),
+            "unusable_batches": sw.get("unusable_batches", 0), "unusable_backed_off": sw.get("unusable_backed_off", 0),
             "external_too_long": sum(x.get("external_too_long") or 0 for x in r),
             "phase": st.get("phase"),
         })
@@ -127,7 +128,7 @@ def measure(name: str, attacks: tuple[str, ...], setup: Setup, run_dir: Path, sa
         rss_growth_mb=max((n["rss_growth_mb"] for n in nodes if n["rss_growth_mb"] is not None), default=None),
         received_exact=all(n["honest_received_exact"] for n in nodes), rejected=rejected,
         **{k: sum(n[k] for n in nodes) for k in ("fetch_failures", "refused_requests", "misdirected", "backed_off",
-                                                  "dropped_full",
+                                                  "dropped_full", "unusable_batches", "unusable_backed_off",
                                                   "attacker_used", "external_too_long", "poll_errors",
                                                   "internal_errors")},
         max_pool_bytes=max(n["pool_bytes"] for n in nodes),

@@ -32,6 +32,14 @@ SCENARIOS: dict[str, tuple[tuple[str, ...], str]] = {
     "oversized": (("oversized",), "4 keys, each a valid batch just under 4 MiB every round (64 x 8 "
                                   "completions of ~600 tokens): larger than all a node could use, "
                                   "not fetched (oversized)"),
+    "unknown_family": (("unknown_family",), "a valid batch a round of task families nobody has, under the "
+                                            "adversary's own key: refused without a rejection (unusable_batches), "
+                                            "not passed on, the key backed off after 3 rounds"),
+    "unknown_family_flood": (("unknown_family_flood",), "16 fresh keys a round, each a valid batch of task "
+                                                        "families nobody has, served by the Sybil: fetched only "
+                                                        "within the budget left by known peers, refused"),
+    "shard_flood": (("shard_flood",), "64 keys ground into one honest peer's index shard, an entry each a "
+                                      "round at levels 0-2 pointing at junk (hash_mismatch)"),
     "future_created_at": (("future_created_at",), "created_at an hour ahead (batches and heartbeats): "
                                                   "created_at_mismatch"),
     "crafted_informative": (("crafted_informative",), "4 groups a round, each alternating the right answer and a "
@@ -43,11 +51,14 @@ SCENARIOS: dict[str, tuple[tuple[str, ...], str]] = {
 
 # What each attack must leave in the honest nodes' counters (summed over the honest nodes).
 EXPECTED_REJECTIONS = {
-    "flood": ("hash_mismatch",), "logprob_1e300": ("implausible_logprob",),
+    "flood": ("hash_mismatch",), "shard_flood": ("hash_mismatch",), "logprob_1e300": ("implausible_logprob",),
     "logprob_1e4": ("implausible_logprob",), "special_tokens": ("special_tokens",),
     "future_created_at": ("created_at_mismatch",), "oversized": ("oversized",),
 }
-EXPECTED_TRANSPORT = {"honest_address": ("refused_requests",)}
+# Counters other than rejections that each attack must move (summed over the honest nodes).
+EXPECTED_COUNTERS = {"honest_address": ("refused_requests",),
+                     "unknown_family": ("unusable_batches", "unusable_backed_off"),
+                     "unknown_family_flood": ("unusable_batches",)}
 RHO_ATTACKS = ("foreign_logprob_gap", "zero_advantage")  # rows that must not move ρ or the LR
 # DHT writes the adversary must find no replica keeping (it reads every write back).
 MUST_BE_REFUSED = {"displace": ("displace",),

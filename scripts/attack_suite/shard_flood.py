@@ -28,6 +28,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
+from swarm_node.node.sim.adversary.attacks_unusable import grind_keys
 from swarm_node.protocol.identity import Identity
 
 PREFIX_DIGITS = 2  # the victim's shard at levels 0-2: 1 in 256 fresh keys lands there
@@ -36,19 +37,6 @@ SWARM = "shardflood"
 LOOPBACK = dict(host_maddrs=["/ip4/127.0.0.1/tcp/0"], use_relay=False, nat_port_map=False)
 MAX_ROUND_LAG = 4  # the node's default window
 WANT = 2  # envelopes_wanted(J = 4, 4 groups an envelope)
-
-
-def grind_keys(prefix: str, n: int) -> list[Identity]:
-    """``n`` fresh identities whose peer-id hash starts with ``prefix`` (16**len(prefix) tries
-    each, about 50 us a try)."""
-    from swarm_node.node.transport.hivemind.index import peer_hash
-
-    keys = []
-    while len(keys) < n:
-        ident = Identity.generate()
-        if peer_hash(ident.peer_id).startswith(prefix):
-            keys.append(ident)
-    return keys
 
 
 @dataclass

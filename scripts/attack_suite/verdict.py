@@ -4,7 +4,7 @@ run-to-run noise), and each target an attack scenario must meet against it."""
 from __future__ import annotations
 
 from attack_suite.measure import finite, finite_mean
-from attack_suite.scenarios import (DECODE_SLACK, EXPECTED_REJECTIONS, EXPECTED_TRANSPORT, MAX_GROWTH, MIB,
+from attack_suite.scenarios import (DECODE_SLACK, EXPECTED_REJECTIONS, EXPECTED_COUNTERS, MAX_GROWTH, MIB,
                                     MUST_BE_REFUSED, POOL_BYTES_CAP, RHO_ATTACKS, RHO_TOLERANCE, Setup,
                                     sender_cap_of)
 from swarm_node.node.sim.adversary import ADMITTED_BY_DESIGN
@@ -67,7 +67,7 @@ def verdict(result: dict, base: dict, setup: Setup) -> dict:
                               "lr_factor": h["lr_factor_mean"], "clean_lr_factor": base["lr_factor_mean"]}
     for reason in dict.fromkeys(r for a in attacks for r in EXPECTED_REJECTIONS.get(a, ())):
         out[f"rejected:{reason}"] = {"ok": h["rejected"].get(reason, 0) > 0, "count": h["rejected"].get(reason, 0)}
-    for counter in dict.fromkeys(c for a in attacks for c in EXPECTED_TRANSPORT.get(a, ())):
+    for counter in dict.fromkeys(c for a in attacks for c in EXPECTED_COUNTERS.get(a, ())):
         out[counter] = {"ok": h[counter] > 0, "count": h[counter]}
     stores = (result.get("adversary") or {}).get("stores") or {}
     for kind in (k for a in attacks for k in MUST_BE_REFUSED.get(a, ())):

@@ -56,9 +56,10 @@ async def hub_and_two(hub: Identity, left: Identity, right: Identity, clock: Rou
     return (h, eh), *nodes
 
 
-def envelope(ident: Identity, r: int, seq: int = 1, records: int = 1, length: int = 3) -> bytes:
+def envelope(ident: Identity, r: int, seq: int = 1, records: int = 1, length: int = 3,
+             task_id: str = "arithmetic:1:1") -> bytes:
     ids = tuple(1 + i % (VOCAB - 2) for i in range(length))
-    rec = RolloutRecord(task_id="arithmetic:1:1", completion_ids=ids,
+    rec = RolloutRecord(task_id=task_id, completion_ids=ids,
                         completion_text="".join(chr(97 + i % 26) for i in ids),
                         behaviour_logprobs=(-0.5,) * length, truncated=False)
     b = RolloutBatch(sender=ident.peer_id, round=r, policy_version=1, model_fingerprint="m",

@@ -18,6 +18,8 @@ honest nodes measured with a run without it (docs/results/attacks.md).
     attacks_admitted.py  foreign_logprob_gap, zero_advantage, crafted_informative: admitted by design
     attacks_dht.py       displace, far_expiry: DHT writes around the index's rules
     attacks_sybil.py     flood, honest_address, oversized: many fresh keys a round
+    attacks_unusable.py  unknown_family, unknown_family_flood, shard_flood: what no node can use,
+                         and keys ground into one peer's index shard
     client.py            RawClient: a plain hivemind DHT client with no validator
     sybil.py             SybilNode: one DHT node signing for many keys and serving their bodies
     dht_entries.py       index entries and heartbeats at the transport's shard keys
@@ -87,6 +89,21 @@ shard at levels 0 and 1, where readers of a swarm of up to ~500 peers read)::
                                                                      receiver could use (node/swarm/exchange.py
                                                                      usable_envelope_bytes), so not
                                                                      fetched
+
+Batches of what no node can use, and a shard flood (attacks_unusable.py)::
+
+    unknown_family   a valid batch a round, under the adversary's own key, every group of a
+                     task family nobody loaded (another dataset, or another version of one)
+                                                                     no rejection: unusable_batches
+                                                                     (not passed on over gossip),
+                                                                     unusable_backed_off after 3
+                                                                     rounds (node/swarm/unusable.py)
+    unknown_family_flood  UNUSABLE_IDENTITIES (16) fresh keys a round, each such a batch served
+                     by the Sybil (hivemind)                         unusable_batches, within the
+                                                                     fetch budget left by known peers
+    shard_flood      SHARD_KEYS (64) keys ground into the first honest peer's index shard, an
+                     entry each a round at levels 0-2 pointing at junk (hivemind)
+                                                                     hash_mismatch (+ backed_off)
 
 It trains nothing. Its ``status.json`` counts what it sent, by attack, what the transport
 refused to carry (``refused``), DHT stores by attack and outcome (``stores``: ``kept`` or

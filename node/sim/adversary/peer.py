@@ -55,6 +55,8 @@ class Adversary:
         self.oversized_senders: list[Identity] = []
         self.oversized_records: tuple[RolloutRecord, ...] | None = None  # built once (seconds of work)
         self.created_at_turn = 0  # future_created_at: batch, then heartbeat
+        self.shard_victim: str | None = None  # shard_flood: the honest peer whose shard is flooded
+        self.shard_keys: list[Identity] = []  # shard_flood: keys ground into its shard (once)
 
     # -- what the attacks share ------------------------------------------------------------------
     @property

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Awaitable, Callable
 
-from swarm_node.node.sim.adversary import attacks_admitted, attacks_dht, attacks_envelope, attacks_records, attacks_sybil
+from swarm_node.node.sim.adversary import (attacks_admitted, attacks_dht, attacks_envelope, attacks_records,
+                                           attacks_sybil, attacks_unusable)
 
 if TYPE_CHECKING:
     from swarm_node.node.sim.adversary.peer import Adversary
@@ -36,10 +37,14 @@ ATTACK_FUNCTIONS: dict[str, Attack] = {
     "flood": attacks_sybil.flood,
     "honest_address": attacks_sybil.honest_address,
     "oversized": attacks_sybil.oversized,
+    "unknown_family": attacks_unusable.unknown_family,
+    "unknown_family_flood": attacks_unusable.unknown_family_flood,
+    "shard_flood": attacks_unusable.shard_flood,
 }
 ATTACKS = tuple(ATTACK_FUNCTIONS)
 DEFAULT_ATTACKS = ("garbage", "bad_signature", "forged_reward", "forged_truth", "text_mismatch",
                    "impersonation", "replay")  # the envelope attacks every honest node must refuse
 RAW_ATTACKS = ("displace", "far_expiry")  # a raw hivemind client
-SYBIL_ATTACKS = ("far_expiry", "flood", "honest_address", "oversized")  # many keys, one DHT node
+SYBIL_ATTACKS = ("far_expiry", "flood", "honest_address", "oversized", "unknown_family_flood",
+                 "shard_flood")  # many keys, one DHT node
 ADMITTED_BY_DESIGN = ("foreign_logprob_gap", "zero_advantage", "crafted_informative")

@@ -96,6 +96,43 @@ def test_each_envelope_attack_is_refused_under_its_reason_or_admitted_by_design(
         assert ex.stats.rejected[reason] == (2 if kind == "future_created_at" else 1)
 
 
+def test_unknown_family_batches_are_refused_without_a_rejection_and_a_run_of_them_backs_the_key_off(
+        tiny_policy, tmp_path):
+    """The adversary's ``unknown_family``: a valid batch a round of a family nobody loaded. The
+    node refuses each (not pooled, not a rejection) and, at the third round, backs the key off."""
+    from swarm_node.node.clock import RoundClock
+    from swarm_node.node.run.config import load_config
+    from swarm_node.node.swarm.exchange import SwarmExchange
+    from swarm_node.node.swarm.unusable import RUN_ROUNDS
+    from swarm_node.node.transport.memory import MemoryHub, MemoryTransport
+    from swarm_node.protocol.identity import Identity
+
+    tok = tiny_policy.tokenizer
+    cfg = load_config(None, {"run.dir": str(tmp_path), "swarm.transport": "memory", "swarm.round_seconds": 60.0})
+    hub, bad, me = MemoryHub(), Identity.generate(), Identity.generate()
+    adv = Adversary(cfg, bad, MemoryTransport(swarm=cfg.swarm.name, publisher=bad.peer_id, hub=hub), tok,
+                    tiny_policy.tokenizer_fingerprint, tiny_policy.model_fingerprint, ["unknown_family"], tmp_path)
+    distrusted = []
+    t = MemoryTransport(swarm=cfg.swarm.name, publisher=me.peer_id, hub=hub)
+    t.distrust = lambda publisher, r: distrusted.append((publisher, r))
+    ex = SwarmExchange(t, me, RoundClock(cfg.swarm.round_seconds), tokenizer_fingerprint=tiny_policy.tokenizer_fingerprint,
+                       model_fingerprint=tiny_policy.model_fingerprint, vocab_size=len(tok),
+                       decode_text=lambda ids: tok.decode(list(ids), skip_special_tokens=True),
+                       group_cap=cfg.generation.num_generations, special_ids=frozenset(tok.all_special_ids),
+                       eos_id=tok.eos_token_id)
+
+    async def go():
+        r = ex.clock.current()
+        for k in range(RUN_ROUNDS):
+            assert await adv.attack("unknown_family", r - RUN_ROUNDS + 1 + k)
+        return await ex.poll_once()
+
+    assert asyncio.run(go()) == 0 and len(ex.pool) == 0
+    assert not ex.stats.rejected and ex.stats.unusable_batches == RUN_ROUNDS
+    assert ex.stats.dropped_unknown_family == 4 * RUN_ROUNDS
+    assert ex.stats.unusable_backed_off == 1 and [p for p, _ in distrusted] == [bad.peer_id]
+
+
 @pytest.mark.slow
 @pytest.mark.daemon
 @pytest.mark.subprocess

@@ -1,7 +1,8 @@
 """Task sources in a swarm (rewards/sources.py): nodes holding the same dataset train on each
 other's groups, regenerating each id from their own copy; a node with another version of it (one
 answer changed) is honest but of no use to them: its groups are left out and counted, the rest of
-its batch kept, and it is never backed off."""
+its batch kept; a batch of nothing else is refused (not passed on), and only a sustained run of
+them backs the sender off (node/swarm/unusable.py)."""
 
 from __future__ import annotations
 
@@ -41,8 +42,11 @@ def test_a_group_of_a_family_this_node_lacks_is_left_out_and_the_rest_kept(tmp_p
     distrusted = []
     ex.transport.distrust = lambda publisher, r: distrusted.append(publisher)
     only_theirs = [record(f"{theirs}:6:1")]
-    assert ex.admit(Delivery(11, peer.peer_id, envelope(peer, encode(batch(peer, 11, only_theirs)), seq=2))) == 0
+    d = Delivery(11, peer.peer_id, envelope(peer, encode(batch(peer, 11, only_theirs)), seq=2))
+    assert ex.admit(d) == 0
     assert not ex.stats.rejected and ex.stats.dropped_unknown_family == 2 and distrusted == []  # not its fault
+    assert ex.stats.unusable_batches == 1 and ex.status()["unusable_batches"] == 1
+    assert ex.stats.envelopes_in == 1  # the unusable batch was not admitted (a gossip gate refuses it too)
 
 
 def test_nodes_holding_the_same_dataset_train_on_each_others_groups(warm_tiny_model_dir, tmp_path):

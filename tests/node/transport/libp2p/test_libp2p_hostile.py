@@ -129,6 +129,74 @@ def test_a_flood_of_fresh_identities_buys_a_bounded_number_of_checks_and_honest_
     asyncio.run(main())
 
 
+def test_fresh_keys_sending_only_unknown_task_families_are_never_forwarded_and_honest_gossip_arrives():
+    """X, one raw host next to B, gossips well-formed, correctly signed batches of 120 fresh
+    identities a round for two rounds, every group of a task family nobody has (another dataset,
+    or another version of one). B refuses each it checks (``unusable_batches``, no rejection) and
+    forwards none: C, behind B, is handed none of them. A, vouched at B, gets every envelope of
+    the flood's rounds to C, as in the clean rounds before."""
+    from swarm_node.node.transport.libp2p.host import libp2p_key_pair
+
+    ia, ib, ic, ix = (Identity.generate() for _ in range(4))
+    ahead = [0.0]
+    clock = RoundClock(10.0, now=lambda: time.time() + ahead[0])
+    topic = gossip_topics("t")[0]
+
+    async def main():
+        (b, eb), (a, ea), (c, ec) = await hub_and_two(ib, ia, ic, clock)
+        x = Libp2pHost(ix, LOOPBACK, b.host.addrs, target_peers=1)
+        await x.start(20)
+        try:
+            await x.bridge.call(x.connect_bootstrap)
+            await x.subscribe(topic, lambda *a: None, lambda *a: True)
+            await until(lambda: b.host.mesh_peers(topic) >= 3 and x.mesh_peers(topic) >= 1 and
+                        c.host.mesh_peers(topic) >= 1, 20, "A, C and X in B's mesh")
+            delivered = {}
+            for phase, rounds in (("clean", 3), ("flood", 2)):
+                got0 = ec.stats.groups_in[ia.peer_id]
+                for k in range(rounds):
+                    r = clock.current()
+                    if phase == "flood":
+                        msgs = [forged(libp2p_key_pair(s), topic, msgpack.packb(
+                            [r, envelope(s, r, task_id=f"otherdata_{r:08x}:{k}:1")]))
+                            for s in (Identity.generate() for _ in range(120))]
+
+                        async def push(msgs=msgs):
+                            for m in msgs:
+                                await x.pubsub.push_msg(x.host.get_id(), m)
+
+                        pushing = asyncio.ensure_future(x.bridge.call(push))
+                        await asyncio.sleep(0.1)
+                    await a.publish(r, envelope(ia, r, seq=10 * len(delivered) + k + 1), 60)
+                    await until(lambda: eb.stats.groups_in[ia.peer_id] >= got0 + k + 1, 20, "A's envelope at B")
+                    if phase == "flood":
+                        await pushing
+                        await until(lambda: eb.stats.unusable_batches >= 1, 20, "B's refusals")
+                    ahead[0] += clock.round_seconds
+                # A's envelopes reach C through B: wait for the ones of this phase
+                await until(lambda: ec.stats.groups_in[ia.peer_id] >= got0 + rounds, 20, f"A's {phase} envelopes at C")
+                delivered[phase] = (ec.stats.groups_in[ia.peer_id] - got0) / rounds
+            # A marker after the flood: anything B forwarded would have reached C before it.
+            r = clock.current()
+            await a.publish(r, envelope(ia, r, seq=99), 60)
+            await until(lambda: ec.stats.groups_in[ia.peer_id] == 6, 20, "the marker at C")
+            assert delivered["flood"] >= 0.9 * delivered["clean"] and delivered["clean"] == 1.0, delivered
+            assert eb.stats.unusable_batches >= 1 and eb.stats.dropped_unknown_family >= 1
+            assert not eb.stats.rejected and not b.rejected, (eb.stats.rejected, b.rejected)
+            # None forwarded: C was handed none of the flood's batches, so it counted none.
+            assert ec.stats.unusable_batches == 0 and ec.stats.dropped_unknown_family == 0
+            assert ec.stats.envelopes_in == 6 and not ec.stats.rejected
+            print(f"unknown-family flood: B checked and refused {eb.stats.unusable_batches} of 240 "
+                  f"(the rest over the strangers' budget: {b.counts.get('strangers_over_budget', 0)}); "
+                  f"C admitted {ec.stats.envelopes_in}, A's delivery clean {delivered['clean']:.2f} "
+                  f"flood {delivered['flood']:.2f}")
+        finally:
+            await x.close()
+            await ea.close(), await ec.close(), await eb.close()
+
+    asyncio.run(main())
+
+
 def test_copies_arriving_while_the_first_is_checked_are_checked_once_and_delivered_once():
     """A diamond: A's gossip reaches D through B and through C. D's check is slow (0.5 s), so the
     second copy arrives while the first is being checked, before pubsub marks it seen: it is dropped
