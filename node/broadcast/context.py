@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Protocol
 
 from swarm_node.node.transport.base import Transport
 from swarm_node.policies.policy import Policy
@@ -19,16 +19,16 @@ from swarm_node.protocol.identity import Identity
 __all__ = ["RoleSettings", "RoleContext"]
 
 
-@dataclass(frozen=True)
-class RoleSettings:
-    """The node's ``[broadcast]`` section, as a role reads it (node/run/config.py validates it)."""
+class RoleSettings(Protocol):
+    """What a role reads of the node's ``[broadcast]`` section: the section itself is passed
+    (node/run/config.py ``BroadcastConfig`` holds the defaults and checks, in one place)."""
 
-    follow: str = ""  # worker: the learner's peer id
-    publish_every: int = 1  # learner: steps between versions
-    max_staleness: int = 2  # versions a worker's rollouts may lag
-    fanout: int = 1  # learner: children per node in the relay tree
-    upload_mbps: float = 0.0  # cap on uploaded chunks, MB/s (0: none)
-    learner_timeout: float = 180.0  # worker: seconds waiting with no sign of the learner before it stops (0: never)
+    follow: str  # worker: the learner's peer id
+    publish_every: int  # learner: steps between versions
+    max_staleness: int  # versions a worker's rollouts may lag
+    fanout: int  # learner: children per node in the relay tree
+    upload_mbps: float  # cap on uploaded chunks, MB/s (0: none)
+    learner_timeout: float  # worker: seconds waiting with no sign of the learner before it stops (0: never)
 
 
 @dataclass(frozen=True)

@@ -312,7 +312,7 @@ class NodeConfig(_Section):
 
 
 def batch_overlap(peers: int, prompts_per_step: int, external_groups: int,
-                  max_sender_share: float = 1.0) -> str | None:
+                  max_sender_share: float) -> str | None:
     """Advice when every node would train on every group a swarm makes, else None.
 
     With P peers each generating I = B - J groups a round, a node that takes J >= P * I peer

@@ -32,7 +32,7 @@ from swarm_node.node.observe.endpoint import MetricsEndpoint
 from swarm_node.node.observe.record_sinks import open_record_log
 from swarm_node.node.observe.progress import Progress
 from swarm_node.node.observe.status import StatusFile
-from swarm_node.node.broadcast.context import RoleContext, RoleSettings
+from swarm_node.node.broadcast.context import RoleContext
 from swarm_node.node.broadcast.roles import make_role
 from swarm_node.node.run.behaviour_lag import LaggedBehaviour
 from swarm_node.node.run.checkpoint import save_checkpoint
@@ -115,8 +115,7 @@ class TrainingNode:
         """What the role may read and call of this node (node/broadcast/context.py)."""
         bc, swarm, vllm = self.cfg.broadcast, self.swarm, self.vllm
         return RoleContext(
-            settings=RoleSettings(follow=bc.follow, publish_every=bc.publish_every, max_staleness=bc.max_staleness,
-                                  fanout=bc.fanout, upload_mbps=bc.upload_mbps, learner_timeout=bc.learner_timeout),
+            settings=bc,
             swarm_name=self.cfg.swarm.name, run_dir=Path(self.run_dir), policy=self.policy,
             transport=swarm.transport if swarm is not None else None,
             identity=swarm.identity if swarm is not None else None,

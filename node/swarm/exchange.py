@@ -58,7 +58,7 @@ class SwarmExchange:
                  decode_text: Callable[[Sequence[int]], str], group_cap: int = 64,
                  max_round_lag: int = 4, poll_seconds: float = 0.25, max_clock_skew: float = 30.0,
                  seed: int = 0, special_ids: frozenset[int] = frozenset(), eos_id: int | None = None,
-                 external_groups: int | None = None, max_sender_share: float = 1.0,
+                 external_groups: int | None = None, max_sender_share: float = 0.5,
                  max_tokens: int | None = None, select: str = "fresh", reward_cfg: RewardConfig = RewardConfig(),
                  held_out: Callable[[Task], bool] | None = None):
         self.transport = transport

@@ -13,7 +13,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from swarm_node.node.broadcast.context import RoleContext, RoleSettings
+from swarm_node.node.broadcast.context import RoleContext
+from swarm_node.node.run.config import BroadcastConfig
 from swarm_node.node.broadcast.roles import LearnerGone, WorkerRole
 from tests.helpers.wait import wait_for
 
@@ -33,7 +34,7 @@ class _Follower:
 
 
 def _ctx(heard_at, phases: list, stop: list, timeout: float = 1.0) -> RoleContext:
-    return RoleContext(settings=RoleSettings(max_staleness=2, learner_timeout=timeout), swarm_name="s",
+    return RoleContext(settings=BroadcastConfig(max_staleness=2, learner_timeout=timeout), swarm_name="s",
                        run_dir=Path("."), policy=None, transport=None, identity=None, learner_version=lambda: 0,
                        step=lambda: 0, stop_requested=lambda: bool(stop),
                        set_phase=lambda name, detail="": phases.append((name, detail)), heard_at=heard_at)

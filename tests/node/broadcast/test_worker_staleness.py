@@ -9,7 +9,8 @@ import pytest
 
 from swarm_node.node.transport.carrier import MemoryCarrier, MemoryHub
 from swarm_node.node.transport.hivemind.directory import WeightDirectory
-from swarm_node.node.broadcast.context import RoleContext, RoleSettings
+from swarm_node.node.broadcast.context import RoleContext
+from swarm_node.node.run.config import BroadcastConfig
 from swarm_node.node.broadcast.follow import WeightFollower, WeightSource
 from swarm_node.node.broadcast.peer import BroadcastPeer
 from swarm_node.node.broadcast.roles import WorkerRole
@@ -23,7 +24,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 def _ctx(max_staleness=2, learner_version=0, step=0, status=None, stop=False) -> RoleContext:
     """A role's view of a node that has no swarm connection (the roles here never start one)."""
-    return RoleContext(settings=RoleSettings(max_staleness=max_staleness), swarm_name="s", run_dir=Path("."),
+    return RoleContext(settings=BroadcastConfig(max_staleness=max_staleness), swarm_name="s", run_dir=Path("."),
                        policy=None, transport=None, identity=None,
                        learner_version=lambda: learner_version, step=lambda: step, stop_requested=lambda: stop,
                        set_phase=status.phase if status is not None else (lambda *a: None))

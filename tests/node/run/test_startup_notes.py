@@ -102,16 +102,17 @@ def test_the_simulator_warns_before_it_starts():
 def test_batch_overlap_advice_by_hand():
     from swarm_node.node.run.config import batch_overlap
 
-    # P peers x I = B - J groups: overlap when J >= P * I; the advice is the largest J below it.
-    assert batch_overlap(1, 8, 4) is not None and "--swarm.external_groups 3 or fewer" in batch_overlap(1, 8, 4)
-    assert batch_overlap(1, 8, 3) is None  # I = 5 > 3: the node takes 3 of its peer's 5
-    assert batch_overlap(3, 8, 4) is None  # 3 x 4 = 12 groups to choose 4 from
+    # P peers x I = B - J groups: overlap when J >= P * I; the advice is the largest J below it
+    # (a share of 1.0: one sender may supply all of J).
+    assert batch_overlap(1, 8, 4, 1.0) is not None and "--swarm.external_groups 3 or fewer" in batch_overlap(1, 8, 4, 1.0)
+    assert batch_overlap(1, 8, 3, 1.0) is None  # I = 5 > 3: the node takes 3 of its peer's 5
+    assert batch_overlap(3, 8, 4, 1.0) is None  # 3 x 4 = 12 groups to choose 4 from
     # One sender may supply ⌈4 x 0.5⌉ = 2 of its 4 groups a step: the batches differ.
     assert batch_overlap(1, 8, 4, max_sender_share=0.5) is None
     assert batch_overlap(1, 8, 4, max_sender_share=1.0) is not None
-    assert "--swarm.external_groups 5 or fewer" in batch_overlap(2, 8, 6)  # I = 2, 2 x 2 <= 6
-    assert batch_overlap(0, 8, 4) is None and batch_overlap(1, 8, 0) is None
-    assert "raise generation.prompts_per_step" in batch_overlap(1, 2, 1)  # J = 1 = I: no J fits
+    assert "--swarm.external_groups 5 or fewer" in batch_overlap(2, 8, 6, 1.0)  # I = 2, 2 x 2 <= 6
+    assert batch_overlap(0, 8, 4, 1.0) is None and batch_overlap(1, 8, 0, 1.0) is None
+    assert "raise generation.prompts_per_step" in batch_overlap(1, 2, 1, 1.0)  # J = 1 = I: no J fits
 
 
 def _fake_checkpoint(node_dir: Path, step: int) -> Path:

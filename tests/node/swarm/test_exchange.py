@@ -119,7 +119,8 @@ def test_stale_groups_are_dropped_and_counted(setup):
 
 
 def test_take_prefers_fresh_rounds_and_spreads_across_peers(setup):
-    hub, me, peer, clock, ex = setup
+    hub, me, peer, clock, _ = setup
+    ex = make_exchange(hub, me, clock, max_sender_share=1.0)  # no per-sender cap: freshness alone
     p2 = Identity.generate()
     many = [record(f"arithmetic:{i}:1") for i in range(6)]
     ex.admit(Delivery(9, peer.peer_id, envelope(peer, encode(batch(peer, 9, many)))))
@@ -302,7 +303,7 @@ def test_one_sender_supplies_at_most_its_share_of_a_step():
     # ceil(4 x 0.5) = 2 from the flooder, 1 from the only other sender: 3 of 4, not 4 from one key.
     assert sorted(g.sender == flooder.peer_id for g in picked) == [False, True, True]
     assert len(ex.take(5, 10)) == 3  # next step: ceil(5 x 0.5) = 3 of the flooder's remaining 6
-    one = make_exchange(hub, me, clock)  # default share 1.0 (a two-node swarm: one peer may fill J)
+    one = make_exchange(hub, me, clock, max_sender_share=1.0)  # a two-node swarm's setting: one peer may fill J
     one.admit(Delivery(10, flooder.peer_id, envelope(flooder, encode(batch(flooder, 10, many)), seq=2)))
     assert len(one.take(4, 10)) == 4
 
@@ -316,7 +317,11 @@ def test_the_fetch_budget_is_j_groups_worth_and_admission_vouches_for_the_sender
     many = [record(f"arithmetic:{i}:1") for i in range(4)]
     ex.admit(Delivery(10, peer.peer_id, envelope(peer, encode(batch(peer, 10, many)))))
     assert vouched == [peer.peer_id]
-    assert ex.envelopes_wanted() == 2  # 4 groups an envelope: 2 x J / 4
+    # 4 groups an envelope, of which one sender may give a step half of J (the config's share, 0.5): 2 x J / 2
+    assert ex.envelopes_wanted() == 4
+    whole = make_exchange(hub, me, clock, external_groups=4, max_sender_share=1.0)
+    whole.admit(Delivery(10, peer.peer_id, envelope(peer, encode(batch(peer, 10, many)))))
+    assert whole.envelopes_wanted() == 2  # a share of 1.0: all 4 usable, 2 x J / 4
     assert make_exchange(hub, me, clock).envelopes_wanted() is None  # J unknown: fetch everything
 
 
