@@ -1,6 +1,6 @@
 """The project's layout, checked: module sizes, the direction of every import, and the package maps.
 
-    python scripts/check_layout.py            prints the sizes and the layers; exit 1 on a violation
+    python scripts/check_layout.py            prints the sizes, the layers and stale maps; exit 1 on a violation
     python scripts/check_layout.py --map      prints the module map docs/architecture.md embeds
 
 Modules are named by their import names: the folders node/, protocol/, policies/ and rewards/ are
@@ -189,7 +189,7 @@ def _named(child: str, doc: str) -> bool:
     return re.search(r"(?<![\w./])" + re.escape(child) + after, doc) is not None
 
 
-MAP_ENTRY = re.compile(r"^\s*(\w+(?:\.py|/))(?=[\s,]|$)", re.M)  # a line whose first word is x.py or x/
+MAP_ENTRY = re.compile(r"^[ \t]*(\w+(?:\.py|/))(?=[\s,]|$)", re.M)  # a line whose first word is x.py or x/
 
 
 def stale_package_maps(root: Path = ROOT, folders: tuple[str, ...] = FOLDERS) -> list[str]:
