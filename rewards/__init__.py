@@ -24,7 +24,10 @@ answer.py                  answer format <answer>X</answer>: format_answer, extr
                            is_well_formed
 scoring.py                 Reward, RewardConfig, score, score_batch
 corpus.py                  supervised_examples (warm start), tokenizer_corpus (BPE training)
-sources.py                 task sources: a user's family module, a JSONL dataset (docs/tasks.md)
+sources.py                 task sources: a user's family module, a JSONL dataset, reasoning-gym
+                           (docs/tasks.md)
+rg_source.py               reasoning-gym as a task source (``rg:DATASET``): an item regenerated from
+                           the id, scored by the dataset's own ``score_answer``
 """
 
 from swarm_node.rewards.answer import (

@@ -1,6 +1,6 @@
-"""The project's layout, checked: module sizes and the direction of every import.
+"""The project's layout, checked: module sizes, the direction of every import, and the package maps.
 
-    python scripts/check_layout.py            prints the sizes and the layers; exit 1 on a violation
+    python scripts/check_layout.py            prints the sizes, the layers and stale maps; exit 1 on a violation
     python scripts/check_layout.py --map      prints the module map docs/architecture.md embeds
 
 Modules are named by their import names: the folders node/, protocol/, policies/ and rewards/ are
@@ -19,13 +19,29 @@ layer may report through). Beyond the layers:
 - nothing imports the bare names ``node``, ``protocol``, ``policies``, ``rewards``: only
   ``swarm_node.node`` ... (a bare import would load a module twice, or someone else's package).
 
-Every import counts, lazy ones inside functions too. tests/test_layout.py runs this.
+Every import counts, lazy ones inside functions too.
+
+Each package's ``__init__.py`` docstring holds its map: a line per module (``x.py``) or subpackage
+(``x/``) saying what it does. A map is current when
+
+- every child of the package (each ``x.py`` but ``__init__.py``, ``__main__.py`` included; each
+  folder ``x/`` holding an ``__init__.py``) is named in the docstring: ``x.py`` (``x/`` for a
+  subpackage) appears in it as a whole word, with no letter, digit, ``_``, ``.`` or ``/`` just
+  before it and, for ``x.py``, no letter, digit or ``_`` just after it (so ``families/`` in
+  ``families/family.py`` names the subpackage, and ``protocol/manifest.py`` names nothing here);
+- every map entry names a child: an entry is a docstring line whose first word is ``x.py`` or
+  ``x/`` (``x`` letters, digits and ``_``; the word ends at a space, a comma or the line's end),
+  so paths such as ``protocol/manifest.py`` or ``docs/architecture.md`` at a line's start are
+  references, not entries.
+
+tests/test_layout.py runs all three checks.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -160,6 +176,36 @@ def check() -> tuple[list[tuple[str, int]], list[Violation], list[str]]:
     return sizes, bad, big
 
 
+def _children(package: Path) -> list[str]:
+    """A package's direct children as its map names them: ``x.py`` modules and ``x/`` subpackages."""
+    modules = [p.name for p in package.glob("*.py") if p.name != "__init__.py"]
+    subpackages = [p.name + "/" for p in package.iterdir() if (p / "__init__.py").is_file()]
+    return sorted(modules + subpackages)
+
+
+def _named(child: str, doc: str) -> bool:
+    """Whether a docstring names a child (``x.py`` or ``x/``) as a whole word (the module docstring's rule)."""
+    after = "" if child.endswith("/") else r"(?!\w)"
+    return re.search(r"(?<![\w./])" + re.escape(child) + after, doc) is not None
+
+
+MAP_ENTRY = re.compile(r"^[ \t]*(\w+(?:\.py|/))(?=[\s,]|$)", re.M)  # a line whose first word is x.py or x/
+
+
+def stale_package_maps(root: Path = ROOT, folders: tuple[str, ...] = FOLDERS) -> list[str]:
+    """Every package under ``folders`` whose ``__init__`` docstring leaves a child out of its map or
+    has an entry naming no child (the rule is this module's docstring's), one line each."""
+    out = []
+    for init in sorted(p for folder in folders for p in (root / folder).rglob("__init__.py")):
+        package, where = init.parent, init.relative_to(root).as_posix()
+        doc = ast.get_docstring(ast.parse(init.read_text(), str(init))) or ""
+        children = _children(package)
+        out += [f"{where}: its map leaves out {c}" for c in children if not _named(c, doc)]
+        out += [f"{where}: its map names {e}, which is not in {package.relative_to(root).as_posix()}/"
+                for e in MAP_ENTRY.findall(doc) if e not in children]
+    return out
+
+
 def first_line(path: Path) -> str:
     """A module's role: the first sentence of its docstring's first paragraph."""
     doc = ast.get_docstring(ast.parse(path.read_text())) or ""
@@ -193,10 +239,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {n:5d}  {mod}  (layer {LAYERS[layer_of(mod)][0]})")
     for mod, why in SIZE_EXCEPTIONS.items():
         print(f"  allowed over {MAX_LINES}: {mod}: {why}")
-    for line in [str(v) for v in bad] + big:
+    stale = stale_package_maps()
+    for line in [str(v) for v in bad] + big + stale:
         print("VIOLATION", line)
-    print("ok" if not (bad or big) else f"{len(bad)} import and {len(big)} size violation(s)")
-    return 1 if bad or big else 0
+    failed = bad or big or stale
+    print("ok" if not failed else
+          f"{len(bad)} import, {len(big)} size and {len(stale)} package map violation(s)")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

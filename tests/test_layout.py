@@ -1,5 +1,6 @@
-"""The layout holds: no import runs up the stack (scripts/check_layout.py says which way is up), and
-no module outgrows one job (its MAX_LINES, with named exceptions)."""
+"""The layout holds: no import runs up the stack (scripts/check_layout.py says which way is up), no
+module outgrows one job (its MAX_LINES, with named exceptions), and every package's map (its
+``__init__`` docstring) names each of its modules and nothing else."""
 
 from __future__ import annotations
 
@@ -29,6 +30,38 @@ def test_the_checker_sees_an_upward_import():
     # The one import name: a bare ``node``/``protocol``/... is someone else's package, or a second copy.
     assert check_layout.violations_of("swarm_node.node.run.trainer", [(1, "node.run.config")])
     assert check_layout.violations_of("swarm_node.rewards.registry", [(1, "protocol.task_id")])
+
+
+def test_every_package_map_is_current():
+    stale = check_layout.stale_package_maps()
+    assert not stale, "\n".join(stale)
+
+
+def test_the_checker_sees_a_stale_package_map(tmp_path):
+    pkg = tmp_path / "node" / "swarm"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "data").mkdir()  # no __init__.py: not a subpackage
+    (tmp_path / "node" / "__init__.py").write_text('"""The node.\n\n    swarm/   the exchange\n"""\n')
+    (pkg / "sub" / "__init__.py").write_text('"""Nothing here."""\n')
+    for name in ("exchange.py", "pool.py", "__main__.py", "old_exchange.py"):
+        (pkg / name).write_text("")
+    (pkg / "__init__.py").write_text('''"""The exchange.
+
+    exchange.py, __main__.py   the exchange and its command
+    gone.py        a module that was removed
+    sub/           a subpackage
+    node/transport/pool.py     a path: a reference, not an entry (it names no child)
+    docs/swarm.md  describes it
+
+The old exchange (old_exchange.py) is kept for one release.
+"""
+''')
+    assert check_layout.stale_package_maps(tmp_path, ("node",)) == [
+        "node/swarm/__init__.py: its map leaves out pool.py",
+        "node/swarm/__init__.py: its map names gone.py, which is not in node/swarm/",
+    ]
+    (pkg / "__init__.py").write_text('"""The exchange: exchange.py, pool.py, old_exchange.py and __main__.py."""\n')
+    assert check_layout.stale_package_maps(tmp_path, ("node",)) == ["node/swarm/__init__.py: its map leaves out sub/"]
 
 
 def test_the_architecture_page_embeds_the_current_module_map():

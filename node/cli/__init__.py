@@ -10,6 +10,8 @@
     doctor.py      doctor (what a node would meet if it joined now: peers, NAT, clock, GPU, disk)
     tools.py       id, build-model and plot
     eval.py        eval (a checkpoint's held-out correctness, after the fact)
+    export.py      export (a checkpoint as a plain Hugging Face folder to take away)
+    __main__.py    ``python -m swarm_node.node.cli``
 
 Heavy libraries (torch, transformers) are imported only after arguments parse, inside the
 command that needs them, so ``--help`` and config errors answer at once (tests/test_imports.py

@@ -9,9 +9,10 @@
     infra.py       what the nodes need first: the default model, the bootstrap peer or broker
     kills.py       ``[[kill]]`` faults carried out: kill at a step, restart with --resume
     table.py       the live table (rich, or one plain log line) from each node's status.json
+    control.py     ``--control C``: the same recipe trained alone beside the swarm, and the comparison
     summary.py     summary.json, summary.md and the plots at the end of a run
     worker.py      ``swarm-node sim-worker``: all N nodes in one process over memory
-    adversary.py   ``swarm-node adversary``: a hostile peer that sends valid, signed, lying records
+    adversary/     ``swarm-node adversary``: a hostile peer that sends valid, signed, lying records
 
 Nothing else in the project imports this package.
 """

@@ -4,8 +4,13 @@
     memory.py         in one process through a MemoryHub (unit tests, fast simulation)
     faulty.py         latency, jitter and partitions wrapped around any transport (``sim``)
     inbox.py          what a push carrier delivered, held until the node polls
-    ratelimit.py      token buckets: the upload cap, request budgets, the gossip check budget's
+    ratelimit.py      token buckets: the upload cap, request budgets, the gossip check budget's share
+                      for strangers
+    standing.py       which publishers have an admitted history (sustained work, in the receiver's
+                      rounds, bounded): the fast path of every carrier (pure)
     backoff.py        waiting between tries: the back-off schedule and the join retry loop
+    join.py           how a carrier that joins through peers finds its swarm: the bootstraps, then
+                      the peer cache, with back-off; which of them answered (``found_via``)
     addresses.py      addresses that name their peer (``.../p2p/<id>``)
     carrier.py        what the weight broadcast asks of a carrier (one request, one reply)
     directory.py      what a weights directory is (the source's pointer, its followers)
@@ -13,6 +18,7 @@
                       the table callers ask instead of comparing names, with its lazy loaders
     from_config.py    the selected carrier's transport, built from the ``[swarm]`` config
     bootstrap_serve.py  what every bootstrap peer does once up, whatever its carrier
+    port_free.py      whether a TCP port can still be listened on, checked before a bootstrap starts
     hivemind/ libp2p/ mqtt/   one folder per carrier: its transport, host or link, broadcast
                       carrier and directory, bootstrap, and its arguments from the config (settings.py)
 

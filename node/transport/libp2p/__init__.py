@@ -3,6 +3,10 @@
     transport.py      Libp2pTransport: rollouts and heartbeats over gossipsub, large bodies by stream
     host.py           the libp2p host on the node's own Ed25519 key: gossipsub and streams
     peer_exchange.py  how the host finds peers: the bootstrap addresses, then peer exchange
+    frames.py         the topic and protocol names, the rollout topic's frames (a body or a pointer
+                      to one), and whose a libp2p id or address is
+    serving.py        how often the node serves one of its own large bodies: per peer, and a cap
+                      on what strangers may cost it
     trio_bridge.py    py-libp2p's trio loop in its own thread, bridged to asyncio
     budget.py         the gossip check budget (pure): bounds floods before the costly check
                       (its strangers' share: node/transport/ratelimit.py's bucket)

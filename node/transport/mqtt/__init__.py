@@ -6,6 +6,7 @@
     parts.py          large retained bodies in parts
     carrier.py        the weight broadcast's request/reply over topics
     directory.py      the weight broadcast's manifest directory (retained)
-    broker.py         ``swarm-node broker``: a mosquitto started with this project's settings
+    broker.py         a local Mosquitto started with a generated configuration (``swarm-node sim
+                  --transport mqtt``, tests, benchmarks)
     settings.py       the transport's arguments from the ``[swarm]`` config
 """
