@@ -44,7 +44,8 @@ from hivemind.dht.validation import DHTRecord  # noqa: E402
 from hivemind.utils import ValueWithExpiration  # noqa: E402
 
 import swarm_node.node.transport.hivemind.transport as hd  # noqa: E402
-from swarm_node.node.transport.hivemind.index import envelopes_wanted, shard_prefix, write_levels  # noqa: E402
+from swarm_node.node.swarm.limits import envelopes_wanted  # noqa: E402
+from swarm_node.node.transport.hivemind.index import shard_prefix, write_levels  # noqa: E402
 from swarm_node.node.transport.hivemind.records import OwnerSignatureValidator  # noqa: E402
 from swarm_node.protocol.identity import Identity  # noqa: E402
 from common.report import command_line, markdown_table, write_json, write_markdown  # noqa: E402

@@ -23,6 +23,6 @@
     link.py          a transport wrapped with reconnect and back-off (the exchange's one way out)
 
 It talks to peers through ``node.transport.Transport`` (probe.py builds one from the config, as a
-node does). Of a carrier it uses one pure function: exchange.py sizes each poll with
-``envelopes_wanted`` from node/transport/hivemind/index.py.
+node does) and knows no carrier: what a round is worth fetching is its own rule
+(limits.py ``envelopes_wanted``), handed to the carrier with each poll.
 """

@@ -30,7 +30,7 @@ from swarm_node.node.clock import RoundClock
 from swarm_node.node.swarm import limits
 from swarm_node.node.swarm.admission import NOT_REJECTIONS, SENDER_FAULTS, Admission, Admitted, Refused, open_message, still_fresh
 from swarm_node.node.swarm.clock_offset import DELIVERY_ALLOWANCE_S, ClockWatch
-from swarm_node.node.swarm.limits import envelope_ttl, heartbeat_ttl, usable_envelope_bytes
+from swarm_node.node.swarm.limits import envelope_ttl, envelopes_wanted, heartbeat_ttl, usable_envelope_bytes
 from swarm_node.node.swarm.link import SwarmLink
 from swarm_node.node.swarm.peer_work import PeerWork
 from swarm_node.node.swarm.pool import AdmittedGroup, PeerPool
@@ -39,7 +39,6 @@ from swarm_node.node.swarm.stats import SwarmStats, bump
 from swarm_node.node.swarm.unusable import UnusableRuns
 from swarm_node.node.swarm.verdicts import VerdictCache
 from swarm_node.node.transport.base import Delivery, Transport
-from swarm_node.node.transport.hivemind.index import envelopes_wanted
 from swarm_node.protocol.codec import encode
 from swarm_node.protocol.identity import Identity
 from swarm_node.protocol.messages import Announcement, RolloutBatch, RolloutRecord

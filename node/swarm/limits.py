@@ -1,16 +1,18 @@
 """The bounds on what a peer's messages can make this node read, check or remember: groups a batch,
 text bytes a token, clock drift of a message's own timestamp, peers tracked, and the largest
-envelope worth fetching. The pool's own bounds (groups, bytes, a sender's share) are
+envelope worth fetching, and how many envelopes a round. The pool's own bounds (groups, bytes, a sender's share) are
 node/swarm/pool.py's.
 """
 
 from __future__ import annotations
 
+import math
+
 from swarm_node.protocol.messages import MAX_ROLLOUTS, MAX_TASK_ID_CHARS
 from swarm_node.protocol.signing import MAX_ENVELOPE_SIZE
 
 __all__ = ["MAX_GROUPS_PER_BATCH", "MAX_TEXT_BYTES_PER_TOKEN", "MAX_CREATED_DRIFT_S", "MAX_TRACKED_PEERS",
-           "OTHER_PEERS", "usable_envelope_bytes", "envelope_ttl", "heartbeat_ttl"]
+           "OTHER_PEERS", "envelopes_wanted", "usable_envelope_bytes", "envelope_ttl", "heartbeat_ttl"]
 
 MAX_GROUPS_PER_BATCH = 64  # tasks in one peer batch (an honest node publishes prompts_per_step - J)
 # A completion's text bytes per token, from above (the longest tokens of common vocabularies are
@@ -19,6 +21,18 @@ MAX_TEXT_BYTES_PER_TOKEN = 32
 MAX_CREATED_DRIFT_S = 5.0  # a message's created_at vs its signed (clock-checked) envelope time
 MAX_TRACKED_PEERS = 1024  # per-peer counters and heartbeats kept; the rest are summed under "(other)"
 OTHER_PEERS = "(other)"
+
+
+FETCH_MARGIN = 2.0  # envelopes worth fetching a round, in multiples of what J needs
+MIN_ENVELOPES = 2
+
+
+def envelopes_wanted(external_groups: int, groups_per_envelope: float) -> int:
+    """Envelopes a round worth fetching: J groups' worth with a margin (0 when J is 0). The
+    exchange's rule; a carrier that pays per fetch is handed the number (``Transport.poll``)."""
+    if external_groups <= 0:
+        return 0
+    return max(MIN_ENVELOPES, math.ceil(FETCH_MARGIN * external_groups / max(groups_per_envelope, 1.0)))
 
 
 def envelope_ttl(max_round_lag: int, round_seconds: float) -> float:

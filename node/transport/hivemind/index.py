@@ -50,15 +50,13 @@ from swarm_node.protocol.identity import PEER_ID_RE
 
 __all__ = ["SHARD_FANOUT", "MAX_LEVEL", "SHARD_TARGET", "EXPLORE_EVERY_ROUNDS", "FOLLOWER_LEVEL", "peer_hash",
            "shard_prefix", "level_for", "write_levels", "round_key", "peers_key", "weights_key", "followers_key",
-           "parse_key", "ParsedKey", "ReadPlan", "read_plan", "search_levels", "MAX_SHARD_COUNT", "estimate_size", "choose_fetches", "favoured", "explore_order", "envelopes_wanted", "explore_allowance", "bulky_threshold"]
+           "parse_key", "ParsedKey", "ReadPlan", "read_plan", "search_levels", "MAX_SHARD_COUNT", "estimate_size", "choose_fetches", "favoured", "explore_order", "explore_allowance", "bulky_threshold"]
 
 SHARD_FANOUT = 16  # one hex digit of the peer-id hash per level
 MAX_LEVEL = 3  # 4096 shards: ~64 entries a shard at a quarter of a million peers
 SHARD_TARGET = 32  # entries a reader aims to find in one shard (~10 KB of signed entries)
 MAX_SHARD_COUNT = 2 * SHARD_TARGET  # the most one shard read counts for in the size estimate
 EXPLORE_EVERY_ROUNDS = 2  # a node that knows enough peers tries one unknown publisher this often
-FETCH_MARGIN = 2.0  # envelopes fetched per round, in multiples of what J needs
-MIN_ENVELOPES = 2
 BULKY_FACTOR = 4.0  # an entry this many times the usual body size is fetched after the others
 _PREFIX_RE = re.compile(r"[0-9a-f]{0,%d}" % MAX_LEVEL)
 _ROUND_RE = re.compile(r"[0-9]{1,18}")  # ASCII digits only: str.isdigit() takes "²", which int() refuses
@@ -222,13 +220,6 @@ def estimate_size(reads: Iterable[tuple[int, int]], min_found: int = 3) -> float
     if solid:
         return max(solid)
     return est[max(est, key=lambda level: sum(by_level[level]))]
-
-
-def envelopes_wanted(external_groups: int, groups_per_envelope: float) -> int:
-    """Envelopes a round worth fetching: J groups' worth with a margin (0 when J is 0)."""
-    if external_groups <= 0:
-        return 0
-    return max(MIN_ENVELOPES, math.ceil(FETCH_MARGIN * external_groups / max(groups_per_envelope, 1.0)))
 
 
 def explore_allowance(round: int, known: int, want: int) -> int:

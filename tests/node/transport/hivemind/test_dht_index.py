@@ -6,8 +6,9 @@ import random
 
 import pytest
 
+from swarm_node.node.swarm.limits import envelopes_wanted
 from swarm_node.node.transport.hivemind.index import (MAX_SHARD_COUNT, SHARD_FANOUT, ReadPlan, choose_fetches,
-                                           envelopes_wanted, estimate_size, explore_allowance, level_for,
+                                           estimate_size, explore_allowance, level_for,
                                            parse_key, peer_hash, read_plan, round_key, search_levels,
                                            shard_prefix, write_levels)
 
