@@ -20,6 +20,7 @@ from swarm_node.node.sim.adversary.registry import ATTACK_FUNCTIONS, ATTACKS
 from swarm_node.node.sim.adversary.sybil import SybilNode
 from swarm_node.node.swarm.limits import envelope_ttl, heartbeat_ttl
 from swarm_node.node.transport import Transport
+from swarm_node.node.transport.addresses import peer_id_of
 from swarm_node.protocol.codec import decode
 from swarm_node.protocol.identity import Identity
 from swarm_node.protocol.messages import Announcement, RolloutRecord
@@ -107,8 +108,8 @@ class Adversary:
                 continue
             if isinstance(hb, Announcement):
                 for a in hb.addrs:
-                    if "/p2p/" in a:
-                        self.honest_p2p[d.publisher] = a.rsplit("/p2p/", 1)[1]
+                    if (p2p := peer_id_of(a)) is not None:
+                        self.honest_p2p[d.publisher] = p2p
         if not {"impersonation", "replay"} & set(self.attacks):
             return
         r = self.clock.current()
