@@ -10,8 +10,8 @@ Each source becomes a family registered under ``<name>_<digest>`` (``rewards/reg
 digest is of what the source is (a module: its file, and its tasks and scoring for fixed probe
 seeds at every level; a dataset: its parsed items), so a task id says which content it was drawn from. A peer whose file
 or module differs, by one answer, names a family this node does not have, and its groups are
-left out (``dropped_unknown_family``: counted, no fault of the sender; a batch of nothing else is
-not passed on, node/swarm/unusable.py) instead of being scored against another ground truth. The id grammar does not change (``family:seed:difficulty``), and held-out
+left out (``dropped_unknown_family``: counted, no fault of the sender; node/swarm/unusable.py)
+instead of being scored against another ground truth. The id grammar does not change (``family:seed:difficulty``), and held-out
 questions are reserved for every source alike (rewards/reserved.py).
 
 Everything is checked when the source loads (at start-up, in the config): a file that does not

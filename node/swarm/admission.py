@@ -28,10 +28,11 @@ Admission, in order; each rejection is counted under the reason shown (``stats.r
     created_at ≠ signed envelope time (± 5 s)     created_at_mismatch   (any message)
 
 A batch every group of which is of a task family this node has not loaded (another dataset, or
-another version of it) is refused as ``unknown_family``: not pooled and, over gossip, not passed
-on, but no rejection (an honest peer may train on other data): its groups are counted as
-``dropped_unknown_family`` and a sustained run of such batches backs its sender off
-(node/swarm/unusable.py). A batch with some usable group keeps it and drops the rest.
+another version of it) is refused as ``unknown_family``: not pooled, but no rejection (an honest
+peer may train on other data) and, over gossip, passed on (others may hold the family): its
+groups are counted as ``dropped_unknown_family``, and a sustained run of such batches backs its
+sender off where the carrier pays per fetch (node/swarm/unusable.py). A batch with some usable
+group keeps it and drops the rest.
 
 CPU is bounded: only what could be used is checked (a group's first ``group_cap`` records no
 longer than the node trains on, ``max_tokens``; nothing of a batch already too old for the window,
@@ -82,7 +83,8 @@ REJECT_REASONS = (
 SENDER_FAULTS = frozenset(REJECT_REASONS) - {"replay", "duplicate_round", "stale_clock", "oversized", "hash_mismatch"}
 
 # Refusals that are not rejections (an honest peer sends them): the exchange counts their groups
-# as dropped, and gossip forwards a stale batch (others may still use it) but not an unusable one.
+# as dropped, and gossip passes them on (a batch late here, or of families this node lacks, may
+# still be of use to others).
 NOT_REJECTIONS = frozenset({"stale", "unknown_family"})
 
 _VERIFY_REASON = {
@@ -230,7 +232,7 @@ class Admission:
             if msg.round < current - self.max_round_lag:
                 raise Refused("stale", str(len(by_task)))  # could never be used: not checked further
             by_task, unknown = _known_families(by_task)
-            if unknown and not by_task:  # nothing here this node could ever use: not passed on
+            if unknown and not by_task:  # nothing here this node could ever use
                 raise Refused("unknown_family", str(unknown))
             token_level = same_tokenizer(msg.tokenizer_fingerprint, self.tokenizer_fingerprint)
             by_task, dropped_long = self._usable(by_task, token_level)

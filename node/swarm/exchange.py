@@ -304,8 +304,8 @@ class SwarmExchange:
             if isinstance(checked, Admitted):
                 self.verdicts.put(d, checked)
                 return True
-            if checked.reason == "stale":
-                return True  # a stale batch is honest, only late (others may use it): ``admit`` counts it
+            if checked.reason in NOT_REJECTIONS:
+                return True  # late, or of families this node lacks: others may use it (``admit`` counts it)
         self._loop.call_soon_threadsafe(self._commit, d, checked)
         return False
 
@@ -317,9 +317,8 @@ class SwarmExchange:
             return 0
         self.stats.dropped_unknown_family += int(checked.detail)
         self.stats.unusable_batches += 1
-        if self.unusable.unusable(d.publisher, d.round):
+        if self.unusable.unusable(d.publisher, d.round) and self.transport.distrust(d.publisher, d.round):
             self.stats.unusable_backed_off += 1
-            self.transport.distrust(d.publisher, d.round)
             log.info("%.48s sent nothing this node can use (task families it has not loaded) in %d rounds "
                      "in a row: backed off", d.publisher, self.unusable.run_of(d.publisher))
         return 0

@@ -28,8 +28,8 @@ class SwarmStats:
     dropped_long: int = 0  # completions longer than this node trains on: not checked, not kept
     dropped_held_out: int = 0  # groups asking a question this node evaluates on (rewards/reserved.py)
     dropped_unknown_family: int = 0  # groups of a task source this node has not loaded (rewards/sources.py)
-    unusable_batches: int = 0  # batches of nothing but such groups: refused, not passed on (node/swarm/unusable.py)
-    unusable_backed_off: int = 0  # times a sender of them was backed off after a run of them
+    unusable_batches: int = 0  # batches of nothing but such groups: not pooled (node/swarm/unusable.py)
+    unusable_backed_off: int = 0  # times the carrier backed a sender of them off after a run of them
     envelopes_out: int = 0
     rollouts_out: int = 0
     publish_errors: int = 0

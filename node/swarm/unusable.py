@@ -2,13 +2,16 @@
 
 A batch whose every group is of a task family this node has not loaded (another dataset, or
 another version of it: the family's name carries its content's digest, rewards/sources.py) is
-refused as ``unknown_family`` (node/swarm/admission.py): not pooled, and over a carrier that
-forwards, not passed on. One such batch is no fault (a peer may be updating its data); a
-sustained run of them costs the sender what any useless sender pays: the exchange asks the
-carrier to back it off (``Transport.distrust``), so it no longer takes a fetch slot or a check
-a round. Keys are free, so a flood of fresh keys, each sending one such batch, is bounded
-elsewhere (a carrier's budget for publishers with no history, and never forwarded); this ledger
-bounds the one sender that keeps at it.
+refused as ``unknown_family`` (node/swarm/admission.py): not pooled, no rejection. Over gossip it
+is still passed on, as a stale batch is: other nodes may hold that family, and nodes that lack it
+must not cut off the ones sharing a dataset from each other (in a gossip mesh they reach each
+other through nodes that do not have it). One such batch is no fault (a peer may be updating its
+data); a sustained run of them costs the sender what any useless sender pays where the carrier
+pays per fetch: the exchange asks it to back the sender off (``Transport.distrust``: hivemind),
+so it no longer takes a fetch slot a round. Keys are free, so a flood of fresh keys, each
+sending one such batch, is bounded elsewhere: the carriers' budgets for publishers with no
+history (hivemind's fetch budget, libp2p's strangers' check budget), which bound a flood of
+valid batches of known families just the same.
 
 Pure bookkeeping, bounded: at most ``LIMIT`` senders, the least recently heard go first.
 """
@@ -39,18 +42,21 @@ class UnusableRuns:
         return 0 if entry is None else entry[0]
 
     def unusable(self, sender: str, round: int) -> bool:
-        """``sender``'s batch for ``round`` held nothing this node can use; True when its run has
-        reached ``run_rounds`` distinct rounds (back it off now, and at each such batch after).
-        A second batch labelled with a round already counted adds nothing: a run is of rounds."""
+        """``sender``'s batch for ``round`` held nothing this node can use; True when this round
+        took its run to ``run_rounds`` distinct rounds or past (back it off now, and at each new
+        such round after: the carrier's back-off doubles). A batch labelled with the round last
+        counted adds nothing and signals nothing: a peer that republishes a round after a restart
+        is not struck twice for it."""
         entry = self._runs.get(sender)
         if entry is None:
             entry = self._runs[sender] = [0, round - 1]
             if len(self._runs) > self.limit:
                 self._runs.popitem(last=False)
         self._runs.move_to_end(sender)
-        if round != entry[1]:
-            entry[0] += 1
-            entry[1] = round
+        if round == entry[1]:
+            return False
+        entry[0] += 1
+        entry[1] = round
         return entry[0] >= self.run_rounds
 
     def usable(self, sender: str) -> None:

@@ -97,9 +97,12 @@ class Transport(abc.ABC):
         (node/swarm/peer_cache.py). True where the carrier cannot tell (it dials no peer's host)."""
         return True
 
-    def distrust(self, publisher: str, round: int) -> None:
+    def distrust(self, publisher: str, round: int) -> bool:
         """The node refused ``publisher``'s envelope for ``round`` for a fault of its own (a bad
-        signature, a lying record): a carrier that pays per fetch backs it off."""
+        signature, a lying record), or it sent nothing usable for several rounds
+        (node/swarm/unusable.py): a carrier that pays per fetch backs it off. True when it did
+        (a carrier whose messages come to it unasked has nothing to back off)."""
+        return False
 
     @abc.abstractmethod
     async def announce(self, data: bytes, expires_in: float) -> None:

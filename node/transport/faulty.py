@@ -92,8 +92,8 @@ class FaultyTransport(Transport):
     def set_gate(self, gate) -> None:
         self.inner.set_gate(gate)
 
-    def distrust(self, publisher: str, round: int) -> None:
-        self.inner.distrust(publisher, round)
+    def distrust(self, publisher: str, round: int) -> bool:
+        return self.inner.distrust(publisher, round)
 
     async def poll_announcements(self) -> list[Delivery]:
         return self._through("heartbeats", await self.inner.poll_announcements())

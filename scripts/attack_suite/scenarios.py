@@ -33,11 +33,11 @@ SCENARIOS: dict[str, tuple[tuple[str, ...], str]] = {
                                   "completions of ~600 tokens): larger than all a node could use, "
                                   "not fetched (oversized)"),
     "unknown_family": (("unknown_family",), "a valid batch a round of task families nobody has, under the "
-                                            "adversary's own key: refused without a rejection (unusable_batches), "
-                                            "not passed on, the key backed off after 3 rounds"),
+                                            "adversary's own key: never pooled, no rejection (unusable_batches), "
+                                            "the key backed off after 3 rounds"),
     "unknown_family_flood": (("unknown_family_flood",), "16 fresh keys a round, each a valid batch of task "
                                                         "families nobody has, served by the Sybil: fetched only "
-                                                        "within the budget left by known peers, refused"),
+                                                        "within the budget left by known peers, never pooled"),
     "shard_flood": (("shard_flood",), "64 keys ground into one honest peer's index shard, an entry each a "
                                       "round at levels 0-2 pointing at junk (hash_mismatch)"),
     "future_created_at": (("future_created_at",), "created_at an hour ahead (batches and heartbeats): "
@@ -57,7 +57,8 @@ EXPECTED_REJECTIONS = {
 }
 # Counters other than rejections that each attack must move (summed over the honest nodes).
 EXPECTED_COUNTERS = {"honest_address": ("refused_requests",),
-                     "unknown_family": ("unusable_batches", "unusable_backed_off"),
+                     # backed_off: the transport's own count, so a back-off that did nothing fails
+                     "unknown_family": ("unusable_batches", "unusable_backed_off", "backed_off"),
                      "unknown_family_flood": ("unusable_batches",)}
 RHO_ATTACKS = ("foreign_logprob_gap", "zero_advantage")  # rows that must not move ρ or the LR
 # DHT writes the adversary must find no replica keeping (it reads every write back).

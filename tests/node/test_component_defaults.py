@@ -34,7 +34,6 @@ MEANS_SOMETHING_ELSE = {
     ("SwarmExchange", "external_groups"): "None: J not known, fetch everything (the node passes the config's J)",
     ("MqttTransport", "broker"): "None: no broker given (the config's empty string means the same, checked there)",
     ("BroadcastPeer", "follow"): "None: follows no one (the config's empty string; the role passes it)",
-    ("LossConfig", "max_completion_length"): "dr_grpo's normaliser: the node passes generation's, not a learner field",
     ("RewardConfig", "answer"): "the config's 'auto' is resolved to a reading by the model's kind before this is built",
     ("HivemindTransport", "host_maddrs"): "loopback: one built without a config (scripts, tests) stays on this "
                                           "machine; the node passes the config's",

@@ -95,14 +95,15 @@ Batches of what no node can use, and a shard flood (attacks_unusable.py)::
     unknown_family   a valid batch a round, under the adversary's own key, every group of a
                      task family nobody loaded (another dataset, or another version of one)
                                                                      no rejection: unusable_batches
-                                                                     (not passed on over gossip),
+                                                                     (never pooled); over hivemind
                                                                      unusable_backed_off after 3
                                                                      rounds (node/swarm/unusable.py)
     unknown_family_flood  UNUSABLE_IDENTITIES (16) fresh keys a round, each such a batch served
                      by the Sybil (hivemind)                         unusable_batches, within the
                                                                      fetch budget left by known peers
     shard_flood      SHARD_KEYS (64) keys ground into the first honest peer's index shard, an
-                     entry each a round at levels 0-2 pointing at junk (hivemind)
+                     entry each a round at levels 0-2 pointing at junk (hivemind; a swarm of
+                     up to 32 nodes reads level 0 only: there, a 64-key flood)
                                                                      hash_mismatch (+ backed_off)
 
 It trains nothing. Its ``status.json`` counts what it sent, by attack, what the transport

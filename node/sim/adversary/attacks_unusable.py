@@ -3,14 +3,15 @@ families nobody has, and keys ground into one honest peer's index shard.
 
 ``unknown_family``: the adversary's own key publishes, every round, a valid signed batch whose
 every group is of a family nobody loaded (what an honest peer on another dataset, or another
-version of it, sends: rewards/sources.py). Honest nodes refuse it without a rejection
-(``unusable_batches``), never pass it on over gossip, and back the key off after a run of such
-rounds (``unusable_backed_off``, node/swarm/unusable.py).
+version of it, sends: rewards/sources.py). Honest nodes never pool it (``unusable_batches``, no
+rejection) and, over hivemind, back the key off after a run of such rounds
+(``unusable_backed_off``, node/swarm/unusable.py).
 
 ``unknown_family_flood`` (hivemind): ``UNUSABLE_IDENTITIES`` fresh keys a round, each an
 owner-signed index entry for such a batch, served by the Sybil: each body hashes right and
-passes every check but the last, so what bounds it is the fetch budget (publishers with a
-verified history first) and the host's back-off.
+passes every check but the last, and each key sends one round, so no run builds up: what bounds
+it is the fetch budget (publishers with a verified history first; unknown ones get what is left,
+and a node that knows enough publishers explores one every few rounds).
 
 ``shard_flood`` (hivemind): keys ground so that their entries land in one honest peer's shard
 (``SHARD_KEYS`` of them, its first ``SHARD_PREFIX_DIGITS`` hex digits), each an entry a round at

@@ -303,8 +303,9 @@ class HivemindTransport(Transport):
         if self._polled is not None:
             self._fetcher.admitted(publisher, round, self._polled)
 
-    def distrust(self, publisher: str, round: int) -> None:
+    def distrust(self, publisher: str, round: int) -> bool:
         self._fetcher.distrust(publisher, round)
+        return True
 
     def is_own_address(self, publisher: str, addr: str) -> bool:
         # The publisher's signed heartbeat may name any /p2p/ id; only a host that served its body

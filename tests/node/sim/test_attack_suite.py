@@ -114,7 +114,7 @@ def test_unknown_family_batches_are_refused_without_a_rejection_and_a_run_of_the
                     tiny_policy.tokenizer_fingerprint, tiny_policy.model_fingerprint, ["unknown_family"], tmp_path)
     distrusted = []
     t = MemoryTransport(swarm=cfg.swarm.name, publisher=me.peer_id, hub=hub)
-    t.distrust = lambda publisher, r: distrusted.append((publisher, r))
+    t.distrust = lambda publisher, r: distrusted.append((publisher, r)) or True  # a carrier that backs off
     ex = SwarmExchange(t, me, RoundClock(cfg.swarm.round_seconds), tokenizer_fingerprint=tiny_policy.tokenizer_fingerprint,
                        model_fingerprint=tiny_policy.model_fingerprint, vocab_size=len(tok),
                        decode_text=lambda ids: tok.decode(list(ids), skip_special_tokens=True),

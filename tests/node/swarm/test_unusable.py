@@ -1,10 +1,9 @@
-"""Batches of nothing this node can use (every group of a task family it has not loaded): refused
-at the gate (never passed on), counted as dropped groups, not as rejections, and only a sustained
-run of them from one sender backs it off (node/swarm/unusable.py, node/swarm/exchange.py)."""
+"""Batches of nothing this node can use (every group of a task family it has not loaded): never
+pooled, counted as dropped groups, not as rejections, passed on over gossip, and only a sustained
+run of them from one sender backs it off, where the carrier backs off (node/swarm/unusable.py,
+node/swarm/exchange.py)."""
 
 from __future__ import annotations
-
-import asyncio
 
 from swarm_node.node.swarm.unusable import RUN_ROUNDS, UnusableRuns
 from swarm_node.node.transport.base import Delivery
@@ -22,7 +21,8 @@ def test_a_run_is_of_distinct_rounds_and_ends_with_a_usable_batch():
     assert runs.run_of("a") == 1
     assert not runs.unusable("a", 11)
     assert runs.unusable("a", 12) and runs.run_of("a") == 3  # three rounds in a row: back it off
-    assert runs.unusable("a", 13)  # and at each such batch after (the carrier's back-off doubles)
+    assert not runs.unusable("a", 12)  # the same round again: no second strike
+    assert runs.unusable("a", 13)  # and at each new such round after (the carrier's back-off doubles)
     runs.usable("a")
     assert runs.run_of("a") == 0 and not runs.unusable("a", 14)
     assert runs.run_of("b") == 0 and not runs.unusable("b", 14)  # per sender
@@ -42,7 +42,7 @@ def _exchange():
     hub, me = MemoryHub(), Identity.generate()
     ex = make_exchange(hub, me, clock_at(10))
     distrusted: list[tuple[str, int]] = []
-    ex.transport.distrust = lambda publisher, r: distrusted.append((publisher, r))
+    ex.transport.distrust = lambda publisher, r: distrusted.append((publisher, r)) or True  # it backed off
     return ex, distrusted
 
 
@@ -51,20 +51,31 @@ def _unusable_delivery(peer: Identity, r: int, seq: int) -> Delivery:
     return Delivery(r, peer.peer_id, envelope(peer, encode(batch(peer, r, records)), seq=seq))
 
 
-def test_the_gate_refuses_a_batch_of_unknown_families_and_counts_its_groups_not_a_rejection():
+def test_the_gate_passes_a_batch_of_unknown_families_on_and_polling_it_counts_its_groups_not_a_rejection():
+    """Other nodes may hold the family: over gossip it goes on (nodes sharing a dataset reach each
+    other through nodes that lack it); here it is never pooled."""
     ex, distrusted = _exchange()
-
-    async def gate_one() -> bool:
-        ex._loop = asyncio.get_running_loop()  # the gate hands its verdict to the loop
-        passed = ex.gate(_unusable_delivery(Identity.generate(), 10, 1))
-        while not ex.stats.unusable_batches:  # the commit it scheduled
-            await asyncio.sleep(0)
-        return passed
-
-    assert asyncio.run(gate_one()) is False  # not passed on
+    d = _unusable_delivery(Identity.generate(), 10, 1)
+    assert ex.gate(d) is True and not ex.stats.unusable_batches  # passed on; counted when polled
+    assert ex.admit(d) == 0
     assert ex.stats.dropped_unknown_family == 4 and ex.stats.unusable_batches == 1
     assert not ex.stats.rejected and ex.status()["rejected_total"] == 0 and distrusted == []
     assert ex.stats.envelopes_in == 0 and len(ex.pool) == 0
+
+
+def test_only_a_carrier_that_backs_off_is_counted_and_a_republished_round_is_not_struck_twice():
+    ex, _ = _exchange()
+    ex.transport.distrust = lambda publisher, r: False  # a push carrier: nothing to back off
+    peer = Identity.generate()
+    for k in range(RUN_ROUNDS + 1):
+        ex.admit(_unusable_delivery(peer, 7 + k, 1 + k))
+    assert ex.stats.unusable_batches == RUN_ROUNDS + 1 and ex.stats.unusable_backed_off == 0
+    ex2, distrusted = _exchange()
+    for k in range(RUN_ROUNDS):
+        ex2.admit(_unusable_delivery(peer, 7 + k, 1 + k))
+    for seq in (10, 11):  # the last round again (a restarted peer republishing): no new strike
+        ex2.admit(_unusable_delivery(peer, 7 + RUN_ROUNDS - 1, seq))
+    assert len(distrusted) == 1 and ex2.stats.unusable_backed_off == 1
 
 
 def test_a_sustained_run_backs_the_sender_off_and_a_mixed_batch_keeps_its_usable_groups():
