@@ -17,6 +17,7 @@ MB = 1e6
 MAX_RSS_GROWTH = 0.10
 MAX_FLAT_CHANGE = 0.10  # fds and threads
 MIN_DELIVERY = 0.90
+CATCH_UP_S = 60.0  # a restarted worker (or one whose learner restarted) may take this long to be within S again
 MIN_WINDOW_SAMPLES = 6  # a process judged on fewer samples after its warm-up is reported, not judged
 RESUMED = re.compile(r"resumed from \S+ \(step (\d+)|no checkpoint in \S+ yet: starting from step (0)")
 
@@ -130,7 +131,7 @@ def judge_resumes(events: list[dict], run_dir: Path, nodes: int) -> dict:
 def judge_delivery(samples: list[dict], sched: Schedule, t0: float, nodes: int, adversaries: list[dict]) -> dict:
     """Honest groups admitted per node per minute in each phase (counted over the intervals
     between samples that lie in the phase and miss the partition and the outage), and each
-    attack phase against the mean of the clean phases before and after it."""
+    attack phase against the clean phases before and after it."""
     per_node = {f"node{i}": [] for i in range(nodes)}
     points = []
     for s in samples:
@@ -147,9 +148,12 @@ def judge_delivery(samples: list[dict], sched: Schedule, t0: float, nodes: int, 
     for k, p in enumerate(phases):
         if not p["attacks"]:
             continue
-        clean = [q["rate"] for q in (phases[k - 1], phases[k + 1] if k + 1 < len(phases) else None)
+        clean = [q for q in (phases[k - 1], phases[k + 1] if k + 1 < len(phases) else None)
                  if q is not None and q["rate"] is not None]
-        base = sum(clean) / len(clean) if clean else None
+        # weighted by the minutes each was measured over: a clean phase the outage cut to one
+        # interval counts for that much
+        span = sum(q["minutes"] for q in clean)
+        base = sum(q["rate"] * q["minutes"] for q in clean) / span if span else None
         p["clean_rate"] = base
         p["ratio"] = p["rate"] / base if p["rate"] is not None and base else None
         adv = adversaries[j] if j < len(adversaries) else {}
@@ -168,20 +172,48 @@ def judge_logs(run_dir: Path) -> dict:
     return out
 
 
-def judge_lag(samples: list[dict], t0: float, warm_up: float) -> dict:
-    """Each worker's lag behind the newest version it has seen, in versions, at every sample
-    after the warm-up where it has applied one (a restarted worker has none until it fetches)."""
-    out = {}
+def judge_lag(samples: list[dict], t0: float, warm_up: float, events: list[dict]) -> dict:
+    """Each worker's lag at every sample after the warm-up: the learner's published version less
+    the worker's applied one, in versions (not the worker's own ``lag``, which counts only the
+    versions it has heard of: a restarted worker that has heard of none reads 0). After its own
+    restart or its learner's, a worker may take ``CATCH_UP_S`` to be within ``max_staleness``
+    again: those samples are left out, and each catch-up's length reported."""
+    restarts = [(e["at"], f"node{e['node']}") for e in events if e["what"] == "restart"]
+    # roles as any sample showed them (a restarted node's status has none until it is up again)
+    roles = {n: st["role"] for x in samples for n, st in x["nodes"].items() if st.get("role")}
+    workers = {n for n, r in roles.items() if r == "worker"}
+    learners = {n for n, r in roles.items() if r == "learner"}
+    out: dict[str, dict] = {}
+    behind_since: dict[str, float] = {}
+    done: set = set()
     for s in samples:
-        if s["t"] < t0 + warm_up:
+        learner = next((s["nodes"][n] for n in learners if n in s["nodes"]), {})
+        for at, who in restarts:
+            if s["t"] >= at and (at, who) not in done:
+                done.add((at, who))
+                for n in workers:
+                    if n == who or who in learners:
+                        behind_since.setdefault(n, at)
+        if s["t"] < t0 + warm_up or learner.get("published_version") is None:
             continue
         for n, st in s["nodes"].items():
-            if st.get("role") != "worker" or st.get("lag") is None:
+            if n not in workers or st.get("applied_version") is None:
                 continue
-            w = out.setdefault(n, {"samples": 0, "within": 0, "max": 0, "max_staleness": st.get("max_staleness")})
+            lag = learner["published_version"] - st["applied_version"]
+            bound = st.get("max_staleness") or 0
+            w = out.setdefault(n, {"samples": 0, "within": 0, "max": 0, "max_staleness": bound, "catch_ups_s": []})
+            if n in behind_since:
+                took = s["t"] - behind_since[n]
+                if lag > bound and took <= CATCH_UP_S:
+                    continue
+                w["catch_ups_s"].append(round(took, 1))
+                del behind_since[n]
             w["samples"] += 1
-            w["within"] += st["lag"] <= (st.get("max_staleness") or 0)
-            w["max"] = max(w["max"], st["lag"])
+            w["within"] += lag <= bound
+            w["max"] = max(w["max"], lag)
+    for n, since in behind_since.items():  # a catch-up the run's end cut short
+        if n in out and samples:
+            out[n]["behind_at_end_s"] = round(samples[-1]["t"] - since, 1)
     return out
 
 

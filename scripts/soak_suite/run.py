@@ -106,7 +106,7 @@ def judge_folder(run_dir: Path) -> dict:
         "resumes": J.judge_resumes(events, run_dir, nodes),
         "delivery": J.judge_delivery(samples, sched, t0, nodes, J.read_adversaries(run_dir, meta["adversaries"])),
         "tracebacks": J.judge_logs(run_dir),
-        "worker_lag": J.judge_lag(samples, t0, sched.warm_up),
+        "worker_lag": J.judge_lag(samples, t0, sched.warm_up, events),
         "failed": meta["failed"],
     }
     seen: dict[tuple[str, int], str] = {}  # how each node process's join found the swarm (its last status)

@@ -4,12 +4,13 @@ file it becomes (node/sim/faults.py). Pure: no process, no clock.
 
 At 60 minutes: a 10-minute warm-up; a node killed with SIGKILL every 5 minutes (minute 5 to 55,
 each node at least once, the restart with ``--resume`` 5 s later); a 2-minute partition at
-minute 18 (the learner and its workers against the full nodes); the bootstrap peer stopped from
-minute 33 to 38 (the kill at minute 35 then rejoins through its peer cache: that slot is given to
-a full node, whose cache holds the peers it trained on); after the warm-up, an attack phase per
-attack set with a clean phase before and after each. Shorter runs scale every time by
-``minutes / 60``, but kills come at least 40 s apart (a restart costs a model load however
-short the run) and the partition and the outage last at least 10 s.
+minute 18 (the learner and its workers against the full nodes); the bootstrap peer stopped for
+5 minutes from minute 33.75 (the node killed at minute 35 then rejoins through its peer cache:
+that slot is given to a full node, whose cache holds the peers it trained on); after the
+warm-up, an attack phase per attack set with a clean phase before and after each. Shorter runs
+scale every time by ``minutes / 60``, but the first kill comes at 60 s at the earliest and the
+next at least 40 s apart (a restart costs a model load however short the run), the partition
+lasts at least 10 s and the outage 40 s.
 """
 
 from __future__ import annotations
@@ -20,7 +21,10 @@ ENVELOPE = "envelope"  # the name of the attack set node/sim/adversary's DEFAULT
 DEFAULT_ATTACK_SETS = (ENVELOPE, "flood", "shard_flood", "unknown_family")
 DOWN_SECONDS = 5.0  # a killed node's restart comes this long after the kill
 MIN_KILL_INTERVAL = 40.0
+FIRST_KILL = 60.0  # the nodes load, join and write a first checkpoint before the first kill
+LAST_KILL_BEFORE_END = 20.0  # a restarted node loads and resumes before the run ends
 MIN_WINDOW = 10.0
+MIN_OUTAGE = 40.0  # long enough for a restart to join while the bootstrap peer is away
 
 
 @dataclass(frozen=True)
@@ -92,17 +96,21 @@ def make_schedule(minutes: float, nodes: int, workers: int, sets: list[tuple[str
     warm_up = d / 6
     interval = max(300 * f, MIN_KILL_INTERVAL)
     times = []
-    t = interval
-    while t <= d - interval / 2:
+    t = max(interval, FIRST_KILL)
+    while t <= d - max(interval / 2, LAST_KILL_BEFORE_END):
         times.append(t)
         t += interval
     p_len = max(120 * f, MIN_WINDOW)
     partition_at = 0.3 * d
     side = list(range(workers + 1)) if workers + 1 < nodes else list(range(nodes // 2))
     partition = (partition_at, partition_at + p_len, [side, [i for i in range(nodes) if i not in side]])
-    o_len = max(300 * f, MIN_WINDOW)
-    outage = (0.55 * d, 0.55 * d + o_len)
-    slot = next((k for k, x in enumerate(times) if outage[0] <= x < outage[1]), None)
+    # The outage begins a quarter of its length before a kill near 55% of the run, so that node's
+    # restart (5 s down, ~10 s to load) joins while the bootstrap peer is still away.
+    o_len = max(300 * f, MIN_OUTAGE)
+    target = 0.55 * d + o_len / 4
+    slot = min(range(len(times)), key=lambda k: abs(times[k] - target)) if times else None
+    at = times[slot] - o_len / 4 if slot is not None else 0.55 * d
+    outage = (at, at + o_len)
     kills = list(zip(kill_order(nodes, workers, len(times), slot), times))
     phases = []
     n_slots = 2 * len(sets) + 1

@@ -5,7 +5,7 @@ live past its warm-up, a bound the configuration does not have)."""
 
 from __future__ import annotations
 
-from soak_suite.judge import MAX_FLAT_CHANGE, MAX_RSS_GROWTH, MIN_DELIVERY
+from soak_suite.judge import CATCH_UP_S, MAX_FLAT_CHANGE, MAX_RSS_GROWTH, MIN_DELIVERY
 
 
 def _pct(x: float | None) -> str:
@@ -87,8 +87,12 @@ def targets(j: dict) -> list[dict]:
     out.append(_target("no traceback in any log", "none" if not tb else ", ".join(f"{k}: {v}" for k, v in tb.items()),
                        not tb))
     lag = j["worker_lag"]
-    out.append(_target("workers' lag ≤ broadcast.max_staleness",
-                       "; ".join(f"{n}: max {w['max']} (S = {w['max_staleness']}), within in {w['within']} of "
-                                 f"{w['samples']} samples" for n, w in lag.items()) or "no worker sample",
+    out.append(_target(f"workers' lag behind the learner's published version ≤ broadcast.max_staleness "
+                       f"(a restart may take {CATCH_UP_S:.0f} s to catch up)",
+                       "; ".join(f"{n}: max {w['max']} (S = {w['max_staleness']}) in {w['samples']} samples, "
+                                 f"catch-ups {', '.join(f'{c:.0f}' for c in w['catch_ups_s']) or '-'} s"
+                                 + (f", still behind at the end ({w['behind_at_end_s']:.0f} s after a restart)"
+                                    if "behind_at_end_s" in w else "")
+                                 for n, w in lag.items()) or "no worker sample",
                        None if not lag else all(w["max"] <= (w["max_staleness"] or 0) for w in lag.values())))
     return out
