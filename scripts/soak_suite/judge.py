@@ -62,7 +62,7 @@ def judge_processes(samples: list[dict], t0: float, warm_up: float) -> list[dict
 def judge_disk(samples: list[dict], run_dir: Path, nodes: int, keep: int) -> dict:
     """The run folder at every sample against its bounds: complete checkpoints at most
     ``keep`` + 1 (the newest is written before the oldest is pruned), their bytes within that
-    many of the largest checkpoint on disk; weight chunks within two versions of the model (the
+    many of the largest checkpoint on disk at the end (1% over); weight chunks within two versions of the model (the
     store keeps the applied version and the one being fetched); logs and metrics have no
     configured bound, so their growth per hour is reported."""
     ckpt_size, model_size = 0, 0
@@ -71,7 +71,8 @@ def judge_disk(samples: list[dict], run_dir: Path, nodes: int, keep: int) -> dic
             files = [f for f in c.iterdir() if f.is_file()]
             ckpt_size = max(ckpt_size, sum(f.stat().st_size for f in files))
             model_size = max(model_size, sum(f.stat().st_size for f in files if f.name.startswith("model")))
-    ckpt_bound = (keep + 1) * ckpt_size
+    # 1% over: a checkpoint's state.json (step, time, versions) differs by a few bytes from one to the next
+    ckpt_bound = int((keep + 1) * ckpt_size * 1.01)
     chunk_bound = 2 * model_size + (1 << 20)  # plus one chunk in flight (1 MiB is above any chunk)
     per_node, worst = {}, {"checkpoints": 0, "chunks": 0, "n_checkpoints": 0}
     for i in range(nodes):
@@ -80,7 +81,9 @@ def judge_disk(samples: list[dict], run_dir: Path, nodes: int, keep: int) -> dic
         if not xs:
             continue
         hours = (samples[-1]["t"] - samples[0]["t"]) / 3600 or None
-        per_node[n] = {"max": {k: max(x[k] for x in xs) for k in xs[0]}, "end": xs[-1],
+        worst_at = max(xs, key=lambda x: x["checkpoints"])
+        per_node[n] = {"max": {k: max(x[k] for x in xs) for k in xs[0] if k != "checkpoint_dirs"}, "end": xs[-1],
+                       "checkpoint_dirs_at_max": worst_at.get("checkpoint_dirs"),
                        **{f"{k}_mb_per_hour": (xs[-1][k] - xs[0][k]) / MB / hours if hours else None
                           for k in ("logs", "metrics", "other")}}
         for k in worst:

@@ -43,8 +43,9 @@ def folder_bytes(d: Path) -> dict:
         except OSError:  # gone between the listing and the stat (a checkpoint pruned, a chunk renamed)
             continue
     ckpt = d / "checkpoints"
-    out["n_checkpoints"] = sum(1 for c in ckpt.glob("step_*") if (c / "MANIFEST.json").is_file()) \
-        if ckpt.is_dir() else 0
+    names = sorted(c.name for c in ckpt.glob("step_*")) if ckpt.is_dir() else []
+    out["n_checkpoints"] = sum(1 for n in names if (ckpt / n / "MANIFEST.json").is_file())
+    out["checkpoint_dirs"] = names  # complete ones and any being written (.tmp-) or retired (.old-, .del-)
     return out
 
 
@@ -99,7 +100,8 @@ class SoakSampler:
              "disk": {}, "nodes": {}}
         for i in range(self.nodes):
             d = self.run_dir / f"node{i}"
-            s["disk"][f"node{i}"] = folder_bytes(d) if d.is_dir() else dict.fromkeys(DISK_KINDS, 0)
+            s["disk"][f"node{i}"] = folder_bytes(d) if d.is_dir() else \
+                {**dict.fromkeys(DISK_KINDS, 0), "n_checkpoints": 0, "checkpoint_dirs": []}
             st = read_status(d)
             sw, b = st.get("swarm") or {}, st.get("broadcast") or {}
             s["nodes"][f"node{i}"] = {

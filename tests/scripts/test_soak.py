@@ -49,7 +49,7 @@ def test_a_short_soak_judges_everything_and_loses_nothing(warm_tiny_model_dir, t
     assert all(c["continuous"] and c["records"] > 0 for c in j["resumes"]["continuity"].values()), j["resumes"]
     assert j["resumes"]["checkpoints_checked"] > 0 and j["resumes"]["checkpoints_failing"] == []
     assert j["tracebacks"] == {} and j["failed"] == {}
-    assert j["disk"]["checkpoints_within"] and j["disk"]["chunks_within"]
+    assert j["disk"]["checkpoints_within"] and j["disk"]["chunks_within"], j["disk"]
     # node5 restarted while the bootstrap peer was away (50 s to the end): it rejoined through the
     # peers it cached (its own exit, or a failed join, would show in "failed" above).
     assert [e["what"] for e in res["events"]].count("bootstrap_stop") == 1
