@@ -52,7 +52,7 @@ def targets(j: dict) -> list[dict]:
                            else "nothing to judge", None if v is None else abs(v) <= MAX_FLAT_CHANGE))
     d = j["disk"]
     out.append(_target(f"checkpoints within run.keep_checkpoints + 1 = {d['bound_n_checkpoints']} at every sample",
-                       f"at most {d['max_n_checkpoints']} checkpoints, {d['max_checkpoints_bytes'] / 1e6:.1f} MB "
+                       f"at most {d['max_n_checkpoints']} complete checkpoints; {d['max_checkpoints_bytes'] / 1e6:.1f} MB with one being written "
                        f"(bound {d['bound_checkpoints_bytes'] / 1e6:.1f} MB)", d["checkpoints_within"]))
     out.append(_target("weight chunks within two versions of the model at every sample",
                        f"at most {d['max_chunks_bytes'] / 1e6:.1f} MB (bound {d['bound_chunks_bytes'] / 1e6:.1f} MB)",
