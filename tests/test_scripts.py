@@ -16,7 +16,7 @@ from tests.helpers.paths import ROOT
 from common import curves, proc  # scripts/ is on pytest's pythonpath
 from common.report import markdown_table, write_bench_report, write_experiment_report
 
-SCRIPTS = sorted(p.name for p in (ROOT / "scripts").glob("*.py") if p.stem.startswith(("exp_", "bench_")))
+SCRIPTS = sorted(p.name for p in (ROOT / "scripts").glob("*.py") if p.stem.startswith(("exp_", "bench_", "soak")))
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
@@ -108,6 +108,13 @@ def test_a_process_tree_is_its_root_and_every_descendant():
     assert proc.family(12, procs) == [12]
 
 
+def test_a_run_folders_node_processes_are_found_by_their_exact_run_dir():
+    procs = [proc.Process(10, 1, b"python\0-m\0swarm_node.node.cli\0join\0--run.dir\0/r/node1\0"),
+             proc.Process(11, 1, b"python\0-m\0swarm_node.node.cli\0join\0--run.dir\0/r/node10\0"),
+             proc.Process(12, 1, b"python\0other.py\0--run.dir\0/r/node1\0")]
+    assert proc.node_processes(procs, "/r/node1") == [10]
+
+
 def test_machine_cpu_is_busy_over_total_between_two_readings():
     # user 100, nice 20, system 30, idle 400, iowait 50, irq 6, softirq 7, steal 8 (guest time not added)
     text = "cpu  100 20 30 400 50 6 7 8 0 0\ncpu0 50 10 15 200 25 3 3 4 0 0\n"
@@ -119,6 +126,7 @@ def test_machine_cpu_is_busy_over_total_between_two_readings():
 def test_a_process_that_is_not_there_reads_as_nothing():
     gone = 4_194_305  # above Linux's largest pid_max (2**22): no process has it
     assert proc.memory(gone) is None and proc.cpu_seconds(gone) == 0.0 and proc.threads(gone) == []
+    assert proc.open_fds(gone) is None and proc.open_fds(os.getpid()) >= 3  # stdin, stdout, stderr at least
     me = proc.memory()  # and this one, read for real
     assert me is not None and 0 < me.rss <= me.peak
     assert os.getpid() in proc.threads(os.getpid()) and proc.machine_jiffies() is not None

@@ -218,6 +218,9 @@ def _add_sim(sub) -> None:
                      help="full (default): every node generates, trains and shares; learner-workers: node0 is a "
                           "learner publishing its weights, the others are workers following it (hivemind, libp2p or "
                           "mqtt; docs/broadcast.md)")
+    sim.add_argument("--workers", type=int, default=None, metavar="N",
+                     help="with --roles learner-workers: only node1..nodeN follow the learner, the nodes after them "
+                          "are full nodes (default: every other node is a worker)")
     sim.add_argument("--config", type=Path, help="TOML config for every node")
     sim.add_argument("--resume", action="store_true", help="resume every node from its newest checkpoint")
 

@@ -68,6 +68,9 @@ def run_simulation(args: argparse.Namespace, unknown: list[str]) -> int:
     progress = str(sim_keys.get("run.progress", base.run.progress))
     faults = load_faults(args.faults)
     faults.check(total, args.transport)
+    if args.workers is not None and (args.roles != "learner-workers" or not 1 <= args.workers < args.nodes):
+        raise ConfigError(f"--workers {args.workers}: needs --roles learner-workers and 1 to {args.nodes - 1} workers "
+                          f"(node0 is the learner)")
     if args.roles != "full" and (swarm_carrier.in_process or args.nodes < 2):
         raise ConfigError(f"--roles {args.roles} needs --transport hivemind, mqtt or libp2p and at least 2 nodes (a learner "
                           f"and a worker)")
@@ -77,7 +80,7 @@ def run_simulation(args: argparse.Namespace, unknown: list[str]) -> int:
     from swarm_node.node.sim.control import control_flags
 
     def node_config(i: int, extra: dict):
-        return load_config(args.config, {**overrides, **joining, **role_flags(args.roles, i, "sn1" + "a" * 32),
+        return load_config(args.config, {**overrides, **joining, **role_flags(args.roles, i, "sn1" + "a" * 32, args.workers),
                                          **extra, **faults.flags_of(i)})
 
     node_cfgs = [node_config(i, {}) for i in range(args.nodes)]
@@ -85,7 +88,7 @@ def run_simulation(args: argparse.Namespace, unknown: list[str]) -> int:
     alone = control_flags(node_cfgs[0]) if args.control else {}
     node_cfgs += [node_config(i, alone) for i in range(args.nodes, total)]
     for k in faults.kill:
-        if k.at_step > node_cfgs[k.node].train.steps:
+        if k.at_step is not None and k.at_step > node_cfgs[k.node].train.steps:
             raise ConfigError(f"[[kill]] node {k.node} at_step {k.at_step}: the run has only "
                               f"{node_cfgs[k.node].train.steps} steps")
     # The nodes' own start-up checks, once, here: a mistake is one message before anything starts,
@@ -113,7 +116,7 @@ def run_simulation(args: argparse.Namespace, unknown: list[str]) -> int:
     spec = SimSpec(nodes=total, control=args.control, control_flags={k: flag_text(v) for k, v in alone.items()},
                    transport=args.transport, run_dir=run_dir.resolve(),
                    config=args.config.resolve() if args.config else None,
-                   overrides=raw, seed=seed, progress=progress, faults=faults, roles=args.roles,
+                   overrides=raw, seed=seed, progress=progress, faults=faults, roles=args.roles, workers=args.workers,
                    prepare_models=tuple(sorted({c.model.name for c in node_cfgs if model_kind(c.model.name) in BUILT_HERE})))
     done = check_prior_run(spec, [c.train.steps for c in node_cfgs], base.run.resume)
     if done is not None:

@@ -7,7 +7,8 @@
     argv.py        each child's command line (a node's flags, role and faults; adversary; worker)
     children.py    the child processes: spawn, kill -9, stop in order, die with the simulator
     infra.py       what the nodes need first: the default model, the bootstrap peer or broker
-    kills.py       ``[[kill]]`` faults carried out: kill at a step, restart with --resume
+    kills.py       ``[[kill]]`` faults carried out: kill at a step or a time, restart with --resume
+    timed.py       faults by the clock: adversaries' attack phases, bootstrap outages; faults.jsonl
     table.py       the live table (rich, or one plain log line) from each node's status.json
     control.py     ``--control C``: the same recipe trained alone beside the swarm, and the comparison
     summary.py     summary.json, summary.md and the plots at the end of a run

@@ -33,10 +33,11 @@ def flag_text(v: Any) -> str:
     return json.dumps(v, ensure_ascii=False)
 
 
-def role_flags(layout: str, i: int, learner_id: str) -> dict[str, str]:
+def role_flags(layout: str, i: int, learner_id: str, workers: int | None = None) -> dict[str, str]:
     """Node i's role flags: with ``learner-workers`` node0 publishes its weights and every other
-    node follows them (node/broadcast/roles.py)."""
-    if layout == "full":
+    node follows them (node/broadcast/roles.py); with ``workers`` set, only node1..node<workers>
+    do, and the nodes after them are full nodes sharing beside them."""
+    if layout == "full" or (workers is not None and i > workers):
         return {}
     if i == 0:
         return {"broadcast.role": "learner"}
@@ -56,7 +57,7 @@ def node_args(spec: SimSpec, i: int) -> list[str]:
             "--train.seed", str(spec.seed + i), "--run.plot", "false"]
     if spec.config is not None:
         args = ["--config", str(spec.config), *args]
-    per_node = role_flags(spec.roles, i, spec.peer_ids[0] if spec.peer_ids else "")
+    per_node = role_flags(spec.roles, i, spec.peer_ids[0] if spec.peer_ids else "", spec.workers)
     if is_control(spec, i):  # trains alone (node/sim/control.py)
         per_node |= spec.control_flags
     per_node |= override_flags(spec, i)

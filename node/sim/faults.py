@@ -1,18 +1,21 @@
 """The ``--faults`` file of ``swarm-node sim``: its schema, and the checks it must pass before a run.
 
 A faults file holds ``[[node]]`` (per-node flags), ``[[kill]]``, ``[[malicious]]``,
-``[[partition]]`` and ``[[latency]]`` tables (docs/running.md). Per-node flags, partitions and
-latency become each node's own flags (node/sim/argv.py); kills are carried out by the simulator
-(node/sim/kills.py); each malicious entry is one ``swarm-node adversary`` process. Over the memory
-transport only ``[[node]]`` flags apply (the one worker process gives each node its own).
+``[[partition]]``, ``[[latency]]`` and ``[[bootstrap_outage]]`` tables (docs/running.md).
+Per-node flags, partitions and latency become each node's own flags (node/sim/argv.py); kills
+(at a step, or at a time) are carried out by the simulator (node/sim/kills.py); each malicious
+entry is one ``swarm-node adversary`` process, for the whole run or for a window of it, and a
+bootstrap outage stops the bootstrap peer for a while and restarts it on the same address
+(node/sim/timed.py). Over the memory transport only ``[[node]]`` flags apply (the one worker
+process gives each node its own).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from swarm_node.node.errors import ConfigError
 from swarm_node.node.run.config import read_toml
@@ -32,8 +35,16 @@ class NodeOverride(_Strict):
 
 class KillFault(_Strict):
     node: int = Field(ge=0)
-    at_step: int = Field(ge=1, description="kill -9 the node once it has trained this many steps")
+    at_step: Optional[int] = Field(None, ge=1, description="kill -9 the node once it has trained this many steps")
+    at_seconds: Optional[float] = Field(None, ge=0, description="or: kill -9 it this long after the nodes are launched "
+                                                               "(whatever step it is at; one of at_step, at_seconds)")
     down_seconds: float = Field(5.0, ge=0, description="then restart it with --resume after this long")
+
+    @model_validator(mode="after")
+    def _one_trigger(self) -> "KillFault":
+        if (self.at_step is None) == (self.at_seconds is None):
+            raise ValueError(f"[[kill]] node {self.node}: give at_step or at_seconds (one of them)")
+        return self
 
 
 class PartitionFault(_Strict):
@@ -50,17 +61,28 @@ class LatencyFault(_Strict):
 
 class MaliciousFault(_Strict):
     attacks: list[str] = Field(default_factory=lambda: list(DEFAULT_ATTACKS), min_length=1, description="attacks to cycle through (default: the envelope attacks every honest node must refuse; node/sim/adversary/ lists all, including the DHT, flood and admitted-by-design ones)")
+    after_seconds: float = Field(0.0, ge=0, description="the adversary starts this long after the nodes are launched")
+    duration_seconds: Optional[float] = Field(None, gt=0, description="and is killed after this long (an attack "
+                                                                      "phase); none = it runs to the end")
+
+
+class BootstrapOutageFault(_Strict):
+    after_seconds: float = Field(ge=0, description="the bootstrap peer is stopped (kill -9) this long after the nodes "
+                                                   "are launched")
+    duration_seconds: float = Field(gt=0, description="and restarted on the same address and identity after this "
+                                                      "long (joins meanwhile go through each node's peer cache)")
 
 
 class SimFaults(_Strict):
     """A ``--faults`` file: ``[[node]]``, ``[[kill]]``, ``[[malicious]]``, ``[[partition]]`` and
-    ``[[latency]]`` tables (docs/running.md)."""
+    ``[[latency]]`` and ``[[bootstrap_outage]]`` tables (docs/running.md)."""
 
     node: list[NodeOverride] = []
     kill: list[KillFault] = []
     malicious: list[MaliciousFault] = []
     partition: list[PartitionFault] = []
     latency: list[LatencyFault] = []
+    bootstrap_outage: list[BootstrapOutageFault] = []
 
     def flags_of(self, i: int) -> dict:
         """Node i's ``[[node]]`` flags, typed as the file gave them (later tables win)."""
@@ -82,9 +104,12 @@ class SimFaults(_Strict):
             if len(p.groups) < 2 or len(members) != len(set(members)):
                 raise ConfigError(f"[[partition]] groups {p.groups}: at least two groups, no node in two")
         swarm_carrier = carrier(transport)
+        if self.bootstrap_outage and not swarm_carrier.joins_through_bootstrap:
+            raise ConfigError("[[bootstrap_outage]] stops the bootstrap peer: use it with --transport hivemind or libp2p")
         # [[node]] flags are only each node's config, which the memory simulation's one worker applies
         # too (node/sim/worker.py); the rest act on processes and on what crosses a real carrier.
-        if (self.kill or self.malicious or self.partition or self.latency) and swarm_carrier.in_process:
+        if (self.kill or self.malicious or self.partition or self.latency or self.bootstrap_outage) \
+                and swarm_carrier.in_process:
             raise ConfigError("kills, malicious peers, partitions and latency need --transport hivemind, mqtt or libp2p "
                               "(the memory simulation runs every node in one process; [[node]] flags work over it)")
         dht = sorted({a for m in self.malicious for a in m.attacks if a in RAW_ATTACKS + SYBIL_ATTACKS})

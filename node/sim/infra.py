@@ -17,15 +17,22 @@ from swarm_node.node.transport.carriers import carrier
 log = logging.getLogger(__name__)
 
 
+def spawn_bootstrap(spec: SimSpec, kids: Children, port: int):
+    """The bootstrap peer's process on loopback: on ``port`` (0: any free one), with the run's own
+    key, so a restart on the same port (node/sim/timed.py) has the same address. It writes its
+    address to ``bootstrap.maddr`` once it listens."""
+    key = carrier(spec.transport).bootstrap_key
+    return kids.spawn("bootstrap", ["bootstrap", "--transport", spec.transport, "--host", "127.0.0.1", "--port", str(port),
+                                    "--no-nat", "--no-relay", "--identity", str(spec.run_dir / key),
+                                    "--maddr-file", str(spec.run_dir / "bootstrap.maddr")], spec.run_dir / "bootstrap.log")
+
+
 async def start_bootstrap(spec: SimSpec, kids: Children, stop: asyncio.Event) -> str | None:
     """Start the bootstrap peer on loopback and return its address; None on Ctrl-C first."""
     maddr_file = spec.run_dir / "bootstrap.maddr"
     # An earlier run's file names that run's port: wait for this bootstrap peer's own.
     maddr_file.unlink(missing_ok=True)
-    key = carrier(spec.transport).bootstrap_key
-    p = kids.spawn("bootstrap", ["bootstrap", "--transport", spec.transport, "--host", "127.0.0.1", "--port", "0",
-                                 "--no-nat", "--no-relay", "--identity", str(spec.run_dir / key),
-                                 "--maddr-file", str(maddr_file)], spec.run_dir / "bootstrap.log")
+    p = spawn_bootstrap(spec, kids, 0)
     deadline = time.time() + spec.startup_timeout
     while not maddr_file.exists():
         if stop.is_set():

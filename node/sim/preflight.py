@@ -52,6 +52,8 @@ def startup_warnings(spec: SimSpec, cfgs: list) -> list[str]:
 
     out = []
     for k in spec.faults.kill:
+        if k.at_step is None:  # a kill at a time: which step it meets is not known before the run
+            continue
         every = cfgs[k.node].run.checkpoint_every
         # A kill at the checkpoint's own step resumes from it (the node writes the checkpoint
         # before the status that triggers the kill): only earlier kills lose their steps.

@@ -16,6 +16,7 @@ peer, broker), kills.py (``[[kill]]`` faults), table.py (the live table), summar
 Run folder::
 
     sim.json             the command, nodes, transport, start/end
+    faults.jsonl         each fault carried out (kill, restart, adversary start/stop, bootstrap stop/start)
     node0/ … nodeN-1/    each node's own run folder (metrics.jsonl, status.json, checkpoints, log)
     summary.json, summary.md   one row per node: steps, correctness first/last, groups, rejections
                          (``"partial": true`` after a stop; an earlier run's are removed at start)
@@ -34,8 +35,9 @@ from pathlib import Path
 
 from swarm_node.node.sim.argv import adversary_args, join_flags, node_args, worker_args
 from swarm_node.node.sim.children import Children
-from swarm_node.node.sim.infra import prepare_models, start_bootstrap, start_broker
+from swarm_node.node.sim.infra import prepare_models, spawn_bootstrap, start_bootstrap, start_broker
 from swarm_node.node.sim.kills import KillFaults
+from swarm_node.node.sim.timed import EVENTS_FILE, TimedFaults
 from swarm_node.node.sim.spec import SimSpec, is_control, node_log, processes
 from swarm_node.node.sim.summary import clear_summary, write_summary
 from swarm_node.node.sim.table import plain_line, render_table, status_rows
@@ -63,8 +65,10 @@ async def _start_join_point(spec: SimSpec, kids: Children, stop: asyncio.Event):
     return join_flags(spec.transport, None, broker.url()), broker
 
 
-def _launch_nodes(spec: SimSpec, kids: Children, how: list[str], broker_url: str | None) -> KillFaults:
-    """Start the N nodes and the adversaries; returns what carries out the ``[[kill]]`` faults."""
+def _launch_nodes(spec: SimSpec, kids: Children, how: list[str],
+                 broker_url: str | None) -> tuple[KillFaults, TimedFaults]:
+    """Start the N nodes; returns what carries out the ``[[kill]]`` faults, and the faults that
+    follow the clock (the adversaries, each started at its time; bootstrap outages)."""
 
     def node_cmd(i: int) -> tuple[list[str], Path]:
         if is_control(spec, i):  # alone: no join point to name
@@ -80,14 +84,19 @@ def _launch_nodes(spec: SimSpec, kids: Children, how: list[str], broker_url: str
     spec.partition_start = time.time()
     for i in range(spec.nodes):
         kids.spawn(f"node{i}", *node_cmd(i))
-    for j in range(len(spec.faults.malicious)):
+
+    def adversary_cmd(j: int) -> tuple[list[str], Path]:
         d = spec.run_dir / f"adversary{j}"
         d.mkdir(exist_ok=True)
-        kids.spawn(f"adversary{j}", adversary_args(spec, j, how, broker_url), d / "adversary.log")
-    return KillFaults(spec, kids, node_cmd)
+        return adversary_args(spec, j, how, broker_url), d / "adversary.log"
+
+    timed = TimedFaults(spec, kids, adversary_cmd, lambda port: spawn_bootstrap(spec, kids, port))
+    timed.step()  # the adversaries that start with the nodes
+    return KillFaults(spec, kids, node_cmd), timed
 
 
-async def _watch(spec: SimSpec, kids: Children, faults: KillFaults | None, stop: asyncio.Event, mode: str) -> None:
+async def _watch(spec: SimSpec, kids: Children, faults: KillFaults | None, timed: TimedFaults | None,
+                 stop: asyncio.Event, mode: str) -> None:
     """Carry out the faults and show the table until every node has exited (or Ctrl-C)."""
     live = None
     if mode == "rich":
@@ -107,6 +116,8 @@ async def _watch(spec: SimSpec, kids: Children, faults: KillFaults | None, stop:
         while not stop.is_set() and running():
             if faults is not None:
                 faults.step()
+            if timed is not None:
+                timed.step()
             rows = status_rows(spec, faults, kids)
             if live is not None:
                 live.update(render_table(rows, f"swarm-node sim · {spec.transport} · {spec.nodes} nodes"))
@@ -130,6 +141,7 @@ async def run_sim(spec: SimSpec) -> dict:
     or SIGTERM kills what is still stopping, and the summary is written all the same."""
     spec.run_dir.mkdir(parents=True, exist_ok=True)
     clear_summary(spec.run_dir)  # an earlier run's summary must not pass for this one's
+    (spec.run_dir / EVENTS_FILE).unlink(missing_ok=True)  # nor its faults this one's
     kids = Children()
     stop = asyncio.Event()
     stopped_by: list[str] = []
@@ -161,7 +173,7 @@ async def _run(spec: SimSpec, kids: Children, stop: asyncio.Event, stopped_by: l
     if mode == "auto":
         mode = "rich" if sys.stderr.isatty() else "plain"
     interrupted = False
-    faults = None
+    faults = timed = None
     broker = None
     try:
         if spec.prepare_models:
@@ -169,10 +181,10 @@ async def _run(spec: SimSpec, kids: Children, stop: asyncio.Event, stopped_by: l
                 raise _Stopped()
         if processes(spec):
             how, broker = await _start_join_point(spec, kids, stop)
-            faults = _launch_nodes(spec, kids, how, broker.url() if broker is not None else None)
+            faults, timed = _launch_nodes(spec, kids, how, broker.url() if broker is not None else None)
         else:
             kids.spawn("nodes", worker_args(spec), spec.run_dir / "nodes.log")
-        await _watch(spec, kids, faults, stop, mode)
+        await _watch(spec, kids, faults, timed, stop, mode)
         interrupted = stop.is_set()
     except _Stopped:
         interrupted = True

@@ -28,6 +28,7 @@ class SimSpec:
     prepare_models: tuple[str, ...] = ()
     peer_ids: list[str] = field(default_factory=list)  # node i's peer id (identities made up front)
     roles: str = "full"  # "full", or "learner-workers": node0 a learner, the others its workers
+    workers: int | None = None  # with learner-workers: only node1..node<workers> follow it, the rest are full nodes
     partition_start: float | None = None  # unix time the nodes were launched
     control: int = 0  # the last `control` nodes train alone (node/sim/control.py)
     control_flags: dict[str, str] = field(default_factory=dict)  # their flags on top of every node's

@@ -105,7 +105,8 @@ def write_summary(spec: SimSpec, wall_s: float, interrupted: bool, failed: dict,
     summary = {"nodes": nodes, "adversaries": adversaries, "transport": spec.transport, "versus_control": versus,
                "wall_s": round(wall_s, 1), "interrupted": interrupted, "partial": interrupted,
                "stopped_by": (stopped_by or [None])[0], "stopping": stopping, "failed": failed,
-               "run_dir": str(spec.run_dir), "window": w}
+               "run_dir": str(spec.run_dir), "window": w,
+               "kills": list(faults.done) if faults is not None else []}  # each: node, at (unix), step, checkpoint
     summary["plots"] = [] if stopping else [str(p) for p in plot_swarm(spec.run_dir, spec.nodes, control=spec.control)]
     title = f"{spec.nodes - spec.control} nodes" + (f" and {spec.control} control" if spec.control else "")
     lines = [f"# swarm-node sim: {title} over {spec.transport}", ""]

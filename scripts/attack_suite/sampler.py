@@ -9,7 +9,7 @@ import asyncio
 import os
 from pathlib import Path
 
-from common.proc import Memory, Process, cpu_seconds, family, memory, processes, threads
+from common.proc import Memory, cpu_seconds, family, memory, node_processes, processes, threads
 
 ADVERSARY_NICE = 19  # see lower_priority
 NO_MEMORY = Memory(rss=0, peak=0)  # a process gone between the table and its status
@@ -29,12 +29,6 @@ def lower_priority(pid: int, done: set) -> None:
                 done.add(tid)
             except OSError:
                 pass
-
-
-def _node_processes(procs: list[Process], run_dir: str) -> list[int]:
-    """The pids of the ``node.cli`` processes started with ``--run.dir run_dir``."""
-    want = b"\0--run.dir\0" + run_dir.encode() + b"\0"
-    return [p.pid for p in procs if b"swarm_node.node.cli" in p.cmdline and want in p.cmdline + b"\0"]
 
 
 class MemorySampler:
@@ -63,12 +57,12 @@ class MemorySampler:
     def sample(self) -> None:
         procs = processes()
         if self.adversary_dir:
-            for pid in _node_processes(procs, self.adversary_dir):
+            for pid in node_processes(procs, self.adversary_dir):
                 for p in family(pid, procs):
                     lower_priority(p, self._reniced)
                     self.adversary_cpu[p] = max(self.adversary_cpu.get(p, 0.0), cpu_seconds(p))
         for i, d in enumerate(self.node_dirs):
-            for pid in _node_processes(procs, d):
+            for pid in node_processes(procs, d):
                 for p in family(pid, procs):
                     self.cpu[p] = max(self.cpu.get(p, 0.0), cpu_seconds(p))
                 m = memory(pid) or NO_MEMORY

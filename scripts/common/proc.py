@@ -3,7 +3,8 @@ the file's text so the parsing is tested on sample text.
 
 - a process's resident memory and its peak (``/proc/PID/status``: VmRSS, VmHWM);
 - a process's CPU seconds and parent (``/proc/PID/stat``);
-- a process's threads (``/proc/PID/task``) and the process table (pid, parent, command line);
+- a process's threads (``/proc/PID/task``) and open file descriptors (``/proc/PID/fd``);
+- the process table (pid, parent, command line), and the node processes of a run folder in it;
 - the machine's busy and total CPU time (``/proc/stat``), and the busy share between two readings;
 - resetting this process's peak to its current resident memory (``/proc/self/clear_refs``).
 
@@ -89,6 +90,14 @@ def threads(pid: int) -> list[int]:
         return []
 
 
+def open_fds(pid: int) -> int | None:
+    """How many file descriptors a process holds open; None when it is gone (or not ours to read)."""
+    try:
+        return len(os.listdir(PROC / str(pid) / "fd"))
+    except OSError:
+        return None
+
+
 @dataclass(frozen=True)
 class Process:
     """One row of the process table."""
@@ -109,6 +118,13 @@ def processes() -> list[Process]:
         except (OSError, IndexError, ValueError):
             continue
     return out
+
+
+def node_processes(procs: list[Process], run_dir: str) -> list[int]:
+    """The pids of the ``swarm_node.node.cli`` processes started with ``--run.dir run_dir`` (a
+    node of a sim, an adversary)."""
+    want = b"\0--run.dir\0" + run_dir.encode() + b"\0"
+    return [p.pid for p in procs if b"swarm_node.node.cli" in p.cmdline and want in p.cmdline + b"\0"]
 
 
 def family(pid: int, procs: list[Process]) -> list[int]:
