@@ -12,7 +12,9 @@ good version stays when a version fails to apply.
 
 Staleness: ``newest_seen`` is the newest version announced by the source (pointer) or held;
 ``lag = newest_seen - applied``; a worker may publish rollouts only while ``lag <= max_staleness``
-(``fresh_enough``: prime-rl's default bound is 2; ECHO-2 stayed stable to about 6).
+(``fresh_enough``: prime-rl's default bound is 2; ECHO-2 stayed stable to about 6), and, once
+restarted with its saved version, only after it heard the source's pointer or a new version
+(until then its saved version's age is unknown: the learner may be far ahead).
 """
 
 from __future__ import annotations
@@ -111,7 +113,11 @@ class WeightFollower:
         self.apply_failures = 0
         self.after_apply = None  # called (in the apply thread, under the weights lock): a vLLM engine's sync
         self.label: int | None = None  # the version the policy's weights are now, set with them
-        peer.on_version = self._apply
+        # Whether this process has heard the source's pointer or a version from the network: a
+        # restarted follower's saved version is of unknown age until then (its learner may be
+        # many versions ahead), so it is not fresh enough to publish rollouts of.
+        self.heard = False
+        peer.on_version = self._received
         peer.resolve = self._resolve
 
     async def start(self) -> None:
@@ -127,6 +133,11 @@ class WeightFollower:
                 self.peer.applied = None
                 if self.peer.store is not None:
                     self.peer.store.drop_manifest("applied")
+
+    async def _received(self, m: Manifest, data: bytes) -> None:
+        """A whole version from the network (not the saved one ``start`` puts back)."""
+        self.heard = True
+        await self._apply(m, data)
 
     async def _apply(self, m: Manifest, data: bytes) -> None:
         if m.model_fingerprint != self.policy.model_fingerprint or \
@@ -165,7 +176,7 @@ class WeightFollower:
         return None if a is None or n is None else n - a
 
     def fresh_enough(self) -> bool:
-        return fresh_enough(self.applied, self.newest_seen, self.max_staleness)
+        return self.heard and fresh_enough(self.applied, self.newest_seen, self.max_staleness)
 
     async def _resolve(self, peers: list[str]) -> dict[str, tuple[str, int]]:
         """Addresses of ``peers`` into the peer's table (only theirs: the table stays as big as
@@ -191,6 +202,7 @@ class WeightFollower:
             return
         self.peer.directory[self.directory.source] = pointer.address
         self.pointer_version = max(pointer.version, self.pointer_version or -1)
+        self.heard = True
         newest = self.peer.newest_known  # held, or accepted and waiting its turn
         if newest is None or pointer.version > newest:  # an offer we missed (joined late, was down): ask for the
             # manifest the pointer names by digest: of the source first (a manifest is small, and a

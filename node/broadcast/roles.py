@@ -249,6 +249,7 @@ class WorkerRole(Role):
             self._warn_if_silent(ctx, timeout)
         while not f.fresh_enough() and not ctx.stop_requested():
             what = ("no version yet" if f.applied is None
+                    else f"version {f.applied} (saved) applied, the learner not heard yet" if not f.heard
                     else f"version {f.applied} applied, the learner announced {f.newest_seen}")
             silent = time.monotonic() - max(self._learner_seen(ctx), since)
             if timeout and silent > timeout:

@@ -3,7 +3,8 @@ and the attack phases between clean ones, as times from the nodes' launch; and t
 file it becomes (node/sim/faults.py). Pure: no process, no clock.
 
 At 60 minutes: a 10-minute warm-up; a node killed with SIGKILL every 5 minutes (minute 5 to 55,
-each node at least once, the restart with ``--resume`` 5 s later); a 2-minute partition at
+each node once by minute 30, then two full nodes in turn so the other four live on to the end;
+the restart with ``--resume`` 5 s later); a 2-minute partition at
 minute 18 (the learner and its workers against the full nodes); the bootstrap peer stopped for
 5 minutes from minute 33.75 (the node killed at minute 35 then rejoins through its peer cache:
 that slot is given to a full node, whose cache holds the peers it trained on); after the
@@ -18,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 ENVELOPE = "envelope"  # the name of the attack set node/sim/adversary's DEFAULT_ATTACKS
-DEFAULT_ATTACK_SETS = (ENVELOPE, "flood", "shard_flood", "unknown_family")
+DEFAULT_ATTACK_SETS = (ENVELOPE, "flood", "shard_flood", "unknown_family", "unknown_family_flood")
 DOWN_SECONDS = 5.0  # a killed node's restart comes this long after the kill
 MIN_KILL_INTERVAL = 40.0
 FIRST_KILL = 60.0  # the nodes load, join and write a first checkpoint before the first kill
@@ -75,12 +76,19 @@ def attack_sets(names: list[str], registry: tuple[str, ...], envelope: tuple[str
     return out, skipped
 
 
+CHURN_NODES = 2  # after every node was killed once, the later kills take the last two full nodes in turn
+
+
 def kill_order(nodes: int, workers: int, kills: int, outage_slot: int | None) -> list[int]:
-    """Which node each kill takes: round the nodes from the last full node down, so every node is
-    killed once before any twice, and the kill during the bootstrap outage (``outage_slot``)
-    takes a full node (a worker's peer cache is empty: it trains on nobody's groups)."""
+    """Which node each kill takes: every node once, from the last full node down; after that
+    the last ``CHURN_NODES`` full nodes in turn, so the other nodes' processes live on to the end
+    (a night-long process's memory is judged over most of the run, not a few minutes). The kill
+    during the bootstrap outage (``outage_slot``) takes a full node (a worker's peer cache is
+    empty: it trains on nobody's groups)."""
     full = list(range(workers + 1, nodes))
-    order = [(nodes - 1 - k) % nodes for k in range(kills)]
+    churn = full[-CHURN_NODES:] or list(range(nodes))
+    order = [(nodes - 1 - k) % nodes for k in range(min(kills, nodes))]
+    order += [churn[k % len(churn)] for k in range(kills - len(order))]
     if outage_slot is not None and full and order[outage_slot] not in full:
         swap = next((k for k in range(outage_slot + 1, kills) if order[k] in full), None)
         if swap is None:

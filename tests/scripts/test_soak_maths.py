@@ -64,7 +64,8 @@ def test_the_hour_kills_every_five_minutes_each_node_and_a_full_node_in_the_outa
     assert s.partition[:2] == (1080.0, 1200.0) and s.partition[2] == [[0, 1, 2], [3, 4, 5]]
     assert s.outage == pytest.approx((2025.0, 2325.0))  # a quarter of it before the kill at 2100 s
     in_outage = [n for n, t in s.kills if s.outage[0] <= t < s.outage[1]]
-    assert in_outage == [5]  # a full node: its peer cache has peers
+    assert in_outage == [4]  # a full node: its peer cache has peers
+    assert {n for n, t in s.kills if t > 1800} == {4, 5}  # nodes 0-3 live from their kill to the end
     assert [p.name for p in s.phases] == ["clean", "envelope", "clean", "flood", "clean"]
     assert s.phases[0].start == 600 and s.phases[-1].end == 3600
     f = faults_of(s)
@@ -87,6 +88,9 @@ def test_a_short_soak_kills_from_60_s_on_40_s_apart_at_least():
 def test_the_kill_in_the_outage_is_swapped_to_a_full_node():
     assert kill_order(6, 2, 4, None) == [5, 4, 3, 2]
     assert kill_order(6, 2, 4, 3) == [5, 4, 2, 3]  # slot 3 had node2, a worker: swapped with the next full one
+    # every node once, then the last two full nodes in turn: nodes 0-3 live on to the end
+    assert kill_order(6, 2, 11, None) == [5, 4, 3, 2, 1, 0, 4, 5, 4, 5, 4]
+    assert kill_order(6, 2, 11, 6) == [5, 4, 3, 2, 1, 0, 4, 5, 4, 5, 4]  # slot 6 is a full node already
 
 
 def test_each_process_is_judged_after_its_own_warm_up():

@@ -25,7 +25,7 @@ class _Follower:
     """A follower holding version 1 while the learner announced 5 (S = 2): it must wait."""
 
     def __init__(self, applied: int = 1):
-        self.applied, self.newest_seen, self.transfer = applied, 5, None
+        self.applied, self.newest_seen, self.transfer, self.heard = applied, 5, None, True
         self.directory = SimpleNamespace(source=LEARNER)
         self.peer = SimpleNamespace(status=lambda: {"transfer": self.transfer})
 

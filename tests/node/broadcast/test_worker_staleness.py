@@ -84,6 +84,47 @@ def test_a_worker_waits_until_its_weights_are_within_the_bound(tiny_model_dir, t
     assert version == 3 and phase == "waiting for the learner's weights"
 
 
+def test_a_restarted_worker_does_not_trust_its_saved_version_until_it_hears_the_learner(tiny_model_dir, tmp_path):
+    """Killed and restarted, a worker puts its saved version back; its learner may be far ahead by
+    then, so it is not fresh enough until the learner's pointer or a new version says how far."""
+    from swarm_node.node.broadcast.store import ChunkStore
+
+    async def go():
+        hub = MemoryHub()
+        src_id, w_id = Identity.generate(), Identity.generate()
+        directory = {src_id.peer_id: "src", w_id.peer_id: "w"}
+        src_peer = BroadcastPeer(src_id, MemoryCarrier(hub, "src"), swarm="s", directory=dict(directory))
+        await src_peer.start()
+        source = WeightSource(Policy.load(tiny_model_dir, seed=0), src_peer, _NoDHT())
+
+        def follower_at(addr: str) -> WeightFollower:
+            peer = BroadcastPeer(w_id, MemoryCarrier(hub, addr), swarm="s", directory=dict(directory, **{w_id.peer_id: addr}),
+                                 follow=src_id.peer_id, store=ChunkStore(tmp_path / "w"))
+            return WeightFollower(Policy.load(tiny_model_dir, seed=0), peer,
+                                  WeightDirectory(None, "s", src_id.peer_id, w_id.peer_id), max_staleness=2)
+
+        first = follower_at("w")
+        await first.start()
+        await source.publish(version=1, step=1)
+        first.peer.offer(source.last)
+        await asyncio.wait_for(_until(lambda: first.applied == 1), 30)
+        fresh_before = first.fresh_enough()
+        await first.peer.close()  # killed
+        again = follower_at("w2")
+        await again.start()  # puts version 1 back from its store
+        restored, fresh_restored = again.applied, again.fresh_enough()
+        await source.publish(version=2, step=2)
+        again.peer.offer(source.last)  # a new version from the network: now it knows
+        await asyncio.wait_for(_until(lambda: again.applied == 2), 30)
+        fresh_after = again.fresh_enough()
+        await again.peer.close()
+        await src_peer.close()
+        return fresh_before, restored, fresh_restored, fresh_after
+
+    fresh_before, restored, fresh_restored, fresh_after = asyncio.run(go())
+    assert fresh_before and restored == 1 and not fresh_restored and fresh_after
+
+
 async def _until(cond):
     while not cond():
         await asyncio.sleep(0.01)
