@@ -16,9 +16,11 @@ def _ratio(x: float | None) -> str:
     return "-" if x is None else f"{x:.0%}"
 
 
-def _worst(rows: list[dict], key: str) -> tuple[float | None, str]:
-    """The largest |value| of ``key`` over the judged rows, and whose it is."""
-    vals = [(abs(r[key]), r[key], f"{r['name']} pid {r['pid']}") for r in rows if r["judged"] and r.get(key) is not None]
+def _worst(rows: list[dict], key: str, signed: bool = False) -> tuple[float | None, str]:
+    """The largest |value| of ``key`` over the judged rows (``signed``: the largest value, for a
+    bound on growth only: memory that shrank is no leak), and whose it is."""
+    vals = [(r[key] if signed else abs(r[key]), r[key], f"{r['name']} pid {r['pid']}")
+            for r in rows if r["judged"] and r.get(key) is not None]
     if not vals:
         return None, ""
     _, v, who = max(vals)
@@ -38,7 +40,7 @@ def targets(j: dict) -> list[dict]:
     out = []
     for key, label, bound in (("rss_growth", "RSS growth of every node and the bootstrap peer", MAX_RSS_GROWTH),
                               ("p2pd_rss_growth", "RSS growth of their p2p daemons", MAX_RSS_GROWTH)):
-        v, who = _worst(procs, key)
+        v, who = _worst(procs, key, signed=True)
         slopes = [r[key.replace("growth", "slope_mb_h")] for r in judged
                   if r.get(key.replace("growth", "slope_mb_h")) is not None]
         out.append(_target(f"{label} ≤ {bound:.0%} after the warm-up",

@@ -124,3 +124,15 @@ def test_worker_lag_is_behind_the_learners_published_version_a_restart_given_tim
     # and a catch-up the run's end cuts short is reported as such
     out = judge_lag([sample(40, 20, 15), sample(50, 21, 15)], 0, 5, [{"what": "restart", "node": 0, "at": 32.0}])
     assert out["node1"]["samples"] == 0 and out["node1"]["behind_at_end_s"] == 18.0
+
+
+def test_memory_is_judged_by_its_largest_growth_not_its_largest_change():
+    """A process whose memory shrank 15% does not hide one that grew 13% (the hour's first report
+    read the -14.6% as the worst and called the target met)."""
+    from soak_suite.verdict import _worst
+
+    rows = [{"name": "node3", "pid": 1, "judged": True, "rss_growth": -0.146, "fds_growth": -0.2},
+            {"name": "node3", "pid": 2, "judged": True, "rss_growth": 0.133, "fds_growth": 0.1},
+            {"name": "node4", "pid": 3, "judged": False, "rss_growth": 0.5, "fds_growth": 0.5}]
+    assert _worst(rows, "rss_growth", signed=True) == (0.133, "node3 pid 2")
+    assert _worst(rows, "fds_growth") == (-0.2, "node3 pid 1")  # flat either way: the largest change
