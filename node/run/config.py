@@ -24,6 +24,7 @@ from swarm_node.node.errors import ConfigError
 from swarm_node.node.run.config_section import Section as _Section, none_words as _none_words
 from swarm_node.node.run.eval_config import EvalConfig
 from swarm_node.node.run.tasks_config import TasksConfig
+from swarm_node.node.transport.carriers import CARRIERS
 from swarm_node.policies.prompt_format import DEFAULT_SYSTEM
 
 if sys.version_info >= (3, 11):
@@ -136,7 +137,7 @@ class RunConfig(_Section):
 
 
 class SwarmConfig(_Section):
-    transport: Literal["none", "memory", "hivemind", "mqtt", "libp2p"] = Field("none", description="none (train alone), hivemind (the public swarm over the hivemind DHT), libp2p (a swarm over py-libp2p's gossipsub: no daemon; pip install 'swarm-node[libp2p]'), mqtt (a private cluster's swarm through one broker: swarm.broker) or memory (in-process, for tests and simulation); nodes on different carriers are different swarms")
+    transport: Literal[("none", *CARRIERS)] = Field("none", description="none (train alone), hivemind (the public swarm over the hivemind DHT), libp2p (a swarm over py-libp2p's gossipsub: no daemon; pip install 'swarm-node[libp2p]'), mqtt (a private cluster's swarm through one broker: swarm.broker) or memory (in-process, for tests and simulation); nodes on different carriers are different swarms")
     name: str = Field("swarm-node", description="swarm name: nodes only exchange rollouts with nodes of the same name")
     initial_peers: list[str] = Field([], description="multiaddrs of bootstrap peers (hivemind, libp2p), e.g. /ip4/1.2.3.4/tcp/31337/p2p/Qm...; empty = start a new swarm (join asks for --new-swarm then)")
     host_maddrs: list[str] = Field(["/ip4/0.0.0.0/tcp/0"], description="addresses the hivemind daemon or the libp2p host listens on (tests use /ip4/127.0.0.1/tcp/0)")
@@ -176,14 +177,13 @@ class SwarmConfig(_Section):
 
     @model_validator(mode="after")
     def _broker(self) -> "SwarmConfig":
-        from swarm_node.node.transport.carriers import CARRIERS
-        from swarm_node.node.transport.mqtt.url import parse_broker_url
+        from swarm_node.node.transport.carriers import CARRIERS, broker_carrier
 
         c = CARRIERS.get(self.transport)  # None: "none"
         if c is not None and c.needs_broker and not self.broker:
             raise ValueError(f"swarm.transport {self.transport} needs swarm.broker (--broker mqtts://user@host:8883)")
         if self.broker:
-            parse_broker_url(self.broker)  # a clear error now, not at join
+            broker_carrier().broker_shown(self.broker)  # a clear error now, not at join
         if self.broker_key_file and not self.broker_cert_file:
             raise ValueError("swarm.broker_key_file without swarm.broker_cert_file")
         return self
@@ -251,10 +251,12 @@ class NodeConfig(_Section):
 
     @model_validator(mode="after")
     def _roles_need_a_network_swarm(self) -> "NodeConfig":
-        if self.broadcast.role != "full" and self.swarm.transport not in ("hivemind", "mqtt", "libp2p"):
-            raise ValueError(f"broadcast.role {self.broadcast.role} needs swarm.transport hivemind, mqtt or libp2p (swarm-node "
-                             f"join): weights travel over its p2p streams or its broker")
-        if self.broadcast.role == "learner" and self.swarm.behind_nat and self.swarm.transport == "hivemind":
+        c = CARRIERS.get(self.swarm.transport)  # None: "none"
+        if self.broadcast.role != "full" and (c is None or c.in_process):
+            *rest, last = [n for n, x in CARRIERS.items() if not x.in_process]
+            raise ValueError(f"broadcast.role {self.broadcast.role} needs swarm.transport {', '.join(rest)} or {last} "
+                             f"(swarm-node join): weights travel over its p2p streams or its broker")
+        if self.broadcast.role == "learner" and self.swarm.behind_nat and c is not None and c.uses_nat_traversal:
             # Its only addresses would be relay circuits, and a relay cuts a connection after about
             # 128 KiB: its workers would get manifests and never a whole chunk (docs/nat.md).
             raise ValueError("broadcast.role learner with swarm.behind_nat: workers fetch a learner's weights from "
