@@ -12,7 +12,7 @@ from __future__ import annotations
 import ipaddress
 
 __all__ = ["P2P", "CIRCUIT", "names_peer", "peer_id_of", "without_peer", "with_peer", "dialable_addrs", "relayed",
-           "peer_address_error", "observed_host", "direct_address", "host_port"]
+           "peer_address_error", "observed_host", "direct_address", "host_port", "tcp_endpoint"]
 
 P2P = "/p2p/"
 CIRCUIT = "/p2p-circuit"
@@ -119,3 +119,14 @@ def direct_address(maddr: str) -> tuple[str, int] | None:
 def host_port(host: str, port: int) -> str:
     """``host:port``, the host bracketed when it is IPv6 (``[2001:db8::1]:4001``)."""
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def tcp_endpoint(maddr: str) -> tuple[str, int] | None:
+    """``(host, port)`` a multiaddr dials over TCP (``/ip4/H/tcp/P/...``, ``/ip6/``, ``/dns/``,
+    ``/dns4/``, ``/dns6/``; what follows is ignored); None for anything else (a relay circuit, a
+    bare id, another protocol). Lenient: for addresses the user gave, not a peer's text
+    (``direct_address``)."""
+    parts = without_peer(maddr).strip("/").split("/")
+    if len(parts) >= 4 and parts[0] in ("ip4", "ip6", "dns", "dns4", "dns6") and parts[2] == "tcp" and parts[3].isdigit():
+        return parts[1], int(parts[3])
+    return None

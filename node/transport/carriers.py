@@ -60,6 +60,7 @@ class Carrier:
     # (a broker carrier) ``swarm.broker`` as shown, ValueError for one it cannot use: the config
     # checks it at load; start-up names it.
     broker_shown: Callable[[str], str] | None = None
+    broker_endpoint: Callable[[str], tuple[str, int]] | None = None  # (host, port) it dials: the doctor's
     # A node listens for its peers (False: every node dials out to the broker, mqtt): the doctor's
     # address, NAT and reachability checks apply.
     listens: bool = True
@@ -125,7 +126,7 @@ CARRIERS: dict[str, Carrier] = {c.name: c for c in (
             peer_id_prefix="Qm", nat_report="hivemind's p2pd does not report its AutoNAT result to the node",
             load_dialback=_hivemind_dialback),
     Carrier(name="mqtt", load_transport=_mqtt, transport_kwargs=mqtt_settings.transport_kwargs, needs_broker=True,
-            broker_shown=mqtt_settings.broker_shown, listens=False),
+            broker_shown=mqtt_settings.broker_shown, broker_endpoint=mqtt_settings.broker_endpoint, listens=False),
     Carrier(name="libp2p", load_transport=_libp2p, transport_kwargs=libp2p_settings.transport_kwargs,
             joins_through_bootstrap=True, local_peer="the libp2p host", bootstrap_key="bootstrap.libp2p.pem",
             load_bootstrap=_libp2p_bootstrap, peer_id_prefix="12D3KooW", nat_report="py-libp2p's host runs no AutoNAT"),
