@@ -304,7 +304,7 @@ class Learner:
         for p in self.params:
             p.grad = torch.zeros_like(p)
         adv = rewards_only_advantages(r.rewards, r.gids, self.baseline, self.scale_rewards)
-        factor = self._lr_factor(1.0, self.ess_ref)  # no gradient row: the neutral factor
+        factor = self._lr_factor(1.0, 0.0)  # no gradient row: ρ = 1, no effective sample (count: the floor)
         stats = dict(behaviour_rho=1.0, ess=0.0, rho=1.0, lr_factor=factor, lr=self.base_lr * factor * self._warmup(),
                      grad_rows=0.0, grad_sources=0.0, rho_pooled=1.0, rho_all_rows=None)
         loss_metrics = dict(clip_frac=0.0, m2po_masked_frac=0.0, ratio_mean=None, weight_mean=None,

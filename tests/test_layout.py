@@ -47,8 +47,12 @@ def test_the_checker_sees_a_carrier_name_spelled(tmp_path):
     (tmp_path / "node" / "run" / "x.py").write_text(
         '"""Over mqtt, every node dials out."""\nif transport == "mqtt":\n    pass\nkey = "mqtt_queued"\n')
     (tmp_path / "node" / "transport" / "mqtt" / "y.py").write_text('NAME = "mqtt"\n')
+    # an exempt file's exemption holds only where it says: a dict key here, not a comparison
+    (tmp_path / "node" / "run" / "trainer.py").write_text('fields = {"memory": 1}\nif t == "memory":\n    pass\n')
     found = check_layout.carrier_names_spelled(tmp_path, ("node",))
-    assert len(found) == 1 and found[0].startswith("node/run/x.py:2: 'mqtt'")  # not the docstring, not its folder
+    assert len(found) == 2, found
+    assert found[0].startswith("node/run/trainer.py:2: 'memory'")
+    assert found[1].startswith("node/run/x.py:2: 'mqtt'")  # not the docstring, not its folder
 
 
 def test_every_package_map_is_current():

@@ -161,7 +161,7 @@ class LearnerRole(Role):
         return kept, info
 
     def _worked(self, peer: str, step: int) -> None:
-        self._work.record(peer, step, lapse=True)  # idle past the rule's bound: it starts over
+        self._work.record(peer, step, window=True)  # its 3 steps inside one window of 100
 
     def vouched_at(self, step: int) -> set[str]:
         """Followers whose rollouts of our versions were admitted at the rule's number of steps,

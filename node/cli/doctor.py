@@ -116,7 +116,7 @@ async def _network(cfg, args, say) -> float | None:
     if c.load_dialback:  # peers answered where they saw this node and whether its port answered
         fixed = any((endpoint_of(m) or ("", 0))[1] for m in sc.host_maddrs)
         for check in reach_checks(got.asked, maddrs, behind_nat=sc.behind_nat, fixed_port=fixed,
-                                  announced=bool(sc.announce_maddrs)):
+                                  announced=bool(sc.announce_maddrs), carrier=c.name):
             say(check)
     else:
         say(nat_check(maddrs, c.name, announced=bool(sc.announce_maddrs), behind_nat=sc.behind_nat))

@@ -12,9 +12,8 @@ import shlex
 from dataclasses import asdict, dataclass
 
 from swarm_node.node.swarm.clock_offset import MIN_PEERS, SKEW_FRACTION, agreeing, median_offset, peer_offsets, skew_exceeds
-from swarm_node.node.transport.addresses import relayed
+from swarm_node.node.transport.addresses import direct_address, relayed
 from swarm_node.node.observe.peer_text import printable
-from swarm_node.node.transport.addresses import direct_address
 from swarm_node.node.transport.carriers import CARRIERS, the
 
 __all__ = ["Check", "render", "exit_code", "report", "address_check", "nat_check", "reach_checks", "listening_port",
@@ -115,18 +114,16 @@ def listening_port(maddrs: list[str]) -> int | None:
     return None
 
 
-_DIALBACK = the(lambda c: c.load_dialback is not None).name  # the carrier whose peers dial a node back
-
-
 def reach_checks(reaches: list, maddrs: list[str], *, behind_nat: bool, fixed_port: bool = False,
-                 announced: bool = False) -> tuple[Check, Check]:
+                 announced: bool = False, carrier: str | None = None) -> tuple[Check, Check]:
     """The nat and reachable lines from peers' dial-back answers (node/transport/hivemind/dialback.py's
     ``Reach``): where a peer saw this node (its address, or its router's: NAT) and whether that
     peer could open a connection to the listening port at that address."""
+    carrier = carrier or the(lambda c: c.load_dialback is not None).name  # whose peers dial back
     answered = [r for r in reaches if direct_address(r.observed)]  # a peer's text: only a parseable address counts
     if not answered:
         why = printable(reaches[0].why) if reaches else "no peer to ask"
-        return (nat_check(maddrs, _DIALBACK, announced=False, behind_nat=behind_nat),
+        return (nat_check(maddrs, carrier, announced=False, behind_nat=behind_nat),
                 Check("reachable", "warn", f"unknown: no peer answered the dial-back request ({why})",
                       "ask through a bootstrap that runs this swarm-node version (`swarm-node bootstrap`)"))
     # The majority of the peers that answered: one peer (any node may be named a bootstrap) cannot
@@ -160,7 +157,7 @@ def reach_checks(reaches: list, maddrs: list[str], *, behind_nat: bool, fixed_po
                           f"announce it: {announce} (else peers learn it only once libp2p's identify has "
                           f"seen it from several peers)")
     found = (f"port {port} is not reachable from peer {peer}{agreed}: {dialed or r.observed}: {why}"
-             f"{'' if seen in hosts else _relay_note(_DIALBACK, behind_nat)}")  # no NAT: the firewall
+             f"{'' if seen in hosts else _relay_note(carrier, behind_nat)}")  # no NAT: the firewall
     if seen in hosts:
         fix = f"open TCP port {port} in this machine's firewall (e.g. `ufw allow {port}/tcp`)"
     else:

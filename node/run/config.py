@@ -94,7 +94,7 @@ class LearnerConfig(_Section):
     m2po_tau: Optional[NonNegativeFloat] = Field(None, description="M2PO second-moment bound; replaces PPO clipping; none = off")
     weight_cap: float = Field(8.0, gt=0, description="truncation c of sequence importance weights (VCPO: 8)")
     lr_rule: Literal["sqrt", "linear", "none", "count"] = Field("sqrt", description="ESS learning-rate rule: sqrt, linear (VCPO: the factor is at most 1), none, or count: sqrt(ESS / learner.ess_ref) capped at learner.lr_cap, so a step with more effective samples (peers' informative groups) may go further (docs/algorithm.md)")
-    ess_ref: float = Field(0.0, ge=0, description="count rule: the effective gradient rows at which the LR is unscaled (0 = the rows a step of this node's own groups carries: (generation.prompts_per_step - swarm.external_groups when sharing) x generation.num_generations)")
+    ess_ref: float = Field(0.0, ge=0, allow_inf_nan=False, description="count rule: the effective gradient rows at which the LR is unscaled (0 = the rows a step of this node's own groups carries: (generation.prompts_per_step - swarm.external_groups when sharing) x generation.num_generations; only rows with a nonzero advantage count toward ESS, so an on-policy step whose groups are partly all-equal, or any step under the median baseline, has a factor below 1)")
     lr_cap: float = Field(2.0, ge=1, le=4, description="count rule: the largest LR factor, whatever peers send")
     rho_ref: float = Field(1.0, gt=0, le=1, description="ESS fraction at which the LR is unscaled")
     lr_floor: float = Field(0.0, ge=0, le=1, description="lowest LR factor the ESS rule may give")

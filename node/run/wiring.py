@@ -123,9 +123,7 @@ def learner_arguments(cfg: NodeConfig) -> dict[str, Any]:
 def own_rows(cfg: NodeConfig) -> int:
     """The rows a step of this node's own groups carries: the count rule's reference ESS (a
     sharing node's I groups, a node alone all of its groups), times the group size."""
-    own = cfg.generation.prompts_per_step
-    if cfg.swarm.transport != "none":
-        own -= cfg.swarm.external_groups
+    own = cfg.local_groups if cfg.swarm.transport != "none" else cfg.generation.prompts_per_step
     return max(1, own) * cfg.generation.num_generations
 
 

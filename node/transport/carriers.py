@@ -149,8 +149,11 @@ def names(pred: Callable[[Carrier], bool] = lambda c: True) -> list[str]:
 
 def the(pred: Callable[[Carrier], bool]) -> Carrier:
     """The one carrier with a trait: ``the(lambda c: c.join_default)``, ``the(lambda c: c.in_process)``."""
-    [c] = [c for c in CARRIERS.values() if pred(c)]
-    return c
+    found = [c for c in CARRIERS.values() if pred(c)]
+    if len(found) != 1:
+        raise LookupError(f"{len(found)} carriers have that trait ({', '.join(c.name for c in found)}): the caller "
+                          f"must choose among them")
+    return found[0]
 
 
 def broker_carrier() -> Carrier:

@@ -52,6 +52,7 @@ class WorkLedger(dict):
         super().__init__()
         self.rule = rule
         self.newest = -1  # the newest round counted
+        self._recent: dict[str, list[int]] = {}  # windowed peers: their last ``rule.rounds`` rounds
 
     def rounds(self, peer: str) -> int:
         entry = self.get(peer)
@@ -62,17 +63,20 @@ class WorkLedger(dict):
         entry = self.get(peer)
         return entry is not None and entry[0] >= self.rule.rounds and (now is None or entry[1] > now - self.rule.idle)
 
-    def record(self, peer: str, round: int, lapse: bool = False) -> tuple[str, list[int]] | None:
-        """``peer`` worked in ``round``; with ``lapse``, a peer idle for longer than ``rule.idle``
-        starts over. Returns the entry displaced to make room, if one was."""
+    def record(self, peer: str, round: int, window: bool = False) -> tuple[str, list[int]] | None:
+        """``peer`` worked in ``round``. With ``window``, only its rounds within ``rule.idle`` of
+        this one count (of its last ``rule.rounds``): sustained work is that many rounds inside one
+        window, not one round every ``idle``. Returns the entry displaced to make room, if one was."""
         self.newest = max(self.newest, round)
         entry = self.get(peer)
+        if entry is not None and round <= entry[1]:
+            return None
+        if window:
+            recent = [x for x in self._recent.get(peer, []) if x > round - self.rule.idle] + [round]
+            self._recent[peer] = recent[-self.rule.rounds:]
         if entry is not None:
-            if lapse and round - entry[1] > self.rule.idle:
-                entry[0], entry[1] = 1, round
-            elif round > entry[1]:
-                entry[0] += 1
-                entry[1] = round
+            entry[0] = len(self._recent[peer]) if window else entry[0] + 1
+            entry[1] = round
             return None
         return self.add(peer, [1, round])
 
@@ -90,3 +94,7 @@ class WorkLedger(dict):
         idle_before = self.newest - self.rule.idle
         victim = min((p for p in self if p != peer or not keep_new), key=lambda p: weakness(self[p], idle_before))
         return victim, self.pop(victim)
+
+    def pop(self, peer, *default):
+        self._recent.pop(peer, None)
+        return super().pop(peer, *default)

@@ -11,7 +11,8 @@ names (it cannot be used to probe third parties), checks that a libp2p listener 
 (the multistream header), and replies with what it saw.
 ``ask_dialback`` is the asker's side (``swarm-node doctor``): it keeps a reply only when its
 address parses as a direct /ip4 or /ip6 one and strips control characters from the peer's text
-(``direct_address`` in node/transport/addresses.py, ``printable`` in node/observe/peer_text.py). A connection that came through a relay has no direct
+(``direct_address`` in node/transport/addresses.py, ``printable`` in
+node/observe/peer_text.py). A connection that came through a relay has no direct
 address to dial, and the reply says so.
 
 Bounded on the server, and nothing ever waits: a request is one line of at most ``MAX_REQUEST``
@@ -58,10 +59,6 @@ class Reach:
     dialed: str = ""  # host:port it dialed ([host]:port for IPv6; "" when it could not dial)
     reachable: bool = False
     why: str = ""  # what failed, when not reachable or not asked
-
-
-
-
 
 
 def requested_port(line: bytes) -> int | None:

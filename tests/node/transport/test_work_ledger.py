@@ -36,13 +36,23 @@ def test_a_full_vouched_set_may_send_the_newcomer_back():
     assert led.add("c", [3, 50], now=50) == ("b", [8, 50])  # keep_new: the weakest other goes
 
 
-def test_with_lapse_a_peer_idle_past_the_rule_starts_over():
-    led = WorkLedger(WorkRule(rounds=3, limit=10, idle=100))
-    for step in (1, 2, 3):
-        led.record("w", step, lapse=True)
-    assert led.proven("w", now=3)
-    led.record("w", 150, lapse=True)
-    assert led["w"] == [1, 150] and not led.proven("w", now=150)
+def test_windowed_work_is_that_many_rounds_inside_one_window():
+    """A learner's followers (roles.py): 3 steps within 100 of each other, as the sliding window
+    it kept before; one step every 99 or 100 keeps nobody vouched."""
+    def proven_after(steps, now):
+        led = WorkLedger(WorkRule(rounds=3, limit=10, idle=100))
+        for s in steps:
+            led.record("w", s, window=True)
+        return led.proven("w", now=now)
+
+    assert proven_after([1, 2, 3], 3) and proven_after([1, 50, 100], 100)
+    assert not proven_after([1, 100, 199], 199) and not proven_after([1, 101, 201], 201)
+    assert not proven_after([1, 2, 3, 103, 203, 303, 403], 403)
+    assert not proven_after([1, 2, 3], 103)  # the last of them 100 steps ago: no longer recent
+    led = WorkLedger(WorkRule(rounds=3, limit=1, idle=100))
+    led.record("w", 1, window=True)
+    led.record("x", 2, window=True)  # displaces w, and its window with it
+    assert "w" not in led and "w" not in led._recent
 
 
 def test_the_weakness_order_and_the_three_rules():
