@@ -90,7 +90,8 @@ class Learner:
     def __init__(self, policy: Policy, *, learning_rate: float, weight_decay: float = 0.0,
                  max_grad_norm: float = 1.0, num_iterations: int = 1, baseline: str = "mean",
                  scale_rewards: str = "none", lr_rule: str = "sqrt", rho_ref: float = 1.0,
-                 lr_floor: float = 0.0, warmup_steps: int = 20, temperature: float = 1.0,
+                 lr_floor: float = 0.0, ess_ref: float = 0.0, lr_cap: float = 2.0,
+                 warmup_steps: int = 20, temperature: float = 1.0,
                  loss: LossConfig = LossConfig(), off_policy_correction: bool = True,
                  micro_batch_size: int = 0, micro_batch_tokens: int = 0):
         self.policy = policy
@@ -107,6 +108,10 @@ class Learner:
         self.lr_rule = lr_rule
         self.rho_ref = rho_ref
         self.lr_floor = lr_floor
+        # The count rule's reference ESS (the rows of the node's own groups a step) and its cap.
+        self.ess_ref, self.lr_cap = ess_ref, lr_cap
+        if lr_rule == "count":
+            lr_factor(1.0, lr_rule, rho_ref, lr_floor, ess=ess_ref, ess_ref=ess_ref, cap=lr_cap)  # refuses bad values now
         self.warmup_steps = warmup_steps
         self.temperature = temperature
         self.loss_cfg = loss
@@ -288,6 +293,10 @@ class Learner:
         )
         return metrics
 
+    def _lr_factor(self, rho: float, ess: float) -> float:
+        return lr_factor(rho, self.lr_rule, self.rho_ref, self.lr_floor, ess=ess, ess_ref=self.ess_ref,
+                         cap=self.lr_cap)
+
     def _inert_pass(self, r: "_Rows") -> "_Pass":
         """A batch none of whose rows carries gradient: the gradient is exactly 0 with no pass
         (the optimizer still steps on it, as it would on the backward pass's zeros), and the
@@ -295,7 +304,7 @@ class Learner:
         for p in self.params:
             p.grad = torch.zeros_like(p)
         adv = rewards_only_advantages(r.rewards, r.gids, self.baseline, self.scale_rewards)
-        factor = lr_factor(1.0, self.lr_rule, self.rho_ref, self.lr_floor)
+        factor = self._lr_factor(1.0, 0.0)  # no gradient row: ρ = 1, no effective sample (count: the floor)
         stats = dict(behaviour_rho=1.0, ess=0.0, rho=1.0, lr_factor=factor, lr=self.base_lr * factor * self._warmup(),
                      grad_rows=0.0, grad_sources=0.0, rho_pooled=1.0, rho_all_rows=None)
         loss_metrics = dict(clip_frac=0.0, m2po_masked_frac=0.0, ratio_mean=None, weight_mean=None,
@@ -341,7 +350,7 @@ class Learner:
             carry = adv.loss_mask & (adv.advantages.abs() > ZERO_ADVANTAGE)
             # Per source, summed: one peer lowers ρ by at most its share of these rows.
             rho = ess_fraction_by_source(w, r.sources, carry)
-            factor = lr_factor(rho, self.lr_rule, self.rho_ref, self.lr_floor)
+            factor = self._lr_factor(rho, rho * float(carry.sum()))
             w_beh = w if true_w is None else true_w
             stats = dict(behaviour_rho=rho if true_w is None else ess_fraction_by_source(w_beh, r.sources, carry),
                          ess=rho * int(carry.sum()), rho=rho, lr_factor=factor,

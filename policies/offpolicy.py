@@ -16,7 +16,7 @@ from typing import Literal
 
 import torch
 
-LrRule = Literal["none", "sqrt", "linear"]
+LrRule = Literal["none", "sqrt", "linear", "count"]
 
 __all__ = [
     "LrRule",
@@ -132,10 +132,16 @@ def ess_fraction_by_source(w: torch.Tensor, sources: torch.Tensor, rows: torch.T
     return float(ess.sum()) / w.numel()
 
 
-def lr_factor(rho: float, rule: LrRule = "sqrt", rho_ref: float = 1.0, floor: float = 0.0) -> float:
-    """The factor VCPO applies to the base learning rate for a batch with ESS fraction ρ.
+def lr_factor(rho: float, rule: LrRule = "sqrt", rho_ref: float = 1.0, floor: float = 0.0, *,
+              ess: float | None = None, ess_ref: float = 0.0, cap: float = 1.0) -> float:
+    """The factor applied to the base learning rate for a batch with ESS fraction ρ.
 
-    sqrt:   sqrt(min(1, ρ / ρ_ref))     linear: min(1, ρ / ρ_ref)     none: 1
+    sqrt:   sqrt(min(1, ρ / ρ_ref))     linear: min(1, ρ / ρ_ref)     none: 1   (VCPO: ≤ 1)
+    count:  min(cap, sqrt(ESS / ESS_ref)), ESS the batch's effective gradient rows (ρ times the
+            rows that carry gradient), ESS_ref the rows a step of the node's own groups carries:
+            the square-root batch rule under Adam, on the effective sample count, so a step with
+            twice the effective samples may go √2 further (never past ``cap``, whatever peers send),
+            and one with few informative rows goes less far.
     The result is never below ``floor`` so a pathological batch slows learning but never
     freezes it when the user asks for that.
     """
@@ -150,8 +156,14 @@ def lr_factor(rho: float, rule: LrRule = "sqrt", rho_ref: float = 1.0, floor: fl
         f = x
     elif rule == "none":
         f = 1.0
+    elif rule == "count":
+        if ess is None or not ess_ref > 0:
+            raise ValueError(f"the count rule needs the batch's ESS and an ESS_ref > 0 (got {ess}, {ess_ref})")
+        if not cap >= 1.0:
+            raise ValueError(f"lr cap must be >= 1, got {cap}")
+        f = min(cap, math.sqrt(max(0.0, ess) / ess_ref))
     else:
-        raise ValueError(f"unknown lr rule {rule!r}; choose 'sqrt', 'linear' or 'none'")
+        raise ValueError(f"unknown lr rule {rule!r}; choose 'sqrt', 'linear', 'count' or 'none'")
     return max(floor, f)
 
 

@@ -15,6 +15,9 @@ layer may report through). Beyond the layers:
 
 - ``rewards`` imports only ``protocol.task_id`` and ``protocol.errors`` of ``protocol``;
 - a carrier (node/transport/<hivemind|libp2p|mqtt>/) never imports another carrier;
+- node.swarm, node.run and node.broadcast import no carrier folder, and no module outside the
+  carrier registry (node/transport/carriers.py) and the carriers' own folders spells a carrier's
+  name as a string (docstrings aside): they choose a carrier by its traits in the registry;
 - nothing but ``node.cli`` imports ``node.sim``;
 - nothing imports the bare names ``node``, ``protocol``, ``policies``, ``rewards``: only
   ``swarm_node.node`` ... (a bare import would load a module twice, or someone else's package).
@@ -69,6 +72,17 @@ LAYERS: list[tuple[str, ...]] = [
     ("swarm_node",),  # the package itself and ``python -m swarm_node``
 ]
 CARRIERS = ("swarm_node.node.transport.hivemind", "swarm_node.node.transport.libp2p", "swarm_node.node.transport.mqtt")
+# What knows no carrier: they reach one through the carrier registry (node/transport/carriers.py).
+CARRIER_BLIND = ("swarm_node.node.swarm", "swarm_node.node.run", "swarm_node.node.broadcast")
+CARRIER_NAMES = ("hivemind", "libp2p", "mqtt", "memory")  # the registry's rows' names
+# Where a carrier's name may be spelled as a string: the registry, the carriers' own folders and
+# the memory carrier's module.
+NAMES_AT_HOME = ("node/transport/carriers.py", "node/transport/hivemind/", "node/transport/libp2p/",
+                 "node/transport/mqtt/", "node/transport/memory.py")
+# (file, literal) -> where that string is not a carrier's name, and why: "logger" (an argument of
+# getLogger) or "key" (a dict key); anywhere else in the file it is still caught.
+NOT_A_CARRIER = {("node/observe/logs.py", "hivemind"): ("logger", "the hivemind library's logger"),
+                 ("node/run/trainer.py", "memory"): ("key", "status.json's memory block (RAM)")}
 REWARDS_MAY_IMPORT = ("swarm_node.protocol.task_id", "swarm_node.protocol.errors")
 
 
@@ -151,9 +165,34 @@ def violations_of(module: str, imports: list[tuple[int, str]]) -> list[Violation
         theirs_c = next((c for c in CARRIERS if _within(imp, c)), None)
         if mine_c and theirs_c and mine_c != theirs_c:
             out.append(Violation(module, line, imp, "a carrier imports another carrier"))
+        if theirs_c and any(_within(module, m) for m in CARRIER_BLIND):
+            out.append(Violation(module, line, imp, "swarm, run and broadcast import no carrier folder: ask "
+                                                    "node/transport/carriers.py"))
         if _within(imp, "swarm_node.node.sim") and not (_within(module, "swarm_node.node.sim")
                                                         or _within(module, "swarm_node.node.cli")):
             out.append(Violation(module, line, imp, "only node.cli imports node.sim"))
+    return out
+
+
+def carrier_names_spelled(root: Path = ROOT, folders: tuple[str, ...] = FOLDERS) -> list[str]:
+    """``file:line: 'name'`` for each carrier's name written as a string (docstrings aside) outside
+    ``NAMES_AT_HOME``: everywhere else a carrier is chosen by its traits in the registry."""
+    out = []
+    for folder in folders:
+        for path in sorted((root / folder).rglob("*.py")):
+            rel = path.relative_to(root).as_posix()
+            if rel.startswith(NAMES_AT_HOME):
+                continue
+            tree = ast.parse(path.read_text(), rel)
+            docs = {id(n.body[0].value) for n in ast.walk(tree)
+                    if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                    and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+            where = {**{id(k): "key" for n in ast.walk(tree) if isinstance(n, ast.Dict) for k in n.keys if k is not None},
+                     **{id(a): "logger" for n in ast.walk(tree) if isinstance(n, ast.Call)
+                        and getattr(n.func, "attr", getattr(n.func, "id", "")) == "getLogger" for a in n.args}}
+            out += [f"{rel}:{n.lineno}: {n.value!r}: choose the carrier by its traits (node/transport/carriers.py)"
+                    for n in ast.walk(tree) if isinstance(n, ast.Constant) and n.value in CARRIER_NAMES
+                    and id(n) not in docs and NOT_A_CARRIER.get((rel, n.value), ("",))[0] != where.get(id(n))]
     return out
 
 
@@ -240,11 +279,12 @@ def main(argv: list[str] | None = None) -> int:
     for mod, why in SIZE_EXCEPTIONS.items():
         print(f"  allowed over {MAX_LINES}: {mod}: {why}")
     stale = stale_package_maps()
-    for line in [str(v) for v in bad] + big + stale:
+    spelled = carrier_names_spelled()
+    for line in [str(v) for v in bad] + big + stale + spelled:
         print("VIOLATION", line)
-    failed = bad or big or stale
+    failed = bad or big or stale or spelled
     print("ok" if not failed else
-          f"{len(bad)} import, {len(big)} size and {len(stale)} package map violation(s)")
+          f"{len(bad)} import, {len(big)} size, {len(stale)} package map and {len(spelled)} carrier name violation(s)")
     return 1 if failed else 0
 
 

@@ -30,6 +30,29 @@ def test_the_checker_sees_an_upward_import():
     # The one import name: a bare ``node``/``protocol``/... is someone else's package, or a second copy.
     assert check_layout.violations_of("swarm_node.node.run.trainer", [(1, "node.run.config")])
     assert check_layout.violations_of("swarm_node.rewards.registry", [(1, "protocol.task_id")])
+    # The exchange, the round loop and the broadcast know no carrier: they ask the registry.
+    for blind in ("swarm_node.node.swarm.exchange", "swarm_node.node.run.config", "swarm_node.node.broadcast.roles"):
+        assert check_layout.violations_of(blind, [(1, "swarm_node.node.transport.mqtt.url")])
+        assert not check_layout.violations_of(blind, [(1, "swarm_node.node.transport.carriers")])
+    assert not check_layout.violations_of("swarm_node.node.cli.doctor", [(1, "swarm_node.node.transport.hivemind.dialback")])
+
+
+def test_no_carrier_name_is_spelled_outside_the_registry_and_its_folders():
+    assert check_layout.carrier_names_spelled() == []
+
+
+def test_the_checker_sees_a_carrier_name_spelled(tmp_path):
+    (tmp_path / "node" / "run").mkdir(parents=True)
+    (tmp_path / "node" / "transport" / "mqtt").mkdir(parents=True)
+    (tmp_path / "node" / "run" / "x.py").write_text(
+        '"""Over mqtt, every node dials out."""\nif transport == "mqtt":\n    pass\nkey = "mqtt_queued"\n')
+    (tmp_path / "node" / "transport" / "mqtt" / "y.py").write_text('NAME = "mqtt"\n')
+    # an exempt file's exemption holds only where it says: a dict key here, not a comparison
+    (tmp_path / "node" / "run" / "trainer.py").write_text('fields = {"memory": 1}\nif t == "memory":\n    pass\n')
+    found = check_layout.carrier_names_spelled(tmp_path, ("node",))
+    assert len(found) == 2, found
+    assert found[0].startswith("node/run/trainer.py:2: 'memory'")
+    assert found[1].startswith("node/run/x.py:2: 'mqtt'")  # not the docstring, not its folder
 
 
 def test_every_package_map_is_current():

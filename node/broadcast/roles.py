@@ -9,8 +9,8 @@
   dropped and counted (``worker_dropped_stale``). A broadcast version is ``learner.version +
   offset``; the offset is 0 unless the learner restarted behind a version it had already signed
   (resumed from an older checkpoint): then it jumps past it (``WeightSource.next_free_version``),
-  so no number is signed twice. Workers whose rollouts it admitted at ``VOUCH_STEPS`` steps (the
-  last within ``VOUCH_IDLE_STEPS``) are *vouched* and relay first.
+  so no number is signed twice. Workers whose rollouts it admitted at 3 steps (the last within 100:
+  the sustained-work rule ``FOLLOWERS``, node/transport/work_ledger.py) are *vouched* and relay first.
 - ``worker``: follows a learner's versions (node/broadcast/follow.py), generates with the newest
   applied one, publishes its rollouts labelled with that version, and trains nothing. It waits
   (and says so) until it has a version within ``max_staleness`` of the newest the learner
@@ -29,21 +29,18 @@ The trainer calls a role at fixed points (``start``, ``before_step``, ``rollout_
 from __future__ import annotations
 
 import asyncio
-import collections
 import dataclasses
 import logging
 import time
 from swarm_node.node.broadcast.context import RoleContext
 from swarm_node.node.errors import NodeError
+from swarm_node.node.transport.work_ledger import FOLLOWERS, WorkLedger
 
 log = logging.getLogger(__name__)
 
 __all__ = ["Role", "LearnerRole", "WorkerRole", "LearnerGone", "make_role"]
 
 REFRESH_S = 20.0  # the learner re-announces its pointer and re-reads its followers this often
-VOUCH_STEPS = 3  # a follower is vouched for once its rollouts were admitted at this many steps ...
-VOUCH_IDLE_STEPS = 100  # ... and stops being after this many steps without any
-MAX_VOUCHED = 512  # followers tracked towards vouching (the least recent go first)
 
 
 class Role:
@@ -101,7 +98,10 @@ class LearnerRole(Role):
         self.offset = 0  # broadcast version - learner version (see the module doc)
         self.published_versions: dict[int, int] = {}  # broadcast version -> learner version, this life
         self.followers: set[str] = set()
-        self._work: collections.OrderedDict[str, set[int]] = collections.OrderedDict()  # peer -> steps it was admitted at
+        # follower -> [steps its rollouts of our versions were admitted at, the last]: the one
+        # ledger of sustained work (node/transport/work_ledger.py, rule FOLLOWERS: 3 steps, the
+        # last within 100; 512 followers kept)
+        self._work = WorkLedger(FOLLOWERS)
         self.dropped_stale = 0
         self._task: asyncio.Task | None = None
 
@@ -161,20 +161,16 @@ class LearnerRole(Role):
         return kept, info
 
     def _worked(self, peer: str, step: int) -> None:
-        steps = {x for x in self._work.pop(peer, set()) if x > step - VOUCH_IDLE_STEPS} | {step}
-        self._work[peer] = set(sorted(steps)[-VOUCH_STEPS:])
-        while len(self._work) > MAX_VOUCHED:
-            self._work.popitem(last=False)
+        self._work.record(peer, step, window=True)  # its 3 steps inside one window of 100
 
     def vouched_at(self, step: int) -> set[str]:
-        """Followers whose rollouts of our versions were admitted at VOUCH_STEPS steps, the last
-        within VOUCH_IDLE_STEPS: sustained work, which one labelled batch from a fresh id is not."""
-        return {p for p, steps in self._work.items()
-                if len(steps) >= VOUCH_STEPS and max(steps) > step - VOUCH_IDLE_STEPS}
+        """Followers whose rollouts of our versions were admitted at the rule's number of steps,
+        the last recently: sustained work, which one labelled batch from a fresh id is not."""
+        return {p for p in self._work if self._work.proven(p, now=step)}
 
     @property
     def vouched(self) -> set[str]:
-        return {p for p, steps in self._work.items() if len(steps) >= VOUCH_STEPS}
+        return {p for p in self._work if self._work.proven(p)}
 
     async def after_step(self, ctx: RoleContext, record: dict) -> None:
         k = ctx.settings.publish_every

@@ -7,6 +7,7 @@ import asyncio
 
 from swarm_node.node.cli.flags import overrides as config_overrides
 from swarm_node.node.run.config import load_config
+from swarm_node.node.transport.carriers import the
 
 
 def run_adversary(args: argparse.Namespace, unknown: list[str]) -> int:
@@ -15,7 +16,7 @@ def run_adversary(args: argparse.Namespace, unknown: list[str]) -> int:
 
     overrides = config_overrides(args, unknown)
     if args.bootstrap:
-        overrides.setdefault("swarm.transport", "hivemind")  # the public swarm's carrier unless named
+        overrides.setdefault("swarm.transport", the(lambda c: c.join_default).name)  # the public swarm's unless named
         overrides["swarm.initial_peers"] = list(overrides.get("swarm.initial_peers", [])) + args.bootstrap
     cfg = load_config(args.config, overrides)
     setup_logging(cfg.run.log_level, cfg.run.log_format)

@@ -102,7 +102,7 @@ async def _network(cfg, args, say) -> float | None:
         say(Check("clock", "warn", "not measured: not joined"))
         return None
     got = await join_and_listen(sc, join_timeout=sc.startup_timeout + args.timeout, window=args.window,
-                                ask_timeout=ASK_S, ask=_dialback(peers, args.timeout) if c.name == "hivemind" else None)
+                                ask_timeout=ASK_S, ask=_dialback(c, peers, args.timeout) if c.load_dialback else None)
     if not got.joined:
         say(Check("join", "fail", f"could not join over {c.name} in {got.join_s:.1f} s: {got.error}",
                   "see docs/troubleshooting.md for the message"))
@@ -113,14 +113,14 @@ async def _network(cfg, args, say) -> float | None:
                             f"{len(got.heard)} peer(s)' heartbeats in {args.window:g} s{refused}"))
     maddrs = list(got.info.get("maddrs") or got.info.get("addrs") or [])
     say(address_check(maddrs, c.name))
-    if c.name == "hivemind":
+    if c.load_dialback:  # peers answered where they saw this node and whether its port answered
         fixed = any((endpoint_of(m) or ("", 0))[1] for m in sc.host_maddrs)
         for check in reach_checks(got.asked, maddrs, behind_nat=sc.behind_nat, fixed_port=fixed,
-                                  announced=bool(sc.announce_maddrs)):
+                                  announced=bool(sc.announce_maddrs), carrier=c.name):
             say(check)
     else:
         say(nat_check(maddrs, c.name, announced=bool(sc.announce_maddrs), behind_nat=sc.behind_nat))
-        if c.name != "mqtt":  # over mqtt nothing listens: every node dials out to the broker
+        if c.listens:  # else nothing listens: every node dials out to the broker
             say(Check("reachable", "warn", f"unknown: the {c.name} carrier has no dial-back to ask a peer with",
                       "check the port from another machine (`nc -vz PUBLIC_IP PORT`), or run the doctor "
                       "against a hivemind bootstrap"))
@@ -130,12 +130,13 @@ async def _network(cfg, args, say) -> float | None:
     return offset
 
 
-def _dialback(peers: list[str], timeout: float):
+def _dialback(c, peers: list[str], timeout: float):
     """The request made while joined: each answered bootstrap (3 at most) is asked at once to dial
     the port back, each given its own time under the whole request's, so a slow or flooded peer
     costs its own answer, not the others'."""
     async def ask(transport) -> list:
-        from swarm_node.node.transport.hivemind.dialback import DIAL_S, Reach, ask_dialback
+        dialback = c.load_dialback()
+        DIAL_S, Reach, ask_dialback = dialback.DIAL_S, dialback.Reach, dialback.ask_dialback
 
         port = listening_port(list(transport.maddrs))
         each = min(timeout + 2 * DIAL_S, ASK_FRACTION * ASK_S)

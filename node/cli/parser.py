@@ -11,6 +11,11 @@ import argparse
 from pathlib import Path
 
 from swarm_node.node.run.config import flag_fields, show_value
+from swarm_node.node.transport.carriers import names, the
+
+NETWORK_CARRIERS = names(lambda c: not c.in_process)  # what join and doctor choose from
+BOOTSTRAP_CARRIERS = names(lambda c: c.load_bootstrap is not None)
+PUBLIC = the(lambda c: c.join_default).name  # the public swarm's carrier: join's and bootstrap's default
 
 JOIN_RUN_DIR = "runs/join"  # join's run folder unless --run.dir or the config names one
 
@@ -115,7 +120,7 @@ def _add_join(sub) -> None:
     join.add_argument("--bootstrap", action="append", default=[], metavar="MADDR",
                       help="multiaddr of a bootstrap peer, as `swarm-node bootstrap` prints it "
                            "(repeat for several; same as --swarm.initial_peers)")
-    join.add_argument("--transport", choices=["hivemind", "libp2p", "mqtt"], default=None,
+    join.add_argument("--transport", choices=NETWORK_CARRIERS, default=None,
                       help="hivemind (default): the public swarm's DHT; libp2p: gossipsub on a pure-Python "
                            "libp2p host, no daemon (its own swarms: bootstrap with `swarm-node bootstrap "
                            "--transport libp2p`); mqtt: a private cluster's broker (--broker; "
@@ -155,7 +160,7 @@ def _add_doctor(sub) -> None:
                "  swarm-node doctor --broker mqtts://node1@broker.example:8883",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     doc.add_argument("--bootstrap", action="append", default=[], metavar="MADDR", help="as for join")
-    doc.add_argument("--transport", choices=["hivemind", "libp2p", "mqtt"], default=None, help="as for join")
+    doc.add_argument("--transport", choices=NETWORK_CARRIERS, default=None, help="as for join")
     doc.add_argument("--broker", metavar="URL", default=None, help="as for join")
     doc.add_argument("--window", type=float, default=6.0, metavar="S",
                      help="seconds to listen to peers' heartbeats for the clock check (default 6: nodes send one "
@@ -174,7 +179,7 @@ def _add_bootstrap(sub) -> None:
         description="Run a peer that others use as --bootstrap: a hivemind DHT peer (default) or, with "
                     "--transport libp2p, a py-libp2p host answering peer exchange (no daemon). It prints "
                     "its multiaddrs (one per line) and serves until Ctrl-C. It trains nothing.")
-    boot.add_argument("--transport", choices=["hivemind", "libp2p"], default="hivemind",
+    boot.add_argument("--transport", choices=BOOTSTRAP_CARRIERS, default=PUBLIC,
                       help="the carrier of the swarms it bootstraps (default hivemind); a libp2p node needs a "
                            "libp2p bootstrap")
     boot.add_argument("--host", default="0.0.0.0", help="IPv4 address to listen on (default: all)")
@@ -210,7 +215,7 @@ def _add_sim(sub) -> None:
                      help="also run this many control nodes: the same recipe trained alone, on the groups a sharing "
                           "node generates itself per step (its I), so the summary and held_out.png show whether "
                           "sharing paid off (they are the last node folders; default 0)")
-    sim.add_argument("--transport", choices=["hivemind", "mqtt", "libp2p", "memory"], default="hivemind",
+    sim.add_argument("--transport", choices=names(), default=PUBLIC,
                      help="hivemind: real processes and daemons on loopback (default); mqtt: real processes "
                           "through a local Mosquitto the simulator starts (apt-get install mosquitto); libp2p: "
                           "real processes on py-libp2p hosts, no daemon; memory: in one process")

@@ -8,6 +8,7 @@
     plots.py         reward-curve and held-out PNGs
     held_out.py      how a held-out evaluation is shown (latest, headline number, one line)
     logs.py          text or JSON (structured) logs
+    peer_text.py     a peer's text made safe to show (no control characters, bounded length)
 
 Nothing here imports the rest of ``node``: every layer may report through it.
 """

@@ -96,7 +96,7 @@ class _Collector(Collector):
             if kind in swarm:
                 errors.add_metric([kind.removesuffix("_errors").removesuffix("_failures")], swarm[kind])
         yield errors
-        if swarm.get("transport") == "mqtt":
+        if "broker" in swarm:  # a carrier that meets at a broker reports its connection
             yield GaugeMetricFamily(_PREFIX + "broker_connected", "1 while connected to the broker",
                                     value=1 if swarm.get("connected") else 0)
             yield CounterMetricFamily(_PREFIX + "broker_reconnects", "reconnections to the broker",

@@ -12,8 +12,9 @@ import shlex
 from dataclasses import asdict, dataclass
 
 from swarm_node.node.swarm.clock_offset import MIN_PEERS, SKEW_FRACTION, agreeing, median_offset, peer_offsets, skew_exceeds
-from swarm_node.node.transport.addresses import relayed
-from swarm_node.node.transport.hivemind.dialback import direct_address, printable
+from swarm_node.node.transport.addresses import direct_address, relayed
+from swarm_node.node.observe.peer_text import printable
+from swarm_node.node.transport.carriers import CARRIERS, the
 
 __all__ = ["Check", "render", "exit_code", "report", "address_check", "nat_check", "reach_checks", "listening_port",
            "clock_check", "disk_check", "checkpoint_bytes"]
@@ -61,8 +62,8 @@ def _kind(maddr: str) -> str:
 
 def address_check(maddrs: list[str], carrier: str) -> Check:
     """The addresses the joined transport gives its peers (its ``info()``)."""
-    if carrier == "mqtt":
-        return Check("addresses", "ok", "none needed: over mqtt every node dials out to the broker")
+    if not CARRIERS[carrier].listens:
+        return Check("addresses", "ok", f"none needed: over {carrier} every node dials out to the broker")
     if not maddrs:
         return Check("addresses", "warn", f"the {carrier} transport reported no address",
                      "set --swarm.host_maddrs to an address of this machine, e.g. '[\"/ip4/0.0.0.0/tcp/31338\"]'")
@@ -79,7 +80,7 @@ NO_PORT = ("; if no port can be forwarded, join with --swarm.behind_nat true (pe
 
 def _relay_note(carrier: str, behind_nat: bool) -> str:
     """How peers outside this network reach a node they cannot dial, on this carrier."""
-    if carrier != "hivemind":
+    if not CARRIERS[carrier].uses_nat_traversal:
         return "; this carrier has no relay, so peers outside this network cannot reach it"
     if behind_nat:
         return "; swarm.behind_nat is on: peers reach it through the bootstrap peers' relay"
@@ -88,10 +89,10 @@ def _relay_note(carrier: str, behind_nat: bool) -> str:
 
 def nat_check(maddrs: list[str], carrier: str, *, announced: bool, behind_nat: bool) -> Check:
     """NAT status as far as the transport tells it; reachability from outside is never guessed."""
-    if carrier == "mqtt":
+    c = CARRIERS[carrier]
+    if not c.listens:
         return Check("nat", "ok", "not needed: every node dials out to the broker (no port to open)")
-    source = {"hivemind": "hivemind's p2pd does not report its AutoNAT result to the node",
-              "libp2p": "py-libp2p's host runs no AutoNAT"}.get(carrier, f"the {carrier} transport reports none")
+    source = c.nat_report or f"the {carrier} transport reports none"
     kinds = {_kind(m) for m in maddrs}
     if "public" in kinds or "name" in kinds or announced:
         return Check("nat", "ok", f"unknown: {source}; a public address is announced, so peers can dial it "
@@ -100,7 +101,7 @@ def nat_check(maddrs: list[str], carrier: str, *, announced: bool, behind_nat: b
                                 f"this network cannot dial this node{_relay_note(carrier, behind_nat)}",
                  "behind NAT, fix a port (--swarm.host_maddrs '[\"/ip4/0.0.0.0/tcp/31338\"]'), forward it and "
                  "announce it (--swarm.announce_maddrs '[\"/ip4/PUBLIC_IP/tcp/31338\"]')"
-                 + (NO_PORT if carrier == "hivemind" and not behind_nat else "")
+                 + (NO_PORT if c.uses_nat_traversal and not behind_nat else "")
                  + "; on a private cluster or loopback this is expected")
 
 
@@ -114,14 +115,15 @@ def listening_port(maddrs: list[str]) -> int | None:
 
 
 def reach_checks(reaches: list, maddrs: list[str], *, behind_nat: bool, fixed_port: bool = False,
-                 announced: bool = False) -> tuple[Check, Check]:
+                 announced: bool = False, carrier: str | None = None) -> tuple[Check, Check]:
     """The nat and reachable lines from peers' dial-back answers (node/transport/hivemind/dialback.py's
     ``Reach``): where a peer saw this node (its address, or its router's: NAT) and whether that
     peer could open a connection to the listening port at that address."""
+    carrier = carrier or the(lambda c: c.load_dialback is not None).name  # whose peers dial back
     answered = [r for r in reaches if direct_address(r.observed)]  # a peer's text: only a parseable address counts
     if not answered:
         why = printable(reaches[0].why) if reaches else "no peer to ask"
-        return (nat_check(maddrs, "hivemind", announced=False, behind_nat=behind_nat),
+        return (nat_check(maddrs, carrier, announced=False, behind_nat=behind_nat),
                 Check("reachable", "warn", f"unknown: no peer answered the dial-back request ({why})",
                       "ask through a bootstrap that runs this swarm-node version (`swarm-node bootstrap`)"))
     # The majority of the peers that answered: one peer (any node may be named a bootstrap) cannot
@@ -155,7 +157,7 @@ def reach_checks(reaches: list, maddrs: list[str], *, behind_nat: bool, fixed_po
                           f"announce it: {announce} (else peers learn it only once libp2p's identify has "
                           f"seen it from several peers)")
     found = (f"port {port} is not reachable from peer {peer}{agreed}: {dialed or r.observed}: {why}"
-             f"{'' if seen in hosts else _relay_note('hivemind', behind_nat)}")  # no NAT: the firewall
+             f"{'' if seen in hosts else _relay_note(carrier, behind_nat)}")  # no NAT: the firewall
     if seen in hosts:
         fix = f"open TCP port {port} in this machine's firewall (e.g. `ufw allow {port}/tcp`)"
     else:

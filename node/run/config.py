@@ -24,6 +24,7 @@ from swarm_node.node.errors import ConfigError
 from swarm_node.node.run.config_section import Section as _Section, none_words as _none_words
 from swarm_node.node.run.eval_config import EvalConfig
 from swarm_node.node.run.tasks_config import TasksConfig
+from swarm_node.node.transport.carriers import CARRIERS
 from swarm_node.policies.prompt_format import DEFAULT_SYSTEM
 
 if sys.version_info >= (3, 11):
@@ -92,7 +93,9 @@ class LearnerConfig(_Section):
     delta: Optional[PositiveFloat] = Field(4.0, description="clamp on the unclipped ratio before PPO clipping (INTELLECT-2 uses 4): bounds the loss of a negative-advantage token whose ratio explodes; none = off")
     m2po_tau: Optional[NonNegativeFloat] = Field(None, description="M2PO second-moment bound; replaces PPO clipping; none = off")
     weight_cap: float = Field(8.0, gt=0, description="truncation c of sequence importance weights (VCPO: 8)")
-    lr_rule: Literal["sqrt", "linear", "none"] = Field("sqrt", description="ESS learning-rate rule (VCPO)")
+    lr_rule: Literal["sqrt", "linear", "none", "count"] = Field("sqrt", description="ESS learning-rate rule: sqrt, linear (VCPO: the factor is at most 1), none, or count: sqrt(ESS / learner.ess_ref) capped at learner.lr_cap, so a step with more effective samples (peers' informative groups) may go further (docs/algorithm.md)")
+    ess_ref: float = Field(0.0, ge=0, allow_inf_nan=False, description="count rule: the effective gradient rows at which the LR is unscaled (0 = the rows a step of this node's own groups carries: (generation.prompts_per_step - swarm.external_groups when sharing) x generation.num_generations; only rows with a nonzero advantage count toward ESS, so an on-policy step whose groups are partly all-equal, or any step under the median baseline, has a factor below 1)")
+    lr_cap: float = Field(2.0, ge=1, le=4, description="count rule: the largest LR factor, whatever peers send")
     rho_ref: float = Field(1.0, gt=0, le=1, description="ESS fraction at which the LR is unscaled")
     lr_floor: float = Field(0.0, ge=0, le=1, description="lowest LR factor the ESS rule may give")
     max_off_policy_steps: int = Field(32, ge=0, description="drop rollouts from policies more than this many versions old")
@@ -136,7 +139,7 @@ class RunConfig(_Section):
 
 
 class SwarmConfig(_Section):
-    transport: Literal["none", "memory", "hivemind", "mqtt", "libp2p"] = Field("none", description="none (train alone), hivemind (the public swarm over the hivemind DHT), libp2p (a swarm over py-libp2p's gossipsub: no daemon; pip install 'swarm-node[libp2p]'), mqtt (a private cluster's swarm through one broker: swarm.broker) or memory (in-process, for tests and simulation); nodes on different carriers are different swarms")
+    transport: Literal[("none", *CARRIERS)] = Field("none", description="none (train alone), hivemind (the public swarm over the hivemind DHT), libp2p (a swarm over py-libp2p's gossipsub: no daemon; pip install 'swarm-node[libp2p]'), mqtt (a private cluster's swarm through one broker: swarm.broker) or memory (in-process, for tests and simulation); nodes on different carriers are different swarms")
     name: str = Field("swarm-node", description="swarm name: nodes only exchange rollouts with nodes of the same name")
     initial_peers: list[str] = Field([], description="multiaddrs of bootstrap peers (hivemind, libp2p), e.g. /ip4/1.2.3.4/tcp/31337/p2p/Qm...; empty = start a new swarm (join asks for --new-swarm then)")
     host_maddrs: list[str] = Field(["/ip4/0.0.0.0/tcp/0"], description="addresses the hivemind daemon or the libp2p host listens on (tests use /ip4/127.0.0.1/tcp/0)")
@@ -176,14 +179,13 @@ class SwarmConfig(_Section):
 
     @model_validator(mode="after")
     def _broker(self) -> "SwarmConfig":
-        from swarm_node.node.transport.carriers import CARRIERS
-        from swarm_node.node.transport.mqtt.url import parse_broker_url
+        from swarm_node.node.transport.carriers import CARRIERS, broker_carrier
 
         c = CARRIERS.get(self.transport)  # None: "none"
         if c is not None and c.needs_broker and not self.broker:
             raise ValueError(f"swarm.transport {self.transport} needs swarm.broker (--broker mqtts://user@host:8883)")
         if self.broker:
-            parse_broker_url(self.broker)  # a clear error now, not at join
+            broker_carrier().broker_shown(self.broker)  # a clear error now, not at join
         if self.broker_key_file and not self.broker_cert_file:
             raise ValueError("swarm.broker_key_file without swarm.broker_cert_file")
         return self
@@ -251,10 +253,12 @@ class NodeConfig(_Section):
 
     @model_validator(mode="after")
     def _roles_need_a_network_swarm(self) -> "NodeConfig":
-        if self.broadcast.role != "full" and self.swarm.transport not in ("hivemind", "mqtt", "libp2p"):
-            raise ValueError(f"broadcast.role {self.broadcast.role} needs swarm.transport hivemind, mqtt or libp2p (swarm-node "
-                             f"join): weights travel over its p2p streams or its broker")
-        if self.broadcast.role == "learner" and self.swarm.behind_nat and self.swarm.transport == "hivemind":
+        c = CARRIERS.get(self.swarm.transport)  # None: "none"
+        if self.broadcast.role != "full" and (c is None or c.in_process):
+            *rest, last = [n for n, x in CARRIERS.items() if not x.in_process]
+            raise ValueError(f"broadcast.role {self.broadcast.role} needs swarm.transport {', '.join(rest)} or {last} "
+                             f"(swarm-node join): weights travel over its p2p streams or its broker")
+        if self.broadcast.role == "learner" and self.swarm.behind_nat and c is not None and c.uses_nat_traversal:
             # Its only addresses would be relay circuits, and a relay cuts a connection after about
             # 128 KiB: its workers would get manifests and never a whole chunk (docs/nat.md).
             raise ValueError("broadcast.role learner with swarm.behind_nat: workers fetch a learner's weights from "

@@ -34,7 +34,6 @@ from swarm_node.node.swarm.peer_cache import keep_peer_cache
 from swarm_node.node.run.wiring import build_exchange, build_learner, generation_backend, load_policy, start_vllm
 from swarm_node.node.transport import Transport
 from swarm_node.node.transport.carriers import CARRIERS
-from swarm_node.node.transport.mqtt.url import parse_broker_url
 
 if TYPE_CHECKING:
     from swarm_node.node.run.trainer import TrainingNode
@@ -108,7 +107,7 @@ def _joining(cfg: NodeConfig, transport: Transport | None) -> str:
         if c.joins_through_bootstrap and sc.initial_peers:
             return f"starting {c.local_peer}, then contacting " + ", ".join(sc.initial_peers)
         if c.needs_broker:
-            return "connecting to the broker at " + parse_broker_url(sc.broker).url
+            return "connecting to the broker at " + c.broker_shown(sc.broker)
     return sc.transport
 
 

@@ -115,8 +115,16 @@ def learner_arguments(cfg: NodeConfig) -> dict[str, Any]:
     values = cfg.learner.model_dump()
     values.update({name: getattr(getattr(cfg, section), field)
                    for name, (section, field) in OTHER_SECTIONS.items()})
+    values["ess_ref"] = values["ess_ref"] or own_rows(cfg)
     loss = LossConfig(**{f.name: values[f.name] for f in dataclasses.fields(LossConfig)})
     return {**{name: values[name] for name in learner_parameters()}, "loss": loss}
+
+
+def own_rows(cfg: NodeConfig) -> int:
+    """The rows a step of this node's own groups carries: the count rule's reference ESS (a
+    sharing node's I groups, a node alone all of its groups), times the group size."""
+    own = cfg.local_groups if cfg.swarm.transport != "none" else cfg.generation.prompts_per_step
+    return max(1, own) * cfg.generation.num_generations
 
 
 def build_learner(policy: Policy, cfg: NodeConfig) -> Learner:

@@ -10,6 +10,8 @@ import logging
 import signal
 from pathlib import Path
 
+from swarm_node.node.transport.carriers import the
+
 log = logging.getLogger(__name__)
 
 
@@ -18,7 +20,7 @@ def node_overrides(i: int, n: int, run_dir: Path, seed: int, overrides: dict, co
     """Node i's config flags in the worker: every node's, then its own folder, seed and display, a
     control node's flags (the last ``control``), then its ``[[node]]`` flags, in the order a node
     process gets them (node/sim/argv.py's ``node_args``)."""
-    own = {**overrides, "swarm.transport": "memory", "run.dir": str(run_dir / f"node{i}"),
+    own = {**overrides, "swarm.transport": the(lambda c: c.in_process).name, "run.dir": str(run_dir / f"node{i}"),
            "train.seed": seed + i, "run.progress": "off", "run.plot": False, "train.threads": 1}
     if overrides.get("run.metrics_port"):  # one port per node
         own["run.metrics_port"] = int(overrides["run.metrics_port"]) + i

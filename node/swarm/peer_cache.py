@@ -37,10 +37,12 @@ from typing import Callable, Mapping
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from swarm_node.node.swarm.peer_work import MIN_ROUNDS  # (the one bar: the clock watch counts peers past it too)
+from swarm_node.node.transport.work_ledger import PEER_WORK
 from swarm_node.protocol.identity import Identity
 
 log = logging.getLogger(__name__)
+
+MIN_ROUNDS = PEER_WORK.rounds  # the one bar (node/transport/work_ledger.py): the clock watch counts peers past it too
 
 __all__ = ["PeerCache", "keep_peer_cache", "refresh_peer_cache", "dialable", "CACHE_FILE", "LIMIT",
            "ADDRS_PER_PEER", "MIN_ROUNDS"]

@@ -17,7 +17,8 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from swarm_node.node.transport.addresses import without_peer
+from swarm_node.node.transport.addresses import tcp_endpoint
+from swarm_node.node.transport.carriers import broker_carrier
 
 __all__ = ["endpoint_of", "dial", "Listened", "join_and_listen"]
 
@@ -30,20 +31,13 @@ SKEW_MEASURED_S = 86400.0
 
 def endpoint_of(addr: str) -> tuple[str, int] | None:
     """``(host, port)`` a multiaddr (``/ip4/H/tcp/P/...``, ``/dns4/``, ``/dns/``, ``/ip6/``) or a
-    ``scheme://[user@]host[:port]`` URL dials; None for anything else (a relay circuit, a bare id)."""
+    broker URL dials; None for anything else (a relay circuit, a bare id, an unreadable URL)."""
     if "://" in addr:
-        from urllib.parse import urlsplit
-
-        u = urlsplit(addr)
-        default = 8883 if u.scheme.endswith("s") else 1883
         try:
-            return (u.hostname, u.port or default) if u.hostname else None
+            return broker_carrier().broker_endpoint(addr)
         except ValueError:
             return None
-    parts = without_peer(addr).strip("/").split("/")
-    if len(parts) >= 4 and parts[0] in ("ip4", "ip6", "dns", "dns4", "dns6") and parts[2] == "tcp" and parts[3].isdigit():
-        return parts[1], int(parts[3])
-    return None
+    return tcp_endpoint(addr)
 
 
 async def dial(host: str, port: int, timeout: float) -> tuple[bool, str, float]:

@@ -8,10 +8,13 @@
                       for strangers
     standing.py       which publishers have an admitted history (sustained work, in the receiver's
                       rounds, bounded): the fast path of every carrier (pure)
+    work_ledger.py    the one ledger of sustained work and its three rules side by side (vouching,
+                      the exchange's peer work, a learner's followers): counted, bounded (pure)
     backoff.py        waiting between tries: the back-off schedule and the join retry loop
     join.py           how a carrier that joins through peers finds its swarm: the bootstraps, then
                       the peer cache, with back-off; which of them answered (``found_via``)
-    addresses.py      addresses that name their peer (``.../p2p/<id>``)
+    addresses.py      addresses that name their peer (``.../p2p/<id>``), and the parsing of a
+                      multiaddr's host and port (a peer's text strictly, a user's leniently)
     carrier.py        what the weight broadcast asks of a carrier (one request, one reply)
     directory.py      what a weights directory is (the source's pointer, its followers)
     carriers.py       what each carrier is (in one process, through a bootstrap peer, at a broker...):

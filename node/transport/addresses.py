@@ -9,8 +9,10 @@ reaches its host only through a circuit relay (a node behind NAT: node/transport
 
 from __future__ import annotations
 
+import ipaddress
+
 __all__ = ["P2P", "CIRCUIT", "names_peer", "peer_id_of", "without_peer", "with_peer", "dialable_addrs", "relayed",
-           "peer_address_error"]
+           "peer_address_error", "observed_host", "direct_address", "host_port", "tcp_endpoint"]
 
 P2P = "/p2p/"
 CIRCUIT = "/p2p-circuit"
@@ -86,3 +88,45 @@ def dialable_addrs(listening: list[str], announce: list[str], peer_id: str) -> l
         return [with_peer(a, peer_id) for a in real]
     return [with_peer(a.replace("/ip4/0.0.0.0/", "/ip4/127.0.0.1/").replace("/ip6/::/", "/ip6/::1/"), peer_id)
             for a in listening]
+
+
+def observed_host(maddr: str) -> str | None:
+    """The IP a direct connection came from (``/ip4/H/tcp/P``, ``/ip6/...``); None for a relayed one."""
+    parts = maddr.strip("/").split("/")
+    if relayed(maddr) or len(parts) < 2 or parts[0] not in ("ip4", "ip6"):
+        return None
+    return parts[1]
+
+
+def direct_address(maddr: str) -> tuple[str, int] | None:
+    """``(ip, port)`` of exactly ``/ip4/IP/tcp/PORT`` or ``/ip6/IP/tcp/PORT``, the IP of that
+    version; None for anything else (a relay circuit, a name, text a hostile peer made up)."""
+    parts = maddr.split("/") if isinstance(maddr, str) else []
+    if len(parts) != 5 or parts[0] or parts[1] not in ("ip4", "ip6") or parts[3] != "tcp":
+        return None
+    try:
+        ip = ipaddress.ip_address(parts[2])
+    except ValueError:
+        return None
+    port = parts[4]
+    if ip.version != int(parts[1][2]) or getattr(ip, "scope_id", None):  # a zone (%eth0) is free text
+        return None
+    if not (port.isascii() and port.isdigit() and len(port) <= 5):
+        return None
+    return (str(ip), int(port)) if int(port) < 65536 else None
+
+
+def host_port(host: str, port: int) -> str:
+    """``host:port``, the host bracketed when it is IPv6 (``[2001:db8::1]:4001``)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def tcp_endpoint(maddr: str) -> tuple[str, int] | None:
+    """``(host, port)`` a multiaddr dials over TCP (``/ip4/H/tcp/P/...``, ``/ip6/``, ``/dns/``,
+    ``/dns4/``, ``/dns6/``; what follows is ignored); None for anything else (a relay circuit, a
+    bare id, another protocol). Lenient: for addresses the user gave, not a peer's text
+    (``direct_address``)."""
+    parts = without_peer(maddr).strip("/").split("/")
+    if len(parts) >= 4 and parts[0] in ("ip4", "ip6", "dns", "dns4", "dns6") and parts[2] == "tcp" and parts[3].isdigit():
+        return parts[1], int(parts[3])
+    return None

@@ -20,7 +20,7 @@ from swarm_node.node.transport.hivemind import settings as hivemind_settings
 from swarm_node.node.transport.libp2p import settings as libp2p_settings
 from swarm_node.node.transport.mqtt import settings as mqtt_settings
 
-__all__ = ["CARRIERS", "Carrier", "carrier", "carrier_of_address"]
+__all__ = ["CARRIERS", "Carrier", "carrier", "carrier_of_address", "broker_carrier", "names", "the"]
 
 # (sc, ident, *, p2p_identity_path, on_retry) -> the transport's keyword arguments
 TransportKwargs = Callable[..., dict]
@@ -57,6 +57,17 @@ class Carrier:
     # Qm...; the libp2p host is the node's Ed25519 key: 12D3KooW...): tells one carrier's
     # bootstrap address from another's before dialling it.
     peer_id_prefix: str = ""
+    # (a broker carrier) ``swarm.broker`` as shown, ValueError for one it cannot use: the config
+    # checks it at load; start-up names it.
+    broker_shown: Callable[[str], str] | None = None
+    broker_endpoint: Callable[[str], tuple[str, int]] | None = None  # (host, port) it dials: the doctor's
+    # A node listens for its peers (False: every node dials out to the broker, mqtt): the doctor's
+    # address, NAT and reachability checks apply.
+    listens: bool = True
+    # What the carrier tells the node of its NAT status (the doctor's nat line).
+    nat_report: str = ""
+    # The doctor's dial-back request (a peer dials this node's port back), imported when called.
+    load_dialback: Callable[[], object] | None = None
 
 
 def _memory() -> type[Transport]:
@@ -79,6 +90,12 @@ def _hivemind_bootstrap() -> BootstrapServer:
     from swarm_node.node.transport.hivemind.bootstrap import run_bootstrap
 
     return run_bootstrap
+
+
+def _hivemind_dialback():
+    from swarm_node.node.transport.hivemind import dialback
+
+    return dialback
 
 
 def _mqtt() -> type[Transport]:
@@ -106,11 +123,13 @@ CARRIERS: dict[str, Carrier] = {c.name: c for c in (
     Carrier(name="hivemind", load_transport=_hivemind, transport_kwargs=hivemind_settings.transport_kwargs,
             joins_through_bootstrap=True, has_dht_index=True, uses_nat_traversal=True, join_default=True,
             local_peer="the p2p daemon", bootstrap_key="bootstrap.p2p.key", load_bootstrap=_hivemind_bootstrap,
-            peer_id_prefix="Qm"),
-    Carrier(name="mqtt", load_transport=_mqtt, transport_kwargs=mqtt_settings.transport_kwargs, needs_broker=True),
+            peer_id_prefix="Qm", nat_report="hivemind's p2pd does not report its AutoNAT result to the node",
+            load_dialback=_hivemind_dialback),
+    Carrier(name="mqtt", load_transport=_mqtt, transport_kwargs=mqtt_settings.transport_kwargs, needs_broker=True,
+            broker_shown=mqtt_settings.broker_shown, broker_endpoint=mqtt_settings.broker_endpoint, listens=False),
     Carrier(name="libp2p", load_transport=_libp2p, transport_kwargs=libp2p_settings.transport_kwargs,
             joins_through_bootstrap=True, local_peer="the libp2p host", bootstrap_key="bootstrap.libp2p.pem",
-            load_bootstrap=_libp2p_bootstrap, peer_id_prefix="12D3KooW"),
+            load_bootstrap=_libp2p_bootstrap, peer_id_prefix="12D3KooW", nat_report="py-libp2p's host runs no AutoNAT"),
 )}
 
 
@@ -121,6 +140,25 @@ def carrier(name: str) -> Carrier:
     except KeyError:
         *rest, last = CARRIERS
         raise ValueError(f"unknown transport {name!r}; choose {', '.join(rest)} or {last}") from None
+
+
+def names(pred: Callable[[Carrier], bool] = lambda c: True) -> list[str]:
+    """The carriers' names for which ``pred`` holds, in the table's order (the CLI's choices)."""
+    return [c.name for c in CARRIERS.values() if pred(c)]
+
+
+def the(pred: Callable[[Carrier], bool]) -> Carrier:
+    """The one carrier with a trait: ``the(lambda c: c.join_default)``, ``the(lambda c: c.in_process)``."""
+    found = [c for c in CARRIERS.values() if pred(c)]
+    if len(found) != 1:
+        raise LookupError(f"{len(found)} carriers have that trait ({', '.join(c.name for c in found)}): the caller "
+                          f"must choose among them")
+    return found[0]
+
+
+def broker_carrier() -> Carrier:
+    """The carrier whose nodes meet at ``swarm.broker``: it reads that setting."""
+    return the(lambda c: c.needs_broker)
 
 
 def carrier_of_address(addr: str) -> Carrier | None:

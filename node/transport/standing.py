@@ -26,7 +26,8 @@ passed in):
   standing goes back to being a candidate (at the back of the queue): first a publisher idle for
   more than ``IDLE_ROUNDS`` rounds (the longest idle first), else the one admitted in the fewest
   rounds (ties: the least recently). A peer with a long history is displaced only by keys that
-  have done as much work.
+  have done as much work. The vouched set is the one ledger of sustained work
+  (node/transport/work_ledger.py, rule ``VOUCHING``), as the exchange's and the learner's are.
 """
 
 from __future__ import annotations
@@ -34,14 +35,17 @@ from __future__ import annotations
 import collections
 from dataclasses import dataclass, field
 
+from swarm_node.node.transport.work_ledger import VOUCHING, WorkLedger
+
 __all__ = ["Standing", "counts", "promotion_order", "VOUCH_ROUNDS", "MAX_VOUCHED", "MAX_CANDIDATES",
            "PROMOTIONS_PER_ROUND", "IDLE_ROUNDS", "BEHIND", "LAPSE_ROUNDS"]
 
-VOUCH_ROUNDS = 3  # distinct receiver rounds with an admitted envelope before a publisher is vouched
-MAX_VOUCHED = 1024  # publishers vouched at once
+# The vouching rule's numbers are the sustained-work table's (node/transport/work_ledger.py).
+VOUCH_ROUNDS = VOUCHING.rounds  # distinct receiver rounds with an admitted envelope before a publisher is vouched
+MAX_VOUCHED = VOUCHING.limit  # publishers vouched at once
 MAX_CANDIDATES = 4096  # publishers remembered on their way there
 PROMOTIONS_PER_ROUND = 32  # candidates vouched a round at most
-IDLE_ROUNDS = 100  # a vouched publisher not admitted for this long is the first to go
+IDLE_ROUNDS = VOUCHING.idle  # a vouched publisher not admitted for this long is the first to go
 BEHIND = 2  # an envelope labelled further behind the receiver's round earns no standing
 LAPSE_ROUNDS = 8  # a candidate not admitted for longer than this starts over
 
@@ -71,7 +75,7 @@ def promotion_order(candidates: dict, now: int, most: int) -> list[str]:
 
 class Standing:
     def __init__(self):
-        self.vouched: dict[str, list[int]] = {}  # publisher -> [rounds admitted, last round]
+        self.vouched = WorkLedger(VOUCHING)  # publisher -> [rounds admitted, last round]
         self.candidates: collections.OrderedDict[str, Candidate] = collections.OrderedDict()  # LRU
         self.round = -1  # the receiver's newest round seen
         self.promoted = 0  # candidates vouched as ``round`` began
@@ -128,9 +132,9 @@ class Standing:
         self.promoted = len(chosen)
         for publisher in chosen:
             c = self.candidates.pop(publisher)
-            self.vouched[publisher] = [len(c.rounds), c.last]
-            if len(self.vouched) > MAX_VOUCHED:
-                self._displace()
+            out = self.vouched.add(publisher, [len(c.rounds), c.last], now=self.round, keep_new=False)
+            if out is not None:
+                self._back_to_candidates(*out)
 
     def _new(self, now: int) -> Candidate:
         self._order += 1
@@ -141,18 +145,11 @@ class Standing:
         while len(self.candidates) > MAX_CANDIDATES:
             self.candidates.popitem(last=False)
 
-    def _displace(self) -> None:
-        idle = self.round - IDLE_ROUNDS
-        victim = min(self.vouched, key=lambda p: weakness(self.vouched[p], idle))
-        count, last = self.vouched.pop(victim)
+    def _back_to_candidates(self, victim: str, entry: list[int]) -> None:
+        """A vouched publisher displaced to make room goes back to the candidates, at the back
+        of the queue, with the rounds it had (up to VOUCH_ROUNDS)."""
+        count, last = entry
         self.displaced += 1
         c = self._new(last)
         c.rounds = set(range(last - min(count, VOUCH_ROUNDS) + 1, last + 1))
         self._remember(victim, c)
-
-
-def weakness(entry: list[int], idle_before: int) -> tuple:
-    """Sort key: the smallest goes first. Idle publishers (last admitted before ``idle_before``)
-    before active ones, the longest idle first; then the fewest rounds, then the least recent."""
-    count, last = entry
-    return (0, last, count) if last < idle_before else (1, count, last)

@@ -121,6 +121,23 @@ def test_linear_rule_and_floor(policy, rollouts):
     assert learner.optimizer.param_groups[0]["lr"] == pytest.approx(5e-4)
 
 
+def test_count_rule_scales_the_step_by_the_effective_rows_and_stops_at_the_cap(policy, rollouts):
+    samples = _samples(rollouts, [1, 0, 0, 0, 1, 1])
+    s0 = samples[0]
+    samples[0] = TrainSample(**{**s0.__dict__,
+                                "behaviour_seq_logprob": s0.behaviour_seq_logprob - math.log(1000)})
+    # As in test_linear_rule_and_floor: w = [8, 1, 1, 1, 1, 1], ESS = 169/69 over 6 gradient rows.
+    half = Learner(policy, warmup_steps=0, learning_rate=1e-3, lr_rule="count", ess_ref=169 / 69 / 2, lr_cap=4.0)
+    m = half.step(samples)
+    assert m["ess"] == pytest.approx(169 / 69, rel=1e-3)
+    assert m["lr_factor"] == pytest.approx(math.sqrt(2), rel=1e-3)  # twice the reference's ESS
+    assert half.optimizer.param_groups[0]["lr"] == pytest.approx(1e-3 * math.sqrt(2), rel=1e-3)
+    capped = Learner(policy, warmup_steps=0, learning_rate=1e-3, lr_rule="count", ess_ref=0.01, lr_cap=2.0)
+    assert capped.step(samples)["lr_factor"] == pytest.approx(2.0)  # sqrt(245) would be 15.6
+    with pytest.raises(ValueError):
+        Learner(policy, learning_rate=1e-3, lr_rule="count", ess_ref=0.0)  # no reference: refused at once
+
+
 def test_foreign_tokenizer_samples_train(policy, rollouts):
     samples = _samples(rollouts, [1, 0, 0, 0, 1, 1])
     # rows 1 and 4 come from a "peer with another tokenizer": only the text and Σ log μ travel;

@@ -180,6 +180,24 @@ def test_lr_factor_rho_ref():
     assert lr_factor(1.0, "sqrt") == pytest.approx(1.0)
 
 
+def test_lr_factor_count_rule_by_hand():
+    # ESS 32 against a reference of 16: twice the effective samples, sqrt(2) further
+    assert lr_factor(0.5, "count", ess=32, ess_ref=16, cap=2.0) == pytest.approx(math.sqrt(2))
+    # a step with a quarter of the reference's effective rows goes half as far
+    assert lr_factor(1.0, "count", ess=4, ess_ref=16, cap=2.0) == pytest.approx(0.5)
+    # whatever peers send, never past the cap: 400 effective rows against 16 would be 5
+    assert lr_factor(1.0, "count", ess=400, ess_ref=16, cap=2.0) == pytest.approx(2.0)
+    assert lr_factor(1.0, "count", ess=400, ess_ref=16, cap=1.0) == pytest.approx(1.0)
+    # no effective row: the floor
+    assert lr_factor(0.0, "count", ess=0, ess_ref=16, floor=0.1) == pytest.approx(0.1)
+    with pytest.raises(ValueError):
+        lr_factor(1.0, "count", ess=None, ess_ref=16)
+    with pytest.raises(ValueError):
+        lr_factor(1.0, "count", ess=8, ess_ref=0)
+    with pytest.raises(ValueError):
+        lr_factor(1.0, "count", ess=8, ess_ref=8, cap=0.5)
+
+
 def test_lr_factor_floor_and_none():
     # linear: ρ = 0.01 → 0.01, floored to 0.1
     assert lr_factor(0.01, "linear", floor=0.1) == pytest.approx(0.1)

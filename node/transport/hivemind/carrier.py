@@ -17,7 +17,7 @@ import logging
 from hivemind.p2p import P2P, P2PDaemonError, PeerID
 from hivemind.utils.multiaddr import Multiaddr
 
-from swarm_node.node.transport.addresses import relayed, with_peer
+from swarm_node.node.transport.addresses import peer_id_of, relayed, with_peer
 from swarm_node.node.transport.carrier import CarrierError, Handler, StreamCarrier
 from swarm_node.node.transport.ratelimit import TokenBucket
 
@@ -39,7 +39,7 @@ def _peer_of(address: str) -> tuple[PeerID, Multiaddr | None]:
     circuit addresses itself (its DHT and identify), as it does for rollout bodies."""
     try:
         if relayed(address):
-            return PeerID.from_base58(address.rpartition("/p2p/")[2]), None
+            return PeerID.from_base58(peer_id_of(address)), None
         maddr = Multiaddr(address)
         pid = maddr.value_for_protocol("p2p")
         return PeerID.from_base58(pid), maddr.decapsulate(Multiaddr(f"/p2p/{pid}"))

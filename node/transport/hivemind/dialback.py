@@ -11,7 +11,8 @@ names (it cannot be used to probe third parties), checks that a libp2p listener 
 (the multistream header), and replies with what it saw.
 ``ask_dialback`` is the asker's side (``swarm-node doctor``): it keeps a reply only when its
 address parses as a direct /ip4 or /ip6 one and strips control characters from the peer's text
-(``direct_address``, ``printable``). A connection that came through a relay has no direct
+(``direct_address`` in node/transport/addresses.py, ``printable`` in
+node/observe/peer_text.py). A connection that came through a relay has no direct
 address to dial, and the reply says so.
 
 Bounded on the server, and nothing ever waits: a request is one line of at most ``MAX_REQUEST``
@@ -28,14 +29,13 @@ import ipaddress
 import json
 import logging
 import time
-import unicodedata
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from swarm_node.node.transport.addresses import relayed
+from swarm_node.node.observe.peer_text import printable
+from swarm_node.node.transport.addresses import direct_address, host_port, observed_host
 
-__all__ = ["DIALBACK", "Reach", "DialGate", "serve_dialback", "ask_dialback", "observed_host", "probe_listener",
-           "requested_port", "direct_address", "host_port", "printable"]
+__all__ = ["DIALBACK", "Reach", "DialGate", "serve_dialback", "ask_dialback", "probe_listener", "requested_port"]
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,6 @@ CONCURRENT = 4  # dials in flight on a server
 OPEN = 16  # requests open on a server (reading, dialing, answering): each is one p2pd socket, one fd
 PER_IP_S = 10.0  # one dial per asker's IP this often: a doctor asks each peer once a run
 TRACKED = 1024  # IPs whose last dial is remembered (the oldest forgotten first)
-MAX_TEXT = 300  # characters of a peer's text shown to the user
 MULTISTREAM = b"\x13/multistream/1.0.0\n"  # what a libp2p dialer sends first; a listener echoes it
 
 
@@ -60,44 +59,6 @@ class Reach:
     dialed: str = ""  # host:port it dialed ([host]:port for IPv6; "" when it could not dial)
     reachable: bool = False
     why: str = ""  # what failed, when not reachable or not asked
-
-
-def observed_host(maddr: str) -> str | None:
-    """The IP a direct connection came from (``/ip4/H/tcp/P``, ``/ip6/...``); None for a relayed one."""
-    parts = maddr.strip("/").split("/")
-    if relayed(maddr) or len(parts) < 2 or parts[0] not in ("ip4", "ip6"):
-        return None
-    return parts[1]
-
-
-def direct_address(maddr: str) -> tuple[str, int] | None:
-    """``(ip, port)`` of exactly ``/ip4/IP/tcp/PORT`` or ``/ip6/IP/tcp/PORT``, the IP of that
-    version; None for anything else (a relay circuit, a name, text a hostile peer made up)."""
-    parts = maddr.split("/") if isinstance(maddr, str) else []
-    if len(parts) != 5 or parts[0] or parts[1] not in ("ip4", "ip6") or parts[3] != "tcp":
-        return None
-    try:
-        ip = ipaddress.ip_address(parts[2])
-    except ValueError:
-        return None
-    port = parts[4]
-    if ip.version != int(parts[1][2]) or getattr(ip, "scope_id", None):  # a zone (%eth0) is free text
-        return None
-    if not (port.isascii() and port.isdigit() and len(port) <= 5):
-        return None
-    return (str(ip), int(port)) if int(port) < 65536 else None
-
-
-def host_port(host: str, port: int) -> str:
-    """``host:port``, the host bracketed when it is IPv6 (``[2001:db8::1]:4001``)."""
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def printable(text: object, limit: int | None = MAX_TEXT) -> str:
-    """A peer's text as it may reach a terminal: control and format characters (ANSI escapes,
-    newlines, bidi overrides) replaced by ``?``, at most ``limit`` characters (None: all)."""
-    s = str(text)[:limit]
-    return "".join("?" if unicodedata.category(ch)[0] == "C" else ch for ch in s)
 
 
 def requested_port(line: bytes) -> int | None:

@@ -10,7 +10,20 @@ from typing import Callable
 from swarm_node.node.transport.mqtt.url import parse_broker_url, resolve_password
 from swarm_node.protocol.identity import Identity
 
-__all__ = ["transport_kwargs"]
+__all__ = ["transport_kwargs", "broker_shown", "broker_endpoint"]
+
+
+def broker_endpoint(url: str) -> tuple[str, int]:
+    """``(host, port)`` the broker URL dials (the scheme's default port when it names none);
+    ValueError for a URL it cannot use."""
+    b = parse_broker_url(url)
+    return b.host, b.port
+
+
+def broker_shown(url: str) -> str:
+    """``swarm.broker`` as the node shows it (no credentials); ValueError naming what is wrong
+    with it (the config checks it at load, not at join)."""
+    return parse_broker_url(url).url
 
 
 def transport_kwargs(sc, ident: Identity, *, p2p_identity_path: str | None,

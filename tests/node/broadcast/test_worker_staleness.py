@@ -146,7 +146,7 @@ def test_a_learner_keeps_only_its_workers_groups_of_versions_it_published_within
     for step in (1, 2):
         role.admit_groups(_ctx(max_staleness=2, learner_version=10, step=step), [g("sn1w", 10)])
     assert role.vouched_at(2) == {"sn1w"}  # admitted at 3 steps: it relays first next time
-    assert role.vouched_at(200) == set()  # ... until it has not worked for VOUCH_IDLE_STEPS
+    assert role.vouched_at(200) == set()  # ... until it has not worked for FOLLOWERS.idle steps
 
 
 def test_a_learner_restarted_behind_a_signed_version_maps_new_numbers_to_its_own_updates():

@@ -7,6 +7,7 @@ import asyncio
 
 from swarm_node.node.cli import doctor
 from swarm_node.node.transport.hivemind import dialback
+from swarm_node.node.transport.carriers import carrier
 from swarm_node.node.transport.hivemind.dialback import Reach
 
 
@@ -28,7 +29,8 @@ def test_a_peer_that_never_answers_cancels_none_of_the_others(monkeypatch):
     monkeypatch.setattr(dialback, "ask_dialback", ask_dialback)
 
     async def go():
-        return await asyncio.wait_for(doctor._dialback(["QmFlooded", "QmA", "QmB", "QmFourth"], 3.0)(Transport()), 5)
+        asker = doctor._dialback(carrier("hivemind"), ["QmFlooded", "QmA", "QmB", "QmFourth"], 3.0)
+        return await asyncio.wait_for(asker(Transport()), 5)
 
     got = asyncio.run(go())
     assert asked == ["QmFlooded", "QmA", "QmB"]  # three at most

@@ -73,8 +73,8 @@ def test_an_mqtt_nodes_broker_link_and_outgoing_queue_are_exported():
 
     swarm = {"transport": "mqtt", "peer_id": "sn1" + "a" * 32, "peers_alive": 2, "peers_heard": 2, "pool": 0,
              "rollouts_out": 10, "groups_in": 4, "groups_used": 4, "dropped_stale": 0, "rejected": {},
-             "connected": False, "reconnects": 3, "queued": 2, "mqtt_queued": 7, "mqtt_published": 4,
-             "mqtt_dropped": 1}
+             "broker": "mqtt://broker.example:1883", "connected": False, "reconnects": 3, "queued": 2,
+             "mqtt_queued": 7, "mqtt_published": 4, "mqtt_dropped": 1}
     ep = MetricsEndpoint("127.0.0.1", 0)
     port = ep.start()
     try:

@@ -393,7 +393,9 @@ def test_the_node_defaults_are_the_learner_library_defaults():
         assert getattr(node["loss"], f.name) == getattr(library, f.name), f.name
     # Pinned, so that no other can differ: a Learner needs its learning rate. (Tests of the
     # learner's arithmetic turn its 20-update warm-up off by name.)
-    differ = {"learning_rate": (inspect.Parameter.empty, 1e-4)}
+    # The count rule's reference ESS: the node fills in the rows of its own groups a step (8 x 8
+    # alone); the library has no batch to read it from, so it asks for one when the rule is on.
+    differ = {"learning_rate": (inspect.Parameter.empty, 1e-4), "ess_ref": (0.0, 64)}
     for name, p in inspect.signature(Learner).parameters.items():
         if name in ("policy", "loss"):
             continue

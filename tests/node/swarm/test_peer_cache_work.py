@@ -102,8 +102,9 @@ def test_the_work_ledger_stays_bounded_and_open_to_newcomers():
     """The ledger's own bound: a flood of one-round keys past it displaces its own kind, never a
     peer with 10 rounds, and the newest sender always has an entry."""
     from swarm_node.node.swarm.peer_work import PeerWork
+    from swarm_node.node.transport.work_ledger import PEER_WORK, WorkRule
 
-    w = PeerWork(limit=50)
+    w = PeerWork(WorkRule(rounds=PEER_WORK.rounds, limit=50, idle=PEER_WORK.idle))
     for r in range(1, 11):
         w.trained("sn1old", r)
     w.trained("sn1old", 10)  # the same round again counts once

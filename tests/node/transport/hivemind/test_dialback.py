@@ -9,7 +9,8 @@ import asyncio
 import pytest
 
 from swarm_node.node.transport.hivemind.daemon import stop_dht_node
-from swarm_node.node.transport.hivemind.dialback import DialGate, ask_dialback, observed_host, serve_dialback
+from swarm_node.node.transport.addresses import observed_host
+from swarm_node.node.transport.hivemind.dialback import DialGate, ask_dialback, serve_dialback
 from tests.helpers.hivemind_dht import _bootstrap, _transport, pid
 
 pytestmark = [pytest.mark.daemon]

@@ -11,7 +11,9 @@ import logging
 import pytest
 
 from swarm_node.node.transport.hivemind import dialback as db
-from swarm_node.node.transport.hivemind.dialback import DialGate, Reach, ask_dialback, direct_address, printable, requested_port
+from swarm_node.node.observe.peer_text import printable
+from swarm_node.node.transport.addresses import direct_address
+from swarm_node.node.transport.hivemind.dialback import DialGate, Reach, ask_dialback, requested_port
 
 PEER = "QmWyMyQmWyMyQmWyMyQmWyMyQmWyMyQmWyMyQmWyMyQmWyMy"
 
