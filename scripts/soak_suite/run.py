@@ -59,9 +59,13 @@ async def run_soak(sched: Schedule, run_dir: Path, nodes: int, workers: int, ove
         say(f"soak: nodes launched; running {sched.seconds / 60:g} minutes")
         last_say = 0.0
         while True:
-            await asyncio.to_thread(sampler.sample)
+            try:
+                await asyncio.to_thread(sampler.sample)
+            except Exception as e:  # noqa: BLE001 - a sample lost, never the stop: the soak must end on time
+                state["sample_errors"] = state.get("sample_errors", 0) + 1
+                say(f"soak: a sample failed ({type(e).__name__}: {e}); going on")
             now = time.time()
-            if now - last_say >= 60:
+            if now - last_say >= 60 and sampler.samples:
                 last_say = now
                 steps = [sampler.samples[-1]["nodes"][f"node{i}"]["step"] for i in range(nodes)]
                 say(f"soak: {(now - t0) / 60:.1f} of {sched.seconds / 60:g} min · steps {steps}")
@@ -82,6 +86,7 @@ async def run_soak(sched: Schedule, run_dir: Path, nodes: int, workers: int, ove
     if summary.get("interrupted") and not state["stopping"]:  # Ctrl-C: the soak is stopped too
         raise KeyboardInterrupt
     meta = {"t0": spec.partition_start, "wall_s": time.time() - t_start, "adversaries": len(faults.malicious),
+            "sample_errors": state.get("sample_errors", 0),
             "failed": summary.get("failed", {}), "schedule": sched.to_dict(), "overrides": overrides, "nodes": nodes,
             "command": command_line()}
     (run_dir / "soak_run.json").write_text(json.dumps(meta))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from pathlib import Path
 
@@ -36,12 +37,15 @@ def disk_kind(rel: Path) -> str:
 def folder_bytes(d: Path) -> dict:
     """A node folder's bytes by kind, and its complete checkpoints (``step_*`` with a manifest)."""
     out = dict.fromkeys(DISK_KINDS, 0)
-    for p in d.rglob("*"):
-        try:
-            if p.is_file():
+    # os.walk, not Path.rglob: a folder removed while it is listed (a checkpoint pruned or renamed
+    # under a kill) is skipped, where rglob raised and ended the sampling, and with it the soak.
+    for root, _, files in os.walk(d):
+        for name in files:
+            p = Path(root) / name
+            try:
                 out[disk_kind(p.relative_to(d))] += p.stat().st_size
-        except OSError:  # gone between the listing and the stat (a checkpoint pruned, a chunk renamed)
-            continue
+            except OSError:  # gone between the listing and the stat (a checkpoint pruned, a chunk renamed)
+                continue
     ckpt = d / "checkpoints"
     names = sorted(c.name for c in ckpt.glob("step_*")) if ckpt.is_dir() else []
     out["n_checkpoints"] = sum(1 for n in names if (ckpt / n / "MANIFEST.json").is_file())

@@ -136,3 +136,26 @@ def test_memory_is_judged_by_its_largest_growth_not_its_largest_change():
             {"name": "node4", "pid": 3, "judged": False, "rss_growth": 0.5, "fds_growth": 0.5}]
     assert _worst(rows, "rss_growth", signed=True) == (0.133, "node3 pid 2")
     assert _worst(rows, "fds_growth") == (-0.2, "node3 pid 1")  # flat either way: the largest change
+
+
+def test_a_folder_removed_while_it_is_counted_is_skipped(tmp_path, monkeypatch):
+    """A checkpoint folder pruned while the sampler walks the run folder (a kill, a rename) must
+    not end the sampling: the CI's short soak once ran 25 minutes past its end after Path.rglob
+    raised FileNotFoundError on a vanished folder, leaving nobody to stop the sim."""
+    import os
+
+    from soak_suite.sampler import folder_bytes
+
+    (tmp_path / "checkpoints" / "step_3").mkdir(parents=True)
+    (tmp_path / "checkpoints" / "step_3" / "model.safetensors").write_bytes(b"x" * 10)
+    (tmp_path / "metrics.jsonl").write_text("{}\n")
+    real_scandir = os.scandir
+
+    def vanishing(path):
+        if str(path).endswith("step_3"):
+            raise FileNotFoundError(path)  # pruned between the parent's listing and its own
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", vanishing)
+    out = folder_bytes(tmp_path)
+    assert out["metrics"] == 3 and out["checkpoints"] == 0
