@@ -46,19 +46,15 @@ def tiny_policy(tiny_model_dir):
     return Policy.load(str(tiny_model_dir))
 
 
-@pytest.mark.parametrize("kind, reason", [
-    ("logprob_1e300", "implausible_logprob"), ("logprob_1e4", "implausible_logprob"),
-    ("special_tokens", "special_tokens"), ("future_created_at", "created_at_mismatch"),
-    ("foreign_logprob_gap", None), ("zero_advantage", None), ("crafted_informative", None),
-])
-def test_each_envelope_attack_is_refused_under_its_reason_or_admitted_by_design(kind, reason, tiny_policy, tmp_path):
+def _adversary_and_exchange(policy, kind: str, tmp_path):
+    """An adversary running ``kind`` and an honest exchange, over one memory hub, with the tiny
+    model's tokenizer: what each in-process attack test sends and receives through."""
     from swarm_node.node.clock import RoundClock
     from swarm_node.node.run.config import load_config
     from swarm_node.node.swarm.exchange import SwarmExchange
     from swarm_node.node.transport.memory import MemoryHub, MemoryTransport
     from swarm_node.protocol.identity import Identity
 
-    policy = tiny_policy
     tok = policy.tokenizer
     cfg = load_config(None, {"run.dir": str(tmp_path), "swarm.transport": "memory", "swarm.round_seconds": 60.0})
     hub, bad, me = MemoryHub(), Identity.generate(), Identity.generate()
@@ -70,6 +66,17 @@ def test_each_envelope_attack_is_refused_under_its_reason_or_admitted_by_design(
                        decode_text=lambda ids: tok.decode(list(ids), skip_special_tokens=True),
                        group_cap=cfg.generation.num_generations, special_ids=frozenset(tok.all_special_ids),
                        eos_id=tok.eos_token_id)
+    return adv, ex
+
+
+@pytest.mark.parametrize("kind, reason", [
+    ("logprob_1e300", "implausible_logprob"), ("logprob_1e4", "implausible_logprob"),
+    ("special_tokens", "special_tokens"), ("future_created_at", "created_at_mismatch"),
+    ("foreign_logprob_gap", None), ("zero_advantage", None), ("crafted_informative", None),
+])
+def test_each_envelope_attack_is_refused_under_its_reason_or_admitted_by_design(kind, reason, tiny_policy, tmp_path):
+    policy = tiny_policy
+    adv, ex = _adversary_and_exchange(policy, kind, tmp_path)
 
     async def go():
         r = ex.clock.current()
@@ -100,26 +107,12 @@ def test_unknown_family_batches_are_refused_without_a_rejection_and_a_run_of_the
         tiny_policy, tmp_path):
     """The adversary's ``unknown_family``: a valid batch a round of a family nobody loaded. The
     node refuses each (not pooled, not a rejection) and, at the third round, backs the key off."""
-    from swarm_node.node.clock import RoundClock
-    from swarm_node.node.run.config import load_config
-    from swarm_node.node.swarm.exchange import SwarmExchange
     from swarm_node.node.swarm.unusable import RUN_ROUNDS
-    from swarm_node.node.transport.memory import MemoryHub, MemoryTransport
-    from swarm_node.protocol.identity import Identity
 
-    tok = tiny_policy.tokenizer
-    cfg = load_config(None, {"run.dir": str(tmp_path), "swarm.transport": "memory", "swarm.round_seconds": 60.0})
-    hub, bad, me = MemoryHub(), Identity.generate(), Identity.generate()
-    adv = Adversary(cfg, bad, MemoryTransport(swarm=cfg.swarm.name, publisher=bad.peer_id, hub=hub), tok,
-                    tiny_policy.tokenizer_fingerprint, tiny_policy.model_fingerprint, ["unknown_family"], tmp_path)
+    adv, ex = _adversary_and_exchange(tiny_policy, "unknown_family", tmp_path)
+    bad = adv.identity
     distrusted = []
-    t = MemoryTransport(swarm=cfg.swarm.name, publisher=me.peer_id, hub=hub)
-    t.distrust = lambda publisher, r: distrusted.append((publisher, r)) or True  # a carrier that backs off
-    ex = SwarmExchange(t, me, RoundClock(cfg.swarm.round_seconds), tokenizer_fingerprint=tiny_policy.tokenizer_fingerprint,
-                       model_fingerprint=tiny_policy.model_fingerprint, vocab_size=len(tok),
-                       decode_text=lambda ids: tok.decode(list(ids), skip_special_tokens=True),
-                       group_cap=cfg.generation.num_generations, special_ids=frozenset(tok.all_special_ids),
-                       eos_id=tok.eos_token_id)
+    ex.transport.distrust = lambda publisher, r: distrusted.append((publisher, r)) or True  # a carrier that backs off
 
     async def go():
         r = ex.clock.current()
