@@ -23,6 +23,8 @@
     carrier.py         the weight broadcast's request/reply over p2p streams
     directory.py       the weight broadcast's manifest directory in the DHT
     bootstrap.py       ``swarm-node bootstrap``: a DHT peer that others join through
+    bootstrap_watch.py a bootstrap missing from the routing table is pinged: a restarted one
+                       learns the swarm again
     settings.py        the transport's arguments from the ``[swarm]`` config (imports no hivemind)
 
 Imported only when selected: hivemind and py-libp2p cannot share a process.

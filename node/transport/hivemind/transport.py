@@ -53,6 +53,7 @@ from swarm_node.node.observe.logs import adopt_library_logging
 from swarm_node.node.transport.addresses import peer_id_of
 from swarm_node.node.transport.backoff import JOIN_BACKOFF_S, JOIN_RETRIES
 from swarm_node.node.transport.base import MAX_ANNOUNCEMENT_SIZE, MAX_ENVELOPE_SIZE, Delivery, Transport, TransportError
+from swarm_node.node.transport.hivemind.bootstrap_watch import PERIOD_S, BootstrapWatch
 from swarm_node.node.transport.hivemind.daemon import start_dht_node, stop_dht_node
 from swarm_node.node.transport.hivemind.dialback import serve_dialback
 from swarm_node.node.transport.hivemind.fetcher import Fetcher
@@ -96,6 +97,9 @@ class HivemindTransport(Transport):
     # Peers verified before (node/swarm/peer_cache.py): tried when no bootstrap answers (node/transport/join.py).
     fallback_peers: Optional[Callable[[], list[str]]] = field(default=None, repr=False)
     found_via: str = field(default="", init=False)  # bootstrap, peer cache or new swarm: how the last join found it
+    bootstrap_check_s: float = PERIOD_S  # how often the bootstraps are looked for (node/transport/hivemind/bootstrap_watch.py)
+    _watch: Optional[asyncio.Task] = field(default=None, init=False, repr=False)
+    _bootstraps: Optional[BootstrapWatch] = field(default=None, init=False, repr=False)
     _node: object = field(default=None, init=False, repr=False)
     # serving our envelopes
     _outbox: Outbox = field(default_factory=Outbox, init=False, repr=False)
@@ -137,6 +141,10 @@ class HivemindTransport(Transport):
             await self._node.p2p.add_binary_stream_handler(handler_name(self.swarm), self._serve)
             await serve_dialback(self._node.p2p)  # any node may be named a bootstrap: it answers the doctor too
             self.maddrs = [str(m) for m in await self._node.p2p.get_visible_maddrs()]
+            if self.initial_peers:  # a restarted bootstrap learns the swarm from its nodes
+                self._bootstraps = self._bootstraps or BootstrapWatch(self.initial_peers, self.bootstrap_check_s,
+                                                                      rng=self._rng)
+                self._watch = asyncio.create_task(self._bootstraps.run(self._node, get_dht_time))
         except BaseException:
             await self.close()
             raise
@@ -165,6 +173,7 @@ class HivemindTransport(Transport):
     async def restart(self) -> None:
         """A new DHT node and p2p daemon with the same p2p key (same address for peers); what
         this node has published and not yet seen expire is announced again."""
+        await self._stop_watch()
         self._fetcher.cancel()
         node, self._node = self._node, None
         if node is not None:
@@ -383,7 +392,14 @@ class HivemindTransport(Transport):
             entries.update(got)
         return self._heard.news(entries, self.publisher)
 
+    async def _stop_watch(self) -> None:
+        watch, self._watch = self._watch, None
+        if watch is not None:
+            watch.cancel()
+            await asyncio.gather(watch, return_exceptions=True)
+
     async def close(self) -> None:
+        await self._stop_watch()
         self._fetcher.cancel()
         node, self._node = self._node, None
         if node is not None:
@@ -418,7 +434,8 @@ class HivemindTransport(Transport):
                 "store_unconfirmed": self.store_unconfirmed, "refused_requests": self.refused_requests,
                 "misdirected": self.misdirected, "undialable": self._fetcher.undialable,
                 "behind_nat": self.behind_nat, "backed_off": self.backed_off, "swarm_size": round(self.swarm_size),
-                "index_bytes": self.index_bytes, "body_bytes": self.body_bytes, "found_via": self.found_via}
+                "index_bytes": self.index_bytes, "body_bytes": self.body_bytes, "found_via": self.found_via,
+                "bootstrap_reintroduced": self._bootstraps.reintroduced if self._bootstraps else 0}
         if self._node is not None:
             info["routing_peers"] = len(self._node.protocol.routing_table.uid_to_peer_id)
         return info
