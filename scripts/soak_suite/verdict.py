@@ -31,6 +31,22 @@ def _target(name: str, measured: str, met: bool | None) -> dict:
     return {"target": name, "measured": measured, "met": met}
 
 
+def one_swarm(phases: list[dict]) -> dict:
+    """Whether the swarm stayed one to the end: the last clean phase's honest delivery against the
+    first's. Kills, the partition and the bootstrap's outage come and go; a node that rejoined into
+    a swarm of its own (a restarted bootstrap knowing no one) hears fewer peers from then on, which
+    each attack phase's ratio against the clean phases beside it cannot show."""
+    clean = [p for p in phases if not p["attacks"] and p.get("rate") is not None]
+    if len(clean) < 2:
+        return _target(f"one swarm to the end: the last clean phase's honest delivery ≥ {MIN_DELIVERY:.0%} of the "
+                       f"first's", "fewer than two clean phases", None)
+    first, last = clean[0], clean[-1]
+    ratio = last["rate"] / first["rate"] if first["rate"] else None
+    return _target(f"one swarm to the end: the last clean phase's honest delivery ≥ {MIN_DELIVERY:.0%} of the first's",
+                   f"{last['rate']:.1f} against {first['rate']:.1f} groups / node / min ({_ratio(ratio)})",
+                   None if ratio is None else ratio >= MIN_DELIVERY)
+
+
 def targets(j: dict) -> list[dict]:
     procs = j["processes"]
     judged = [r for r in procs if r["judged"]]
@@ -82,6 +98,7 @@ def targets(j: dict) -> list[dict]:
                        "; ".join(f"{p['name']} {_ratio(p.get('ratio'))} (sent {p.get('sent', 0)})"
                                  for p in attack) or "no attack phase",
                        None if len(ratios) < len(attack) or not attack else min(ratios) >= MIN_DELIVERY))
+    out.append(one_swarm(j["delivery"]["phases"]))
     failed = j.get("failed") or {}
     out.append(_target("no node exited on its own (every exit was a kill or the soak's stop)",
                        "none" if not failed else ", ".join(f"{k}: exit {v}" for k, v in failed.items()), not failed))

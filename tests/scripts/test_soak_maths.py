@@ -159,3 +159,17 @@ def test_a_folder_removed_while_it_is_counted_is_skipped(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "scandir", vanishing)
     out = folder_bytes(tmp_path)
     assert out["metrics"] == 3 and out["checkpoints"] == 0
+
+
+def test_one_swarm_compares_the_last_clean_phase_with_the_first():
+    from soak_suite.verdict import one_swarm
+
+    def phases(*rates):
+        return [{"name": "clean" if a is None else a, "attacks": [] if a is None else [a], "rate": r}
+                for a, r in rates]
+    # The soak's hour before the fix: 161 groups / node / min at first, 93 once two restarted
+    # nodes had joined a second swarm through the restarted bootstrap.
+    split = one_swarm(phases((None, 161.2), ("flood", 159.9), (None, 144.2), ("unknown_family", 121.0), (None, 93.4)))
+    assert split["met"] is False and "(58%)" in split["measured"]
+    assert one_swarm(phases((None, 100.0), ("flood", 50.0), (None, 91.0)))["met"] is True  # attack phases aside
+    assert one_swarm(phases((None, 100.0), ("flood", 99.0)))["met"] is None  # one clean phase: nothing to compare
