@@ -43,6 +43,9 @@ class LearnerConfig(Section):
     off_policy_correction: bool = Field(True, description="false = treat every rollout as sampled by the current policy (naive sharing, as rl-swarm does): no importance ratios, ESS = B; for comparison experiments only")
     external_success_floor: Optional[float] = Field(None, gt=0, le=1, description="f in (0, 1]: a peer's completion that this node scored right (advantage > 0) weighs at least f in the loss (its token ratio or sequence weight is max(weight, f), never above the clip or cap), so a correct answer this node would rarely sample still teaches; none = off (docs/algorithm.md, section 10)")
 
+    peer_sft_coef: float = Field(0.0, ge=0, allow_inf_nan=False, description="weight of a supervised term (rejection-sampling fine-tuning) on peers' completions this node verified (right, exactly one answer block) for kinds of question (family, level) whose last own groups it got all wrong: coef / peer_sft_rows times each such row's mean token negative log-likelihood, at most peer_sft_rows rows a step and ceil(peer_sft_rows x swarm.max_sender_share) from one sender; 0 = off (docs/algorithm.md, section 11)")
+    peer_sft_rows: int = Field(8, ge=1, le=256, description="R: the most peer rows the supervised term (peer_sft_coef) takes a step, and its constant divisor, so each row weighs coef / R however many others there are")
+
     @field_validator("epsilon_high", "delta", "m2po_tau", "external_success_floor", mode="before")
     @classmethod
     def _nullable(cls, v: Any) -> Any:
