@@ -27,6 +27,7 @@ default_model.py       the embedded default model: local tokenizer + small Qwen2
 offpolicy.py           pure maths: token ratios, truncated sequence weights, ESS, LR factor, M2PO mask
 advantages.py          pure maths: group advantages with mean / median (MC-GRPO) / OPOB baselines
 loss.py                pure maths: the corrected GRPO policy loss and its trust regions
+supervised.py          pure maths: the supervised term on peers' verified successes (learner.peer_sft_coef)
 learner.py             Learner: one optimizer update from a batch of TrainSamples
 errors.py              PolicyError; ModelSourceError (a model name that names nothing)
 """

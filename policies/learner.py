@@ -8,8 +8,9 @@ It owns the optimizer and the policy version counter. Per step:
    source: this node, each peer) and the VCPO learning rate factor (``policies.offpolicy``);
    group advantages with the chosen baseline (``policies.advantages``), which may use w̄ (and,
    for exact OPOB, per-sample gradient norms);
-3. the policy loss with its trust region (``policies.loss``), backward, clip, AdamW step at
-   ``learning_rate · lr_factor``.
+3. the policy loss with its trust region (``policies.loss``), plus, with ``peer_sft_coef`` > 0,
+   the supervised term on the rows marked ``supervised`` (``policies.supervised``), backward,
+   clip, AdamW step at ``learning_rate · lr_factor``.
 
 Corrections reuse the one forward pass, so a corrected step costs about what a plain GRPO step
 costs (scripts/bench_learner.py measures it). Exact OPOB is the exception: it needs one extra
@@ -65,6 +66,10 @@ class TrainSample:
     # This node's scoring found it right and exactly one answer block (the best a completion can
     # score): the only rows learner.external_success_floor may lift (docs/algorithm.md, section 10).
     verified: bool = False
+    # Chosen for the supervised term (learner.peer_sft_coef, docs/algorithm.md section 11) by
+    # node/run/peer_sft.py: a peer's verified row for a kind of question this node gets all wrong.
+    # The loss refuses it on any other row.
+    supervised: bool = False
 
     @property
     def foreign_tokens(self) -> bool:
@@ -143,6 +148,7 @@ class Learner:
         foreign = torch.tensor([s.foreign_tokens for s in samples], dtype=torch.bool, **host)
         local = torch.tensor([s.local for s in samples], dtype=torch.bool, **host)
         verified = torch.tensor([s.verified for s in samples], dtype=torch.bool, **host)
+        supervised = torch.tensor([s.supervised for s in samples], dtype=torch.bool, **host)
         rewards = torch.tensor([s.reward for s in samples], dtype=torch.float32, **host)
         ids = {g: i for i, g in enumerate(dict.fromkeys(s.group for s in samples))}
         gids = torch.tensor([ids[s.group] for s in samples], dtype=torch.long, **host)
@@ -152,7 +158,7 @@ class Learner:
         batch.completion_mask = batch.completion_mask.to(dev)
         caps = row_caps(self.loss_cfg, foreign, local)
         return _Rows(batch, beh.to(dev), seq_beh.to(dev), foreign.to(dev), rewards.to(dev), gids.to(dev),
-                     caps.to(dev), local.to(dev), sources.to(dev), verified.to(dev))
+                     caps.to(dev), local.to(dev), sources.to(dev), verified.to(dev), supervised.to(dev))
 
     def _grad_sq_norms(self, batch: TokenBatch, rows: int) -> torch.Tensor:
         """‖∇_θ log π(y_i)‖² per sample (exact OPOB): one backward per sample, costly by design;
@@ -232,6 +238,10 @@ class Learner:
         # Rows of all-equal groups carry exactly no gradient: learn on the others only, divided by
         # the whole batch's denominator (policies/inert_rows.py). None: every row is learned on.
         live = live_rows(whole.rewards, whole.gids) if skippable(self.baseline, self.scale_rewards, self.loss_cfg) else None
+        if live is not None and self.loss_cfg.peer_sft_coef > 0:
+            # The supervised term's rows carry gradient whatever their group's rewards: a peer
+            # group that is all right is inert for GRPO and exactly what the term learns from.
+            live = live | whole.supervised
         if live is not None and bool(live.all()):
             live = None
         if live is not None:
@@ -312,6 +322,8 @@ class Learner:
                             else float(r.foreign.float().mean()), ext_pos_rows=0.0, ext_pos_frac=0.0,
                             ext_pos_weight_mean=None, ext_pos_low_frac=None, ext_pos_floored_frac=None,
                             ext_pos_ess=None)
+        if self.loss_cfg.peer_sft_coef > 0:  # no row at all is marked supervised (they would be live)
+            loss_metrics.update(peer_sft_rows=0.0, peer_sft_nll=None)
         return _Pass(beh=r.beh, seq_beh=r.seq_beh, adv=adv, factor=factor, metrics=stats, loss=0.0,
                      loss_metrics=loss_metrics)
 
@@ -365,7 +377,7 @@ class Learner:
             adv, factor, stats = first.adv, first.factor, first.metrics
         inputs = LossInputs(logp=logp, behaviour_logp=beh, behaviour_seq_logp=seq_beh, mask=mask,
                             advantages=adv.advantages, sample_mask=adv.loss_mask, sequence_level=r.foreign,
-                            seq_weights=w, external=~r.local, verified=r.verified)
+                            seq_weights=w, external=~r.local, verified=r.verified, supervised=r.supervised)
         plan = loss_plan(inputs, self.loss_cfg)
         if r.denominator is not None:  # inert rows left out: the whole batch's (policies/inert_rows.py)
             plan = dataclasses.replace(plan, denominator=r.denominator)
@@ -401,6 +413,7 @@ class _Rows:
     local: torch.Tensor
     sources: torch.Tensor
     verified: torch.Tensor  # (B,) bool: TrainSample.verified
+    supervised: torch.Tensor  # (B,) bool: TrainSample.supervised
     g2: torch.Tensor | None = None  # per-row squared gradient norms (the opob baseline only)
     denominator: torch.Tensor | None = None  # the loss's, when these rows are a batch's live rows
 

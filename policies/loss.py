@@ -16,6 +16,10 @@ exactly one answer block) and that has a positive advantage weighs at least f: t
 A·∇log π_θ is max(weight, f), never above the trust region's upper bound (docs/algorithm.md,
 section 10). Off by default.
 
+With ``peer_sft_coef`` > 0 the rows marked ``supervised`` add a supervised term, the mean token
+negative log-likelihood of each row times coef / ``peer_sft_rows`` (policies/supervised.py,
+docs/algorithm.md section 11). Off by default, and then the loss is the one above, bit for bit.
+
 Aggregation (TRL's ``loss_type`` names): ``grpo`` averages tokens per sequence then sequences,
 ``dapo`` averages over all tokens of the batch, ``dr_grpo`` divides the token sum by
 B · max_completion_length.
@@ -24,6 +28,7 @@ B · max_completion_length.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -31,6 +36,7 @@ import torch
 
 from swarm_node.policies.offpolicy import (ess_fraction, m2po_mask, sequence_log_weights, success_floor, token_log_ratios,
                                 truncated_weights)
+from swarm_node.policies.supervised import row_nll, supervised_loss
 
 __all__ = ["LossConfig", "LossInputs", "LossOutputs", "LossPlan", "ZERO_ADVANTAGE", "loss_denominator", "loss_plan", "policy_loss",
            "row_caps", "sequence_weights"]
@@ -54,6 +60,8 @@ class LossConfig:
     loss_type: Literal["grpo", "dapo", "dr_grpo"] = "dapo"
     max_completion_length: int = 16  # only for dr_grpo's constant normaliser
     external_success_floor: float | None = None  # f: least weight of a peer's verified row with A > 0; None = off
+    peer_sft_coef: float = 0.0  # weight of the supervised term on the rows marked supervised; 0 = off
+    peer_sft_rows: int = 8  # R: the most rows the supervised term takes a step, and its constant divisor
 
     @property
     def clip_high(self) -> float:
@@ -64,6 +72,10 @@ class LossConfig:
         f = self.external_success_floor
         if f is not None and not 0 < f <= 1:
             raise ValueError(f"external_success_floor must be in (0, 1] (none = off), got {f}")
+        if not (math.isfinite(self.peer_sft_coef) and self.peer_sft_coef >= 0):
+            raise ValueError(f"peer_sft_coef must be a finite number >= 0 (0 = off), got {self.peer_sft_coef}")
+        if isinstance(self.peer_sft_rows, bool) or not isinstance(self.peer_sft_rows, int) or self.peer_sft_rows < 1:
+            raise ValueError(f"peer_sft_rows must be an int >= 1, got {self.peer_sft_rows!r}")
 
 
 @dataclass
@@ -80,6 +92,8 @@ class LossInputs:
     # (B,) bool, True = this node's scoring found the row right and exactly one answer block
     # (TrainSample.verified); None = no row is (the floor lifts nothing)
     verified: torch.Tensor | None = None
+    # (B,) bool, True = a row the supervised term takes (TrainSample.supervised); None = none
+    supervised: torch.Tensor | None = None
 
     def rows(self, sl: slice | torch.Tensor, cols: int | None = None) -> "LossInputs":
         """These rows only (a micro-batch: a slice or row indices), and of the (B, T) tensors the
@@ -259,7 +273,24 @@ def loss_plan(inputs: LossInputs, cfg: LossConfig) -> LossPlan:
         "seq_level_frac": float(seq_rows.float().mean()) if seq_rows.numel() else 0.0,
         **_success_metrics(x, cfg, ratio, seq_f, token_mask, _floored(x, cfg, ratio, seq_rows)),
     }
+    if cfg.peer_sft_coef > 0:
+        metrics.update(_supervised_metrics(x, cfg))
     return LossPlan(keep, denominator, metrics)
+
+
+def _supervised_metrics(x: LossInputs, cfg: LossConfig) -> dict[str, float | None]:
+    """The supervised term's rows (``peer_sft_rows``) and their mean token NLL (``peer_sft_nll``,
+    before the coefficient; None with no row). Refuses a batch whose marked rows break the
+    term's bounds: more than R of them, or one that is not a peer's row this node verified (the
+    node chose them, node/run/peer_sft.py; this only holds it to what it chose by)."""
+    rows = x.supervised if x.supervised is not None else torch.zeros_like(x.sample_mask)
+    n = int(rows.sum())
+    if n > cfg.peer_sft_rows:
+        raise ValueError(f"{n} rows marked supervised, more than peer_sft_rows = {cfg.peer_sft_rows}")
+    if n and (x.external is None or x.verified is None or bool((rows & ~(x.external & x.verified)).any())):
+        raise ValueError("a row marked supervised is not a peer's row this node verified")
+    nll = row_nll(x.logp, x.mask, rows)
+    return {"peer_sft_rows": float(n), "peer_sft_nll": float(nll[rows].mean()) if n else None}
 
 
 def _detached(x: LossInputs) -> LossInputs:
@@ -298,4 +329,7 @@ def policy_loss(inputs: LossInputs, cfg: LossConfig, plan: LossPlan | None = Non
         numerator = (per_token.sum(-1) / used.sum(-1).clamp(min=1)).sum()
     else:
         numerator = per_token.sum()
-    return LossOutputs(loss=numerator / plan.denominator, metrics=plan.metrics)
+    loss = numerator / plan.denominator
+    if cfg.peer_sft_coef > 0 and x.supervised is not None and bool(x.supervised.any()):
+        loss = loss + supervised_loss(x.logp, x.mask, x.supervised, cfg.peer_sft_coef, cfg.peer_sft_rows)
+    return LossOutputs(loss=loss, metrics=plan.metrics)

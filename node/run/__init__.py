@@ -4,6 +4,7 @@ config.py             NodeConfig: TOML + ``--section.key`` flags, strict validat
 config_section.py     the strict base every config section shares
 tasks_config.py       the [tasks] section: the families a node samples (built-in, task sources), levels
 eval_config.py        the [eval] section: when and how much held-out evaluation runs
+learner_config.py     the [learner] section: optimizer, loss, off-policy correction, LR rule
 model_defaults.py     what a node picks for a real model on a CPU where the user set nothing: LoRA,
                       bfloat16, greedy-only evaluation
 resume_config.py      a resumed run's config: its saved config.json, this start's file and flags on top
@@ -24,6 +25,8 @@ eval_checkpoint.py    ``swarm-node eval``: a saved checkpoint's held-out evaluat
 export.py             ``swarm-node export``: a checkpoint as a plain Hugging Face folder, model card
 rollouts.py           a round's task ids, generating and scoring own rollouts, learner samples
 own_groups.py         own zero-variance groups left out, replaced by informative peer groups
+peer_sft.py           which peer rows enter the supervised term: verified, a kind this node gets all
+                      wrong, per-step and per-sender caps (learner.peer_sft_coef)
 signal_watch.py       a run with nothing to learn warned about, with its likely cause; run.log_samples
 swarm_watch.py        a swarm heard nothing of warned about: no peer of its name, an unheard learner
 preflight.py          checks before a run starts (model, tasks, disk) and the failed-start notes

@@ -1,7 +1,8 @@
 """What every section of a node's configuration is: a strict pydantic model that refuses a typo.
 
-The sections themselves live in node/run/config.py (and the ``[eval]`` one in
-node/run/eval_config.py); this base is theirs to share.
+The sections themselves live in node/run/config.py (and the ``[tasks]``, ``[learner]`` and
+``[eval]`` ones in node/run/tasks_config.py, learner_config.py and eval_config.py); this base is
+theirs to share.
 """
 
 from __future__ import annotations

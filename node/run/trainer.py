@@ -40,6 +40,7 @@ from swarm_node.node.run.config import NodeConfig, batch_overlap
 from swarm_node.node.run.evaluate import HeldOut
 from swarm_node.node.run.overlap import GenerationAhead
 from swarm_node.node.run.own_groups import FamilyCorrectness, OwnGroups, own_groups, take_replacing
+from swarm_node.node.run.peer_sft import FailingKinds, choose_supervised
 from swarm_node.node.run.resume import node_state
 from swarm_node.node.run.rollouts import external_samples, to_records, to_train_samples
 from swarm_node.node.run.signal_watch import SignalWatch
@@ -103,6 +104,8 @@ class TrainingNode:
         self.role = make_role(cfg.broadcast.role)  # node/broadcast/roles.py: full, learner or worker
         self.role_ctx = self._role_context()
         self.families = FamilyCorrectness()  # own running correctness per family: swarm.select = weakest
+        # The kinds of question this node gets all wrong: learner.peer_sft_coef's rows (node/run/peer_sft.py).
+        self.failing = FailingKinds() if cfg.learner.peer_sft_coef > 0 else None
         self.signal = SignalWatch(cfg.run.log_samples, cfg.generation.max_completion_length, self.status)
         self.held_out = HeldOut(cfg, policy, self.status, vllm, halt=lambda: self.stop_requested)  # evaluate.py
         self.generator = StepGenerator(cfg, policy, learner, self.lagged, vllm, self.role, self.role_ctx,
@@ -175,6 +178,12 @@ class TrainingNode:
             ext, ext_correct, too_long = external_samples(
                 groups, self.policy, self.reward_cfg, cfg.group_size, cfg.generation.max_completion_length)
             samples += ext
+        sft = None
+        if self.failing is not None:  # this step's own groups first: "all wrong" includes them
+            self.failing.update(rollouts)
+            sft = choose_supervised(samples, {g.key: g.task.id for g in groups or ()}, self.failing.fails,
+                                    cfg.learner.peer_sft_rows, cfg.swarm.max_sender_share)
+            samples = sft.samples
         updates = bool(samples) and self.role.learns
         stepped = False
         try:
@@ -221,6 +230,8 @@ class TrainingNode:
             record["external_too_long"] = too_long
             record["external_by_peer"] = dict(collections.Counter(g.sender for g in groups))
         record.update(own.metrics(groups))
+        if sft is not None:
+            record.update(sft.metrics(self.failing.failing()))
         record.update(role_info)
         self.signal.after_step(record, rollouts)  # run.log_samples; warns when nothing is learnt (signal_watch.py)
         return record

@@ -26,14 +26,16 @@ from __future__ import annotations
 import collections
 import math
 import random
-from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Hashable, Mapping, Sequence, TypeVar
 
 if TYPE_CHECKING:  # the pool imports this module
     from swarm_node.node.swarm.pool import AdmittedGroup
 
-__all__ = ["RULES", "select", "sender_cap"]
+__all__ = ["RULES", "round_robin", "select", "sender_cap"]
 
 RULES = ("fresh", "informative", "weakest")
+
+T = TypeVar("T")
 
 
 def sender_cap(n: int, max_sender_share: float) -> int:
@@ -57,11 +59,13 @@ def _queues(groups: Sequence[AdmittedGroup], rng: random.Random) -> tuple[dict[s
     return by_sender, senders
 
 
-def _round_robin(queues: dict[str, list[AdmittedGroup]], senders: list[str], n: int,
-                 used: collections.Counter, cap: int, want: Callable[[AdmittedGroup], bool]) -> list[AdmittedGroup]:
-    """Up to ``n`` groups that ``want`` accepts, one sender at a time, each sender's queue in
-    order, none past ``cap`` per sender (``used`` counts what each sender already gave)."""
-    picked: list[AdmittedGroup] = []
+def round_robin(queues: dict[Hashable, list[T]], senders: Sequence[Hashable], n: int,
+                used: collections.Counter, cap: int, want: Callable[[T], bool] = lambda x: True) -> list[T]:
+    """Up to ``n`` items that ``want`` accepts, one sender at a time, each sender's queue in
+    order, none past ``cap`` per sender (``used`` counts what each sender already gave). The
+    picked items leave their queues. Peer groups here; the rows of the learner's supervised term
+    too (node/run/peer_sft.py), under the same per-sender cap."""
+    picked: list[T] = []
     progress = True
     while len(picked) < n and progress:
         progress = False
@@ -91,10 +95,10 @@ def select(groups: Sequence[AdmittedGroup], n: int, cap: int, rule: str, rng: ra
             q.sort(key=lambda g: w.get(g.task.id.family, 0.0))
     used: collections.Counter = collections.Counter()
     if rule == "fresh":
-        picked = _round_robin(queues, senders, n, used, cap, lambda g: True)
+        picked = round_robin(queues, senders, n, used, cap, lambda g: True)
     else:
-        picked = _round_robin(queues, senders, n, used, cap, lambda g: g.informative)
-        picked += _round_robin(queues, senders, n - len(picked), used, cap, lambda g: True)
+        picked = round_robin(queues, senders, n, used, cap, lambda g: g.informative)
+        picked += round_robin(queues, senders, n - len(picked), used, cap, lambda g: True)
     if extra > 0:
-        picked += _round_robin(queues, senders, extra, used, cap, lambda g: g.informative)
+        picked += round_robin(queues, senders, extra, used, cap, lambda g: g.informative)
     return picked

@@ -1,0 +1,120 @@
+"""Which peer rows enter the learner's supervised term (``learner.peer_sft_coef``; the term itself
+is policies/supervised.py, the reasons docs/algorithm.md section 11): a peer's completion this node
+verified, of a kind of question this node gets all wrong, within a per-step and a per-sender cap.
+
+**Verified** is ``TrainSample.verified``, the verdict node/run/rollouts.py took from this node's
+own scoring (right, and nothing but one answer block: ``Reward.verified``), the same rows the
+success floor may lift. Nothing a peer claims decides it.
+
+**Got all wrong, by kind.** Nodes draw their own questions: a swarm node's task seed holds its peer
+id (``TrainingNode._task_seed``), so a peer's task id is never one of this node's, and the same
+*question* comes up under both only where a level asks few (boolean level 1 has 10 questions,
+counting level 2 about 370). Drawn as the nodes draw them, 2 nodes, 4 own groups a step, 200
+steps: a peer's group asks a question this node asked in the same step for 6% of groups at the
+default level 1, 2% at the skill study's level-2 counting and boolean, 1% at levels 1-3; within
+its last 8 steps 26%, 13% and 3%. Question by question, the term would rarely fire, and only
+where questions repeat. So the unit is the question's kind, its (family, level): a kind *fails*
+when each of this node's last ``FAIL_WINDOW`` own groups of that kind had no right completion
+(correctness 1; a near miss of a partial-credit source is not right). It is a node that lacks the
+skill, not one that missed a question by luck: a kind it solves 20% of the time fails 2 groups of
+8 running with probability 0.8^16 ≈ 3%, one it never solves always. A kind this node has not
+generated does not fail (a peer cannot send a level or family this node never draws into the
+term), and only this node's own rollouts update the record: nothing a peer sends moves it.
+``FailingKinds`` is not checkpointed: a resumed node reads it afresh within a few steps.
+
+**Caps.** At most ``max_rows`` rows a step (``learner.peer_sft_rows``, R) and ⌈R × share⌉ from one
+sender (``swarm.max_sender_share``, the exchange's share, by its ``sender_cap`` and
+``round_robin``: node/swarm/selection.py), computed on R, never on the rows offered, so a sender
+that offers more does not raise its own cap. Senders take turns, one row each, in the order
+their rows come in the batch; within a sender its groups take turns, so its rows cover as many
+questions as they can. The loss divides by R, not by the rows chosen (policies/supervised.py):
+one sender's rows weigh at most ⌈R × share⌉ / R of the term.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Sequence
+
+from swarm_node.node.run.rollouts import Rollout
+from swarm_node.node.swarm.selection import round_robin, sender_cap
+from swarm_node.policies.learner import TrainSample, sample_source
+from swarm_node.protocol.task_id import TaskId
+
+__all__ = ["FAIL_WINDOW", "FailingKinds", "SupervisedRows", "choose_supervised"]
+
+# Own groups of a kind that must all be wrong: two of G = 8 are 16 completions, enough to tell a
+# kind this node cannot do from a question it happened to miss, few enough to follow a node that
+# learns (one right group and the kind stops failing until two more are all wrong).
+FAIL_WINDOW = 2
+
+Kind = tuple[str, int]  # (family, level)
+
+
+@dataclass
+class FailingKinds:
+    """The kinds of question this node gets all wrong: per (family, level), whether each of its last
+    ``window`` own groups of that kind had no right completion. Bounded by the kinds this node's
+    own config draws."""
+
+    window: int = FAIL_WINDOW
+    recent: dict[Kind, collections.deque] = field(default_factory=dict)
+
+    def update(self, rollouts: Sequence[Rollout]) -> None:
+        """Fold in one step's own rollouts (every group, trained on or not), in the order generated."""
+        all_wrong: dict[TaskId, bool] = {}
+        for r in rollouts:
+            all_wrong[r.task_id] = all_wrong.get(r.task_id, True) and r.reward.correctness < 1.0
+        for task_id, wrong in all_wrong.items():
+            kind = (task_id.family, task_id.difficulty)
+            self.recent.setdefault(kind, collections.deque(maxlen=self.window)).append(wrong)
+
+    def fails(self, task_id: TaskId) -> bool:
+        """True when this node has groups of ``task_id``'s kind and its last ``window`` were all wrong."""
+        seen = self.recent.get((task_id.family, task_id.difficulty))
+        return bool(seen) and len(seen) == self.window and all(seen)
+
+    def failing(self) -> int:
+        """How many kinds fail now."""
+        return sum(len(s) == self.window and all(s) for s in self.recent.values())
+
+
+@dataclass(frozen=True)
+class SupervisedRows:
+    """A step's batch with the chosen rows marked ``supervised``, and the counts behind the choice."""
+
+    samples: list[TrainSample]
+    verified: int  # peers' rows this node verified
+    eligible: int  # of those, of a kind this node fails
+    chosen: int  # of those, within the caps: the rows marked
+
+    def metrics(self, failing: int) -> dict[str, int]:
+        """The step's record fields (docs/metrics.md); ``failing``: the kinds failing now."""
+        return {"peer_sft_verified": self.verified, "peer_sft_eligible": self.eligible,
+                "peer_sft_capped": self.eligible - self.chosen, "peer_sft_failing_kinds": failing}
+
+
+def choose_supervised(samples: list[TrainSample], task_of: Mapping[str, TaskId], fails: Callable[[TaskId], bool],
+                      max_rows: int, max_sender_share: float) -> SupervisedRows:
+    """Mark the rows of ``samples`` the supervised term takes: a peer's (not local) verified row
+    whose task (``task_of`` its group, the peer group's key) is of a kind that ``fails``, at most
+    ``max_rows`` in all and ``sender_cap(max_rows, max_sender_share)`` from one sender."""
+    verified = [i for i, s in enumerate(samples) if not s.local and s.verified]
+    eligible = [i for i in verified if samples[i].group in task_of and fails(task_of[samples[i].group])]
+    # Each sender's queue: its groups in turn (the first row of each, then the second...).
+    by_group: dict[str, dict[str, list[int]]] = collections.defaultdict(dict)
+    for i in eligible:
+        by_group[sample_source(samples[i])].setdefault(samples[i].group, []).append(i)
+    queues = {sender: _interleaved(list(groups.values())) for sender, groups in by_group.items()}
+    picked = round_robin(queues, list(queues), max_rows, collections.Counter(), sender_cap(max_rows, max_sender_share))
+    marked = set(picked)
+    out = [dataclasses.replace(s, supervised=True) if i in marked else s for i, s in enumerate(samples)]
+    return SupervisedRows(out, len(verified), len(eligible), len(marked))
+
+
+def _interleaved(groups: list[list[int]]) -> list[int]:
+    """[[a0, a1], [b0]] -> [a0, b0, a1]."""
+    longest = max((len(g) for g in groups), default=0)
+    return [g[k] for k in range(longest) for g in groups if k < len(g)]
