@@ -147,3 +147,39 @@ def test_summary_table_and_plot_set_the_swarm_against_the_control(tmp_path):
     assert "0.200 above the control" in md
     assert str(tmp_path / "held_out.png") in summary["plots"]
 
+
+def test_each_control_node_trains_on_its_own_seed(tmp_path, monkeypatch):
+    """``--control 2`` gives two independent trajectories: node i gets ``train.seed`` + i, the
+    controls included (their task draws and samples follow it), whether the nodes are processes
+    (node_args) or run in the memory worker (node_overrides)."""
+    from swarm_node.node.cli import main
+    from swarm_node.node.sim.argv import worker_args
+    from swarm_node.node.sim.worker import node_overrides
+
+    seen = {}
+
+    async def fake_sim(spec):
+        seen["spec"] = spec
+        (spec.run_dir / "summary.md").parent.mkdir(parents=True, exist_ok=True)
+        (spec.run_dir / "summary.md").write_text("done\n")
+        return {"failed": {}, "interrupted": False, "plots": []}
+
+    monkeypatch.setattr("swarm_node.node.sim.runner.run_sim", fake_sim)
+    assert main(["sim", "--nodes", "2", "--control", "2", "--transport", "memory", "--train.seed", "7",
+                 "--run.dir", str(tmp_path / "sim"), "--swarm.external_groups", "1"]) == 0
+    spec = seen["spec"]
+    assert spec.seed == 7 and spec.nodes == 4 and spec.control == 2
+    procs = [_flags(node_args(spec, i)) for i in range(4)]
+    assert [a["train.seed"] for a in procs] == ["7", "8", "9", "10"]
+    assert [a.get("swarm.transport") for a in procs[2:]] == ["none", "none"]
+
+    async def fake_worker(n, run_dir, seed, config, overrides, control, control_flags, node_flags):
+        seen.update(seed=seed, overrides=overrides, control=control, control_flags=control_flags)
+        return 0
+
+    monkeypatch.setattr("swarm_node.node.sim.worker.run_worker", fake_worker)
+    assert main(worker_args(spec)) == 0  # parsed as the worker process parses its command line
+    inproc = [node_overrides(i, 4, tmp_path, seen["seed"], seen["overrides"], seen["control"], seen["control_flags"])
+              for i in range(4)]
+    assert [a["train.seed"] for a in inproc] == [7, 8, 9, 10]
+    assert [a["swarm.transport"] for a in inproc] == ["memory", "memory", "none", "none"]
