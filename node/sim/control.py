@@ -117,7 +117,7 @@ def _end_sides(metric: str, swarm: list[str], control: list[str], by_step: dict,
 def _end_words(steps: list[int]) -> str:
     """``steps 150, 175 and 200, the last three every node evaluated after training began``."""
     if steps == [0]:
-        return "step 0, before training (no node evaluated after it at a step every node evaluated)"
+        return "step 0, before training (the nodes share no evaluated step after it)"
     where = f"steps {', '.join(map(str, steps[:-1]))} and {steps[-1]}" if len(steps) > 1 else f"step {steps[0]}"
     count = {1: "the only one", 2: "the last two", 3: "the last three"}.get(len(steps), f"the last {len(steps)}")
     return f"{where}, {count} every node evaluated after training began"
@@ -155,8 +155,10 @@ def comparison_lines(c: dict | None) -> list[str]:
             ci = (f"; 95% interval {low:+.3f} to {high:+.3f} (bootstrap over the {c['controls']} controls and the "
                   f"sharing nodes, unpaired; the sharing nodes learn from each other, so it understates a rerun's "
                   f"spread)")
-        else:
+        elif c["controls"] < 2:
             ci = "; no interval with one control (--control 2 or more gives one)"
+        else:
+            ci = "; no interval with one sharing node"
         lines.append(f"- {metric} pass@1: sharing nodes {e['swarm']:.3f} (nodes {e['swarm_range'][0]:.3f}-"
                      f"{e['swarm_range'][1]:.3f}), control {e['control']:.3f} ({e['control_range'][0]:.3f}-"
                      f"{e['control_range'][1]:.3f}){before}: the swarm ended {_verdict(e['margin'])} the control"

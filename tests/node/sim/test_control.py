@@ -100,6 +100,9 @@ def test_two_controls_give_the_margin_an_interval():
     text = "\n".join(comparison_lines(c))
     assert "0.200 above the control; 95% interval +0.100 to +0.300 (bootstrap over the 2 controls" in text
     assert "understates" in text
+    alone = comparison({k: v for k, v in roles.items() if k != "node1"}, series)  # one sharing node
+    assert alone["end"]["greedy"]["interval"] is None
+    assert "no interval with one sharing node" in "\n".join(comparison_lines(alone))
 
 
 def test_no_comparison_without_both_sides_or_on_different_questions():
