@@ -148,7 +148,7 @@ def comparison_lines(c: dict | None) -> list[str]:
                  f"evaluations at {_end_words(c['end_steps'])} (the whole curve: held_out.png). The control "
                  f"node(s) train alone on the same own generation per step, each on its own seed."]
     for metric, e in end.items():
-        before = (f" (from {c['swarm_start']:.3f} and {c['control_start']:.3f} before training)"
+        before = (f" (before training: sharing {c['swarm_start']:.3f}, control {c['control_start']:.3f})"
                   if metric == "greedy" and c["swarm_start"] is not None else "")
         if e["interval"] is not None:
             low, high = e["interval"]

@@ -74,8 +74,9 @@ def test_comparison_of_swarm_and_control_held_out_by_hand():
     assert c["end"]["sampled"]["margin"] == pytest.approx(0.0125)  # sampled pass@1 is compared too
     text = "\n".join(comparison_lines(c))
     assert "at steps 30 and 60, the last two every node evaluated after training began" in text
-    assert ("greedy pass@1: sharing nodes 0.275 (nodes 0.250-0.300), control 0.250 (0.250-0.250) (from 0.150 "
-            "and 0.100 before training): the swarm ended 0.025 above the control; no interval with one control") in text
+    assert ("greedy pass@1: sharing nodes 0.275 (nodes 0.250-0.300), control 0.250 (0.250-0.250) (before "
+            "training: sharing 0.150, control 0.100): the swarm ended 0.025 above the control; no interval with one "
+            "control") in text
     assert "sampled pass@1: sharing nodes 0.138" in text
     # The control stopped after step 30 (Ctrl-C, or it crashed): both sides at step 30, not 60 against 30.
     early = comparison(ROLES, {**series, "node2": series["node2"][:2]})
