@@ -63,9 +63,6 @@ class Interval:
     def excludes_zero(self) -> bool:
         return self.low is not None and (self.low > 0 or self.high < 0)
 
-    def as_dict(self) -> dict:
-        return {"diff": self.diff, "low": self.low, "high": self.high, "n": self.n, "level": self.level}
-
 
 def curve_points(evals: Sequence[dict], records: Sequence[dict], own_per_step: float, metric: str) -> list[Point]:
     """A run's curve from its evaluations (node/observe/held_out.py ``evaluations``: step 0 first
