@@ -13,8 +13,13 @@ The set is a pure function of (families, levels, tasks per family): the evaluati
 held-out seeds in order (family f's i-th candidate: seed MAX_SEED - i, level cycling through the
 given ones), keep the first task of each question, and stop at ``n_per_family`` questions. A level
 never gives up more than ``MAX_RESERVED_SHARE`` of its questions (its size estimated from
-``PROBE_DRAWS`` draws), so a small family keeps most of its questions for training and is
-evaluated on fewer tasks (its ``n`` says how many). A family with no level of at least
+``PROBE_DRAWS`` draws, ``level_size``), so a small family keeps most of its questions for training
+and is evaluated on fewer tasks (its ``n`` says how many). The distinct questions seen in the draws
+are a lower bound, far below a large level's size (level-2 counting: 368 of about 1,700 in 512
+draws), so for an evaluation of more than 64 tasks a family a level where most draws were new is
+drawn further, doubling up to ``MAX_PROBE_DRAWS``, until they show enough: 256 counting questions
+at level 2, not 92. The sets of up to 64 tasks a family are those of the first 512 draws, as
+before. A family with no level of at least
 1 / MAX_RESERVED_SHARE questions (a dataset of 3 rows), or whose held-out seeds keep drawing
 questions already taken, gets none: it is listed in ``unevaluated``, trains on all its questions
 and is left out of the evaluation.
@@ -34,10 +39,11 @@ from swarm_node.rewards.held_out import held_out_ids
 from swarm_node.rewards.registry import make_task
 from swarm_node.rewards.task import Task
 
-__all__ = ["HeldOutSet", "held_out_set", "level_size", "why_unevaluated", "MAX_RESERVED_SHARE", "PROBE_DRAWS"]
+__all__ = ["HeldOutSet", "held_out_set", "level_size", "why_unevaluated", "MAX_RESERVED_SHARE", "PROBE_DRAWS", "MAX_PROBE_DRAWS"]
 
 MAX_RESERVED_SHARE = 0.25  # of a level's questions, at most, held out of training
 PROBE_DRAWS = 512  # tasks drawn to estimate a level's number of questions (about 0.01 s)
+MAX_PROBE_DRAWS = 16384  # at most, for a large level an evaluation wants many questions of (about 0.3 s)
 CANDIDATES_PER_TASK = 64  # held-out seeds tried per wanted task before a family settles for fewer
 
 
@@ -58,13 +64,33 @@ class HeldOutSet:
         return self.holds(make_task(task_id))
 
 
-@functools.lru_cache(maxsize=64)
-def level_size(family: str, difficulty: int) -> int | None:
+@functools.lru_cache(maxsize=256)
+def level_size(family: str, difficulty: int, need: int = 0) -> int | None:
     """About how many distinct questions ``family`` asks at ``difficulty``: the number seen in
-    ``PROBE_DRAWS`` fixed draws (a lower bound), or None when every draw was new (too many to matter)."""
+    ``PROBE_DRAWS`` fixed draws (a lower bound), or None when every draw was new (too many to matter).
+
+    With a ``need`` above ``PROBE_DRAWS / 2``, a level where more than a quarter of the draws were
+    new questions (it is larger than the draws show) and fewer than ``need`` were seen is drawn
+    further, the draws doubling (the same stream: the first draws stay the same) up to
+    ``MAX_PROBE_DRAWS``, until ``need`` are seen or most draws repeat. A smaller ``need`` (an
+    evaluation of up to 64 tasks a family, every run's before this rule) keeps the first draws'
+    answer, so its questions stay the ones it had. A larger ``need`` only draws further: a smaller
+    one stopped once it saw ``need`` (a cap that then never binds) or for the same reason as the
+    larger, so each count's held-out set stays a prefix of a larger count's (tested for the built-in
+    families at every set of levels 1-3)."""
+    if need <= PROBE_DRAWS // 2:
+        need = 0
     rng = random.Random(f"swarm-node:level-size:{family}:{difficulty}")
-    seen = {make_task(TaskId(family, rng.randint(0, MAX_SEED >> 1), difficulty)).question for _ in range(PROBE_DRAWS)}
-    return None if len(seen) == PROBE_DRAWS else len(seen)
+    seen: set[str] = set()
+    draws = 0
+    while True:
+        for _ in range(draws or PROBE_DRAWS):
+            seen.add(make_task(TaskId(family, rng.randint(0, MAX_SEED >> 1), difficulty)).question)
+        draws = draws * 2 or PROBE_DRAWS
+        if len(seen) == draws:
+            return None
+        if len(seen) >= need or 4 * len(seen) <= draws or draws >= MAX_PROBE_DRAWS:
+            return len(seen)
 
 
 @functools.lru_cache(maxsize=16)
@@ -75,7 +101,8 @@ def _held_out_set(families: tuple[str, ...], difficulties: tuple[int, ...], n_pe
     for family in dict.fromkeys(families):
         # A level of fewer than 1 / MAX_RESERVED_SHARE questions gives none: holding out the only
         # question of a 1-row dataset would leave training nothing to draw there.
-        caps = {d: (n_per_family if (size := level_size(family, d)) is None
+        need = math.ceil(n_per_family / MAX_RESERVED_SHARE)  # a level's questions for n_per_family of them
+        caps = {d: (n_per_family if (size := level_size(family, d, need)) is None
                     else int(size * MAX_RESERVED_SHARE)) for d in difficulties}
         per_level: Counter = Counter()
         candidates = held_out_ids([family], difficulties, min(n_per_family * CANDIDATES_PER_TASK, 2**20))

@@ -1,5 +1,5 @@
-"""How a held-out evaluation is shown: the latest one in a run's records, its headline number, and
-one line of text for logs and the command line.
+"""How a held-out evaluation is shown: the latest one in a run's records, its headline number, a
+run's end score, and one line of text for logs and the command line.
 
 An evaluation (node/run/evaluate.py) rides in the metrics record of the step it followed, as
 ``"eval"``: ``{"greedy", "sampled", "n", "families": {family: {"greedy", "sampled", "n"}},
@@ -7,14 +7,26 @@ An evaluation (node/run/evaluate.py) rides in the metrics record of the step it 
 step's and no reader of metrics.jsonl meets a record of another kind. The evaluation before the
 first step (``eval.at_start``), which follows no step, is a file of its own, ``eval/step_0.json``,
 where ``swarm-node eval`` writes the evaluations it makes after the fact (``eval_file``).
+
+A run's **end score** (``end_score``) is the mean of its last ``END_EVALUATIONS`` evaluations after
+training began, not the last one alone: one reading also carries where the step-to-step noise of
+training left the weights at that step, and three readings at the end of a run average that, and
+the sampled answers' noise, down (issue 37). They ask the same questions, so the questions' own
+standard error, about sqrt(p(1 - p) / n), stays: more held-out tasks lower that. The curve (every
+evaluation) stays in metrics.jsonl and held_out.png.
 """
 
 from __future__ import annotations
 
 import json
+import statistics
+from collections.abc import Iterable
 from pathlib import Path
 
-__all__ = ["last_eval", "start_eval", "evaluations", "eval_file", "held_out_score", "describe_eval"]
+__all__ = ["last_eval", "start_eval", "evaluations", "eval_file", "held_out_score", "describe_eval", "end_steps",
+           "end_score", "END_EVALUATIONS"]
+
+END_EVALUATIONS = 3  # evaluations a run's end score averages
 
 
 def eval_file(run_dir: Path, step: int) -> Path:
@@ -56,6 +68,31 @@ def held_out_score(ev: dict | None) -> float | None:
     if not ev:
         return None
     return ev.get("greedy") if ev.get("greedy") is not None else ev.get("sampled")
+
+
+def end_steps(steps: Iterable[int], last: int = END_EVALUATIONS) -> list[int]:
+    """The evaluated steps an end score averages, in order: the last ``last`` after training began;
+    the evaluation before training (step 0) only when there is no other."""
+    ordered = sorted(set(steps))
+    trained = [s for s in ordered if s > 0]
+    return trained[-last:] if trained else ordered[-1:]
+
+
+def end_score(evals: list[dict], last: int = END_EVALUATIONS) -> dict | None:
+    """A run's end score from its evaluations (``evaluations``): ``{"steps": [...], "score",
+    "greedy", "sampled"}``, each the mean over the evaluations at ``end_steps`` (``score`` of
+    ``held_out_score``'s); a statistic missing from one of them is None. None without an evaluation."""
+    by_step = {ev["step"]: ev for ev in evals}
+    steps = end_steps(by_step, last)
+    if not steps:
+        return None
+    chosen = [by_step[s] for s in steps]
+
+    def mean(values: list) -> float | None:
+        return None if any(v is None for v in values) else statistics.fmean(values)
+
+    return {"steps": steps, "score": mean([held_out_score(ev) for ev in chosen]),
+            "greedy": mean([ev.get("greedy") for ev in chosen]), "sampled": mean([ev.get("sampled") for ev in chosen])}
 
 
 def describe_eval(ev: dict) -> str:

@@ -171,7 +171,9 @@ def eval_settings(cfg: "NodeConfig", ev: EvalConfig | None = None, *, prompt_kin
     calls of 16 rows, 0.2 s in calls of 320), at least ``CPU_ROWS_PER_CALL``.
 
     A family with no held-out question (a dataset of a few rows, rewards/reserved.py) is left out,
-    with a warning that names it and says why."""
+    with a warning that names it and says why. On the embedded default model, an evaluation that may
+    ask questions its warm start was taught (more tasks a family than it left out, or other levels)
+    is warned about (policies/default_model.py ``held_out_warning``)."""
     ev = ev or cfg.eval
     g = cfg.generation
     rows = g.batch_size or cfg.local_groups * cfg.group_size
@@ -181,6 +183,12 @@ def eval_settings(cfg: "NodeConfig", ev: EvalConfig | None = None, *, prompt_kin
     for family in held.unevaluated:
         log.warning("no held-out questions for task family %s: %s; it is trained on but not evaluated",
                     family, why_unevaluated(family, cfg.tasks.difficulties))
+    if cfg.model.name == "default":
+        from swarm_node.policies.default_model import held_out_warning
+
+        taught = held_out_warning(cfg.tasks.names, cfg.tasks.difficulties, ev.tasks_per_family)
+        if taught is not None:
+            log.warning("%s", taught)
     return EvalSettings(task_ids=held.ids, greedy=ev.greedy, samples=ev.samples, pass_k=ev.pass_k,
                         max_new_tokens=ev.max_completion_length or g.max_completion_length,
                         temperature=g.temperature, rows_per_call=rows,

@@ -1,5 +1,6 @@
 """The end of a run: ``summary.json`` (correctness over the first and last steps, steps done,
-wall time, what the swarm contributed, the last held-out evaluation) and ``reward_curve.png``
+wall time, what the swarm contributed, the last held-out evaluation and the end score, the mean of
+the last three: node/observe/held_out.py) and ``reward_curve.png``
 (and ``held_out.png`` when the run evaluated), read back from metrics.jsonl.
 """
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from swarm_node.node.observe.held_out import last_eval
+from swarm_node.node.observe.held_out import end_score, evaluations, last_eval
 from swarm_node.node.observe.metrics import read_metrics, summary_window
 from swarm_node.node.observe.plots import plot_held_out, plot_reward_curve
 
@@ -48,6 +49,7 @@ def write_summary(run_dir: Path, *, steps: int, stopped_early: bool, wall_s: flo
     held_out = last_eval(recs)  # the last held-out evaluation (node/run/evaluate.py), per family too
     if held_out is not None:
         summary["eval"] = held_out
+        summary["eval_end"] = end_score(evaluations(recs, run_dir))  # the mean of the last three
     if plot and recs:
         summary["plot"] = str(plot_reward_curve(run_dir / "metrics.jsonl", run_dir / "reward_curve.png"))
         if held_out is not None:

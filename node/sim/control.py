@@ -9,7 +9,21 @@ against what this machine would have reached alone?
 
 The flags are pure (``control_flags``); ``comparison`` reads the nodes' evaluations. A control
 node is not paced by the swarm's rounds, and a run can be stopped or resumed, so the two sides
-are compared at the last step every one of them evaluated, on the same questions.
+are compared at the steps every one of them evaluated, on the same questions: by their end scores,
+each node's mean over the last three of those steps (node/observe/held_out.py ``end_steps``), in
+greedy and in sampled pass@1. A control generates what a sharing node generates itself each step,
+so equal steps are equal own generation; wall-clock is not compared (the controls share the
+machine with the swarm, so their time is not what the machine alone would take).
+
+Each control node has its own seed (``train.seed`` + its index, node/sim/argv.py), so C >= 2
+controls are C independent trajectories, and the margin gets a bootstrap 95% interval
+(node/observe/paired.py ``unpaired_difference``): the sharing nodes' and the controls' end scores
+each resampled on their own. Unpaired, because sharing node i and control i share no seed, no
+question stream and nothing else that pairing would cancel. The interval understates the doubt:
+the sharing nodes train on each other's groups, so their spread is smaller than a rerun of the
+whole swarm would show (four nodes are about one sample per run, issue 37); it covers the controls'
+spread and the nodes' own. Runs paired by seed across simulations (scripts/exp_payoff.py, with
+paired.py's ``paired_comparison``) are what settle whether sharing pays.
 """
 
 from __future__ import annotations
@@ -17,7 +31,8 @@ from __future__ import annotations
 import statistics
 from typing import TYPE_CHECKING
 
-from swarm_node.node.observe.held_out import held_out_score
+from swarm_node.node.observe.held_out import end_steps, held_out_score
+from swarm_node.node.observe.paired import unpaired_difference
 
 if TYPE_CHECKING:
     from swarm_node.node.run.config import NodeConfig
@@ -40,9 +55,15 @@ def comparison(roles: dict[str, str], series: dict[str, list[dict]]) -> dict | N
     """Held-out correctness of the sharing nodes against the control nodes. ``roles`` maps each
     node to "swarm" or "control", ``series`` each node to its evaluations (node/observe/held_out.py
     ``evaluations``: step 0 first when made). None without both sides; ``{"incomparable": why}``
-    when they share no evaluated step or evaluated different questions. Otherwise, at the last
-    step every node evaluated: each side's mean and range, the margin (swarm mean − control mean),
-    and the means before training when every node evaluated at step 0."""
+    when they share no evaluated step or evaluated different questions. Otherwise:
+
+    - at the last step every node evaluated (``step``): each side's mean and range and the margin
+      (swarm mean − control mean) of ``held_out_score`` (as before the end score);
+    - the means before training when every node evaluated at step 0;
+    - ``end``: at ``end_steps`` (the last three steps every node evaluated after step 0), per
+      statistic ("greedy", "sampled": those every node measured there), each side's mean of its
+      nodes' end scores, their range, the margin, and its bootstrap 95% ``interval`` (None with
+      fewer than two controls or sharing nodes)."""
     swarm = [n for n, r in roles.items() if r == "swarm"]
     control = [n for n, r in roles.items() if r == "control"]
     if not swarm or not control:
@@ -55,10 +76,11 @@ def comparison(roles: dict[str, str], series: dict[str, list[dict]]) -> dict | N
     if not common:
         return {"incomparable": "the nodes share no evaluated step"}
     step = max(common)
-    asked = {_questions(by_step[n][step]) for n in nodes}
-    if len(asked) > 1:
-        return {"incomparable": f"the nodes evaluated different questions at step {step} (different "
-                                f"tasks or eval settings: a run folder resumed under another config?)"}
+    ends = end_steps(common)
+    for at in sorted({step, *ends}):
+        if len({_questions(by_step[n][at]) for n in nodes}) > 1:
+            return {"incomparable": f"the nodes evaluated different questions at step {at} (different "
+                                    f"tasks or eval settings: a run folder resumed under another config?)"}
 
     def scores(side: list[str], at: int) -> list[float]:
         return [held_out_score(by_step[n][at]) or 0.0 for n in side]
@@ -73,7 +95,36 @@ def comparison(roles: dict[str, str], series: dict[str, list[dict]]) -> dict | N
         "swarm_last": mean(s_last), "control_last": mean(c_last),
         "swarm_range": [min(s_last), max(s_last)], "control_range": [min(c_last), max(c_last)],
         "margin": mean(s_last) - mean(c_last),
+        "controls": len(control),
+        "end_steps": ends,
+        "end": {metric: _end_sides(metric, swarm, control, by_step, ends) for metric in ("greedy", "sampled")
+                if all(by_step[n][at].get(metric) is not None for n in nodes for at in ends)},
     }
+
+
+def _end_sides(metric: str, swarm: list[str], control: list[str], by_step: dict, ends: list[int]) -> dict:
+    """Both sides' end scores of ``metric``: means, ranges, margin and its interval."""
+    def ends_of(side: list[str]) -> list[float]:
+        return [statistics.fmean(by_step[n][at][metric] for at in ends) for n in side]
+
+    s, c = ends_of(swarm), ends_of(control)
+    diff = unpaired_difference(s, c)
+    return {"swarm": statistics.fmean(s), "control": statistics.fmean(c), "swarm_range": [min(s), max(s)],
+            "control_range": [min(c), max(c)], "margin": diff.diff,
+            "interval": [diff.low, diff.high] if diff.low is not None else None}
+
+
+def _end_words(steps: list[int]) -> str:
+    """``steps 150, 175 and 200, the last three every node evaluated after training began``."""
+    if steps == [0]:
+        return "step 0, before training (the nodes share no evaluated step after it)"
+    where = f"steps {', '.join(map(str, steps[:-1]))} and {steps[-1]}" if len(steps) > 1 else f"step {steps[0]}"
+    count = {1: "the only one", 2: "the last two", 3: "the last three"}.get(len(steps), f"the last {len(steps)}")
+    return f"{where}, {count} every node evaluated after training began"
+
+
+def _verdict(margin: float) -> str:
+    return (f"{abs(margin):.3f} above" if margin > 0 else f"{abs(margin):.3f} below" if margin < 0 else "level with")
 
 
 def comparison_lines(c: dict | None) -> list[str]:
@@ -86,10 +137,30 @@ def comparison_lines(c: dict | None) -> list[str]:
     def start(v: float | None) -> str:
         return "" if v is None else f"from {v:.3f} before training "
 
-    verdict = (f"{abs(c['margin']):.3f} above" if c["margin"] > 0 else
-               f"{abs(c['margin']):.3f} below" if c["margin"] < 0 else "level with")
-    return ["", f"Swarm against control (held-out pass@1, greedy, at step {c['step']}, the last every node "
-                f"evaluated): the sharing nodes went {start(c['swarm_start'])}to {c['swarm_last']:.3f} "
-                f"(nodes {c['swarm_range'][0]:.3f}-{c['swarm_range'][1]:.3f}); the control node(s), training alone "
-                f"on the same own generation per step, {start(c['control_start'])}to {c['control_last']:.3f}. "
-                f"The swarm ended {verdict} the control."]
+    end = c.get("end") or {}
+    if not end:  # an older summary, or a statistic missing at the end steps: the last step's score
+        return ["", f"Swarm against control (held-out pass@1, greedy, at step {c['step']}, the last every node "
+                    f"evaluated): the sharing nodes went {start(c['swarm_start'])}to {c['swarm_last']:.3f} "
+                    f"(nodes {c['swarm_range'][0]:.3f}-{c['swarm_range'][1]:.3f}); the control node(s), training "
+                    f"alone on the same own generation per step, {start(c['control_start'])}to "
+                    f"{c['control_last']:.3f}. The swarm ended {_verdict(c['margin'])} the control."]
+    lines = ["", f"Swarm against control on held-out questions, by the end score: each node's mean over its "
+                 f"evaluations at {_end_words(c['end_steps'])} (the whole curve: held_out.png). The control "
+                 f"node(s) train alone on the same own generation per step, each on its own seed."]
+    for metric, e in end.items():
+        before = (f" (before training: sharing {c['swarm_start']:.3f}, control {c['control_start']:.3f})"
+                  if metric == "greedy" and c["swarm_start"] is not None else "")
+        if e["interval"] is not None:
+            low, high = e["interval"]
+            ci = (f"; 95% interval {low:+.3f} to {high:+.3f} (bootstrap over the {c['controls']} controls and the "
+                  f"sharing nodes, unpaired; the sharing nodes learn from each other, so it understates a rerun's "
+                  f"spread)")
+        elif c["controls"] < 2:
+            ci = "; no interval with one control (--control 2 or more gives one)"
+        else:
+            ci = "; no interval with one sharing node"
+        lines.append(f"- {metric} pass@1: sharing nodes {e['swarm']:.3f} (nodes {e['swarm_range'][0]:.3f}-"
+                     f"{e['swarm_range'][1]:.3f}), control {e['control']:.3f} ({e['control_range'][0]:.3f}-"
+                     f"{e['control_range'][1]:.3f}){before}: the swarm ended {_verdict(e['margin'])} the control"
+                     f"{ci}.")
+    return lines

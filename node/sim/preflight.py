@@ -64,6 +64,7 @@ def startup_warnings(spec: SimSpec, cfgs: list) -> list[str]:
                        f"{k.at_step} steps; to resume where it was killed, pass --run.checkpoint_every "
                        f"{k.at_step} or less")
     out += _changed_recipes(spec, cfgs)
+    out += _taught_held_out(cfgs)
     sharing = cfgs[:spec.nodes - spec.control]  # the control nodes share nothing
     c = sharing[0]
     advice = batch_overlap(len(sharing) - 1, c.generation.prompts_per_step, c.swarm.external_groups,
@@ -73,6 +74,16 @@ def startup_warnings(spec: SimSpec, cfgs: list) -> list[str]:
                                   and x.swarm.max_sender_share == c.swarm.max_sender_share for x in sharing):
         out.append(f"with {len(sharing)} nodes, {advice[0].lower()}{advice[1:]}")
     return out
+
+
+def _taught_held_out(cfgs: list) -> list[str]:
+    """Once for the run, not once per node: an evaluation on the embedded default model that may
+    ask questions its warm start was taught (the nodes' own check, node/run/evaluate.py)."""
+    from swarm_node.policies.default_model import held_out_warning
+
+    said = {held_out_warning(c.tasks.names, c.tasks.difficulties, c.eval.tasks_per_family)
+            for c in cfgs if c.model.name == "default" and (c.eval.every or c.eval.at_end)}
+    return sorted(w for w in said if w is not None)
 
 
 def _changed_recipes(spec: SimSpec, cfgs: list) -> list[str]:

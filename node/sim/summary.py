@@ -1,5 +1,6 @@
 """The end of a ``swarm-node sim`` run: summary.json and summary.md (one row per node: steps,
-correctness first/last, held-out before training and at the last evaluation, peer groups used,
+correctness first/last, held-out before training and its end score (the mean of its last three
+evaluations: node/observe/held_out.py), peer groups used,
 rejections, faults; each adversary's tally; the sharing nodes against the control nodes), the
 plots, and the end time in sim.json. A stopped run's summary is marked partial; an earlier run's
 is removed when a run starts.
@@ -54,7 +55,7 @@ def write_summary(spec: SimSpec, wall_s: float, interrupted: bool, failed: dict,
                   stopping: bool = False) -> dict:
     """Write summary.json and summary.md (and the plots, unless ``stopping``: written as a stop
     begins, then again once the nodes have stopped); ``interrupted`` marks it partial."""
-    from swarm_node.node.observe.held_out import evaluations, held_out_score, last_eval
+    from swarm_node.node.observe.held_out import end_score, evaluations, held_out_score, last_eval
     from swarm_node.node.observe.metrics import read_metrics, summary_window
     from swarm_node.node.observe.plots import plot_swarm
 
@@ -83,6 +84,8 @@ def write_summary(spec: SimSpec, wall_s: float, interrupted: bool, failed: dict,
             # before training (eval.at_start), or None: no step's record is step 0
             "held_out_start": next((e for e in series[f"node{i}"] if e["step"] == 0), None),
             "held_out": last_eval(recs),  # the last held-out evaluation, per family too (or None)
+            "held_out_end": end_score(series[f"node{i}"]),  # the mean of the last three (or None)
+            "held_out_curve": [[e["step"], e.get("greedy"), e.get("sampled")] for e in series[f"node{i}"]],
             "groups_used": sum(by_peer.values()), "peers_used": len(by_peer),
             "rollouts_out": sw.get("rollouts_out"), "rejected": sw.get("rejected", {}),
             "rejected_total": sw.get("rejected_total"), "rounds_skipped": (st.get("last") or {}).get("rounds_skipped"),
@@ -113,13 +116,13 @@ def write_summary(spec: SimSpec, wall_s: float, interrupted: bool, failed: dict,
     if interrupted:
         lines += [partial_line(wall_s, stopped_by or [], stopping), ""]
     lines += [
-             f"| node | steps | correct first {w} | correct last {w} | held-out before | held-out last | peer groups used | "
+             f"| node | steps | correct first {w} | correct last {w} | held-out before | held-out end | peer groups used | "
              f"peers used | rollouts out | rejected | faults |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for i, n in enumerate(nodes):
         rej = ", ".join(f"{k} {v}" for k, v in sorted(n["rejected"].items()))
         lines.append(f"| {node_name(spec, i)} | {n['steps']} | {fmt(n['correct_first'], '.3f')} | {fmt(n['correct_last'], '.3f')} | "
-                     f"{fmt(held_out_score(n['held_out_start']), '.3f')} | {fmt(held_out_score(n['held_out']), '.3f')} | "
+                     f"{fmt(held_out_score(n['held_out_start']), '.3f')} | {fmt((n['held_out_end'] or {}).get('score'), '.3f')} | "
                      f"{fmt(n['groups_used'])} | {fmt(n['peers_used'])} | {fmt(n['rollouts_out'])} | "
                      f"{fmt(n['rejected_total'])}{f' ({rej})' if rej else ''} | {fault_text(n)} |")
     roles = [n for n in nodes if n.get("broadcast")]

@@ -16,9 +16,13 @@ def test_the_default_recipes_digest_is_pinned():
     # sft_families, added later, is left out of it while empty (every family, as before).
     # (77abac8818ad until held_out_tasks went from 16 to 64 for the demo's evaluation; 5b990cab1b56
     # until max_position_embeddings went from 128 to 1024 for reasoning-gym's long questions, which
-    # changes no weight: RoPE has none per position.)
-    assert DefaultModelRecipe().digest() == "01ced5d202c5"
-    assert replace(DefaultModelRecipe(), sft_families=("counting",)).digest() != "01ced5d202c5"
+    # changes no weight: RoPE has none per position; 01ced5d202c5 until held_out_tasks went to 256
+    # and format_version to 4 for evaluations with power, issue 37.)
+    assert DefaultModelRecipe().digest() == "ddb9dba97039"
+    assert replace(DefaultModelRecipe(), sft_families=("counting",)).digest() != "ddb9dba97039"
+    # The recipe before, named as before: its build is unchanged (its 64 tasks a family are the same
+    # questions), and it is what a run trained on it was trained on.
+    assert replace(DefaultModelRecipe(), held_out_tasks=64, format_version=3).digest() == "01ced5d202c5"
 
 
 def test_the_warm_start_leaves_out_every_smaller_evaluation_too():
@@ -28,8 +32,27 @@ def test_the_warm_start_leaves_out_every_smaller_evaluation_too():
     from swarm_node.rewards.reserved import held_out_set
 
     for levels in ([1], [2], [1, 2]):
-        small = held_out_set(all_families(), levels, 16).ids
-        assert set(small) <= set(held_out_set(all_families(), levels, DefaultModelRecipe().held_out_tasks).ids)
+        left_out = set(held_out_set(all_families(), levels, DefaultModelRecipe().held_out_tasks).ids)
+        for n in (16, 64, 128):
+            assert set(held_out_set(all_families(), levels, n).ids) <= left_out, (levels, n)
+
+
+def test_a_node_is_warned_when_its_evaluation_may_ask_what_the_warm_start_taught():
+    from swarm_node.policies.default_model import held_out_warning
+
+    n = DefaultModelRecipe().held_out_tasks
+    assert n >= 256  # issue 37: 256 questions a family can be evaluated without contamination
+    for levels in ([1], [2], [1, 2]):
+        assert held_out_warning(["counting", "arithmetic"], levels, n) is None
+    more = held_out_warning(["counting", "arithmetic"], [2], n + 1)
+    assert f"eval.tasks_per_family {n + 1} is more than the {n}" in more and "arithmetic, counting" in more
+    other_levels = held_out_warning(["counting"], [1, 2, 3], 16)  # level 3 interleaved: other questions at 1 and 2
+    assert "not [1, 2, 3]" in other_levels and f"at most {n} tasks a family" in other_levels
+    assert held_out_warning(["counting"], [2, 1], 16) is not None  # its level order asks other questions
+    # Nothing the warm start taught: no family of it, no level of it, or a recipe teaching another family.
+    assert held_out_warning(["jsonl:rows.jsonl"], [2], 1024) is None
+    assert held_out_warning(["counting"], [3], 1024) is None
+    assert held_out_warning(["boolean"], [2], 1024, replace(DefaultModelRecipe(), sft_families=("counting",))) is None
 
 
 def test_a_recipe_with_sft_families_warm_starts_on_those_families_only():

@@ -74,3 +74,43 @@ def test_a_family_too_small_to_hold_out_a_question_is_named_unevaluated(tmp_path
     assert not any(f == tiny for f, _ in h.questions)  # all 3 stay for training
     assert "no level has the 4 questions it takes to hold one out (level 1: 3" in why_unevaluated(tiny, [1])
     assert held_out_set(["arithmetic"], [1], 4).unevaluated == ()
+
+
+def _ids_digest(h) -> str:
+    import hashlib
+
+    ids = [[t.family, str(t.seed), str(t.difficulty)] for t in h.ids]
+    return hashlib.sha256(json.dumps(ids).encode()).hexdigest()[:16]
+
+
+def test_a_large_level_is_drawn_further_for_an_evaluation_of_many_questions():
+    """Level-2 counting has about 1,700 questions; 512 draws show 368, whose quarter (92) capped an
+    evaluation of 256 tasks. Drawn further, the level shows what 256 need (4 x 256)."""
+    assert level_size("counting", 2) == 368
+    assert level_size("counting", 2, need=4 * 64) == 368  # up to 64 tasks: the first draws' answer
+    assert level_size("counting", 2, need=4 * 256) >= 4 * 256
+    assert level_size("counting", 1, need=4 * 256) == 55  # a small level: its draws repeat, not drawn further
+    assert len(held_out_set(["counting"], [2], 256).ids) == 256
+
+
+def test_evaluations_of_up_to_64_tasks_a_family_ask_what_they_asked_before_the_further_draws():
+    # The ids computed before level_size drew further (pinned): resumed runs keep their questions.
+    from swarm_node.rewards.registry import BUILT_IN
+
+    pinned = {(16, (1,)): "9edce1237f76bba1", (64, (1, 2)): "52245102d73ca57a", (64, (2,)): "e36aa665c130d502",
+              (64, (3,)): "4a1e3cc620abf526"}
+    assert {k: _ids_digest(held_out_set(list(BUILT_IN), list(k[1]), k[0])) for k in pinned} == pinned
+
+
+def test_each_count_s_held_out_set_is_a_prefix_of_a_larger_count_s():
+    """What lets the embedded model's warm start leave out every smaller evaluation by leaving out
+    the largest (policies/default_model.py), now that a larger count may draw a level further."""
+    from itertools import combinations
+
+    from swarm_node.rewards.registry import BUILT_IN
+
+    for levels in (list(c) for r in (1, 2, 3) for c in combinations([1, 2, 3], r)):
+        big = held_out_set(list(BUILT_IN), levels, 256).ids
+        for n in (64, 65, 128):
+            small = held_out_set(list(BUILT_IN), levels, n).ids
+            assert set(small) <= set(big), (levels, n)

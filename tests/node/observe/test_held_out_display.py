@@ -10,7 +10,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from swarm_node.node.observe.endpoint import MetricsEndpoint
-from swarm_node.node.observe.held_out import describe_eval, held_out_score, last_eval
+from swarm_node.node.observe.held_out import describe_eval, end_score, end_steps, held_out_score, last_eval
 from swarm_node.node.observe.plots import plot_folder, plot_held_out
 from swarm_node.node.observe.progress import Progress
 
@@ -32,6 +32,22 @@ def test_latest_headline_and_one_line():
     assert held_out_score(None) is None
     assert describe_eval(EVAL) == ("greedy 0.300 sampled 0.250 pass@2 0.500 (arithmetic 0.50/0.25, "
                                    "lists 0.00/0.25) in 1.5 s")
+
+
+def test_the_end_score_is_the_mean_of_the_last_three_evaluations_after_training_began():
+    assert end_steps([0, 25, 50, 75, 100]) == [50, 75, 100]
+    assert end_steps([100, 0, 50]) == [50, 100]  # two after the start: both, never step 0 with them
+    assert end_steps([0]) == [0] and end_steps([]) == []  # only the start: it
+    evals = [{"step": 0, "greedy": 0.1, "sampled": 0.05}, {"step": 25, "greedy": 0.2, "sampled": 0.1},
+             {"step": 50, "greedy": 0.3, "sampled": 0.2}, {"step": 75, "greedy": 0.5, "sampled": 0.2},
+             {"step": 100, "greedy": 0.4, "sampled": 0.5}]
+    end = end_score(evals)
+    assert end["steps"] == [50, 75, 100]
+    assert end["greedy"] == pytest.approx(0.4) and end["score"] == pytest.approx(0.4)  # (0.3 + 0.5 + 0.4) / 3
+    assert end["sampled"] == pytest.approx(0.3)  # (0.2 + 0.2 + 0.5) / 3
+    no_greedy = [{**e, "greedy": None} for e in evals]  # eval.greedy off: the score is sampled's
+    assert end_score(no_greedy)["greedy"] is None and end_score(no_greedy)["score"] == pytest.approx(0.3)
+    assert end_score([]) is None
 
 
 def test_endpoint_exports_the_latest_evaluation_per_family_and_mode():

@@ -141,6 +141,24 @@ def test_greedy_is_the_most_likely_token_at_every_step(tiny):
         assert text == policy.tokenizer.decode(out, skip_special_tokens=True)
 
 
+def test_an_evaluation_the_default_models_warm_start_may_have_taught_is_warned_about(caplog):
+    """On the embedded model, more tasks a family than its warm start left out (or other levels)
+    may ask questions it was taught: the evaluation runs, and says so (policies/default_model.py)."""
+    from swarm_node.policies.default_model import DefaultModelRecipe
+
+    caplog.set_level(logging.WARNING, logger="swarm_node.node.run.evaluate")
+    left_out = DefaultModelRecipe().held_out_tasks
+    on = {"tasks.families": ["counting"], "tasks.difficulties": [2]}
+    eval_settings(load_config(None, {**on, "eval.tasks_per_family": left_out}), prompt_kind="raw")
+    assert not caplog.records
+    eval_settings(load_config(None, {**on, "eval.tasks_per_family": left_out + 1}), prompt_kind="raw")
+    assert f"eval.tasks_per_family {left_out + 1} is more than the {left_out}" in caplog.text
+    caplog.clear()  # another model: its own warm start, if any, is not this recipe's
+    eval_settings(load_config(None, {**on, "eval.tasks_per_family": left_out + 1, "model.name": "org/model"}),
+                  prompt_kind="raw")
+    assert not caplog.records
+
+
 def test_a_family_without_held_out_questions_is_named_and_left_out(tiny, tmp_path, caplog):
     """A 3-row dataset has no question to hold out (rewards/reserved.py): the evaluation names it
     and goes on with the others; with no other family there is nothing to evaluate, and the node's

@@ -60,6 +60,11 @@ def test_a_run_evaluates_every_n_steps_and_at_the_end(warm_tiny_model_dir, tmp_p
     assert status["eval"] == {"step": 5, **ev}
     assert summary["eval"] == {"step": 5, **ev}
     assert json.loads((run / "summary.json").read_text())["eval"]["families"] == ev["families"]
+    # The end score: the mean of the evaluations after steps 2, 4 and 5 (the one before training is not one).
+    evs = [r["eval"] for r in recs if "eval" in r]
+    assert summary["eval_end"]["steps"] == [2, 4, 5]
+    assert summary["eval_end"]["greedy"] == pytest.approx(sum(e["greedy"] for e in evs) / 3)
+    assert summary["eval_end"]["sampled"] == pytest.approx(sum(e["sampled"] for e in evs) / 3)
     assert (run / "held_out.png").stat().st_size > 1000 and summary["plot_held_out"] == str(run / "held_out.png")
 
 

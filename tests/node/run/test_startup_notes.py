@@ -99,6 +99,24 @@ def test_the_simulator_warns_before_it_starts():
     assert "first checkpoint is at the end" in startup_warnings(spec, never)[0]
 
 
+def test_the_simulator_warns_once_when_the_default_model_may_have_been_taught_its_held_out_questions():
+    from swarm_node.node.run.config import load_config
+    from swarm_node.policies.default_model import DefaultModelRecipe
+
+    spec = SimSpec(nodes=3, transport="memory", run_dir=Path("/r"), control=1)
+    many = DefaultModelRecipe().held_out_tasks + 1
+    cfgs = [load_config(None, {"tasks.families": ["counting"], "tasks.difficulties": [2],
+                               "eval.tasks_per_family": many})] * 3
+    (w,) = startup_warnings(spec, cfgs)  # once, not once per node
+    assert f"eval.tasks_per_family {many} is more than" in w
+    # No evaluation, another model, or as many as the warm start left out: nothing to say.
+    off = [c.model_copy(update={"eval": c.eval.model_copy(update={"every": 0, "at_end": False})}) for c in cfgs]
+    other = [c.model_copy(update={"model": c.model.model_copy(update={"name": "/some/model"})}) for c in cfgs]
+    fine = [load_config(None, {"tasks.families": ["counting"], "tasks.difficulties": [2],
+                               "eval.tasks_per_family": many - 1})] * 3
+    assert startup_warnings(spec, off) == startup_warnings(spec, other) == startup_warnings(spec, fine) == []
+
+
 def test_batch_overlap_advice_by_hand():
     from swarm_node.node.run.config import batch_overlap
 

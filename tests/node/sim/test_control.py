@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from swarm_node.node.run.config import load_config
 from swarm_node.node.sim.argv import node_args, worker_args
 from swarm_node.node.sim.control import comparison, comparison_lines, control_flags
@@ -62,15 +64,46 @@ def test_comparison_of_swarm_and_control_held_out_by_hand():
     assert c["control_start"] == 0.1 and c["control_last"] == 0.2
     assert c["swarm_range"] == [0.3, 0.4] and c["control_range"] == [0.2, 0.2]
     assert abs(c["margin"] - 0.15) < 1e-12 and c["step"] == 60
+    # The end score: each node's mean over steps 30 and 60 (the last three after step 0 it has):
+    # sharing (0.2 + 0.4) / 2 = 0.3 and (0.2 + 0.3) / 2 = 0.25, the control (0.3 + 0.2) / 2 = 0.25.
+    assert c["end_steps"] == [30, 60] and c["controls"] == 1 and set(c["end"]) == {"greedy", "sampled"}
+    g = c["end"]["greedy"]
+    assert g["swarm"] == pytest.approx(0.275) and g["control"] == pytest.approx(0.25)
+    assert g["swarm_range"] == pytest.approx([0.25, 0.3]) and g["margin"] == pytest.approx(0.025)
+    assert g["interval"] is None  # one control: no interval
+    assert c["end"]["sampled"]["margin"] == pytest.approx(0.0125)  # sampled pass@1 is compared too
     text = "\n".join(comparison_lines(c))
-    assert "at step 60" in text and "from 0.150 before training to 0.350" in text and "0.150 above the control" in text
+    assert "at steps 30 and 60, the last two every node evaluated after training began" in text
+    assert ("greedy pass@1: sharing nodes 0.275 (nodes 0.250-0.300), control 0.250 (0.250-0.250) (before "
+            "training: sharing 0.150, control 0.100): the swarm ended 0.025 above the control; no interval with one "
+            "control") in text
+    assert "sampled pass@1: sharing nodes 0.138" in text
     # The control stopped after step 30 (Ctrl-C, or it crashed): both sides at step 30, not 60 against 30.
     early = comparison(ROLES, {**series, "node2": series["node2"][:2]})
-    assert early["step"] == 30 and abs(early["margin"] - (0.2 - 0.3)) < 1e-12
+    assert early["step"] == 30 and abs(early["margin"] - (0.2 - 0.3)) < 1e-12 and early["end_steps"] == [30]
     assert "0.100 below the control" in "\n".join(comparison_lines(early))
     # No start evaluation: no "before training" number, never a later one standing in for it.
     later = comparison(ROLES, {k: v[1:] for k, v in series.items()})
     assert later["swarm_start"] is None and "before training" not in "\n".join(comparison_lines(later))
+
+
+def test_two_controls_give_the_margin_an_interval():
+    """Controls on their own seeds are independent runs: with two or more, the end scores' margin
+    gets a bootstrap 95% interval, each side resampled on its own. Sharing 0.4 and 0.4 against
+    controls 0.1 and 0.3: a resample of the controls means 0.1, 0.2 or 0.3 (chances 1/4, 1/2, 1/4),
+    so the margin's interval is 0.1 to 0.3 around 0.2 (node/observe/paired.py)."""
+    roles = {"node0": "swarm", "node1": "swarm", "node2": "control", "node3": "control"}
+    series = {n: [_ev(0.1, 0), _ev(score, 10)] for n, score in zip(roles, (0.4, 0.4, 0.1, 0.3))}
+    c = comparison(roles, series)
+    g = c["end"]["greedy"]
+    assert c["controls"] == 2 and g["margin"] == pytest.approx(0.2) and g["interval"] == pytest.approx([0.1, 0.3])
+    assert c["end"]["sampled"]["interval"] == pytest.approx([0.05, 0.15])
+    text = "\n".join(comparison_lines(c))
+    assert "0.200 above the control; 95% interval +0.100 to +0.300 (bootstrap over the 2 controls" in text
+    assert "understates" in text
+    alone = comparison({k: v for k, v in roles.items() if k != "node1"}, series)  # one sharing node
+    assert alone["end"]["greedy"]["interval"] is None
+    assert "no interval with one sharing node" in "\n".join(comparison_lines(alone))
 
 
 def test_no_comparison_without_both_sides_or_on_different_questions():
@@ -117,3 +150,40 @@ def test_summary_table_and_plot_set_the_swarm_against_the_control(tmp_path):
     assert "| 0.100 | 0.500 |" in md  # held-out before training, then last
     assert "0.200 above the control" in md
     assert str(tmp_path / "held_out.png") in summary["plots"]
+
+
+def test_each_control_node_trains_on_its_own_seed(tmp_path, monkeypatch):
+    """``--control 2`` gives two independent trajectories: node i gets ``train.seed`` + i, the
+    controls included (their task draws and samples follow it), whether the nodes are processes
+    (node_args) or run in the memory worker (node_overrides)."""
+    from swarm_node.node.cli import main
+    from swarm_node.node.sim.argv import worker_args
+    from swarm_node.node.sim.worker import node_overrides
+
+    seen = {}
+
+    async def fake_sim(spec):
+        seen["spec"] = spec
+        (spec.run_dir / "summary.md").parent.mkdir(parents=True, exist_ok=True)
+        (spec.run_dir / "summary.md").write_text("done\n")
+        return {"failed": {}, "interrupted": False, "plots": []}
+
+    monkeypatch.setattr("swarm_node.node.sim.runner.run_sim", fake_sim)
+    assert main(["sim", "--nodes", "2", "--control", "2", "--transport", "memory", "--train.seed", "7",
+                 "--run.dir", str(tmp_path / "sim"), "--swarm.external_groups", "1"]) == 0
+    spec = seen["spec"]
+    assert spec.seed == 7 and spec.nodes == 4 and spec.control == 2
+    procs = [_flags(node_args(spec, i)) for i in range(4)]
+    assert [a["train.seed"] for a in procs] == ["7", "8", "9", "10"]
+    assert [a.get("swarm.transport") for a in procs[2:]] == ["none", "none"]
+
+    async def fake_worker(n, run_dir, seed, config, overrides, control, control_flags, node_flags):
+        seen.update(seed=seed, overrides=overrides, control=control, control_flags=control_flags)
+        return 0
+
+    monkeypatch.setattr("swarm_node.node.sim.worker.run_worker", fake_worker)
+    assert main(worker_args(spec)) == 0  # parsed as the worker process parses its command line
+    inproc = [node_overrides(i, 4, tmp_path, seen["seed"], seen["overrides"], seen["control"], seen["control_flags"])
+              for i in range(4)]
+    assert [a["train.seed"] for a in inproc] == [7, 8, 9, 10]
+    assert [a["swarm.transport"] for a in inproc] == ["memory", "memory", "none", "none"]

@@ -41,6 +41,10 @@ def test_table_summary_and_plot_show_held_out_correctness(tmp_path):
     summary = write_summary(spec, 1.0, False, {})
     n0, n1 = summary["nodes"]
     assert n0["held_out"] == {"step": 4, **EVAL} and n1["held_out"] is None
+    # The end score: the mean of the evaluations after steps 2 and 4 (all it made), and the curve.
+    assert n0["held_out_end"] == {"steps": [2, 4], "score": 0.375, "greedy": 0.375, "sampled": 0.25}
+    assert n0["held_out_curve"] == [[2, 0.375, 0.25], [4, 0.375, 0.25]]
+    assert n1["held_out_end"] is None and n1["held_out_curve"] == []
     md = (tmp_path / "summary.md").read_text()
-    assert "| held-out last |" in md and "| 0.375 |" in md
+    assert "| held-out end |" in md and "| 0.375 |" in md
     assert str(tmp_path / "held_out.png") in summary["plots"]

@@ -1,0 +1,167 @@
+"""Two arms of an experiment compared over seeds: the paired difference of their held-out curves at
+equal steps, at equal own generation and at equal wall-clock, with a percentile bootstrap 95%
+confidence interval over seeds; and the unpaired difference of two groups' scores, with its own
+bootstrap interval (the simulator's sharing nodes against its control nodes, node/sim/control.py).
+
+A seed's curve is its evaluations as ``Point``s: the step, the groups the node generated itself up
+to it (``own_groups``: its I a step, never its peers'), the wall-clock seconds since its first step
+began, and the held-out score. Reading two curves "at equal X" (X one of ``AXES``): the arm that
+got less far along X sets the places, its last ``END_EVALUATIONS`` evaluations after step 0 (the end
+score's, node/observe/held_out.py); the other arm's curve is read there by linear interpolation
+between its evaluations; the seed's difference is A's mean there minus B's. At equal steps with
+the same evaluation schedule this is the difference of the two end scores; at equal own
+generation a 4/4 node (4 own groups a step) at step 200 meets an 8/0 node (8 a step) at step 100.
+
+The interval: the seeds' differences resampled with replacement ``RESAMPLES`` times (a seeded
+generator: the same inputs give the same interval), the mean of each resample, and the 2.5th and
+97.5th percentiles of those means. It is the range a rerun with as many fresh seeds would likely
+give the mean difference: an interval above 0 says arm A was ahead beyond what the seeds' spread
+explains. It needs two seeds (one gives a mean and no interval), and says nothing beyond the seeds'
+spread: with 3 seeds it is rough.
+
+Pure: lists in, numbers out. scripts/exp_payoff.py builds the curves from its runs.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from swarm_node.node.observe.held_out import END_EVALUATIONS
+
+__all__ = ["Point", "Interval", "AXES", "RESAMPLES", "END_EVALUATIONS", "curve_points", "value_at",
+           "seed_difference", "paired_difference", "paired_comparison", "bootstrap_mean", "unpaired_difference"]
+
+AXES = ("step", "own_groups", "seconds")
+RESAMPLES = 10_000
+
+
+@dataclass(frozen=True)
+class Point:
+    """One evaluation of one seed's run."""
+
+    step: int
+    own_groups: float  # groups the node generated itself up to this step
+    seconds: float  # wall-clock since its first step began
+    score: float  # held-out pass@1 (greedy, or sampled: the caller's choice)
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A mean difference (A − B) and its percentile bootstrap interval; ``low``/``high`` are None
+    when a side has fewer than two units to resample."""
+
+    diff: float
+    low: float | None
+    high: float | None
+    n: int  # seeds paired (or, unpaired, the units of the smaller side)
+    level: float = 0.95
+
+    def excludes_zero(self) -> bool:
+        return self.low is not None and (self.low > 0 or self.high < 0)
+
+
+def curve_points(evals: Sequence[dict], records: Sequence[dict], own_per_step: float, metric: str) -> list[Point]:
+    """A run's curve from its evaluations (node/observe/held_out.py ``evaluations``: step 0 first
+    when made) and its metrics records: own groups = step x ``own_per_step`` (a node generates its I
+    groups every step), seconds = a step's record ``time`` minus when the first step began (its
+    ``time`` less its ``step_time``; step 0 is at 0). An evaluation without ``metric`` is left out."""
+    times = {r["step"]: r["time"] for r in records if "step" in r and "time" in r}
+    first = next((r for r in records if "time" in r), None)
+    start = first["time"] - (first.get("step_time") or 0.0) if first is not None else 0.0
+    out = []
+    for ev in evals:
+        score, step = ev.get(metric), ev["step"]
+        if score is None or (step and step not in times):
+            continue
+        out.append(Point(step, step * own_per_step, times[step] - start if step else 0.0, score))
+    return out
+
+
+def _axis(p: Point, axis: str) -> float:
+    return getattr(p, axis)
+
+
+def value_at(curve: Sequence[Point], axis: str, x: float) -> float | None:
+    """The curve's score at ``x`` along ``axis``, linear between its evaluations; None outside them."""
+    pts = sorted(curve, key=lambda p: _axis(p, axis))
+    for lo, hi in zip(pts, pts[1:]):
+        a, b = _axis(lo, axis), _axis(hi, axis)
+        if a <= x <= b:
+            return lo.score if b == a else lo.score + (hi.score - lo.score) * (x - a) / (b - a)
+    return pts[0].score if len(pts) == 1 and _axis(pts[0], axis) == x else None
+
+
+def seed_difference(a: Sequence[Point], b: Sequence[Point], axis: str, last: int = END_EVALUATIONS) -> float | None:
+    """One seed's difference A − B at equal ``axis`` (module docstring): both read at the last
+    ``last`` evaluations after step 0 of the arm that got less far along it. None when no such
+    place is on both curves."""
+    if axis not in AXES:
+        raise ValueError(f"axis must be one of {AXES}, got {axis!r}")
+    if not a or not b:
+        return None
+    shorter = a if max(_axis(p, axis) for p in a) <= max(_axis(p, axis) for p in b) else b
+    trained = sorted((p for p in shorter if p.step > 0), key=lambda p: _axis(p, axis))
+    places = [_axis(p, axis) for p in (trained or sorted(shorter, key=lambda p: _axis(p, axis)))[-last:]]
+    pairs = [(va, vb) for x in places
+             if (va := value_at(a, axis, x)) is not None and (vb := value_at(b, axis, x)) is not None]
+    if not pairs:
+        return None
+    return statistics.fmean(va for va, _ in pairs) - statistics.fmean(vb for _, vb in pairs)
+
+
+def _percentiles(means: np.ndarray, level: float) -> tuple[float, float]:
+    tail = (1 - level) / 2
+    low, high = np.quantile(means, [tail, 1 - tail])
+    return float(low), float(high)
+
+
+def bootstrap_mean(values: Sequence[float], resamples: int = RESAMPLES, seed: int = 0,
+                   level: float = 0.95) -> Interval:
+    """The mean of ``values`` (one per seed) and its percentile bootstrap interval."""
+    v = np.asarray(values, dtype=float)
+    if v.size == 0:
+        raise ValueError("no values to take the mean of")
+    mean = float(v.mean())
+    if v.size < 2:
+        return Interval(mean, None, None, int(v.size), level)
+    rng = np.random.default_rng(seed)
+    means = v[rng.integers(0, v.size, size=(resamples, v.size))].mean(axis=1)
+    return Interval(mean, *_percentiles(means, level), int(v.size), level)
+
+
+def paired_difference(a: Sequence[Sequence[Point]], b: Sequence[Sequence[Point]], axis: str,
+                      resamples: int = RESAMPLES, seed: int = 0) -> Interval | None:
+    """Arm A against arm B over seeds: ``a[i]`` and ``b[i]`` are seed i's curves. The mean of the
+    seeds' ``seed_difference`` and its bootstrap interval; a seed whose curves share no place
+    along ``axis`` is left out (``n`` counts the rest); None when none is left."""
+    if len(a) != len(b):
+        raise ValueError(f"paired arms need one curve per seed on each side, got {len(a)} and {len(b)}")
+    diffs = [d for ca, cb in zip(a, b) if (d := seed_difference(ca, cb, axis)) is not None]
+    return bootstrap_mean(diffs, resamples, seed) if diffs else None
+
+
+def paired_comparison(a: Sequence[Sequence[Point]], b: Sequence[Sequence[Point]], resamples: int = RESAMPLES,
+                      seed: int = 0) -> dict[str, Interval | None]:
+    """``paired_difference`` at equal steps, equal own generation and equal wall-clock."""
+    return {axis: paired_difference(a, b, axis, resamples, seed) for axis in AXES}
+
+
+def unpaired_difference(a: Sequence[float], b: Sequence[float], resamples: int = RESAMPLES, seed: int = 0,
+                        level: float = 0.95) -> Interval:
+    """mean(a) − mean(b) for two groups that are not paired, with a bootstrap interval that
+    resamples each group on its own; no interval while either group has fewer than two."""
+    va, vb = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if va.size == 0 or vb.size == 0:
+        raise ValueError("both groups need at least one value")
+    diff = float(va.mean() - vb.mean())
+    n = int(min(va.size, vb.size))
+    if n < 2:
+        return Interval(diff, None, None, n, level)
+    rng = np.random.default_rng(seed)
+    ma = va[rng.integers(0, va.size, size=(resamples, va.size))].mean(axis=1)
+    mb = vb[rng.integers(0, vb.size, size=(resamples, vb.size))].mean(axis=1)
+    return Interval(diff, *_percentiles(ma - mb, level), n, level)
