@@ -6,12 +6,15 @@ holds the order and tests/test_layout.py fails on an import that runs up it).
     observe/     metrics, status, the metrics endpoint, live progress, plots, logs
     transport/   how envelopes and weight chunks move: the Transport interface, memory and faulty
                  transports, rate limits; one folder per carrier (hivemind/, libp2p/, mqtt/)
+    config/      what a node is told: its config (TOML and flags, strictly checked), the policy it names
+    checkpoint/  checkpoints: atomic, retained, verified, restored on resume
+    evaluate/    held-out evaluation, during a run and of a saved checkpoint; export
     broadcast/   the peer-assisted pipelined weight broadcast: peer, topology, store, follow, roles
     swarm/       the SAPO exchange: publish, admit, pool, take
-    run/         one node's run: config, the round loop (trainer), rollouts, preflight, checkpoints
+    run/         one node's run: the round loop (trainer), its start-up and stop, rollouts, preflight
     gpu/         memory profiles and ``--profile auto``
     sim/         the simulated swarm with faults, and the adversary
-    cli/         the ``swarm-node`` command (thin; imports torch lazily)
+    cli/         the ``swarm-node`` command (thin; imports torch lazily); doctor/ its pre-join checks
 
 docs/architecture.md draws the layers and follows one rollout through them.
 """

@@ -138,7 +138,7 @@ def held_out_warning(families: Sequence[str], difficulties: Sequence[int], tasks
                      recipe: DefaultModelRecipe = DefaultModelRecipe()) -> str | None:
     """Why a node on this recipe's model evaluating ``tasks_per_family`` tasks a family of
     ``families`` at ``difficulties`` may be scored on questions its warm start was taught, or None
-    when every one was left out: the one decision, for the node (node/run/evaluate.py) and the
+    when every one was left out: the one decision, for the node (node/evaluate/evaluate.py) and the
     simulator (node/sim/preflight.py).
 
     None when the warm start teaches none of these families or levels, or when the evaluation is

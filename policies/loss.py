@@ -48,8 +48,8 @@ ZERO_ADVANTAGE = 1e-9  # |A| at or below this carries no gradient (a group whose
 
 @dataclass(frozen=True)
 class LossConfig:
-    """The loss's settings. The defaults are a node's (node/run/config.py's learner section and
-    generation.max_completion_length; tests/node/run/test_config.py holds them equal)."""
+    """The loss's settings. The defaults are a node's (node/config/config.py's learner section and
+    generation.max_completion_length; tests/node/config/test_config.py holds them equal)."""
 
     importance_sampling_level: Literal["token", "sequence"] = "token"
     epsilon: float = 0.2  # lower PPO clip: r ≥ 1 − ε

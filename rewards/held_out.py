@@ -1,7 +1,7 @@
 """The held-out seed space: task ids kept for evaluation, never trained on.
 
 The top ``HELD_OUT_SEEDS`` seeds, [MAX_SEED - 2**20 + 1, MAX_SEED], are reserved: a node's
-held-out evaluation (node/run/evaluate.py) asks only these, training draws never land here
+held-out evaluation (node/evaluate/evaluate.py) asks only these, training draws never land here
 (``registry.sample_task_ids`` redraws such a seed), and admission refuses a peer's group whose
 task id is here (``held_out_task``, node/swarm/admission.py), so no peer can make a node train
 on the questions it is measured on. Every node derives the same evaluation ids from the families

@@ -51,7 +51,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from swarm_node.node.run.config import NodeConfig  # noqa: E402
+from swarm_node.node.config.config import NodeConfig  # noqa: E402
 from swarm_node.node.run.rollouts import round_task_ids  # noqa: E402
 from swarm_node.policies.policy import Policy, SamplingParams, TokenBatch  # noqa: E402
 from swarm_node.rewards.registry import make_task  # noqa: E402

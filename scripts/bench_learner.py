@@ -51,7 +51,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from swarm_node.node.run.config import NodeConfig, load_config  # noqa: E402
+from swarm_node.node.config.config import NodeConfig, load_config  # noqa: E402
 from swarm_node.node.run.rollouts import generate_rollouts, round_task_ids, to_train_samples  # noqa: E402
 from swarm_node.node.run.wiring import build_learner  # noqa: E402
 from swarm_node.policies.learner import TrainSample  # noqa: E402

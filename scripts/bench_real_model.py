@@ -78,8 +78,9 @@ def _setup(model: str, variant: str, seed: int):
 
     import swarm_node.policies.learner as learner_mod
     import swarm_node.policies.policy as policy_mod
-    from swarm_node.node.run.config import load_config
-    from swarm_node.node.run.wiring import build_learner, load_policy
+    from swarm_node.node.config.config import load_config
+    from swarm_node.node.config.policy_loader import load_policy
+    from swarm_node.node.run.wiring import build_learner
 
     dtype, merged, inert, chunked = SETTINGS[variant]
     torch.manual_seed(seed)
@@ -229,8 +230,8 @@ def _names(spec: str) -> list[str]:
 def run_probe(model: str, questions: int, seed: int) -> list[dict]:
     import random
 
-    from swarm_node.node.run.config import load_config
-    from swarm_node.node.run.wiring import load_policy
+    from swarm_node.node.config.config import load_config
+    from swarm_node.node.config.policy_loader import load_policy
     from swarm_node.policies.policy import SamplingParams
     from swarm_node.rewards.registry import make_task, sample_task_ids
     from swarm_node.rewards.scoring import score

@@ -104,7 +104,7 @@ def learner_step(policy, groups, temperature):
 
 
 def run_node(model: Path, run: Path, steps: int) -> dict:
-    from swarm_node.node.run.config import load_config
+    from swarm_node.node.config.config import load_config
     from swarm_node.node.observe.metrics import read_metrics
     from swarm_node.node.run.trainer import TrainingNode
 

@@ -7,15 +7,17 @@ Modules are named by their import names: the folders node/, protocol/, policies/
 ``swarm_node.node`` ... (swarm_node/__init__.py), written below without the ``swarm_node.``.
 Layers, lowest first (a module may import its own layer and the ones below, never one above):
 
-    protocol < rewards < policies < node base < node.transport < node.broadcast < node.swarm
-             < node.run < node.gpu < node.sim < node.cli < swarm_node (its ``__main__``)
+    protocol < rewards < policies < node base < node.transport < node.config < node.checkpoint
+             < node.evaluate < node.broadcast < node.swarm < node.run < node.gpu < node.sim
+             < node.cli < swarm_node (its ``__main__``)
 
 ``node base`` is node.errors, node.clock, node.daemon_thread and node.observe (the leaves every
 layer may report through). Beyond the layers:
 
 - ``rewards`` imports only ``protocol.task_id`` and ``protocol.errors`` of ``protocol``;
 - a carrier (node/transport/<hivemind|libp2p|mqtt>/) never imports another carrier;
-- node.swarm, node.run and node.broadcast import no carrier folder, and no module outside the
+- node.swarm, node.run, node.broadcast, node.config, node.checkpoint, node.evaluate and
+  node.cli.doctor import no carrier folder, and no module outside the
   carrier registry (node/transport/carriers.py) and the carriers' own folders spells a carrier's
   name as a string (docstrings aside): they choose a carrier by its traits in the registry;
 - nothing but ``node.cli`` imports ``node.sim``;
@@ -63,6 +65,9 @@ LAYERS: list[tuple[str, ...]] = [
     ("swarm_node.node.errors", "swarm_node.node.clock", "swarm_node.node.daemon_thread", "swarm_node.node.observe",
      "swarm_node.node"),
     ("swarm_node.node.transport",),
+    ("swarm_node.node.config",),
+    ("swarm_node.node.checkpoint",),
+    ("swarm_node.node.evaluate",),
     ("swarm_node.node.broadcast",),
     ("swarm_node.node.swarm",),
     ("swarm_node.node.run",),
@@ -73,7 +78,8 @@ LAYERS: list[tuple[str, ...]] = [
 ]
 CARRIERS = ("swarm_node.node.transport.hivemind", "swarm_node.node.transport.libp2p", "swarm_node.node.transport.mqtt")
 # What knows no carrier: they reach one through the carrier registry (node/transport/carriers.py).
-CARRIER_BLIND = ("swarm_node.node.swarm", "swarm_node.node.run", "swarm_node.node.broadcast")
+CARRIER_BLIND = ("swarm_node.node.swarm", "swarm_node.node.run", "swarm_node.node.broadcast", "swarm_node.node.config",
+                 "swarm_node.node.checkpoint", "swarm_node.node.evaluate", "swarm_node.node.cli.doctor")
 CARRIER_NAMES = ("hivemind", "libp2p", "mqtt", "memory")  # the registry's rows' names
 # Where a carrier's name may be spelled as a string: the registry, the carriers' own folders and
 # the memory carrier's module.
@@ -166,7 +172,7 @@ def violations_of(module: str, imports: list[tuple[int, str]]) -> list[Violation
         if mine_c and theirs_c and mine_c != theirs_c:
             out.append(Violation(module, line, imp, "a carrier imports another carrier"))
         if theirs_c and any(_within(module, m) for m in CARRIER_BLIND):
-            out.append(Violation(module, line, imp, "swarm, run and broadcast import no carrier folder: ask "
+            out.append(Violation(module, line, imp, "this folder imports no carrier folder: ask "
                                                     "node/transport/carriers.py"))
         if _within(imp, "swarm_node.node.sim") and not (_within(module, "swarm_node.node.sim")
                                                         or _within(module, "swarm_node.node.cli")):

@@ -66,7 +66,7 @@ from common.report import command_line, write_experiment_report
 
 from swarm_node.node.observe.held_out import evaluations  # importable: common puts the repo root on sys.path
 from swarm_node.node.observe.metrics import read_metrics
-from swarm_node.node.run.config import TasksConfig
+from swarm_node.node.config.config import TasksConfig
 from swarm_node.rewards.registry import all_families
 
 

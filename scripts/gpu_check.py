@@ -77,7 +77,7 @@ def build_model(out: Path, shape: dict, dtype: str) -> Path:
 
 
 def node_config(model: Path, run: Path, device: str, steps: int, quick: bool, **over):
-    from swarm_node.node.run.config import load_config
+    from swarm_node.node.config.config import load_config
 
     base = {"model.name": str(model), "model.device": device, "model.dtype": "bfloat16",
             "model.lora_rank": 16, "model.gradient_checkpointing": True,

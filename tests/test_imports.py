@@ -83,6 +83,6 @@ def test_module_imports_alone(module, import_results):
 
 
 def test_cli_and_config_do_not_import_torch():
-    code = "import sys, swarm_node.node.cli, swarm_node.node.run.config; assert 'torch' not in sys.modules, 'torch imported'"
+    code = "import sys, swarm_node.node.cli, swarm_node.node.config.config; assert 'torch' not in sys.modules, 'torch imported'"
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr

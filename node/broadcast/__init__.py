@@ -9,11 +9,10 @@
     wire.py                the requests and replies between two nodes
     store.py               chunks and manifests on disk, so a restart resumes
     follow.py              a source publishing its policy's versions; a follower keeping up
-    roles.py               what a node does with it (``broadcast.role``: full, learner, worker)
-    context.py             what a role may read and call of its node (RoleContext)
 
 The bytes move through a carrier and a directory that each transport hands out
 (node/transport/carrier.py and directory.py define them; each carrier folder implements them):
-the broadcast knows no carrier. docs/broadcast.md describes the whole; scripts/bench_broadcast.py
+the broadcast knows no carrier. What a node does with it (``broadcast.role``: full, learner,
+worker) is the round loop's: node/run/roles.py. docs/broadcast.md describes the whole; scripts/bench_broadcast.py
 measures it.
 """

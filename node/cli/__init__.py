@@ -7,10 +7,11 @@
     sim.py         sim (a local swarm, one live table) and sim-worker (its in-process nodes)
     adversary.py   adversary (a malicious peer, for testing a swarm)
     bootstrap.py   bootstrap (the peer nodes join through)
-    doctor.py      doctor (what a node would meet if it joined now: peers, NAT, clock, GPU, disk)
+    doctor/        doctor (what a node would meet if it joined now: peers, NAT, clock, GPU, disk):
+                   its command, its verdicts and its network steps
     tools.py       id, build-model and plot
-    eval.py        eval (a checkpoint's held-out correctness, after the fact)
-    export.py      export (a checkpoint as a plain Hugging Face folder to take away)
+    eval.py        eval (a checkpoint's held-out correctness, after the fact: node/evaluate/)
+    export.py      export (a checkpoint as a plain Hugging Face folder to take away: node/evaluate/)
     __main__.py    ``python -m swarm_node.node.cli``
 
 Heavy libraries (torch, transformers) are imported only after arguments parse, inside the

@@ -6,7 +6,7 @@ import argparse
 import asyncio
 
 from swarm_node.node.cli.flags import overrides as config_overrides
-from swarm_node.node.run.config import load_config
+from swarm_node.node.config.config import load_config
 from swarm_node.node.transport.carriers import the
 
 

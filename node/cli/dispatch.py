@@ -17,7 +17,7 @@ from typing import Callable
 
 from swarm_node.node.cli.adversary import run_adversary
 from swarm_node.node.cli.bootstrap import run_bootstrap
-from swarm_node.node.cli.doctor import run_doctor
+from swarm_node.node.cli.doctor.command import run_doctor
 from swarm_node.node.cli.eval import run_eval
 from swarm_node.node.cli.export import run_export
 from swarm_node.node.cli.parser import build_parser

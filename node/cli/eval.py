@@ -1,5 +1,5 @@
 """``eval``: evaluate a run's checkpoint on the held-out tasks after the fact, print a table per
-family and write ``RUN/eval/step_N.json`` (node/run/eval_checkpoint.py does the work)."""
+family and write ``RUN/eval/step_N.json`` (node/evaluate/eval_checkpoint.py does the work)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ def run_eval(args: argparse.Namespace, unknown: list[str]) -> int:
     overrides = config_overrides(args, unknown)  # --eval.* and --model.device: the parser knows no others
     setup_logging()
     from swarm_node.node.observe.held_out import eval_file
-    from swarm_node.node.run.eval_checkpoint import evaluate_checkpoint, find_checkpoint, run_config
+    from swarm_node.node.evaluate.eval_checkpoint import evaluate_checkpoint, find_checkpoint, run_config
 
     cfg = run_config(args.run_dir, overrides)
     path = find_checkpoint(args.run_dir, args.step)

@@ -1,5 +1,5 @@
 """``export``: write a run's checkpoint as a plain Hugging Face folder to take away (LoRA merged, or
-the adapter alone), with its tokenizer and a model card (node/run/export.py does the work)."""
+the adapter alone), with its tokenizer and a model card (node/evaluate/export.py does the work)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ def run_export(args: argparse.Namespace, unknown: list[str]) -> int:
 
     overrides = config_overrides(args, unknown)  # --model.device / --model.dtype: the parser knows no others
     setup_logging()
-    from swarm_node.node.run.export import export_model
+    from swarm_node.node.evaluate.export import export_model
 
     done = export_model(args.source, args.out, step=args.step, adapter_only=args.adapter, overrides=overrides)
     what = "the LoRA adapter" if done.adapter_only else "the model"

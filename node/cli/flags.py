@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 
 from swarm_node.node.errors import ConfigError
-from swarm_node.node.run.config import parse_flag_value, string_keys
+from swarm_node.node.config.config import parse_flag_value, string_keys
 
 
 def overrides(ns: argparse.Namespace, unknown: list[str]) -> dict:

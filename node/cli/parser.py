@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from swarm_node.node.run.config import flag_fields, show_value
+from swarm_node.node.config.config import flag_fields, show_value
 from swarm_node.node.transport.carriers import names, the
 
 NETWORK_CARRIERS = names(lambda c: not c.in_process)  # what join and doctor choose from

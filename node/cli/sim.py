@@ -15,7 +15,7 @@ from pathlib import Path
 
 from swarm_node.node.cli.flags import overrides as config_overrides, raw_flags
 from swarm_node.node.errors import ConfigError
-from swarm_node.node.run.config import load_config
+from swarm_node.node.config.config import load_config
 from swarm_node.node.transport.carriers import carrier
 
 log = logging.getLogger("swarm_node")

@@ -16,8 +16,8 @@ from typing import Callable
 from swarm_node.node.cli.flags import flat_keys, overrides as config_overrides
 from swarm_node.node.cli.parser import JOIN_RUN_DIR
 from swarm_node.node.errors import ConfigError
-from swarm_node.node.run.config import read_toml
-from swarm_node.node.run.resume_config import load_run_config
+from swarm_node.node.config.config import read_toml
+from swarm_node.node.config.resume_config import load_run_config
 from swarm_node.node.transport.carriers import CARRIERS, carrier, carrier_of_address
 
 log = logging.getLogger("swarm_node")

@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from swarm_node.node.run.config import NodeConfig
+from swarm_node.node.config.config import NodeConfig
 from swarm_node.node.errors import ConfigError
 from swarm_node.node.gpu.profiles import (GiB, PROFILES, Estimate, ModelShape, NoFit, Settings, Workload, choose_settings,
                                  estimate, free_device_memory, largest_class, usable)

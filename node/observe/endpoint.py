@@ -111,7 +111,7 @@ class _Collector(Collector):
 
 
 def _held_out(ev: dict) -> Iterator:
-    """The latest held-out evaluation (node/run/evaluate.py): correctness by family ("all" for
+    """The latest held-out evaluation (node/evaluate/evaluate.py): correctness by family ("all" for
     every family together) and mode (greedy, sampled, pass_at_k), its step and its duration."""
     correct = GaugeMetricFamily(_PREFIX + "held_out_correct", "held-out pass@1 (greedy or sampled) or pass@k, "
                                 "latest evaluation, by family (all = overall) and mode", labels=["family", "mode"])

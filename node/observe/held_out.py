@@ -1,7 +1,7 @@
 """How a held-out evaluation is shown: the latest one in a run's records, its headline number, a
 run's end score, and one line of text for logs and the command line.
 
-An evaluation (node/run/evaluate.py) rides in the metrics record of the step it followed, as
+An evaluation (node/evaluate/evaluate.py) rides in the metrics record of the step it followed, as
 ``"eval"``: ``{"greedy", "sampled", "n", "families": {family: {"greedy", "sampled", "n"}},
 "seconds"}`` (with ``"pass_at_k"`` and ``"k"`` when pass@k is on), so every record stays one
 step's and no reader of metrics.jsonl meets a record of another kind. The evaluation before the

@@ -94,7 +94,7 @@ class Progress:
         return t
 
     def update(self, m: dict) -> None:
-        if isinstance(m.get("eval"), dict):  # logged by the evaluation itself (node/run/evaluate.py)
+        if isinstance(m.get("eval"), dict):  # logged by the evaluation itself (node/evaluate/evaluate.py)
             self.held_out = m["eval"]
         if self.mode == "rich" and self._live is not None:
             self._live.update(self._render(m))

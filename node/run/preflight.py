@@ -147,7 +147,7 @@ def check_resume_matches(ckpt_root: Path, model_cfg: dict) -> None:
     *valid* checkpoint's ``state.json`` (the one resume loads); one without a recorded config
     is left to that check.
     """
-    from swarm_node.node.run.checkpoint import newest_valid
+    from swarm_node.node.checkpoint.checkpoint import newest_valid
 
     path = newest_valid(ckpt_root)
     if path is None:

@@ -3,7 +3,7 @@ start-up phases status.json reports, and undoing a start that fails.
 
 Everything that can be checked without loading the model is checked first (the run folder, the
 device, the checkpoint's settings: node/run/preflight.py). Then the policy loads, the learner
-and the resumed state are built (node/run/wiring.py, node/run/resume.py), the vLLM engine,
+and the resumed state are built (node/run/wiring.py, node/checkpoint/resume.py), the vLLM engine,
 metrics endpoint, swarm and weight broadcast start. A start that fails stops what it started
 and leaves no trace in a run folder it created; in a folder of an earlier run, status.json says
 why it failed. ``config.json`` is written only once the node is up.
@@ -25,13 +25,14 @@ from swarm_node.node.errors import ConfigError
 from swarm_node.node.observe.endpoint import MetricsEndpoint
 from swarm_node.node.observe.record_sinks import check_sinks_available
 from swarm_node.node.observe.status import StatusFile
-from swarm_node.node.run.config import NodeConfig
+from swarm_node.node.config.config import NodeConfig
 from swarm_node.node.run.preflight import check_context, check_device, check_model_source, check_resume_matches, check_run_dir
-from swarm_node.node.run.resume import resume_latest
+from swarm_node.node.checkpoint.resume import resume_latest
 from swarm_node.node.run.run_lock import LOCK_FILE, RunLock
 from swarm_node.node.run.swarm_watch import watch_swarm
 from swarm_node.node.swarm.peer_cache import keep_peer_cache
-from swarm_node.node.run.wiring import build_exchange, build_learner, generation_backend, load_policy, start_vllm
+from swarm_node.node.config.policy_loader import load_policy
+from swarm_node.node.run.wiring import build_exchange, build_learner, generation_backend, start_vllm
 from swarm_node.node.transport import Transport
 from swarm_node.node.transport.carriers import CARRIERS
 

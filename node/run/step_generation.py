@@ -23,9 +23,9 @@ from swarm_node.node.run.overlap import GeneratorCopy
 from swarm_node.node.run.rollouts import Rollout, generate_rollouts, round_task_ids
 
 if TYPE_CHECKING:
-    from swarm_node.node.broadcast.context import RoleContext
+    from swarm_node.node.run.role_context import RoleContext
     from swarm_node.node.run.behaviour_lag import LaggedBehaviour
-    from swarm_node.node.run.config import NodeConfig
+    from swarm_node.node.config.config import NodeConfig
     from swarm_node.policies.learner import Learner
     from swarm_node.policies.policy import Policy, SamplingParams
     from swarm_node.rewards.reserved import HeldOutSet

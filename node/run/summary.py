@@ -46,7 +46,7 @@ def write_summary(run_dir: Path, *, steps: int, stopped_early: bool, wall_s: flo
         summary["swarm"]["rounds_skipped"] = rounds_skipped
     if summary["correct_first"]:
         summary["improvement"] = summary["correct_last"] / summary["correct_first"]
-    held_out = last_eval(recs)  # the last held-out evaluation (node/run/evaluate.py), per family too
+    held_out = last_eval(recs)  # the last held-out evaluation (node/evaluate/evaluate.py), per family too
     if held_out is not None:
         summary["eval"] = held_out
         summary["eval_end"] = end_score(evaluations(recs, run_dir))  # the mean of the last three

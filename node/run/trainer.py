@@ -11,7 +11,7 @@ Run folder layout::
 
     config.json          the resolved configuration
     metrics.jsonl        one record per step
-    checkpoints/         step_000050/ ... (node/run/checkpoint.py), newest valid one resumes
+    checkpoints/         step_000050/ ... (node/checkpoint/checkpoint.py), newest valid one resumes
     reward_curve.png     written at the end
     summary.json         first/last-20-step rewards, steps, wall time (node/run/summary.py)
 """
@@ -32,16 +32,16 @@ from swarm_node.node.observe.endpoint import MetricsEndpoint
 from swarm_node.node.observe.record_sinks import open_record_log
 from swarm_node.node.observe.progress import Progress
 from swarm_node.node.observe.status import StatusFile
-from swarm_node.node.broadcast.context import RoleContext
-from swarm_node.node.broadcast.roles import make_role
+from swarm_node.node.run.role_context import RoleContext
+from swarm_node.node.run.roles import make_role
 from swarm_node.node.run.behaviour_lag import LaggedBehaviour
-from swarm_node.node.run.checkpoint import save_checkpoint
-from swarm_node.node.run.config import NodeConfig, batch_overlap
-from swarm_node.node.run.evaluate import HeldOut
+from swarm_node.node.checkpoint.checkpoint import save_checkpoint
+from swarm_node.node.config.config import NodeConfig, batch_overlap
+from swarm_node.node.evaluate.evaluate import HeldOut
 from swarm_node.node.run.overlap import GenerationAhead
 from swarm_node.node.run.own_groups import FamilyCorrectness, OwnGroups, own_groups, take_replacing
 from swarm_node.node.run.peer_sft import FailingKinds, choose_supervised
-from swarm_node.node.run.resume import node_state
+from swarm_node.node.checkpoint.resume import node_state
 from swarm_node.node.run.rollouts import external_samples, to_records, to_train_samples
 from swarm_node.node.run.signal_watch import SignalWatch
 from swarm_node.node.run.startup import start_node
@@ -101,7 +101,7 @@ class TrainingNode:
         self._coincide_warned = False
         self._coincide_steps = 0  # consecutive steps in which this node took every peer group
         self.status = status or StatusFile(run_dir, cfg.train.steps, cfg.model.name, start_step)
-        self.role = make_role(cfg.broadcast.role)  # node/broadcast/roles.py: full, learner or worker
+        self.role = make_role(cfg.broadcast.role)  # node/run/roles.py: full, learner or worker
         self.role_ctx = self._role_context()
         self.families = FamilyCorrectness()  # own running correctness per family: swarm.select = weakest
         # The kinds of question this node gets all wrong: learner.peer_sft_coef's rows (node/run/peer_sft.py).
@@ -115,7 +115,7 @@ class TrainingNode:
         self.peer_cache_task: asyncio.Future | None = None  # keeps RUN/peers.json (node/swarm/peer_cache.py)
 
     def _role_context(self) -> RoleContext:
-        """What the role may read and call of this node (node/broadcast/context.py)."""
+        """What the role may read and call of this node (node/run/role_context.py)."""
         bc, swarm, vllm = self.cfg.broadcast, self.swarm, self.vllm
         return RoleContext(
             settings=bc,

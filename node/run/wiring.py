@@ -1,5 +1,6 @@
-"""From a node's configuration to its parts: the policy, the learner, the generation backend
-(and its vLLM engine), the identity and the swarm exchange over its transport.
+"""From a node's configuration to its parts: the learner, the generation backend (and its vLLM
+engine), the identity and the swarm exchange over its transport (the policy itself:
+node/config/policy_loader.py).
 
 Each builder reads the sections it needs and nothing else; ``TrainingNode.create``
 (node/run/startup.py) calls them in order. The learner's hyper-parameters are read by name
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from swarm_node.node.clock import RoundClock
 from swarm_node.node.errors import ConfigError
 from swarm_node.node.observe.status import Phase
-from swarm_node.node.run.config import NodeConfig
+from swarm_node.node.config.config import NodeConfig
 from swarm_node.node.swarm.exchange import SwarmExchange
 from swarm_node.node.swarm.peer_cache import CACHE_FILE, PeerCache
 from swarm_node.node.transport import Transport
@@ -28,7 +29,6 @@ from swarm_node.policies.errors import PolicyError
 from swarm_node.policies.learner import Learner
 from swarm_node.policies.loss import LossConfig
 from swarm_node.policies.policy import Policy
-from swarm_node.policies.prompt_format import choose_format
 from swarm_node.protocol.identity import load_or_create_identity
 from swarm_node.rewards.reserved import held_out_set
 
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 # The node's log name, as before these builders left trainer.py: log filters select it.
 log = logging.getLogger("swarm_node.node.run.trainer")
 
-__all__ = ["load_policy", "learner_arguments", "build_learner", "generation_backend", "start_vllm",
+__all__ = ["learner_arguments", "build_learner", "generation_backend", "start_vllm",
            "identity_path", "build_exchange", "OTHER_SECTIONS", "NODE_ONLY_LEARNER_FIELDS"]
 
 # Learner / LossConfig parameters that are not in the learner section: parameter -> (section, field).
@@ -48,57 +48,6 @@ OTHER_SECTIONS: dict[str, tuple[str, str]] = {
 }
 # Learner-section fields the node applies itself: no Learner or LossConfig parameter takes them.
 NODE_ONLY_LEARNER_FIELDS = frozenset({"max_off_policy_steps"})  # the trainer's staleness bound
-
-
-# The start-up phase (status.json, the live line) while a model the node makes itself is prepared.
-_PREPARING = {"default": "building the embedded default model", "registry": "fetching the model",
-              "gguf": "converting the model"}
-
-
-def load_policy(cfg: NodeConfig, phase: Phase | None = None) -> Policy:
-    """The configured policy; ``model.name`` resolves through policies/model_source.py (the
-    embedded or a registry model, built or fetched once and cached; a .gguf file, converted once).
-    ``phase`` hears which start-up phase this is in (building, loading)."""
-    from swarm_node.node.run.model_defaults import is_real_model
-    from swarm_node.policies.errors import ModelSourceError
-    from swarm_node.policies.model_source import model_kind, resolve_model
-
-    phase = phase or (lambda name, detail="": None)
-    try:
-        doing = _PREPARING.get(model_kind(cfg.model.name), "preparing the model")
-        model = resolve_model(cfg.model.name, progress=lambda d: phase(doing, d))
-    except ModelSourceError as e:  # what the user named cannot be had: their input, exit 2
-        raise ConfigError(str(e)) from None
-    name = model.path
-    phase("loading the model", model.label)
-    if cfg.chosen:  # node/run/model_defaults.py
-        log.info("a pretrained model on a CPU: %s (chosen because not given; set them to change it)",
-                 ", ".join(f"--{k} {v}" for k, v in cfg.chosen.items()))
-    try:
-        policy = Policy.load(name, dtype=cfg.model.dtype, device=cfg.model.device,
-                             lora_rank=cfg.model.lora_rank, lora_alpha=cfg.model.lora_alpha,
-                             seed=cfg.train.seed, gradient_checkpointing=cfg.model.gradient_checkpointing)
-    except PolicyError as e:  # a model that cannot serve as a policy (no EOS, no tokenizer...): exit 2
-        raise ConfigError(str(e)) from None
-    if policy.adapter_only and cfg.model.device.startswith("cpu") and cfg.model.dtype == "float32":
-        # A CPU spends a share of each sampled token on the adapter's matmuls. Only in float32: folded
-        # into bfloat16 weights, an adapter update below half a bfloat16 step of W rounds away
-        # (peft adds it to the layer's output instead), and the sampler would lag the learner.
-        policy.merge_for_sampling()
-    try:
-        policy.prompt_format = choose_format(policy.tokenizer, cfg.generation.prompt_format, cfg.generation.system_prompt,
-                                             cfg.generation.chat_example)
-    except ValueError as e:
-        raise ConfigError(f"{cfg.model.name}: {e}") from None
-    log.info("prompts: %s", policy.prompt_format.describe())
-    if policy.prompt_format.kind == "raw" and is_real_model(cfg.model.name):
-        # auto fell back (or raw was asked): an instruct model may not follow swarm-node's template.
-        log.warning("%s has no chat template%s: prompts are swarm-node's raw template (Q: ...\\nA: ), which a "
-                    "pretrained model may not follow; answers are read %s", cfg.model.name,
-                    "" if cfg.generation.prompt_format == "auto" else " in use (generation.prompt_format raw)",
-                    "from the <answer> block only (tasks.answer auto)" if cfg.tasks.answer == "auto" else
-                    f"as tasks.answer {cfg.tasks.answer} says")
-    return policy
 
 
 def learner_parameters() -> tuple[str, ...]:
@@ -111,7 +60,7 @@ def learner_arguments(cfg: NodeConfig) -> dict[str, Any]:
     """``Learner``'s keyword arguments, ``loss`` included, from the node's config by field name.
 
     A parameter the config does not have is a KeyError here, never a library default taken
-    silently (tests/node/run/test_config.py checks the other direction: every field is used)."""
+    silently (tests/node/config/test_config.py checks the other direction: every field is used)."""
     values = cfg.learner.model_dump()
     values.update({name: getattr(getattr(cfg, section), field)
                    for name, (section, field) in OTHER_SECTIONS.items()})

@@ -35,7 +35,7 @@ def flag_text(v: Any) -> str:
 
 def role_flags(layout: str, i: int, learner_id: str, workers: int | None = None) -> dict[str, str]:
     """Node i's role flags: with ``learner-workers`` node0 publishes its weights and every other
-    node follows them (node/broadcast/roles.py); with ``workers`` set, only node1..node<workers>
+    node follows them (node/run/roles.py); with ``workers`` set, only node1..node<workers>
     do, and the nodes after them are full nodes sharing beside them."""
     if layout == "full" or (workers is not None and i > workers):
         return {}

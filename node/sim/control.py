@@ -35,7 +35,7 @@ from swarm_node.node.observe.held_out import end_steps, held_out_score
 from swarm_node.node.observe.paired import unpaired_difference
 
 if TYPE_CHECKING:
-    from swarm_node.node.run.config import NodeConfig
+    from swarm_node.node.config.config import NodeConfig
 
 __all__ = ["control_flags", "comparison", "comparison_lines"]
 

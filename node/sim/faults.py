@@ -18,7 +18,7 @@ from typing import Any, Optional
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from swarm_node.node.errors import ConfigError
-from swarm_node.node.run.config import read_toml
+from swarm_node.node.config.config import read_toml
 from swarm_node.node.sim.adversary import ATTACKS, DEFAULT_ATTACKS, RAW_ATTACKS, SYBIL_ATTACKS
 from swarm_node.node.transport.carriers import carrier
 

@@ -17,7 +17,7 @@ from swarm_node.node.sim.spec import SimSpec
 def newest_checkpoint_step(node_dir: Path) -> int | None:
     """Step of the checkpoint a node in ``node_dir`` would resume from (the newest that
     verifies: a corrupt newer one does not count), None if there is none."""
-    from swarm_node.node.run.checkpoint import checkpoint_step, newest_valid
+    from swarm_node.node.checkpoint.checkpoint import checkpoint_step, newest_valid
 
     found = newest_valid(node_dir / "checkpoints")
     return checkpoint_step(found) if found is not None else None
@@ -48,7 +48,7 @@ def check_prior_run(spec: SimSpec, steps: list[int], resume: bool) -> str | None
 def startup_warnings(spec: SimSpec, cfgs: list) -> list[str]:
     """Things about this run a user should know before it starts (not errors: it can run);
     ``cfgs[i]`` is node i's config."""
-    from swarm_node.node.run.config import batch_overlap
+    from swarm_node.node.config.config import batch_overlap
 
     out = []
     for k in spec.faults.kill:
@@ -78,7 +78,7 @@ def startup_warnings(spec: SimSpec, cfgs: list) -> list[str]:
 
 def _taught_held_out(cfgs: list) -> list[str]:
     """Once for the run, not once per node: an evaluation on the embedded default model that may
-    ask questions its warm start was taught (the nodes' own check, node/run/evaluate.py)."""
+    ask questions its warm start was taught (the nodes' own check, node/evaluate/evaluate.py)."""
     from swarm_node.policies.default_model import held_out_warning
 
     said = {held_out_warning(c.tasks.names, c.tasks.difficulties, c.eval.tasks_per_family)

@@ -34,7 +34,7 @@ async def run_worker(n: int, run_dir: Path, seed: int, config: Path | None, over
                      node_flags: dict[int, dict] | None = None) -> int:
     """``sim-worker``: N nodes in this one process over a shared in-memory hub, the last ``control``
     of them alone, each with its ``node_overrides``."""
-    from swarm_node.node.run.config import load_config
+    from swarm_node.node.config.config import load_config
     from swarm_node.node.run.trainer import TrainingNode
     from swarm_node.node.run.wiring import identity_path
     from swarm_node.node.transport.memory import MemoryHub, MemoryTransport

@@ -18,11 +18,8 @@
                      again when every bootstrap is gone
     clock_offset.py  this node's clock offset from its peers' signed timestamps (median), and when
                      a running node warns of it (``ClockWatch``)
-    probe.py         ``swarm-node doctor``'s network steps: dial the bootstrap or broker, join as a
-                     throw-away peer, listen to heartbeats (timed for the clock offset)
     link.py          a transport wrapped with reconnect and back-off (the exchange's one way out)
 
-It talks to peers through ``node.transport.Transport`` (probe.py builds one from the config, as a
-node does) and knows no carrier: what a round is worth fetching is its own rule
+It talks to peers through ``node.transport.Transport`` and knows no carrier: what a round is worth fetching is its own rule
 (limits.py ``envelopes_wanted``), handed to the carrier with each poll.
 """

@@ -8,7 +8,7 @@ Three parts of the node trust a peer by it, each with its own numbers, all here 
                 idle after 100 rounds
     PEER_WORK   whose groups carried a gradient here (node/swarm/peer_work.py: the peer cache
                 and the clock watch go by it): 2 rounds, 4,096 kept, idle after 1,000
-    FOLLOWERS   which of a learner's workers did its work (node/broadcast/roles.py: relays are
+    FOLLOWERS   which of a learner's workers did its work (node/run/roles.py: relays are
                 ordered by it): 3 steps, 512 kept, idle after 100 steps
 
 ``WorkLedger`` maps each peer to ``[rounds, last]``. A round counts once, and only when newer

@@ -88,7 +88,7 @@ class Setup:
 
 def _setting(setup: Setup, key: str):
     """A config value in this setup: its flag if one is given, else the config's default."""
-    from swarm_node.node.run.config import NodeConfig
+    from swarm_node.node.config.config import NodeConfig
 
     section, name = key.split(".")
     default = getattr(getattr(NodeConfig(), section), name)

@@ -103,8 +103,8 @@ def judge_resumes(events: list[dict], run_dir: Path, nodes: int) -> dict:
     metrics.jsonl for steps lost or recorded twice, and every checkpoint left verified."""
     from swarm_node.node.errors import CheckpointError
     from swarm_node.node.observe.metrics import read_metrics
-    from swarm_node.node.run.checkpoint import list_checkpoints
-    from swarm_node.node.run.checkpoint_format import verify_cached
+    from swarm_node.node.checkpoint.checkpoint import list_checkpoints
+    from swarm_node.node.checkpoint.checkpoint_format import verify_cached
 
     resumes = []
     for i in range(nodes):

@@ -97,7 +97,7 @@ def judge_folder(run_dir: Path) -> dict:
     """Judge a finished soak from its sim folder (soak_run.json: its schedule, nodes and flags;
     samples.jsonl, faults.jsonl and the nodes' folders): what ``run_soak`` returns, and what
     ``--rejudge`` redoes."""
-    from swarm_node.node.run.config import load_config, parse_flag_value
+    from swarm_node.node.config.config import load_config, parse_flag_value
     from swarm_node.node.sim.timed import read_events
 
     meta = json.loads((run_dir / "soak_run.json").read_text())

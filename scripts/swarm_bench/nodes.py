@@ -13,7 +13,7 @@ from typing import Callable
 import torch
 
 from swarm_node.node.clock import RoundClock
-from swarm_node.node.run.config import NodeConfig
+from swarm_node.node.config.config import NodeConfig
 from swarm_node.node.run.rollouts import generate_rollouts, round_task_ids, to_records
 from swarm_node.node.swarm.exchange import SwarmExchange
 from swarm_node.node.transport.base import Transport

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from swarm_node.node.run.config import NodeConfig, load_config
+from swarm_node.node.config.config import NodeConfig, load_config
 from swarm_node.node.run.trainer import TrainingNode
 from swarm_node.node.run.wiring import identity_path
 from swarm_node.node.transport.memory import MemoryHub, MemoryTransport
@@ -24,7 +24,7 @@ def swarm_cfg(model_dir: Path, run_dir: Path, **over) -> NodeConfig:
         "generation.max_completion_length": 8,
         "learner.learning_rate": 3e-3,
         "train.steps": 4,
-        "eval.at_end": False,  # the held-out evaluation has tests of its own (tests/node/run/test_held_out_run.py)
+        "eval.at_end": False,  # the held-out evaluation has tests of its own (tests/node/evaluate/test_held_out_run.py)
         "eval.at_start": False,
         "train.threads": 1,
         "swarm.transport": "memory",

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from swarm_node.node.clock import RoundClock
-from swarm_node.node.run.config import load_config
+from swarm_node.node.config.config import load_config
 from swarm_node.node.errors import ConfigError
 
 

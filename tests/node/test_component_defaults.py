@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from swarm_node.node.run.config import NodeConfig
+from swarm_node.node.config.config import NodeConfig
 
 # component ("module:name") -> the config sections it is built from
 COMPONENTS = {

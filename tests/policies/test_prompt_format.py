@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from swarm_node.node.errors import ConfigError
-from swarm_node.node.run.config import load_config
-from swarm_node.node.run.wiring import load_policy
+from swarm_node.node.config.config import load_config
+from swarm_node.node.config.policy_loader import load_policy
 from swarm_node.policies.prompt_format import DEFAULT_SYSTEM, EXAMPLE, RAW, REMINDER, PromptFormat, choose_format
 from swarm_node.protocol.messages import same_tokenizer
 from swarm_node.rewards.registry import make_task

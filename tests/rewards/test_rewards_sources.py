@@ -218,7 +218,7 @@ def test_a_tiny_dataset_keeps_its_questions_for_training(tmp_path):
 def test_a_config_keeps_the_family_names_it_was_checked_with(tmp_path):
     """A dataset edited while a node runs does not rename the node's family under it: its held-out
     set, its evaluation and the ids it draws stay those of the content it started with."""
-    from swarm_node.node.run.config import load_config
+    from swarm_node.node.config.config import load_config
 
     path = _jsonl(tmp_path / "live.jsonl")
     cfg = load_config(None, {"tasks.families": [f"jsonl:{path}"]})

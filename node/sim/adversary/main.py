@@ -8,7 +8,7 @@ import signal
 from pathlib import Path
 
 from swarm_node.node.errors import ConfigError
-from swarm_node.node.run.config import NodeConfig
+from swarm_node.node.config.config import NodeConfig
 from swarm_node.node.sim.adversary.attacks_sybil import oversized_records
 from swarm_node.node.sim.adversary.client import RawClient
 from swarm_node.node.sim.adversary.peer import Adversary
@@ -22,7 +22,8 @@ log = logging.getLogger(__name__)
 
 
 async def run_adversary(cfg: NodeConfig, attacks: list[str]) -> int:
-    from swarm_node.node.run.wiring import identity_path, load_policy
+    from swarm_node.node.config.policy_loader import load_policy
+    from swarm_node.node.run.wiring import identity_path
 
     unknown = [a for a in attacks if a not in ATTACKS]
     if unknown or not attacks:

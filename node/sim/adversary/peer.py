@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from swarm_node.node.clock import RoundClock
-from swarm_node.node.run.config import NodeConfig
+from swarm_node.node.config.config import NodeConfig
 from swarm_node.node.sim.adversary.client import RawClient
 from swarm_node.node.sim.adversary.forge import Forger
 from swarm_node.node.sim.adversary.registry import ATTACK_FUNCTIONS, ATTACKS

@@ -9,11 +9,11 @@ import pytest
 
 from swarm_node.node.transport.carrier import MemoryCarrier, MemoryHub
 from swarm_node.node.transport.hivemind.directory import WeightDirectory
-from swarm_node.node.broadcast.context import RoleContext
-from swarm_node.node.run.config import BroadcastConfig
+from swarm_node.node.run.role_context import RoleContext
+from swarm_node.node.config.config import BroadcastConfig
 from swarm_node.node.broadcast.follow import WeightFollower, WeightSource
 from swarm_node.node.broadcast.peer import BroadcastPeer
-from swarm_node.node.broadcast.roles import WorkerRole
+from swarm_node.node.run.roles import WorkerRole
 from swarm_node.node.swarm.pool import PeerGroup
 from swarm_node.node.observe.status import StatusFile
 from swarm_node.policies.policy import Policy
@@ -131,7 +131,7 @@ async def _until(cond):
 
 
 def test_a_learner_keeps_only_its_workers_groups_of_versions_it_published_within_the_bound():
-    from swarm_node.node.broadcast.roles import LearnerRole
+    from swarm_node.node.run.roles import LearnerRole
 
     role = LearnerRole()
     role.followers, role.published, role.published_versions = {"sn1w", "sn1x"}, 10, {6: 6, 8: 8, 10: 10}
@@ -152,7 +152,7 @@ def test_a_learner_keeps_only_its_workers_groups_of_versions_it_published_within
 def test_a_learner_restarted_behind_a_signed_version_maps_new_numbers_to_its_own_updates():
     """After a restart from an older checkpoint the learner signs learner version + offset; a
     worker still on the old life's version 12 (other weights, same number) is dropped."""
-    from swarm_node.node.broadcast.roles import LearnerRole
+    from swarm_node.node.run.roles import LearnerRole
 
     role = LearnerRole()
     role.offset = 5  # the old life signed up to version 14; it resumed at update 10

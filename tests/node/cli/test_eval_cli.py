@@ -11,7 +11,7 @@ import pytest
 from swarm_node.node.cli import main
 from swarm_node.node.cli.eval import table
 from swarm_node.node.observe.metrics import read_metrics
-from swarm_node.node.run.config import NodeConfig, load_config
+from swarm_node.node.config.config import NodeConfig, load_config
 from tests.helpers.swarm_helpers import train_to_end
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

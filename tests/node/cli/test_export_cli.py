@@ -16,9 +16,9 @@ import pytest
 import torch
 
 from swarm_node.node.cli import main
-from swarm_node.node.run.config import load_config
-from swarm_node.node.run.eval_checkpoint import find_checkpoint, policy_at, run_config
-from swarm_node.node.run.export import model_card
+from swarm_node.node.config.config import load_config
+from swarm_node.node.evaluate.eval_checkpoint import find_checkpoint, policy_at, run_config
+from swarm_node.node.evaluate.export import model_card
 from tests.helpers.swarm_helpers import train_to_end
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

@@ -160,7 +160,7 @@ def test_profile_sets_what_the_user_left_unset_and_says_so(half_b_dir, tmp_path)
 
 @pytest.mark.subprocess
 def test_no_profile_without_a_gpu_or_with_none(half_b_dir, tmp_path):
-    from swarm_node.node.run.config import load_config
+    from swarm_node.node.config.config import load_config
 
     defaults = json.loads(load_config(None, {"model.name": str(half_b_dir)}).to_json())
     for flags, said in ((("--profile", "none"), None), ((), "not a CUDA device")):
@@ -186,7 +186,7 @@ def test_auto_reads_the_free_memory_and_gives_vllm_its_share_of_the_whole_card(h
     and the vLLM engine's share, which vLLM reads as a share of the whole card, is converted so it
     takes what the plan gave it and no more."""
     import swarm_node.node.gpu.select as ps
-    from swarm_node.node.run.config import load_config
+    from swarm_node.node.config.config import load_config
 
     monkeypatch.setattr(ps, "free_device_memory", lambda device: (8 * GiB, 24 * GiB))
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)

@@ -15,7 +15,7 @@ import pytest
 from swarm_node.node.errors import ConfigError
 from swarm_node.node.observe.metrics import MetricsWriter, read_metrics
 from swarm_node.node.observe.record_sinks import RecordLog, check_sinks_available, scalars
-from swarm_node.node.run.config import load_config
+from swarm_node.node.config.config import load_config
 from tests.helpers.swarm_helpers import train_to_end
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

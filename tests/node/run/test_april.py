@@ -132,7 +132,7 @@ def test_a_row_carried_past_the_staleness_bound_is_restarted_not_published_with_
 
 
 def test_the_carry_bound_is_the_bound_where_the_rollouts_are_trained():
-    from swarm_node.node.run.config import NodeConfig
+    from swarm_node.node.config.config import NodeConfig
     from swarm_node.node.run.step_generation import carry_bound
 
     cfg = NodeConfig()

@@ -144,9 +144,9 @@ def test_a_checkpoint_that_does_not_fit_the_model_is_summarised(tiny_model_dir, 
     # few lines instead of torch's list of every key.
     import torch
 
-    from swarm_node.node.run.checkpoint_format import CheckpointState
+    from swarm_node.node.checkpoint.checkpoint_format import CheckpointState
     from swarm_node.node.errors import CheckpointError
-    from swarm_node.node.run.resume import mismatch as _mismatch
+    from swarm_node.node.checkpoint.resume import mismatch as _mismatch
 
     model = {f"layer{i}.weight": torch.zeros(2, 2) for i in range(40)}
     saved = CheckpointState(step=1, policy_version=1,

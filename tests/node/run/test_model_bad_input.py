@@ -11,8 +11,8 @@ import shutil
 import pytest
 
 from swarm_node.node.errors import ConfigError
-from swarm_node.node.run.config import load_config
-from swarm_node.node.run.wiring import load_policy
+from swarm_node.node.config.config import load_config
+from swarm_node.node.config.policy_loader import load_policy
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -44,7 +44,7 @@ def test_a_gguf_transformers_cannot_read_is_refused_with_what_to_do(tmp_path, mo
 
 def test_a_pretrained_model_without_a_chat_template_is_prompted_raw_and_says_so(tiny_model_dir, tmp_path, caplog,
                                                                                   monkeypatch):
-    import swarm_node.node.run.model_defaults as defaults
+    import swarm_node.node.config.model_defaults as defaults
 
     monkeypatch.setattr(defaults, "REAL_MODEL_BYTES", 1)  # the tiny model stands in for a pretrained one
     caplog.set_level(logging.WARNING)

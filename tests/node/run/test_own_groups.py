@@ -106,7 +106,7 @@ def test_a_solo_run_leaves_its_uninformative_groups_out_of_the_learners_batch(wa
     import asyncio
 
     from swarm_node.node.observe.metrics import read_metrics
-    from swarm_node.node.run.config import load_config
+    from swarm_node.node.config.config import load_config
     from swarm_node.node.run.trainer import TrainingNode
 
     cfg = load_config(None, {"model.name": str(warm_tiny_model_dir), "run.dir": str(tmp_path / "run"),

@@ -17,9 +17,9 @@ import torch
 
 from swarm_node.node.cli import main
 from swarm_node.node.observe.metrics import read_metrics
-from swarm_node.node.run.config import load_config
-from swarm_node.node.run.eval_checkpoint import find_checkpoint, policy_at, run_config
-from swarm_node.node.run.model_defaults import cpu_has_bf16
+from swarm_node.node.config.config import load_config
+from swarm_node.node.evaluate.eval_checkpoint import find_checkpoint, policy_at, run_config
+from swarm_node.node.config.model_defaults import cpu_has_bf16
 from tests.helpers.swarm_helpers import train_to_end
 
 pytestmark = pytest.mark.subprocess  # pip fetches the model; a fresh interpreter loads the export

@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from swarm_node.node.observe.status import StatusFile
-from swarm_node.node.run.config import load_config
+from swarm_node.node.config.config import load_config
 from swarm_node.node.run.rollouts import Rollout
 from swarm_node.node.run.signal_watch import FLAT_STEPS, SAMPLE_CHARS, SignalWatch, is_flat, likely_cause, sample_lines
 from swarm_node.policies.policy import Completion

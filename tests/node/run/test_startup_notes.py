@@ -78,7 +78,7 @@ def test_a_swarm_where_every_node_trains_on_every_group_is_warned_about(warm_tin
 
 
 def test_the_simulator_warns_before_it_starts():
-    from swarm_node.node.run.config import load_config
+    from swarm_node.node.config.config import load_config
 
     faults = SimFaults.model_validate({"kill": [{"node": 0, "at_step": 6}, {"node": 1, "at_step": 60}]})
     spec = SimSpec(nodes=2, transport="hivemind", run_dir=Path("/r"), faults=faults)
@@ -100,7 +100,7 @@ def test_the_simulator_warns_before_it_starts():
 
 
 def test_the_simulator_warns_once_when_the_default_model_may_have_been_taught_its_held_out_questions():
-    from swarm_node.node.run.config import load_config
+    from swarm_node.node.config.config import load_config
     from swarm_node.policies.default_model import DefaultModelRecipe
 
     spec = SimSpec(nodes=3, transport="memory", run_dir=Path("/r"), control=1)
@@ -118,7 +118,7 @@ def test_the_simulator_warns_once_when_the_default_model_may_have_been_taught_it
 
 
 def test_batch_overlap_advice_by_hand():
-    from swarm_node.node.run.config import batch_overlap
+    from swarm_node.node.config.config import batch_overlap
 
     # P peers x I = B - J groups: overlap when J >= P * I; the advice is the largest J below it
     # (a share of 1.0: one sender may supply all of J).
@@ -136,8 +136,8 @@ def test_batch_overlap_advice_by_hand():
 def _fake_checkpoint(node_dir: Path, step: int) -> Path:
     import torch
 
-    from swarm_node.node.run.checkpoint import save_checkpoint
-    from swarm_node.node.run.checkpoint_format import CheckpointState
+    from swarm_node.node.checkpoint.checkpoint import save_checkpoint
+    from swarm_node.node.checkpoint.checkpoint_format import CheckpointState
 
     return save_checkpoint(node_dir / "checkpoints", CheckpointState(step, step, {"w": torch.zeros(2)}))
 
@@ -160,7 +160,7 @@ def test_the_simulator_reads_an_earlier_run_before_starting_anything(tmp_path):
 
 
 def test_a_resume_that_finds_no_checkpoint_says_the_recorded_steps_are_lost(tiny_model_dir, tmp_path, caplog):
-    from swarm_node.node.run.config import load_config
+    from swarm_node.node.config.config import load_config
     from swarm_node.node.run.trainer import TrainingNode
 
     run = tmp_path / "r"
@@ -181,7 +181,7 @@ def test_a_resume_that_finds_no_checkpoint_says_the_recorded_steps_are_lost(tiny
 
 
 def test_a_resume_says_how_many_recorded_steps_are_redone(tiny_model_dir, tmp_path, caplog):
-    from swarm_node.node.run.config import load_config
+    from swarm_node.node.config.config import load_config
     from swarm_node.node.run.trainer import TrainingNode
 
     run = tmp_path / "r"
@@ -205,7 +205,7 @@ def test_a_resume_says_how_many_recorded_steps_are_redone(tiny_model_dir, tmp_pa
 
 
 def test_load_logs_what_trains_and_opob_warns_about_its_cost(tiny_model_dir, tmp_path, caplog):
-    from swarm_node.node.run.config import load_config
+    from swarm_node.node.config.config import load_config
     from swarm_node.node.run.trainer import TrainingNode
 
     caplog.set_level(logging.INFO)
@@ -261,7 +261,7 @@ def test_the_same_batch_warning_needs_consecutive_steps(caplog):
     # A 4-node swarm's first steps see one peer's heartbeat only: that must not warn.
     from types import SimpleNamespace
 
-    from swarm_node.node.run.config import load_config
+    from swarm_node.node.config.config import load_config
     from swarm_node.node.run.trainer import COINCIDE_STEPS, TrainingNode
 
     cfg = load_config(None, {"swarm.transport": "memory", "swarm.max_sender_share": 1})  # I = J = 4
@@ -282,7 +282,7 @@ def test_the_same_batch_warning_needs_consecutive_steps(caplog):
 def test_the_simulator_warns_before_resuming_a_node_on_another_recipe(warm_tiny_model_dir, tmp_path):
     """An old run folder (``runs/demo`` before the demo changed): a node whose checkpoint was trained
     on other tasks, another evaluation or in the other role is named before the run starts."""
-    from swarm_node.node.run.config import config_from_data
+    from swarm_node.node.config.config import config_from_data
     from tests.helpers.swarm_helpers import train_to_end
 
     cfg = swarm_cfg(warm_tiny_model_dir, tmp_path / "sim" / "node0", **{"train.steps": 1, "swarm.transport": "none"})

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from swarm_node.node.run import swarm_watch
-from swarm_node.node.run.config import load_config
+from swarm_node.node.config.config import load_config
 from swarm_node.node.transport.memory import MemoryHub
 from tests.helpers.swarm_helpers import create_node, run_all, swarm_cfg
 

@@ -16,7 +16,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from swarm_node.node.run.config import load_config
+from swarm_node.node.config.config import load_config
 from swarm_node.node.errors import ConfigError
 from swarm_node.node.observe.metrics import read_metrics
 from swarm_node.node.run.trainer import TrainingNode

@@ -10,7 +10,7 @@ import pytest
 
 from swarm_node.node.errors import ConfigError
 from swarm_node.node.observe.metrics import read_metrics
-from swarm_node.node.run.config import load_config
+from swarm_node.node.config.config import load_config
 from tests.helpers.swarm_helpers import train_to_end
 from tests.node.run.test_trainer import _cfg
 

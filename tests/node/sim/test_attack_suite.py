@@ -50,7 +50,7 @@ def _adversary_and_exchange(policy, kind: str, tmp_path):
     """An adversary running ``kind`` and an honest exchange, over one memory hub, with the tiny
     model's tokenizer: what each in-process attack test sends and receives through."""
     from swarm_node.node.clock import RoundClock
-    from swarm_node.node.run.config import load_config
+    from swarm_node.node.config.config import load_config
     from swarm_node.node.swarm.exchange import SwarmExchange
     from swarm_node.node.transport.memory import MemoryHub, MemoryTransport
     from swarm_node.protocol.identity import Identity

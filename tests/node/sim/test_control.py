@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from swarm_node.node.run.config import load_config
+from swarm_node.node.config.config import load_config
 from swarm_node.node.sim.argv import node_args, worker_args
 from swarm_node.node.sim.control import comparison, comparison_lines, control_flags
 from swarm_node.node.sim.spec import SimSpec, is_control

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from swarm_node.node.run.config import parse_flag_value
+from swarm_node.node.config.config import parse_flag_value
 from swarm_node.node.sim.argv import flag_text as _raw, node_args as _node_args
 from swarm_node.node.sim.faults import SimFaults
 from swarm_node.node.sim.spec import SimSpec

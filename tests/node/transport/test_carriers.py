@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import pytest
 
 from swarm_node.node.errors import ConfigError
-from swarm_node.node.run.config import SwarmConfig
+from swarm_node.node.config.config import SwarmConfig
 from swarm_node.node.transport import TransportError, create_transport
 from swarm_node.node.transport.carriers import CARRIERS, Carrier, carrier
 from swarm_node.protocol.identity import Identity

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from swarm_node.node.errors import ConfigError
-from swarm_node.node.run.config import SwarmConfig
+from swarm_node.node.config.config import SwarmConfig
 from swarm_node.node.transport.base import TransportError
 from swarm_node.node.transport.hivemind.carrier import _peer_of
 from swarm_node.node.transport.hivemind.index_records import _ADDR_RE

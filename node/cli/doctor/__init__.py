@@ -1,0 +1,10 @@
+"""``swarm-node doctor``, in one folder: what a node would meet if it joined now.
+
+    command.py  the command: reads the config as ``join`` does, runs each check, prints a line each
+    checkup.py  the verdicts: a line per check, the exit code, the judgements (pure)
+    probe.py    the network steps: dial the bootstrap or broker, join as a throw-away peer, read
+                the swarm's heartbeats
+
+The asking side only: the dial-back a bootstrap performs for it is served by every hivemind node
+(node/transport/hivemind/dialback.py).
+"""
