@@ -27,12 +27,12 @@ import random
 from dataclasses import dataclass, field
 from typing import Callable
 
-from swarm_node.node.transport.addresses import peer_id_of, without_peer
+from swarm_node.node.transport.addresses import peer_id_of, relayed
 from swarm_node.node.transport.backoff import Backoff
 
 log = logging.getLogger("swarm_node.node.transport.hivemind.transport")  # the transport's log name
 
-__all__ = ["BootstrapWatch", "PERIOD_S", "MAX_WAIT_S", "DIAL_TIMEOUT_S"]
+__all__ = ["BootstrapWatch", "PERIOD_S", "MAX_WAIT_S", "DIAL_TIMEOUT_S", "log_if_failed"]
 
 PERIOD_S = 30.0  # how often the routing table is looked at; the first wait after a miss
 MAX_WAIT_S = 300.0  # the longest wait between pings of a bootstrap that stays missing
@@ -55,17 +55,23 @@ class BootstrapWatch:
     bootstraps: list[str]
     period: float = PERIOD_S
     max_wait: float = MAX_WAIT_S
-    rng: random.Random = field(default_factory=random.Random)
+    rng: random.Random = field(default_factory=random.Random)  # its own: the jitter draws from no one else's
     reintroduced: int = field(default=0, init=False)  # pings of a missing bootstrap that it answered
     _missing: dict[str, _Missing] = field(default_factory=dict, init=False)
 
+    own: str = ""  # this node's p2p peer id: listed among its own bootstraps, it is not watched
+
     def peers(self) -> dict[str, list[str]]:
-        """Each bootstrap's peer id and its configured addresses."""
+        """Each bootstrap's peer id and where to dial it: its configured addresses less the peer
+        part (the last ``/p2p/<id>``), relayed ones left out (p2pd cannot parse a circuit address
+        handed to ``connect``; it finds a relayed peer's route itself, and the ping still goes)."""
         by_peer: dict[str, list[str]] = {}
         for a in self.bootstraps:
             pid = peer_id_of(a)
-            if pid:
-                by_peer.setdefault(pid, []).append(a)
+            if pid and pid != self.own:
+                dials = by_peer.setdefault(pid, [])
+                if not relayed(a):
+                    dials.append(a.rsplit("/p2p/", 1)[0])
         return by_peer
 
     def due(self, now: float, known: Callable[[str], bool]) -> list[str]:
@@ -108,15 +114,24 @@ class BootstrapWatch:
         from hivemind.utils.multiaddr import Multiaddr
 
         table = node.protocol.routing_table
-        peers = {pid: (PeerID.from_base58(pid), [Multiaddr(without_peer(a)) for a in addrs]) for pid, addrs in self.peers().items()}
+        peers = {pid: (PeerID.from_base58(pid), [Multiaddr(a) for a in dials]) for pid, dials in self.peers().items()}
         while True:
             await asyncio.sleep(self.wait())
             for pid in self.due(clock(), lambda p: table.get(peer_id=peers[p][0]) is not None):
                 peer, maddrs = peers[pid]
                 try:  # the daemon may have forgotten its addresses while it was away: give them again
-                    await asyncio.wait_for(node.p2p._client.connect(peer, maddrs), DIAL_TIMEOUT_S)  # no public dial in hivemind
+                    if maddrs:
+                        await asyncio.wait_for(node.p2p._client.connect(peer, maddrs), DIAL_TIMEOUT_S)  # no public dial in hivemind
                     ok = await node.protocol.call_ping(peer) is not None
                 except Exception as e:  # noqa: BLE001 - gone, refused, timed out: all mean "not now"
                     log.debug("bootstrap peer %s did not answer: %s", pid, e)
                     ok = False
                 self.answered(pid, ok)
+
+
+def log_if_failed(task: asyncio.Task) -> None:
+    """A done-callback: a watch that ended on an error says so at once (it is not awaited until the
+    transport closes, and a bootstrap left unwatched is the soak's second swarm again)."""
+    if not task.cancelled() and task.exception() is not None:
+        log.error("the bootstrap watch stopped: %r; a restarted bootstrap will not relearn this node",
+                  task.exception())

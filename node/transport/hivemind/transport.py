@@ -53,7 +53,7 @@ from swarm_node.node.observe.logs import adopt_library_logging
 from swarm_node.node.transport.addresses import peer_id_of
 from swarm_node.node.transport.backoff import JOIN_BACKOFF_S, JOIN_RETRIES
 from swarm_node.node.transport.base import MAX_ANNOUNCEMENT_SIZE, MAX_ENVELOPE_SIZE, Delivery, Transport, TransportError
-from swarm_node.node.transport.hivemind.bootstrap_watch import PERIOD_S, BootstrapWatch
+from swarm_node.node.transport.hivemind.bootstrap_watch import PERIOD_S, BootstrapWatch, log_if_failed
 from swarm_node.node.transport.hivemind.daemon import start_dht_node, stop_dht_node
 from swarm_node.node.transport.hivemind.dialback import serve_dialback
 from swarm_node.node.transport.hivemind.fetcher import Fetcher
@@ -143,8 +143,9 @@ class HivemindTransport(Transport):
             self.maddrs = [str(m) for m in await self._node.p2p.get_visible_maddrs()]
             if self.initial_peers:  # a restarted bootstrap learns the swarm from its nodes
                 self._bootstraps = self._bootstraps or BootstrapWatch(self.initial_peers, self.bootstrap_check_s,
-                                                                      rng=self._rng)
+                                                                      own=self.p2p_peer_id)
                 self._watch = asyncio.create_task(self._bootstraps.run(self._node, get_dht_time))
+                self._watch.add_done_callback(log_if_failed)
         except BaseException:
             await self.close()
             raise
