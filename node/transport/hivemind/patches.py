@@ -1,4 +1,4 @@
-"""Fixes to hivemind's DHT that a hostile peer could otherwise exploit; applied on import.
+"""Fixes to hivemind's DHT that a hostile peer could otherwise exploit, and one leak; applied on import.
 
 Written against hivemind 1.1.12 (the version ``pyproject.toml`` pins, ``>=1.1.12,<1.2``). Every
 node of the swarm keeps its round index entries and heartbeats as *dictionary* values: one DHT
@@ -33,6 +33,18 @@ behaviours of hivemind let one peer take away other peers' entries:
    Patched: a refused store returns before touching the heap. ``DictionaryDHTValue`` (one
    dictionary's subkeys) and ``DHTLocalStorage`` (a node's storage and cache) inherit the fix.
 
+And one leak, which no peer causes:
+
+3. **A finished lookup leaves its key behind.** ``DHTNode.get_many_by_id``
+   (``hivemind/dht/node.py``) files every lookup under its key in ``pending_get_requests`` (a
+   ``defaultdict`` of ``SortedSet``), so that concurrent lookups of one key share the first
+   answer; ``_reuse_finished_search_result`` then empties that set but never removes the key. A
+   node keeps an empty set (with its sorted list and bound methods) and the key's ``DHTID``,
+   about 2 KB, for every key it ever looked up, and a swarm node reads new keys every round (each
+   round's index shards at each level): tens of MB an hour, the creep the one-hour soak measured
+   (docs/results/soak.md). Patched: the key is removed once no lookup of it is pending, and a
+   late callback no longer re-creates it. Which lookups share an answer is unchanged.
+
 ``apply()`` runs at import and is idempotent. On another hivemind version a patch is still
 applied if the method it replaces has the expected parameters, and skipped with a warning if
 not. The transport needs only ``import swarm_node.node.transport.hivemind.patches  # noqa: F401`` before it
@@ -48,6 +60,7 @@ import logging
 import math
 from importlib.metadata import PackageNotFoundError, version
 
+from hivemind.dht.node import DHTNode
 from hivemind.dht.protocol import DHTProtocol
 from hivemind.dht.storage import DictionaryDHTValue
 from hivemind.dht.validation import DHTRecord
@@ -142,6 +155,31 @@ def _store(self: TimedStorage, key, value, expiration_time) -> bool:
     return True
 
 
+# ---- 3. a finished lookup leaves no key behind ------------------------------------------------
+
+
+def _reuse_finished_search_result(self: DHTNode, finished) -> None:
+    """hivemind 1.1.12's ``DHTNode._reuse_finished_search_result`` (hand a finished lookup's
+    answer to the concurrent lookups of its key that it satisfies), which also drops the key
+    once no lookup of it is pending (the original left an empty set under every key ever
+    looked up, and re-created one for a late callback)."""
+    pending_requests = self.pending_get_requests.get(finished.key_id)
+    if pending_requests is None:  # already answered and dropped: nothing pends on this key
+        return
+    if finished.found_something:
+        search_result = ValueWithExpiration(finished.binary_value, finished.expiration_time)
+        expiration_time_threshold = max(finished.expiration_time, finished.sufficient_expiration_time)
+        # note: pending_requests is sorted in the order of descending sufficient_expiration_time
+        while pending_requests and expiration_time_threshold >= pending_requests[-1].sufficient_expiration_time:
+            pending_requests[-1].add_candidate(search_result, source_node_id=finished.source_node_id)
+            pending_requests[-1].finish_search()
+            pending_requests.pop()
+    else:
+        pending_requests.discard(finished)
+    if not pending_requests:
+        del self.pending_get_requests[finished.key_id]
+
+
 # ---- applying ----------------------------------------------------------------------------------
 
 # (owner class, method, its parameters in 1.1.12, how to build the replacement from the original)
@@ -150,6 +188,7 @@ _PATCHES = [
      lambda _: _validate_dictionary),
     (DHTProtocol, "call_find", ["self", "peer", "keys"], _wrap_call_find),
     (TimedStorage, "store", ["self", "key", "value", "expiration_time"], lambda _: _store),
+    (DHTNode, "_reuse_finished_search_result", ["self", "finished"], lambda _: _reuse_finished_search_result),
 ]
 # call_find only fixes the expiration for what _validate_dictionary kept: the two go together.
 _TOGETHER = {"DHTProtocol._validate_dictionary", "DHTProtocol.call_find"}

@@ -37,10 +37,11 @@ class RefuseMarker(RecordValidatorBase):
 @pytest.fixture(params=["patched", "unpatched"])
 def patched(request, monkeypatch) -> bool:
     assert hivemind_patches.APPLIED == set(hivemind_patches.ORIGINALS)  # all applied on this version
-    assert len(hivemind_patches.APPLIED) == 3
+    assert len(hivemind_patches.APPLIED) == 4
     if request.param == "unpatched":
         for qualname, original in hivemind_patches.ORIGINALS.items():
-            owner = {"DHTProtocol": DHTProtocol, "TimedStorage": TimedStorage}[qualname.split(".")[0]]
+            owner = {"DHTProtocol": DHTProtocol, "TimedStorage": TimedStorage,
+                     "DHTNode": DHTNode}[qualname.split(".")[0]]
             monkeypatch.setattr(owner, qualname.split(".")[1], original)
     return request.param == "patched"
 
@@ -212,3 +213,34 @@ def test_store_semantics_are_otherwise_unchanged(patched, clock):
     with s.freeze():
         assert s.store("old", 0, t - 5)
         assert "old" in s
+
+
+# ---- 3. a finished lookup must leave no key behind ---------------------------------------------
+
+
+def test_finished_lookups_leave_no_pending_entry(patched):
+    """Every key a node ever looked up stayed in ``pending_get_requests`` (an empty set, ~2 KB):
+    a swarm node reads new keys every round. Lookups found here, found nowhere, and two at once
+    of one key (the second served by the first's answer, as before) must leave nothing."""
+
+    async def go():
+        node = await _start()
+        try:
+            now = get_dht_time()
+            for i in range(10):
+                assert await node.store(f"held-{i}", i, now + 60)
+            found = await node.get_many([f"held-{i}" for i in range(10)] + [f"absent-{i}" for i in range(10)],
+                                        sufficient_expiration_time=float("inf"))
+            together = await asyncio.gather(node.get("held-0", latest=True), node.get("held-0"))
+            return found, together, len(node.pending_get_requests)
+        finally:
+            await _stop(node)
+
+    found, together, pending = asyncio.run(go())
+    assert [found[f"held-{i}"].value for i in range(10)] == list(range(10))
+    assert all(found[f"absent-{i}"] is None for i in range(10))
+    assert [r.value for r in together] == [0, 0]
+    if not patched:
+        assert pending == 20  # hivemind: one empty entry per key ever looked up
+        return
+    assert pending == 0
