@@ -1,0 +1,66 @@
+"""The payoff study's own arithmetic (scripts/exp_payoff.py) on hand-made curves: a run's flags per
+arm, the nodes' mean curve, the end score, and the table's intervals; the comparisons themselves
+are node/observe/paired.py's (tested there)."""
+
+from __future__ import annotations
+
+from argparse import Namespace
+
+import pytest
+
+import exp_payoff as study
+from swarm_node.node.observe.paired import Point
+
+
+def args(**kw) -> Namespace:
+    base = dict(nodes=4, controls=2, steps=200, learning_rate=1e-4, eval_every=25, eval_tasks=256, eval_samples=4,
+                round_seconds=1.5, transport="memory")
+    return Namespace(**(base | kw))
+
+
+def test_only_the_corrected_run_carries_the_solo_nodes_and_each_arm_adds_its_own_flags():
+    corrected = study.run_flags(args(), "sparse", "corrected", 3)
+    count = study.run_flags(args(), "sparse", "count", 3)
+    assert corrected[corrected.index("--control") + 1] == "2" and "--control" not in count
+    assert count[-2:] == ["--learner.lr_rule", "count"]
+    # everything else alike: the same seed, regime, split and evaluation
+    assert [f for f in corrected if f not in ("--control", "2")] == count[:-2]
+    assert corrected[corrected.index("--train.seed") + 1] == "300"
+    assert corrected[corrected.index("--tasks.difficulties") + 1] == "[3]"
+    assert corrected[corrected.index("--swarm.external_groups") + 1] == "4"
+    sapo = study.run_flags(args(), "dense", "sapo", 0)
+    assert sapo[-6:] == ["--learner.off_policy_correction", "false", "--learner.lr_rule", "none",
+                         "--learner.scale_rewards", "group"]
+
+
+def test_the_mean_curve_is_taken_at_the_steps_every_node_evaluated():
+    a = [Point(0, 0, 0.0, 0.2), Point(10, 40, 12.0, 0.4), Point(20, 80, 30.0, 0.6)]
+    b = [Point(0, 0, 0.0, 0.4), Point(20, 80, 20.0, 0.2)]  # missed step 10 (a stop, a kill)
+    got = study.mean_curve([a, b])
+    assert [(p.step, p.own_groups, p.seconds) for p in got] == [(0, 0, 0.0), (20, 80, 25.0)]
+    assert [p.score for p in got] == pytest.approx([0.3, 0.4])
+    assert study.mean_curve([a, []]) == []  # a node that never evaluated: no curve for the seed
+    assert study.mean_curve([]) == []
+
+
+def test_the_end_score_is_the_mean_of_the_last_three_evaluations_after_the_start():
+    c = [Point(0, 0, 0, 0.9), Point(10, 40, 1, 0.1), Point(20, 80, 2, 0.2), Point(30, 120, 3, 0.3), Point(40, 160, 4, 0.7)]
+    assert study.end_score(c) == (0.2 + 0.3 + 0.7) / 3
+    assert study.end_score(c[:2]) == 0.1  # one evaluation after the start: itself
+    assert study.end_score(c[:1]) is None  # the start is no end score
+
+
+def test_an_interval_prints_its_mean_and_bounds_or_says_it_had_one_seed():
+    assert study.interval_text({"diff": 0.0312, "low": -0.0104, "high": 0.07, "n": 5, "level": 0.95}) == \
+        "+0.031 [-0.010, +0.070]"
+    assert study.interval_text({"diff": -0.05, "low": None, "high": None, "n": 1, "level": 0.95}) == "-0.050 (1 seed)"
+    assert study.interval_text(None) == "-"
+
+
+def test_a_comparison_is_one_interval_per_axis_as_plain_dicts():
+    solo = [[Point(0, 0, 0, 0.2), Point(10, 40, 10, 0.3)], [Point(0, 0, 0, 0.2), Point(10, 40, 10, 0.2)]]
+    swarm = [[Point(0, 0, 0, 0.2), Point(10, 40, 10, 0.5)], [Point(0, 0, 0, 0.2), Point(10, 40, 10, 0.3)]]
+    got = study.comparison(swarm, solo)
+    assert set(got) == {"step", "own_groups", "seconds"}
+    assert abs(got["step"]["diff"] - 0.15) < 1e-12 and got["step"]["n"] == 2  # (0.2 + 0.1) / 2
+    assert got["step"]["low"] <= 0.15 <= got["step"]["high"]
