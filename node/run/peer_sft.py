@@ -14,10 +14,13 @@ steps: a peer's group asks a question this node asked in the same step for 6% of
 default level 1, 2% at the skill study's level-2 counting and boolean, 1% at levels 1-3; within
 its last 8 steps 26%, 13% and 3%. Question by question, the term would rarely fire, and only
 where questions repeat. So the unit is the question's kind, its (family, level): a kind *fails*
-when each of this node's last ``FAIL_WINDOW`` own groups of that kind had no right completion
-(correctness 1; a near miss of a partial-credit source is not right). It is a node that lacks the
-skill, not one that missed a question by luck: a kind it solves 20% of the time fails 2 groups of
-8 running with probability 0.8^16 ≈ 3%, one it never solves always. A kind this node has not
+when, in each of the last ``FAIL_WINDOW`` steps that drew it, none of this node's own groups of
+that kind had a right completion (correctness 1; a near miss of a partial-credit source is not
+right). Steps, not groups: a step's groups of a kind are one verdict, so a step whose last two
+groups of it were all wrong but whose first ones were right does not fail it. It is a node that
+lacks the skill, not one that missed a question by luck: a kind it solves 20% of the time fails
+two steps of one group of 8 running with probability 0.8^16 ≈ 3% (less with more groups a step),
+one it never solves always. A kind this node has not
 generated does not fail (a peer cannot send a level or family this node never draws into the
 term), and only this node's own rollouts update the record: nothing a peer sends moves it.
 ``FailingKinds`` is not checkpointed: a resumed node reads it afresh within a few steps.
@@ -45,9 +48,10 @@ from swarm_node.protocol.task_id import TaskId
 
 __all__ = ["FAIL_WINDOW", "FailingKinds", "SupervisedRows", "choose_supervised"]
 
-# Own groups of a kind that must all be wrong: two of G = 8 are 16 completions, enough to tell a
-# kind this node cannot do from a question it happened to miss, few enough to follow a node that
-# learns (one right group and the kind stops failing until two more are all wrong).
+# Steps that drew a kind and must all have got it wrong: two steps of at least one group of G = 8
+# are 16 completions or more, enough to tell a kind this node cannot do from a question it happened
+# to miss, few enough to follow a node that learns (one right completion and the kind stops failing
+# until two more steps that draw it get it all wrong).
 FAIL_WINDOW = 2
 
 Kind = tuple[str, int]  # (family, level)
@@ -56,23 +60,27 @@ Kind = tuple[str, int]  # (family, level)
 @dataclass
 class FailingKinds:
     """The kinds of question this node gets all wrong: per (family, level), whether each of its last
-    ``window`` own groups of that kind had no right completion. Bounded by the kinds this node's
-    own config draws."""
+    ``window`` steps that drew that kind had no right completion in any of its own groups of it.
+    The unit is the step, not the group: a step of six groups of a kind, four with a right
+    completion, does not fail the kind because its last two groups were all wrong. Bounded by the
+    kinds this node's own config draws."""
 
     window: int = FAIL_WINDOW
     recent: dict[Kind, collections.deque] = field(default_factory=dict)
 
     def update(self, rollouts: Sequence[Rollout]) -> None:
-        """Fold in one step's own rollouts (every group, trained on or not), in the order generated."""
-        all_wrong: dict[TaskId, bool] = {}
+        """Fold in one step's own rollouts (every group, trained on or not): one verdict per kind the
+        step drew, all wrong or not."""
+        all_wrong: dict[Kind, bool] = {}
         for r in rollouts:
-            all_wrong[r.task_id] = all_wrong.get(r.task_id, True) and r.reward.correctness < 1.0
-        for task_id, wrong in all_wrong.items():
-            kind = (task_id.family, task_id.difficulty)
+            kind = (r.task_id.family, r.task_id.difficulty)
+            all_wrong[kind] = all_wrong.get(kind, True) and r.reward.correctness < 1.0
+        for kind, wrong in all_wrong.items():
             self.recent.setdefault(kind, collections.deque(maxlen=self.window)).append(wrong)
 
     def fails(self, task_id: TaskId) -> bool:
-        """True when this node has groups of ``task_id``'s kind and its last ``window`` were all wrong."""
+        """True when ``window`` steps have drawn ``task_id``'s kind and the last ``window`` of them
+        had no right completion of it."""
         seen = self.recent.get((task_id.family, task_id.difficulty))
         return bool(seen) and len(seen) == self.window and all(seen)
 

@@ -32,13 +32,13 @@ def failing() -> FailingKinds:
     return kinds
 
 
-def test_a_kind_fails_when_its_last_window_groups_had_no_right_completion():
+def test_a_kind_fails_when_its_last_window_steps_had_no_right_completion():
     kinds = failing()
     assert kinds.fails(COUNT2) and kinds.fails(TaskId("counting", 12345, 2))  # any question of the kind
-    assert not kinds.fails(BOOL2)  # one right completion in its last 2 groups
+    assert not kinds.fails(BOOL2)  # one right completion in its last 2 steps
     assert not kinds.fails(LISTS1) and not kinds.fails(TaskId("counting", 7, 1))  # never drawn here
     assert kinds.failing() == 1
-    # one all-wrong group is not yet 2; then the window slides: a right group clears the kind...
+    # one all-wrong step is not yet 2; then the window slides: a right completion clears the kind...
     fresh = FailingKinds(window=2)
     fresh.update(own(("counting", 2, (0, 0))))
     assert not fresh.fails(COUNT2)
@@ -46,9 +46,30 @@ def test_a_kind_fails_when_its_last_window_groups_had_no_right_completion():
     assert fresh.fails(COUNT2)
     fresh.update(own(("counting", 2, (1, 0))))
     assert not fresh.fails(COUNT2)
-    # ...until the last 2 are all wrong again (the right one has left the window)
+    # ...until the last 2 steps that drew it are all wrong again (the right one has left the window)
     fresh.update(own(("counting", 2, (0, 0)), ("counting", 2, (0, 0))))
+    assert not fresh.fails(COUNT2)  # two all-wrong groups of one step are one step
+    fresh.update(own(("boolean", 2, (1, 1))))  # a step that does not draw the kind leaves it as it was
+    assert not fresh.fails(COUNT2)
+    fresh.update(own(("counting", 2, (0, 0))))
     assert fresh.fails(COUNT2)
+
+
+def test_a_step_counts_once_whatever_the_order_of_its_groups():
+    """The reviewer's case: six own groups of a kind in one step, the first four with a right
+    completion and the last two all wrong. Counting groups, the last two made the kind fail; one
+    verdict a step, it does not, the next step of all-wrong groups neither, and only a second such
+    step makes it fail."""
+    step = own(*[("counting", 2, (1, 0, 0, 0, 0, 0, 0, 0))] * 4, *[("counting", 2, (0,) * 8)] * 2)
+    kinds = FailingKinds(window=2)
+    kinds.update(step)
+    assert not kinds.fails(COUNT2)
+    kinds.update(step)  # the same again: still no step without a right completion
+    assert not kinds.fails(COUNT2) and kinds.failing() == 0
+    kinds.update(own(*[("counting", 2, (0,) * 8)] * 6))
+    assert not kinds.fails(COUNT2)  # one step all wrong
+    kinds.update(own(("counting", 2, (0,) * 8)))
+    assert kinds.fails(COUNT2)  # two
 
 
 def row(sender: str | None, task: TaskId, k: int, *, verified: bool = True, round_: int = 5) -> TrainSample:
