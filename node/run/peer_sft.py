@@ -1,10 +1,26 @@
 """Which peer rows enter the learner's supervised term (``learner.peer_sft_coef``; the term itself
 is policies/supervised.py, the reasons docs/algorithm.md section 11): a peer's completion this node
-verified, of a kind of question this node gets all wrong, within a per-step and a per-sender cap.
+verified and that is exactly the canonical completion of its task in this node's tokens, of a kind
+of question this node gets all wrong, within a per-step and a per-sender cap.
 
 **Verified** is ``TrainSample.verified``, the verdict node/run/rollouts.py took from this node's
 own scoring (right, and nothing but one answer block: ``Reward.verified``), the same rows the
 success floor may lift. Nothing a peer claims decides it.
+
+**Canonical.** Verified is not enough for imitation: the reward reads the block's content through
+the family's normalization and allows whitespace around the block, so text that does not change the
+reward would be learned token by token (120 newlines before the block and 60 " \n" after it put 97%
+of such a row's mean-NLL weight on padding, and padding after ``</answer>`` teaches the node not to
+stop; ``<answer>   +0002   </answer>`` and ``<answer>[[[((5,,,,))]]]</answer>`` are right and
+verified). A row enters only if its token ids are exactly ``Target.ids``: this node's own
+encoding (``Policy.encode_completion``, EOS appended) of ``format_answer(task.answer)``, the one
+completion the warm start teaches for the task (rewards/answer.py, rewards/corpus.py). So its
+block is the canonical form of its content, nothing but EOS follows ``</answer>``, nothing
+precedes ``<answer>``, and the peer chooses neither the tokenization nor any text: what it sends
+and what this node would write for a right answer are the same ids. A verified row can have no
+text before the block but whitespace (``is_well_formed``), so no reasoning trace is lost here;
+a right answer the family accepts in another spelling (a task source's other right answers) is
+left out, which costs the term rows, never safety.
 
 **Got all wrong, by kind.** Nodes draw their own questions: a swarm node's task seed holds its peer
 id (``TrainingNode._task_seed``), so a peer's task id is never one of this node's, and the same
@@ -39,14 +55,16 @@ from __future__ import annotations
 import collections
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 from swarm_node.node.run.rollouts import Rollout
+from swarm_node.node.swarm.pool import AdmittedGroup
 from swarm_node.node.swarm.selection import round_robin, sender_cap
 from swarm_node.policies.learner import TrainSample, sample_source
 from swarm_node.protocol.task_id import TaskId
+from swarm_node.rewards.answer import format_answer
 
-__all__ = ["FAIL_WINDOW", "FailingKinds", "SupervisedRows", "choose_supervised"]
+__all__ = ["FAIL_WINDOW", "FailingKinds", "SupervisedRows", "Target", "choose_supervised", "targets"]
 
 # Steps that drew a kind and must all have got it wrong: two steps of at least one group of G = 8
 # are 16 completions or more, enough to tell a kind this node cannot do from a question it happened
@@ -90,27 +108,47 @@ class FailingKinds:
 
 
 @dataclass(frozen=True)
+class Target:
+    """What a peer group's rows are held to: its task, and the one completion the term imitates for
+    it, in this node's tokens."""
+
+    task: TaskId
+    ids: tuple[int, ...]  # encode(format_answer(task.answer)), EOS included
+
+
+def targets(groups: Iterable[AdmittedGroup], encode: Callable[[str], Sequence[int]]) -> dict[str, Target]:
+    """Each peer group's ``Target`` by its key (the rows' ``TrainSample.group``); ``encode`` is this
+    node's completion encoder (``Policy.encode_completion``)."""
+    return {g.key: Target(g.task.id, tuple(encode(format_answer(g.task.answer)))) for g in groups}
+
+
+@dataclass(frozen=True)
 class SupervisedRows:
     """A step's batch with the chosen rows marked ``supervised``, and the counts behind the choice."""
 
     samples: list[TrainSample]
     verified: int  # peers' rows this node verified
+    canonical: int  # of those, exactly their task's canonical completion in this node's tokens
     eligible: int  # of those, of a kind this node fails
     chosen: int  # of those, within the caps: the rows marked
 
     def metrics(self, failing: int) -> dict[str, int]:
         """The step's record fields (docs/metrics.md); ``failing``: the kinds failing now."""
-        return {"peer_sft_verified": self.verified, "peer_sft_eligible": self.eligible,
+        return {"peer_sft_verified": self.verified, "peer_sft_canonical": self.canonical,
+                "peer_sft_eligible": self.eligible,
                 "peer_sft_capped": self.eligible - self.chosen, "peer_sft_failing_kinds": failing}
 
 
-def choose_supervised(samples: list[TrainSample], task_of: Mapping[str, TaskId], fails: Callable[[TaskId], bool],
+def choose_supervised(samples: list[TrainSample], target_of: Mapping[str, Target], fails: Callable[[TaskId], bool],
                       max_rows: int, max_sender_share: float) -> SupervisedRows:
     """Mark the rows of ``samples`` the supervised term takes: a peer's (not local) verified row
-    whose task (``task_of`` its group, the peer group's key) is of a kind that ``fails``, at most
-    ``max_rows`` in all and ``sender_cap(max_rows, max_sender_share)`` from one sender."""
+    whose ids are its group's target's (``target_of`` its group, the peer group's key: ``targets``)
+    and whose task is of a kind that ``fails``, at most ``max_rows`` in all and
+    ``sender_cap(max_rows, max_sender_share)`` from one sender."""
     verified = [i for i, s in enumerate(samples) if not s.local and s.verified]
-    eligible = [i for i in verified if samples[i].group in task_of and fails(task_of[samples[i].group])]
+    canonical = [i for i in verified if samples[i].group in target_of
+                 and tuple(samples[i].completion_ids) == target_of[samples[i].group].ids]
+    eligible = [i for i in canonical if fails(target_of[samples[i].group].task)]
     # Each sender's queue: its groups in turn (the first row of each, then the second...).
     by_group: dict[str, dict[str, list[int]]] = collections.defaultdict(dict)
     for i in eligible:
@@ -119,7 +157,7 @@ def choose_supervised(samples: list[TrainSample], task_of: Mapping[str, TaskId],
     picked = round_robin(queues, list(queues), max_rows, collections.Counter(), sender_cap(max_rows, max_sender_share))
     marked = set(picked)
     out = [dataclasses.replace(s, supervised=True) if i in marked else s for i, s in enumerate(samples)]
-    return SupervisedRows(out, len(verified), len(eligible), len(marked))
+    return SupervisedRows(out, len(verified), len(canonical), len(eligible), len(marked))
 
 
 def _interleaved(groups: list[list[int]]) -> list[int]:

@@ -40,7 +40,7 @@ from swarm_node.node.config.config import NodeConfig, batch_overlap
 from swarm_node.node.evaluate.evaluate import HeldOut
 from swarm_node.node.run.overlap import GenerationAhead
 from swarm_node.node.run.own_groups import FamilyCorrectness, OwnGroups, own_groups, take_replacing
-from swarm_node.node.run.peer_sft import FailingKinds, choose_supervised
+from swarm_node.node.run.peer_sft import FailingKinds, choose_supervised, targets
 from swarm_node.node.checkpoint.resume import node_state
 from swarm_node.node.run.rollouts import external_samples, to_records, to_train_samples
 from swarm_node.node.run.signal_watch import SignalWatch
@@ -181,7 +181,7 @@ class TrainingNode:
         sft = None
         if self.failing is not None:  # this step's own groups first: "all wrong" includes them
             self.failing.update(rollouts)
-            sft = choose_supervised(samples, {g.key: g.task.id for g in groups or ()}, self.failing.fails,
+            sft = choose_supervised(samples, targets(groups or (), self.policy.encode_completion), self.failing.fails,
                                     cfg.learner.peer_sft_rows, cfg.swarm.max_sender_share)
             samples = sft.samples
         updates = bool(samples) and self.role.learns

@@ -1,11 +1,12 @@
 """Which peer rows enter the supervised term (node/run/peer_sft.py): kinds this node gets all wrong,
-verified peer rows only, at most R a step and ⌈R × share⌉ from one sender, whatever a sender offers."""
+verified peer rows that are exactly their task's canonical completion in this node's tokens, at most
+R a step and ⌈R × share⌉ from one sender, whatever a sender offers."""
 
 from __future__ import annotations
 
 import collections
 
-from swarm_node.node.run.peer_sft import FailingKinds, choose_supervised
+from swarm_node.node.run.peer_sft import FailingKinds, Target, choose_supervised
 from swarm_node.node.run.rollouts import Rollout
 from swarm_node.policies.learner import TrainSample
 from swarm_node.protocol.task_id import TaskId
@@ -72,15 +73,20 @@ def test_a_step_counts_once_whatever_the_order_of_its_groups():
     assert kinds.fails(COUNT2)  # two
 
 
-def row(sender: str | None, task: TaskId, k: int, *, verified: bool = True, round_: int = 5) -> TrainSample:
+CANON = (2, 3, 0)  # the canonical completion's ids, as this node encodes it (any task here)
+
+
+def row(sender: str | None, task: TaskId, k: int, *, verified: bool = True, round_: int = 5,
+        ids: tuple[int, ...] = CANON) -> TrainSample:
+    """A row, told apart from the others by ``policy_version`` = k."""
     group = f"{sender}/{round_}/{task}" if sender else str(task)
-    return TrainSample(group=group, prompt_ids=(1,), completion_ids=(2, k), behaviour_logprobs=(-1.0, -1.0),
-                       behaviour_seq_logprob=-2.0, reward=1.1 if verified else 0.1, local=sender is None,
-                       source=sender, verified=verified)
+    return TrainSample(group=group, prompt_ids=(1,), completion_ids=ids, behaviour_logprobs=(-1.0,) * len(ids),
+                       behaviour_seq_logprob=-2.0, reward=1.1 if verified else 0.1, policy_version=k,
+                       local=sender is None, source=sender, verified=verified)
 
 
 def tasks_of(samples):
-    return {s.group: TaskId.parse(s.group.rsplit("/", 1)[-1]) for s in samples if not s.local}
+    return {s.group: Target(TaskId.parse(s.group.rsplit("/", 1)[-1]), CANON) for s in samples if not s.local}
 
 
 def chosen(out) -> list[TrainSample]:
@@ -91,15 +97,16 @@ def test_only_a_peers_verified_row_of_a_failing_kind_enters():
     samples = [row(None, COUNT2, 0),  # this node's own row: never
                row("sn1a", COUNT2, 1),  # the one that enters
                row("sn1a", COUNT2, 2, verified=False),  # wrong, or right but not one answer block: never
+               row("sn1a", COUNT2, 5, ids=(2, 2, 3, 0)),  # verified, but not the canonical ids: never
                row("sn1b", BOOL2, 3),  # verified, but a kind this node does not get all wrong: never
                row("sn1b", LISTS1, 4)]  # verified, a kind this node never drew: never
     out = choose_supervised(samples, tasks_of(samples), failing().fails, max_rows=8, max_sender_share=0.5)
-    assert [s.completion_ids for s in chosen(out)] == [(2, 1)]
-    assert (out.verified, out.eligible, out.chosen) == (3, 1, 1)
-    assert out.metrics(1) == {"peer_sft_verified": 3, "peer_sft_eligible": 1, "peer_sft_capped": 0,
-                              "peer_sft_failing_kinds": 1}
+    assert [s.policy_version for s in chosen(out)] == [1]
+    assert (out.verified, out.canonical, out.eligible, out.chosen) == (4, 3, 1, 1)
+    assert out.metrics(1) == {"peer_sft_verified": 4, "peer_sft_canonical": 3, "peer_sft_eligible": 1,
+                              "peer_sft_capped": 0, "peer_sft_failing_kinds": 1}
     # the rows are the batch's, in its order, with only the flag changed
-    assert [s.completion_ids for s in out.samples] == [s.completion_ids for s in samples]
+    assert [s.policy_version for s in out.samples] == [s.policy_version for s in samples]
     assert [s for s in out.samples if not s.supervised] == [s for i, s in enumerate(samples) if i != 1]
 
 
@@ -133,4 +140,4 @@ def test_many_senders_fill_at_most_r_rows_taking_turns():
 def test_nothing_is_chosen_while_no_kind_fails():
     samples = [row("sn1a", COUNT2, k) for k in range(4)]
     out = choose_supervised(samples, tasks_of(samples), FailingKinds().fails, 8, 0.5)
-    assert (out.verified, out.eligible, out.chosen) == (4, 0, 0) and not chosen(out)
+    assert (out.verified, out.canonical, out.eligible, out.chosen) == (4, 4, 0, 0) and not chosen(out)
