@@ -10,7 +10,8 @@ It owns the optimizer and the policy version counter. Per step:
    for exact OPOB, per-sample gradient norms);
 3. the policy loss with its trust region (``policies.loss``), plus, with ``peer_sft_coef`` > 0,
    the supervised term on the rows marked ``supervised`` (``policies.supervised``), backward,
-   clip, AdamW step at ``learning_rate · lr_factor``.
+   clip, AdamW step at ``learning_rate · lr_factor`` (times the term's ``lr_scale`` on a step
+   whose only gradient is the term).
 
 Corrections reuse the one forward pass, so a corrected step costs about what a plain GRPO step
 costs (scripts/bench_learner.py measures it). Exact OPOB is the exception: it needs one extra
@@ -41,6 +42,7 @@ from swarm_node.policies.loss import (ZERO_ADVANTAGE, LossConfig, LossInputs, lo
 from swarm_node.policies.oom import OutOfMemory, fit_by_halving, is_out_of_memory
 from swarm_node.policies.offpolicy import ess_fraction, ess_fraction_by_source, lr_factor
 from swarm_node.policies.policy import Policy, TokenBatch
+from swarm_node.policies.supervised import lr_scale
 
 log = logging.getLogger(__name__)
 
@@ -317,6 +319,8 @@ class Learner:
         factor = self._lr_factor(1.0, 0.0)  # no gradient row: ρ = 1, no effective sample (count: the floor)
         stats = dict(behaviour_rho=1.0, ess=0.0, rho=1.0, lr_factor=factor, lr=self.base_lr * factor * self._warmup(),
                      grad_rows=0.0, grad_sources=0.0, rho_pooled=1.0, rho_all_rows=None)
+        if self.loss_cfg.peer_sft_coef > 0:
+            stats["peer_sft_lr_scale"] = 1.0
         loss_metrics = dict(clip_frac=0.0, m2po_masked_frac=0.0, ratio_mean=None, weight_mean=None,
                             seq_level_frac=1.0 if self.loss_cfg.importance_sampling_level == "sequence"
                             else float(r.foreign.float().mean()), ext_pos_rows=0.0, ext_pos_frac=0.0,
@@ -362,10 +366,14 @@ class Learner:
             carry = adv.loss_mask & (adv.advantages.abs() > ZERO_ADVANTAGE)
             # Per source, summed: one peer lowers ρ by at most its share of these rows.
             rho = ess_fraction_by_source(w, r.sources, carry)
-            factor = self._lr_factor(rho, rho * float(carry.sum()))
+            vcpo = self._lr_factor(rho, rho * float(carry.sum()))
+            # The supervised term alone: its share of a full step (policies/supervised.py lr_scale).
+            sft = lr_scale(self.loss_cfg.peer_sft_coef, int(r.supervised.sum()), self.loss_cfg.peer_sft_rows,
+                           int(carry.sum())) if self.loss_cfg.peer_sft_coef > 0 else None
+            factor = vcpo if sft is None else vcpo * sft  # what the step's LR is multiplied by
             w_beh = w if true_w is None else true_w
             stats = dict(behaviour_rho=rho if true_w is None else ess_fraction_by_source(w_beh, r.sources, carry),
-                         ess=rho * int(carry.sum()), rho=rho, lr_factor=factor,
+                         ess=rho * int(carry.sum()), rho=rho, lr_factor=vcpo,
                          lr=self.base_lr * factor * self._warmup(), grad_rows=float(carry.sum()),
                          grad_sources=float(r.sources[carry].unique().numel()),
                          # Diagnostics only (they do not drive the LR): the whole-batch ESS
@@ -373,6 +381,8 @@ class Learner:
                          # before per-source ESS), and over every row, signal or not.
                          rho_pooled=ess_fraction(w_beh, carry),
                          rho_all_rows=ess_fraction(w_beh))
+            if sft is not None:
+                stats["peer_sft_lr_scale"] = sft
         else:
             adv, factor, stats = first.adv, first.factor, first.metrics
         inputs = LossInputs(logp=logp, behaviour_logp=beh, behaviour_seq_logp=seq_beh, mask=mask,
