@@ -64,7 +64,7 @@ from swarm_node.policies.learner import TrainSample, sample_source
 from swarm_node.protocol.task_id import TaskId
 from swarm_node.rewards.answer import format_answer
 
-__all__ = ["FAIL_WINDOW", "FailingKinds", "SupervisedRows", "Target", "choose_supervised", "targets"]
+__all__ = ["FAIL_WINDOW", "FailingKinds", "SupervisedRows", "Target", "choose_supervised", "failing_kinds", "targets"]
 
 # Steps that drew a kind and must all have got it wrong: two steps of at least one group of G = 8
 # are 16 completions or more, enough to tell a kind this node cannot do from a question it happened
@@ -105,6 +105,14 @@ class FailingKinds:
     def failing(self) -> int:
         """How many kinds fail now."""
         return sum(len(s) == self.window and all(s) for s in self.recent.values())
+
+
+def failing_kinds(coef: float, learns: bool) -> FailingKinds | None:
+    """The record a node keeps for the term: one where the term is on (``coef`` > 0) and the node
+    learns; None otherwise, and then no row is chosen and no ``peer_sft_*`` key is recorded. A
+    worker (``broadcast.role worker``, node/run/roles.py) never steps and takes no peer group:
+    choosing rows there would count what nothing trains on."""
+    return FailingKinds() if coef > 0 and learns else None
 
 
 @dataclass(frozen=True)

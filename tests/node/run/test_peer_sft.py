@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import collections
 
-from swarm_node.node.run.peer_sft import FailingKinds, Target, choose_supervised
+from swarm_node.node.run.peer_sft import FailingKinds, Target, choose_supervised, failing_kinds
+from swarm_node.node.run.roles import make_role
 from swarm_node.node.run.rollouts import Rollout
 from swarm_node.policies.learner import TrainSample
 from swarm_node.protocol.task_id import TaskId
@@ -141,3 +142,12 @@ def test_nothing_is_chosen_while_no_kind_fails():
     samples = [row("sn1a", COUNT2, k) for k in range(4)]
     out = choose_supervised(samples, tasks_of(samples), FailingKinds().fails, 8, 0.5)
     assert (out.verified, out.canonical, out.eligible, out.chosen) == (4, 4, 0, 0) and not chosen(out)
+
+
+def test_a_worker_keeps_no_record_and_chooses_no_row():
+    """A worker never steps (and takes no peer group): with the term on it keeps no record of
+    failing kinds, so the trainer chooses no row and records no peer_sft_* key there."""
+    assert isinstance(failing_kinds(1.0, make_role("full").learns), FailingKinds)
+    assert isinstance(failing_kinds(1.0, make_role("learner").learns), FailingKinds)
+    assert failing_kinds(1.0, make_role("worker").learns) is None
+    assert failing_kinds(0.0, True) is None  # off
