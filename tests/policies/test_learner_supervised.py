@@ -157,3 +157,37 @@ def test_a_step_with_grpo_gradient_is_not_scaled(tiny_model_dir, rollouts):
     m_on, _, _ = _step(tiny_model_dir, samples, loss=ON)
     assert m_on["grad_rows"] > 0 and m_on["peer_sft_lr_scale"] == 1.0
     assert m_on["lr"] == m_off["lr"] and m_on["lr_factor"] == m_off["lr_factor"]
+
+
+DIAGNOSTICS = ("clip_frac", "m2po_masked_frac", "ratio_mean", "weight_mean", "seq_level_frac", "ext_pos_rows",
+               "ext_pos_frac", "ext_pos_weight_mean", "ext_pos_low_frac", "ext_pos_floored_frac", "ext_pos_ess")
+
+
+def _off_policy(samples):
+    """The batch with ratios away from 1: this node's rows sampled by a μ 0.5 nats a token less
+    likely (r_t = e^0.5 > 1 + ε_high: clipped where A > 0), the peer's from another tokenizer
+    (sequence level) with a Σ log μ 1 nat lower (w̄ = e > 1)."""
+    out = []
+    for s in samples:
+        if s.local:
+            out.append(dataclasses.replace(s, behaviour_logprobs=tuple(v - 0.5 for v in s.behaviour_logprobs),
+                                           behaviour_seq_logprob=s.behaviour_seq_logprob - 0.5 * len(s.completion_ids)))
+        else:
+            out.append(dataclasses.replace(s, behaviour_logprobs=None, behaviour_seq_logprob=s.behaviour_seq_logprob - 1))
+    return out
+
+
+@pytest.mark.parametrize("peer_only", [False, True], ids=["beside-grpo", "term-alone"])
+def test_the_grpo_diagnostics_are_the_same_on_and_off(tiny_model_dir, rollouts, peer_only):
+    """The marked rows of an all-right peer group go through the passes with the term on and are left
+    out with it off; the GRPO diagnostics leave them out, so they are those of the same GRPO rows
+    (counted, the peer rows were 2 of 5 rows at sequence level: seq_level_frac 0.4 against 0)."""
+    samples = _off_policy(_batch(rollouts))
+    samples = samples[G:] if peer_only else samples
+    m_off, _, _ = _step(tiny_model_dir, samples)
+    m_on, _, _ = _step(tiny_model_dir, samples, loss=ON)
+    assert m_on["peer_sft_rows"] == 2 and m_off["inert_rows_skipped"] == 3 and m_on["inert_rows_skipped"] == 1
+    if not peer_only:  # the batch really is off-policy: something to get wrong
+        assert m_off["clip_frac"] > 0 and m_off["ratio_mean"] > 1.2 and m_off["seq_level_frac"] == 0
+    for key in DIAGNOSTICS:
+        assert m_on[key] == pytest.approx(m_off[key], abs=1e-6), key
