@@ -44,10 +44,15 @@ term), and only this node's own rollouts update the record: nothing a peer sends
 **Caps.** At most ``max_rows`` rows a step (``learner.peer_sft_rows``, R) and ⌈R × share⌉ from one
 sender (``swarm.max_sender_share``, the exchange's share, by its ``sender_cap`` and
 ``round_robin``: node/swarm/selection.py), computed on R, never on the rows offered, so a sender
-that offers more does not raise its own cap. Senders take turns, one row each, in the order
-their rows come in the batch; within a sender its groups take turns, so its rows cover as many
-questions as they can. The loss divides by R, not by the rows chosen (policies/supervised.py):
-one sender's rows weigh at most ⌈R × share⌉ / R of the term.
+that offers more does not raise its own cap. Senders with standing here (``PeerWork.proven``:
+this node trained on their groups, with a gradient, in 2 distinct rounds of its own) come first,
+taking turns one row each, then the rest the same way for the rows left, each in the order their
+rows come in the batch; within a sender its groups take turns, so its rows cover as many questions
+as they can. Keys are free, so a burst of fresh keys can take only the rows proven senders leave;
+a Sybil that sends informative groups for 2 rounds has standing too, so this orders, it does not
+exclude. The loss divides by R, not by the rows chosen (policies/supervised.py), and a step whose
+only gradient is the term runs at min(1, coef) × rows / R of the learning rate (``lr_scale``): one
+sender's rows weigh at most ⌈R × share⌉ / R of the term.
 """
 
 from __future__ import annotations
@@ -148,11 +153,14 @@ class SupervisedRows:
 
 
 def choose_supervised(samples: list[TrainSample], target_of: Mapping[str, Target], fails: Callable[[TaskId], bool],
-                      max_rows: int, max_sender_share: float) -> SupervisedRows:
+                      max_rows: int, max_sender_share: float,
+                      standing: Callable[[str], bool] = lambda sender: False) -> SupervisedRows:
     """Mark the rows of ``samples`` the supervised term takes: a peer's (not local) verified row
     whose ids are its group's target's (``target_of`` its group, the peer group's key: ``targets``)
     and whose task is of a kind that ``fails``, at most ``max_rows`` in all and
-    ``sender_cap(max_rows, max_sender_share)`` from one sender."""
+    ``sender_cap(max_rows, max_sender_share)`` from one sender. Senders with ``standing`` (the
+    exchange's ``PeerWork.proven``) fill the rows first, taking turns; the others then take turns
+    for what is left, each in batch order."""
     verified = [i for i, s in enumerate(samples) if not s.local and s.verified]
     canonical = [i for i in verified if samples[i].group in target_of
                  and tuple(samples[i].completion_ids) == target_of[samples[i].group].ids]
@@ -162,7 +170,10 @@ def choose_supervised(samples: list[TrainSample], target_of: Mapping[str, Target
     for i in eligible:
         by_group[sample_source(samples[i])].setdefault(samples[i].group, []).append(i)
     queues = {sender: _interleaved(list(groups.values())) for sender, groups in by_group.items()}
-    picked = round_robin(queues, list(queues), max_rows, collections.Counter(), sender_cap(max_rows, max_sender_share))
+    used, cap = collections.Counter(), sender_cap(max_rows, max_sender_share)
+    proven = [s for s in queues if standing(s)]
+    picked = round_robin(queues, proven, max_rows, used, cap)
+    picked += round_robin(queues, [s for s in queues if s not in proven], max_rows - len(picked), used, cap)
     marked = set(picked)
     out = [dataclasses.replace(s, supervised=True) if i in marked else s for i, s in enumerate(samples)]
     return SupervisedRows(out, len(verified), len(canonical), len(eligible), len(marked))

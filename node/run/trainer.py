@@ -181,8 +181,9 @@ class TrainingNode:
         sft = None
         if self.failing is not None:  # this step's own groups first: "all wrong" includes them
             self.failing.update(rollouts)
+            proven = self.swarm.work.proven if self.swarm is not None else (lambda sender: False)
             sft = choose_supervised(samples, targets(groups or (), self.policy.encode_completion), self.failing.fails,
-                                    cfg.learner.peer_sft_rows, cfg.swarm.max_sender_share)
+                                    cfg.learner.peer_sft_rows, cfg.swarm.max_sender_share, proven)
             samples = sft.samples
         updates = bool(samples) and self.role.learns
         stepped = False

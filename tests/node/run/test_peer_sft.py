@@ -151,3 +151,21 @@ def test_a_worker_keeps_no_record_and_chooses_no_row():
     assert isinstance(failing_kinds(1.0, make_role("learner").learns), FailingKinds)
     assert failing_kinds(1.0, make_role("worker").learns) is None
     assert failing_kinds(0.0, True) is None  # off
+
+
+def test_proven_senders_fill_the_rows_first():
+    """R = 4, cap 2 a sender. Five fresh keys come first in the batch and would take every row; with
+    two proven senders (the exchange's PeerWork.proven) after them, those take their share first and
+    the fresh keys only what is left."""
+    fresh = [row(f"sn1{c}", COUNT2, k) for c in "abcde" for k in range(3)]
+    proven = [row(f"sn1{c}", COUNT2, 10 + k) for c in "pq" for k in range(3)]
+    samples = fresh + proven
+    before = choose_supervised(samples, tasks_of(samples), failing().fails, max_rows=4, max_sender_share=0.5)
+    assert [s.source for s in chosen(before)] == ["sn1a", "sn1b", "sn1c", "sn1d"]  # batch order
+    out = choose_supervised(samples, tasks_of(samples), failing().fails, max_rows=4, max_sender_share=0.5,
+                            standing=lambda sender: sender in ("sn1p", "sn1q"))
+    assert collections.Counter(s.source for s in chosen(out)) == {"sn1p": 2, "sn1q": 2}
+    # one proven sender: its cap, then the fresh keys in turn for the rest
+    out = choose_supervised(samples, tasks_of(samples), failing().fails, max_rows=4, max_sender_share=0.5,
+                            standing=lambda sender: sender == "sn1q")
+    assert collections.Counter(s.source for s in chosen(out)) == {"sn1q": 2, "sn1a": 1, "sn1b": 1}
