@@ -366,10 +366,9 @@ class Learner:
             # Per source, summed: one peer lowers ρ by at most its share of these rows.
             rho = ess_fraction_by_source(w, r.sources, carry)
             vcpo = self._lr_factor(rho, rho * float(carry.sum()))
-            # The supervised term alone: its share of a full step (policies/supervised.py lr_scale).
             sft = lr_scale(self.loss_cfg.peer_sft_coef, int(r.supervised.sum()), self.loss_cfg.peer_sft_rows,
                            int(carry.sum())) if self.loss_cfg.peer_sft_coef > 0 else None
-            factor = vcpo if sft is None else vcpo * sft  # what the step's LR is multiplied by
+            factor = vcpo if sft is None else vcpo * sft  # the LR's (the term alone: its share of a step)
             w_beh = w if true_w is None else true_w
             stats = dict(behaviour_rho=rho if true_w is None else ess_fraction_by_source(w_beh, r.sources, carry),
                          ess=rho * int(carry.sum()), rho=rho, lr_factor=vcpo,

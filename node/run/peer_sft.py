@@ -36,9 +36,8 @@ right). Steps, not groups: a step's groups of a kind are one verdict, so a step 
 groups of it were all wrong but whose first ones were right does not fail it. It is a node that
 lacks the skill, not one that missed a question by luck: a kind it solves 20% of the time fails
 two steps of one group of 8 running with probability 0.8^16 ≈ 3% (less with more groups a step),
-one it never solves always. A kind this node has not
-generated does not fail (a peer cannot send a level or family this node never draws into the
-term), and only this node's own rollouts update the record: nothing a peer sends moves it.
+one it never solves always. A kind this node has not generated does not fail (a peer cannot
+send a level or family this node never draws into the term), and only this node's own rollouts update the record: nothing a peer sends moves it.
 ``FailingKinds`` is not checkpointed: a resumed node reads it afresh within a few steps.
 
 **Caps.** At most ``max_rows`` rows a step (``learner.peer_sft_rows``, R) and ⌈R × share⌉ from one
