@@ -21,7 +21,7 @@ import torch
 from swarm_node.policies.advantages import group_advantages
 from swarm_node.policies.loss import LossConfig, loss_denominator
 
-__all__ = ["live_rows", "rewards_only_advantages", "skippable", "whole_batch_denominator"]
+__all__ = ["inert_loss_metrics", "live_rows", "rewards_only_advantages", "skippable", "whole_batch_denominator"]
 
 
 def skippable(baseline: str, scale_rewards: str, cfg: LossConfig) -> bool:
@@ -57,3 +57,12 @@ def whole_batch_denominator(completion_mask: torch.Tensor, rewards: torch.Tensor
     keep = rewards_only_advantages(rewards, group_ids, baseline, scale_rewards).loss_mask
     used = completion_mask * keep.to(completion_mask.dtype).unsqueeze(-1)
     return loss_denominator(used, cfg), keep
+
+
+def inert_loss_metrics(foreign: torch.Tensor, cfg: LossConfig) -> dict:
+    """The loss's GRPO diagnostics for a batch none of whose rows carries GRPO gradient (``foreign``:
+    (B,) bool, its rows of another tokenizer): nothing clipped, no ratio or weight to report."""
+    seq = 1.0 if cfg.importance_sampling_level == "sequence" else float(foreign.float().mean())
+    return dict(clip_frac=0.0, m2po_masked_frac=0.0, ratio_mean=None, weight_mean=None, seq_level_frac=seq,
+                ext_pos_rows=0.0, ext_pos_frac=0.0, ext_pos_weight_mean=None, ext_pos_low_frac=None,
+                ext_pos_floored_frac=None, ext_pos_ess=None)

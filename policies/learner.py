@@ -10,7 +10,7 @@ It owns the optimizer and the policy version counter. Per step:
    for exact OPOB, per-sample gradient norms);
 3. the policy loss with its trust region (``policies.loss``), plus, with ``peer_sft_coef`` > 0,
    the supervised term on the rows marked ``supervised`` (``policies.supervised``), backward,
-   clip, AdamW step at ``learning_rate · lr_factor``.
+   clip, AdamW step at ``learning_rate · lr_factor`` (· the term's ``lr_scale`` where it is all the gradient).
 
 Corrections reuse the one forward pass, so a corrected step costs about what a plain GRPO step
 costs (scripts/bench_learner.py measures it). Exact OPOB is the exception: it needs one extra
@@ -34,13 +34,15 @@ from dataclasses import dataclass
 import torch
 
 from swarm_node.policies.advantages import Advantages, group_advantages
-from swarm_node.policies.inert_rows import live_rows, rewards_only_advantages, skippable, whole_batch_denominator
+from swarm_node.policies.inert_rows import (inert_loss_metrics, live_rows, rewards_only_advantages, skippable,
+                                            whole_batch_denominator)
 from swarm_node.policies.micro_batches import Pass, plan_passes
 from swarm_node.policies.loss import (ZERO_ADVANTAGE, LossConfig, LossInputs, loss_plan, policy_loss, row_caps,
                            sequence_weights)
 from swarm_node.policies.oom import OutOfMemory, fit_by_halving, is_out_of_memory
 from swarm_node.policies.offpolicy import ess_fraction, ess_fraction_by_source, lr_factor
 from swarm_node.policies.policy import Policy, TokenBatch
+from swarm_node.policies.supervised import lr_scale
 
 log = logging.getLogger(__name__)
 
@@ -239,8 +241,9 @@ class Learner:
         # the whole batch's denominator (policies/inert_rows.py). None: every row is learned on.
         live = live_rows(whole.rewards, whole.gids) if skippable(self.baseline, self.scale_rewards, self.loss_cfg) else None
         if live is not None and self.loss_cfg.peer_sft_coef > 0:
-            # The supervised term's rows carry gradient whatever their group's rewards: a peer
-            # group that is all right is inert for GRPO and exactly what the term learns from.
+            # The term's rows carry gradient whatever their group's rewards (an all-right peer group is
+            # what it learns from); those of inert groups are there for it alone (term_only).
+            whole.term_only = whole.supervised & ~live
             live = live | whole.supervised
         if live is not None and bool(live.all()):
             live = None
@@ -251,6 +254,9 @@ class Learner:
             rows = self._batch([samples[i] for i in idx.tolist()]) if len(idx) else None
             if rows is not None:
                 rows.denominator = denominator
+                rows.term_only = None if whole.term_only is None else whole.term_only[idx]
+                if rows.term_only is not None and bool(rows.term_only.all()):  # no GRPO row: an inert batch's
+                    rows.diagnostics = inert_loss_metrics(whole.foreign, self.loss_cfg)
         batch = whole.batch
         halvings = self.oom_halvings
         # eval mode: μ was recorded in eval mode (no dropout), so π_θ must be too, or ratios
@@ -317,12 +323,9 @@ class Learner:
         factor = self._lr_factor(1.0, 0.0)  # no gradient row: ρ = 1, no effective sample (count: the floor)
         stats = dict(behaviour_rho=1.0, ess=0.0, rho=1.0, lr_factor=factor, lr=self.base_lr * factor * self._warmup(),
                      grad_rows=0.0, grad_sources=0.0, rho_pooled=1.0, rho_all_rows=None)
-        loss_metrics = dict(clip_frac=0.0, m2po_masked_frac=0.0, ratio_mean=None, weight_mean=None,
-                            seq_level_frac=1.0 if self.loss_cfg.importance_sampling_level == "sequence"
-                            else float(r.foreign.float().mean()), ext_pos_rows=0.0, ext_pos_frac=0.0,
-                            ext_pos_weight_mean=None, ext_pos_low_frac=None, ext_pos_floored_frac=None,
-                            ext_pos_ess=None)
+        loss_metrics = inert_loss_metrics(r.foreign, self.loss_cfg)
         if self.loss_cfg.peer_sft_coef > 0:  # no row at all is marked supervised (they would be live)
+            stats["peer_sft_lr_scale"] = 1.0
             loss_metrics.update(peer_sft_rows=0.0, peer_sft_nll=None)
         return _Pass(beh=r.beh, seq_beh=r.seq_beh, adv=adv, factor=factor, metrics=stats, loss=0.0,
                      loss_metrics=loss_metrics)
@@ -362,10 +365,13 @@ class Learner:
             carry = adv.loss_mask & (adv.advantages.abs() > ZERO_ADVANTAGE)
             # Per source, summed: one peer lowers ρ by at most its share of these rows.
             rho = ess_fraction_by_source(w, r.sources, carry)
-            factor = self._lr_factor(rho, rho * float(carry.sum()))
+            vcpo = self._lr_factor(rho, rho * float(carry.sum()))
+            sft = lr_scale(self.loss_cfg.peer_sft_coef, int(r.supervised.sum()), self.loss_cfg.peer_sft_rows,
+                           int(carry.sum())) if self.loss_cfg.peer_sft_coef > 0 else None
+            factor = vcpo if sft is None else vcpo * sft  # the LR's (the term alone: its share of a step)
             w_beh = w if true_w is None else true_w
             stats = dict(behaviour_rho=rho if true_w is None else ess_fraction_by_source(w_beh, r.sources, carry),
-                         ess=rho * int(carry.sum()), rho=rho, lr_factor=factor,
+                         ess=rho * int(carry.sum()), rho=rho, lr_factor=vcpo,
                          lr=self.base_lr * factor * self._warmup(), grad_rows=float(carry.sum()),
                          grad_sources=float(r.sources[carry].unique().numel()),
                          # Diagnostics only (they do not drive the LR): the whole-batch ESS
@@ -373,14 +379,19 @@ class Learner:
                          # before per-source ESS), and over every row, signal or not.
                          rho_pooled=ess_fraction(w_beh, carry),
                          rho_all_rows=ess_fraction(w_beh))
+            if sft is not None:
+                stats["peer_sft_lr_scale"] = sft
         else:
             adv, factor, stats = first.adv, first.factor, first.metrics
         inputs = LossInputs(logp=logp, behaviour_logp=beh, behaviour_seq_logp=seq_beh, mask=mask,
                             advantages=adv.advantages, sample_mask=adv.loss_mask, sequence_level=r.foreign,
-                            seq_weights=w, external=~r.local, verified=r.verified, supervised=r.supervised)
+                            seq_weights=w, external=~r.local, verified=r.verified, supervised=r.supervised,
+                            term_only=r.term_only)
         plan = loss_plan(inputs, self.loss_cfg)
         if r.denominator is not None:  # inert rows left out: the whole batch's (policies/inert_rows.py)
             plan = dataclasses.replace(plan, denominator=r.denominator)
+        if r.diagnostics is not None:
+            plan = dataclasses.replace(plan, metrics={**plan.metrics, **r.diagnostics})
         if whole:
             out = policy_loss(dataclasses.replace(inputs, logp=logp_graph), self.loss_cfg, plan)
             out.loss.backward()
@@ -416,6 +427,8 @@ class _Rows:
     supervised: torch.Tensor  # (B,) bool: TrainSample.supervised
     g2: torch.Tensor | None = None  # per-row squared gradient norms (the opob baseline only)
     denominator: torch.Tensor | None = None  # the loss's, when these rows are a batch's live rows
+    term_only: torch.Tensor | None = None  # (B,) bool: rows here for the supervised term alone
+    diagnostics: dict | None = None  # the GRPO diagnostics, when these rows hold no GRPO row
 
 
 @dataclass(frozen=True)

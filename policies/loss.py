@@ -94,6 +94,10 @@ class LossInputs:
     verified: torch.Tensor | None = None
     # (B,) bool, True = a row the supervised term takes (TrainSample.supervised); None = none
     supervised: torch.Tensor | None = None
+    # (B,) bool, True = a row in the batch for the supervised term alone (its group carries no GRPO
+    # gradient: the learner would have left it out, policies/inert_rows.py). The GRPO diagnostics
+    # leave it out, so they are the same with the term on or off; None = none
+    term_only: torch.Tensor | None = None
 
     def rows(self, sl: slice | torch.Tensor, cols: int | None = None) -> "LossInputs":
         """These rows only (a micro-batch: a slice or row indices), and of the (B, T) tensors the
@@ -248,8 +252,21 @@ def loss_denominator(used: torch.Tensor, cfg: LossConfig) -> torch.Tensor:
 
 
 def loss_plan(inputs: LossInputs, cfg: LossConfig) -> LossPlan:
-    """The batch-level part of the loss, from the values of ``inputs`` (its log-probs detached)."""
+    """The batch-level part of the loss, from the values of ``inputs`` (its log-probs detached). Its
+    GRPO diagnostics (``clip_frac``, ``ratio_mean``, ``weight_mean``, ``seq_level_frac``,
+    ``ext_pos_*``) are over the rows that are not ``term_only``; with none such left, those of no
+    row (the learner puts an inert batch's in their place)."""
     x = _detached(inputs)
+    keep, denominator, metrics = _plan_parts(x, cfg)
+    if x.term_only is not None and bool(x.term_only.any()):
+        metrics = _plan_parts(x.rows((~x.term_only).nonzero(as_tuple=True)[0]), cfg)[2]
+    if cfg.peer_sft_coef > 0:
+        metrics.update(_supervised_metrics(x, cfg))
+    return LossPlan(keep, denominator, metrics)
+
+
+def _plan_parts(x: LossInputs, cfg: LossConfig) -> tuple[torch.Tensor | None, torch.Tensor, dict]:
+    """M2PO's kept tokens (None without M2PO), the normaliser and the GRPO diagnostics of ``x``'s rows."""
     mask, adv, seq_rows, seq_f, log_r, ratio, unclipped, token_mask = _terms(x, cfg)
     keep = None
     if cfg.m2po_tau is not None:
@@ -273,9 +290,7 @@ def loss_plan(inputs: LossInputs, cfg: LossConfig) -> LossPlan:
         "seq_level_frac": float(seq_rows.float().mean()) if seq_rows.numel() else 0.0,
         **_success_metrics(x, cfg, ratio, seq_f, token_mask, _floored(x, cfg, ratio, seq_rows)),
     }
-    if cfg.peer_sft_coef > 0:
-        metrics.update(_supervised_metrics(x, cfg))
-    return LossPlan(keep, denominator, metrics)
+    return keep, denominator, metrics
 
 
 def _supervised_metrics(x: LossInputs, cfg: LossConfig) -> dict[str, float | None]:

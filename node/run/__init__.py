@@ -18,8 +18,8 @@ behaviour_lag.py      generating with a policy copy some updates old (stale-node
 summary.py            summary.json and the reward curve at the end of a run
 rollouts.py           a round's task ids, generating and scoring own rollouts, learner samples
 own_groups.py         own zero-variance groups left out, replaced by informative peer groups
-peer_sft.py           which peer rows enter the supervised term: verified, a kind this node gets all
-                      wrong, per-step and per-sender caps (learner.peer_sft_coef)
+peer_sft.py           which peer rows enter the supervised term: verified and canonical, a kind this
+                      node gets all wrong, per-step and per-sender caps (learner.peer_sft_coef)
 signal_watch.py       a run with nothing to learn warned about, with its likely cause; run.log_samples
 swarm_watch.py        a swarm heard nothing of warned about: no peer of its name, an unheard learner
 preflight.py          checks before a run starts (model, tasks, disk) and the failed-start notes

@@ -40,7 +40,7 @@ from swarm_node.node.config.config import NodeConfig, batch_overlap
 from swarm_node.node.evaluate.evaluate import HeldOut
 from swarm_node.node.run.overlap import GenerationAhead
 from swarm_node.node.run.own_groups import FamilyCorrectness, OwnGroups, own_groups, take_replacing
-from swarm_node.node.run.peer_sft import FailingKinds, choose_supervised
+from swarm_node.node.run.peer_sft import choose_supervised, failing_kinds, targets
 from swarm_node.node.checkpoint.resume import node_state
 from swarm_node.node.run.rollouts import external_samples, to_records, to_train_samples
 from swarm_node.node.run.signal_watch import SignalWatch
@@ -105,7 +105,7 @@ class TrainingNode:
         self.role_ctx = self._role_context()
         self.families = FamilyCorrectness()  # own running correctness per family: swarm.select = weakest
         # The kinds of question this node gets all wrong: learner.peer_sft_coef's rows (node/run/peer_sft.py).
-        self.failing = FailingKinds() if cfg.learner.peer_sft_coef > 0 else None
+        self.failing = failing_kinds(cfg.learner.peer_sft_coef, self.role.learns)
         self.signal = SignalWatch(cfg.run.log_samples, cfg.generation.max_completion_length, self.status)
         self.held_out = HeldOut(cfg, policy, self.status, vllm, halt=lambda: self.stop_requested)  # evaluate.py
         self.generator = StepGenerator(cfg, policy, learner, self.lagged, vllm, self.role, self.role_ctx,
@@ -181,8 +181,9 @@ class TrainingNode:
         sft = None
         if self.failing is not None:  # this step's own groups first: "all wrong" includes them
             self.failing.update(rollouts)
-            sft = choose_supervised(samples, {g.key: g.task.id for g in groups or ()}, self.failing.fails,
-                                    cfg.learner.peer_sft_rows, cfg.swarm.max_sender_share)
+            proven = self.swarm.work.proven if self.swarm is not None else (lambda sender: False)
+            sft = choose_supervised(samples, targets(groups or (), self.policy.encode_completion), self.failing.fails,
+                                    cfg.learner.peer_sft_rows, cfg.swarm.max_sender_share, proven)
             samples = sft.samples
         updates = bool(samples) and self.role.learns
         stepped = False

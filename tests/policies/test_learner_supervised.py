@@ -110,3 +110,84 @@ def test_micro_batches_give_the_batchs_gradient(tiny_model_dir, rollouts, kw):
     top = max(float(g.abs().max()) for g in g_whole)
     for a, b in zip(g_parts, g_whole):
         torch.testing.assert_close(a, b, atol=1e-5 * top, rtol=1e-4)
+
+
+LR = 1e-2
+
+
+def _moved(tiny_model_dir, samples, coef: float, rows: int):
+    """One step from fresh weights and a fresh Adam (no history: the reviewer's case); its metrics
+    and how far it moved the weights: max |Δw| and ‖Δw‖."""
+    torch.manual_seed(0)
+    policy = Policy.load(tiny_model_dir)
+    before = [p.detach().clone() for p in policy.model.parameters()]
+    learner = Learner(policy, warmup_steps=0, learning_rate=LR, loss=LossConfig(peer_sft_coef=coef, peer_sft_rows=rows))
+    m = learner.step(samples)
+    dw = [p.detach() - b for p, b in zip(policy.model.parameters(), before)]
+    return m, max(float(d.abs().max()) for d in dw), float(torch.sqrt(sum((d.double() ** 2).sum() for d in dw)))
+
+
+def test_the_term_alone_moves_the_weights_by_its_share_of_a_step(tiny_model_dir, rollouts):
+    """Only the peer's all-right group: the term is the step's only gradient. Adam divides the
+    gradient by its size, so without lr_scale coef and R bounded nothing in update space (max |Δw|
+    was the learning rate for 3 rows at coef 1, 1 row at coef 1 and 1 row at coef 0.01 alike). With
+    it, the step moves the weights min(1, coef) × rows / R of a full step: R = 3 here, so 3 rows at
+    coef 1 are a full step, 1 row a third, and coef 0.01 a hundredth of that."""
+    peer = _batch(rollouts)[G:]
+    mark = lambda n: [dataclasses.replace(s, supervised=k < n) for k, s in enumerate(peer)]  # noqa: E731
+    full_m, full, full_norm = _moved(tiny_model_dir, mark(3), 1.0, 3)
+    assert full_m["grad_rows"] == 0 and full_m["peer_sft_lr_scale"] == 1.0
+    assert full == pytest.approx(LR, rel=1e-3)  # Adam's first step: |Δw| = lr wherever the gradient is not ~0
+    for coef, n in [(1.0, 1), (0.01, 3), (0.01, 1), (4.0, 1)]:
+        m, moved, norm = _moved(tiny_model_dir, mark(n), coef, 3)
+        share = min(1.0, coef) * n / 3
+        assert m["peer_sft_lr_scale"] == pytest.approx(share) and m["lr"] == pytest.approx(LR * share)
+        # (rel 1e-2: a float32 weight of about 1 holds a step of 3e-5 to within 1.2e-7)
+        assert moved == pytest.approx(LR * share, rel=1e-2), (coef, n)
+        assert norm <= full_norm * share * 1.01, (coef, n)  # and so is the whole update's size
+    # a coef above 1 weighs more against GRPO on a mixed step, never more than a full step alone
+    assert _moved(tiny_model_dir, mark(3), 4.0, 3)[1] == pytest.approx(full, rel=1e-3)
+
+
+def test_a_step_with_grpo_gradient_is_not_scaled(tiny_model_dir, rollouts):
+    """Beside a GRPO group, the term weighs coef against the GRPO gradient; the step's LR is the
+    GRPO step's, as with the switch off."""
+    samples = _batch(rollouts)
+    m_off, _, _ = _step(tiny_model_dir, samples)
+    m_on, _, _ = _step(tiny_model_dir, samples, loss=ON)
+    assert m_on["grad_rows"] > 0 and m_on["peer_sft_lr_scale"] == 1.0
+    assert m_on["lr"] == m_off["lr"] and m_on["lr_factor"] == m_off["lr_factor"]
+
+
+DIAGNOSTICS = ("clip_frac", "m2po_masked_frac", "ratio_mean", "weight_mean", "seq_level_frac", "ext_pos_rows",
+               "ext_pos_frac", "ext_pos_weight_mean", "ext_pos_low_frac", "ext_pos_floored_frac", "ext_pos_ess")
+
+
+def _off_policy(samples):
+    """The batch with ratios away from 1: this node's rows sampled by a μ 0.5 nats a token less
+    likely (r_t = e^0.5 > 1 + ε_high: clipped where A > 0), the peer's from another tokenizer
+    (sequence level) with a Σ log μ 1 nat lower (w̄ = e > 1)."""
+    out = []
+    for s in samples:
+        if s.local:
+            out.append(dataclasses.replace(s, behaviour_logprobs=tuple(v - 0.5 for v in s.behaviour_logprobs),
+                                           behaviour_seq_logprob=s.behaviour_seq_logprob - 0.5 * len(s.completion_ids)))
+        else:
+            out.append(dataclasses.replace(s, behaviour_logprobs=None, behaviour_seq_logprob=s.behaviour_seq_logprob - 1))
+    return out
+
+
+@pytest.mark.parametrize("peer_only", [False, True], ids=["beside-grpo", "term-alone"])
+def test_the_grpo_diagnostics_are_the_same_on_and_off(tiny_model_dir, rollouts, peer_only):
+    """The marked rows of an all-right peer group go through the passes with the term on and are left
+    out with it off; the GRPO diagnostics leave them out, so they are those of the same GRPO rows
+    (counted, the peer rows were 2 of 5 rows at sequence level: seq_level_frac 0.4 against 0)."""
+    samples = _off_policy(_batch(rollouts))
+    samples = samples[G:] if peer_only else samples
+    m_off, _, _ = _step(tiny_model_dir, samples)
+    m_on, _, _ = _step(tiny_model_dir, samples, loss=ON)
+    assert m_on["peer_sft_rows"] == 2 and m_off["inert_rows_skipped"] == 3 and m_on["inert_rows_skipped"] == 1
+    if not peer_only:  # the batch really is off-policy: something to get wrong
+        assert m_off["clip_frac"] > 0 and m_off["ratio_mean"] > 1.2 and m_off["seq_level_frac"] == 0
+    for key in DIAGNOSTICS:
+        assert m_on[key] == pytest.approx(m_off[key], abs=1e-6), key

@@ -114,3 +114,19 @@ def test_rows_past_the_bounds_are_refused(bad, words):
 def test_bad_settings_are_refused(kw, words):
     with pytest.raises(ValueError, match=words):
         LossConfig(**kw)
+
+
+def test_term_only_rows_are_left_out_of_the_grpo_diagnostics():
+    """Rows in the batch for the term alone (``term_only``) count in no GRPO diagnostic: the metrics
+    are those of the other rows by themselves, the term's own metrics those of every marked row."""
+    cfg = LossConfig(peer_sft_coef=1.0, peer_sft_rows=4)
+    logp = [[L(0.9)], [L(0.3)], [L(0.5)]]
+    both = _inputs(logp, [1.0, 0.0, 0.0], supervised=[False, True, True])
+    both.behaviour_logp = torch.tensor([[L(0.5)], [L(0.6)], [L(0.1)]])  # r = 1.8 (clipped, A > 0), 0.5, 5
+    both.term_only = torch.tensor([False, True, True])
+    alone = both.rows(torch.tensor([0]))
+    alone.term_only = alone.supervised = None
+    got, want = loss_plan(both, cfg).metrics, loss_plan(alone, LossConfig()).metrics
+    assert got["clip_frac"] == 1.0 and got["ratio_mean"] == pytest.approx(1.8)
+    assert {k: got[k] for k in want} == want
+    assert got["peer_sft_rows"] == 2

@@ -11,7 +11,8 @@ import swarm_node.node.run.peer_sft as peer_sft
 from swarm_node.node.transport.memory import MemoryHub
 from tests.helpers.swarm_helpers import create_node, run_all, swarm_cfg
 
-NODE_KEYS = {"peer_sft_verified", "peer_sft_eligible", "peer_sft_capped", "peer_sft_failing_kinds"}
+NODE_KEYS = {"peer_sft_verified", "peer_sft_canonical", "peer_sft_eligible", "peer_sft_capped",
+             "peer_sft_failing_kinds"}
 
 
 def _records(warm_tiny_model_dir, tmp_path, **over):
@@ -32,7 +33,7 @@ def test_the_rows_chosen_reach_the_learner_and_are_counted(warm_tiny_model_dir, 
                                                       "swarm.max_sender_share": 1.0, "train.steps": 6})
     for r in recs:
         assert NODE_KEYS <= set(r)
-        assert r["peer_sft_eligible"] == r["peer_sft_verified"] <= r["external_samples"]
+        assert r["peer_sft_eligible"] == r["peer_sft_canonical"] <= r["peer_sft_verified"] <= r["external_samples"]
         if "loss" in r:  # the learner stepped: what it took is what was chosen, at most R
             assert r["peer_sft_rows"] == r["peer_sft_eligible"] - r["peer_sft_capped"] <= 2
     assert sum(r.get("peer_sft_rows", 0) for r in recs) > 0, recs
