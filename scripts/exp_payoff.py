@@ -9,8 +9,10 @@ Every run is ``swarm-node sim --transport memory --nodes 4`` on the embedded def
 step a sharing node trains on 8 groups of 8 completions, 4 it generated (I) and 4 from its peers (J).
 The arms (``ARMS``), each its own run per regime and seed, the same flags but the arm's:
 
-- **solo**: the ``corrected`` run's ``--control C`` nodes: the same recipe alone, on the I groups a
-  sharing node generates itself a step (node/sim/control.py), each its own seed;
+- **solo**: each run's ``--control C`` nodes: the same recipe and the arm's learner flags, alone, on
+  the I groups a sharing node generates itself a step (node/sim/control.py), each its own seed; every
+  arm has its own, so arm − solo is what sharing adds under that learner (SAPO's std scaling, or the
+  count rule, is a change a solo node could make too) and every run holds as many nodes;
 - **corrected**: sharing, the node's defaults (importance ratios against the behaviour log-probs,
   the learning rate scaled by √(ESS/B), docs/algorithm.md);
 - **count**: ``learner.lr_rule count``: the learning rate by the effective sample *count* against a
@@ -29,23 +31,35 @@ step 0 on 256 held-out questions with 4 samples each (the embedded model of reci
 What is measured: each node's held-out evaluation (``--eval-tasks`` questions, greedy and
 ``--eval-samples`` sampled completions each) before training and every ``--eval-every`` steps;
 a run's curve per seed is the mean over its sharing (or control) nodes at each evaluated step, and
-its **end score** the mean of its last three evaluations (node/observe/held_out.py). Comparisons
-(node/observe/paired.py): arm − solo, and each lever − corrected, the difference per seed at equal
-steps, at equal own generation (a sharing node's step costs I groups of generation, a solo node's
-too) and at equal wall-clock, with a percentile bootstrap 95% interval over seeds. The wall-clock
-axis is read from each node's own step times, which on one machine share its cores with the other
-nodes of the run: it is reported, but equal steps and equal own generation are what the machine
-can measure fairly. Nodes of one run learn from each other, so a run's sharing nodes are one
-sample of a seed, not four: the intervals are over seeds only.
+its **end score** the mean of its last three evaluations (node/observe/held_out.py). Nodes of one
+run learn from each other, so a run's sharing nodes are one sample of a seed, not four: every
+interval is over seeds (node/observe/paired.py: the mean of the seeds' differences with its 95%
+confidence interval).
 
-Each run keeps its folder under ``--runs`` (a finished one is not rerun unless ``--rerun``);
-writes exp_payoff[-TAG].md/.json/.png into ``--out``.
+**The primary comparison, declared before any run**: corrected − solo, greedy held-out pass@1, at
+equal own generation, one per regime, its p-value (a paired t-test over seeds) Holm-corrected over
+the regimes. Everything else in the report (the levers, sampled pass@1, equal steps) is
+exploratory: with 16 intervals against one baseline, one excluding 0 by chance is likely.
+
+Pairing: sharing node i of seed s has the same identity in every arm (a key per seed and node kept
+under ``--runs``), so it draws the same questions in every arm and lever − corrected differences
+cancel the question draw; arm − solo pairs nothing but the seed number (a solo node draws from the
+seed alone), which is valid, without the variance it would cancel. Wall-clock: sharing nodes take
+one step a round, so their elapsed time is mostly ``--round-seconds`` × steps, a knob of the
+study, and a run's nodes share the machine's cores: equal wall-clock is kept in the JSON, not
+reported in the table. The report states the smallest difference these seeds could detect (80%
+power, from the primary comparison's own spread).
+
+Each run keeps its folder under ``--runs``, named by its regime, arm, seed, transport and a digest
+of its flags (a finished one is not rerun unless ``--rerun``; one that stopped early, failed or
+trained fewer steps is refused with its folder named); writes exp_payoff[-TAG].md/.json/.png into ``--out``.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import statistics
 from pathlib import Path
@@ -57,7 +71,7 @@ from common.report import command_line, machine, write_experiment_report
 
 from swarm_node.node.observe.held_out import evaluations  # importable: common puts the repo root on sys.path
 from swarm_node.node.observe.metrics import read_metrics
-from swarm_node.node.observe.paired import AXES, Point, curve_points, paired_comparison
+from swarm_node.node.observe.paired import AXES, Point, curve_points, paired_comparison, seed_difference
 
 # The arm's learner flags on top of every run's (the ``corrected`` arm is the node's defaults).
 ARMS: dict[str, list[str]] = {
@@ -85,13 +99,43 @@ def run_flags(args, regime: str, arm: str, seed: int) -> list[str]:
              "--learner.learning_rate", str(args.learning_rate),
              "--eval.every", str(args.eval_every), "--eval.tasks_per_family", str(args.eval_tasks),
              "--eval.samples", str(args.eval_samples), "--eval.at_start", "true"]
-    if arm == "corrected" and args.controls:
+    if args.controls:
         flags += ["--control", str(args.controls)]
     return flags + ARMS[arm]
 
 
-def run_dir(args, regime: str, arm: str, seed: int) -> Path:
-    return args.runs / f"{regime}-{arm}-s{seed}-{args.steps}steps"
+def run_dir(args, flags: list[str], regime: str, arm: str, seed: int) -> Path:
+    """A run's folder: what it is, and a digest of every flag, so a run with other settings (another
+    learning rate, transport or evaluation) is never taken for this one."""
+    digest = hashlib.sha256(json.dumps(flags).encode()).hexdigest()[:8]
+    return args.runs / f"{regime}-{arm}-s{seed}-{args.transport}-{digest}"
+
+
+def identities(args, seed: int) -> Path:
+    """A faults file giving sharing node i of ``seed`` the same key in every arm (made once): the
+    same peer id, so the same question stream (a swarm node draws from its seed and peer id)."""
+    from swarm_node.protocol.identity import load_or_create_identity
+
+    folder = args.runs / "identities"
+    lines = []
+    for i in range(args.nodes):
+        key = folder / f"s{seed}-node{i}.pem"
+        load_or_create_identity(key)  # made here, before any node could race to make it
+        lines.append(f'[[node]]\nindex = {i}\nflags = {{ "swarm.identity" = "{key}" }}\n')
+    faults = folder / f"s{seed}.toml"
+    faults.write_text("\n".join(lines))
+    return faults
+
+
+def finished(folder: Path, steps: int) -> Path:
+    """``folder`` if its sim ran every node to ``steps``; else SystemExit naming it (a stopped,
+    failed or short run must not enter a comparison as if it were whole)."""
+    s = json.loads((folder / "summary.json").read_text())
+    short = {n.get("node"): n.get("steps") for n in s.get("nodes", []) if (n.get("steps") or 0) < steps}
+    if s.get("partial") or s.get("failed") or short:
+        raise SystemExit(f"{folder}: not a whole run (partial {s.get('partial')}, failed {s.get('failed') or {}}, "
+                         f"short of {steps} steps {short}); rerun it with --rerun or remove the folder")
+    return folder
 
 
 def node_points(node_dir: Path, own_per_step: int, metric: str) -> list[Point]:
@@ -137,74 +181,130 @@ def collect(args) -> dict:
     """Run what is missing, then every arm's per-seed curves: {regime: {arm: {metric: [curve per seed]}}}."""
     out: dict = {}
     for regime in args.regimes:
-        out[regime] = {a: {m: [] for m in METRICS} for a in [SOLO, *args.arms]}
+        out[regime] = {name: {m: [] for m in METRICS} for a in args.arms for name in (a, f"{SOLO}:{a}")}
         for seed in args.seeds:
+            faults = identities(args, seed)
             for arm in args.arms:
-                d = run_cli(run_flags(args, regime, arm, seed), run_dir(args, regime, arm, seed), "summary.json",
-                            args.rerun)
+                flags = run_flags(args, regime, arm, seed)
+                d = finished(run_cli([*flags, "--faults", str(faults)], run_dir(args, flags, regime, arm, seed),
+                                     "summary.json", args.rerun), args.steps)
                 for m in METRICS:
                     out[regime][arm][m].append(seed_curves(d, range(args.nodes), m))
-                    if arm == "corrected" and args.controls:
-                        out[regime][SOLO][m].append(seed_curves(d, range(args.nodes, args.nodes + args.controls), m))
+                    out[regime][f"{SOLO}:{arm}"][m].append(
+                        seed_curves(d, range(args.nodes, args.nodes + args.controls), m))
     return out
 
 
+def seed_diffs(a: list, b: list, axis: str) -> list[float]:
+    """Each seed's difference A − B at equal ``axis`` (node/observe/paired.py), seeds without one left out."""
+    return [d for ca, cb in zip(a, b) if (d := seed_difference(ca, cb, axis)) is not None]
+
+
+def holm(pvalues: dict[str, float]) -> dict[str, float]:
+    """Holm's step-down adjusted p-values (pure): the k-th smallest of m times (m − k + 1), never
+    below the one before it, at most 1."""
+    order = sorted(pvalues, key=pvalues.get)
+    out, running = {}, 0.0
+    for k, name in enumerate(order):
+        running = max(running, min(1.0, (len(order) - k) * pvalues[name]))
+        out[name] = running
+    return out
+
+
+def t_pvalue(diffs: list[float]) -> float | None:
+    """Two-sided p-value of a one-sample t-test of the seeds' differences against 0."""
+    from scipy import stats
+
+    if len(diffs) < 2 or statistics.stdev(diffs) == 0:
+        return None
+    return float(stats.ttest_1samp(diffs, 0.0).pvalue)
+
+
+def detectable(diffs: list[float], power: float = 0.8, alpha: float = 0.05) -> float | None:
+    """The smallest true mean difference these seeds would find with ``power`` (two-sided t at
+    ``alpha``), from the differences' own spread: (t_{1-α/2} + t_{power}) · s / √n, n − 1 degrees."""
+    from scipy import stats
+
+    n = len(diffs)
+    if n < 2:
+        return None
+    return float((stats.t.ppf(1 - alpha / 2, n - 1) + stats.t.ppf(power, n - 1)) * statistics.stdev(diffs) / n ** 0.5)
+
+
 def compare(curves: dict, args) -> dict:
-    """End scores per arm and the comparisons (arm − solo; lever − corrected), per regime and metric."""
-    result: dict = {}
+    """End scores per arm and its solo nodes; the comparisons (arm − its solo; lever − corrected);
+    the primary comparison per regime with its Holm-adjusted p-value and detectable difference."""
+    result: dict = {"regimes": {}, "primary": {}}
     for regime, arms in curves.items():
-        r = result[regime] = {}
+        r = result["regimes"][regime] = {}
         for m in METRICS:
-            ends = {a: [e for c in cs[m] if (e := end_score(c)) is not None] for a, cs in arms.items()}
             rows = {}
             for a, cs in arms.items():
-                row = {"end": statistics.mean(ends[a]) if ends[a] else None,
-                       "end_sd": statistics.pstdev(ends[a]) if len(ends[a]) > 1 else None, "seeds": len(ends[a]),
+                ends = [e for c in cs[m] if (e := end_score(c)) is not None]
+                row = {"end": statistics.mean(ends) if ends else None,
+                       "end_sd": statistics.stdev(ends) if len(ends) > 1 else None, "seeds": len(ends),
                        "start": statistics.mean(c[0].score for c in cs[m] if c and c[0].step == 0)
                        if any(c and c[0].step == 0 for c in cs[m]) else None}
-                if a != SOLO and arms[SOLO][m]:
-                    row["vs_solo"] = comparison(cs[m], arms[SOLO][m])
-                if a not in (SOLO, "corrected"):
-                    row["vs_corrected"] = comparison(cs[m], arms["corrected"][m])
+                if not a.startswith(SOLO):
+                    row["vs_solo"] = comparison(cs[m], arms[f"{SOLO}:{a}"][m])
+                    if a != "corrected":
+                        row["vs_corrected"] = comparison(cs[m], arms["corrected"][m])
                 rows[a] = row
             r[m] = rows
+        diffs = seed_diffs(arms["corrected"]["greedy"], arms[f"{SOLO}:corrected"]["greedy"], "own_groups")
+        result["primary"][regime] = {"diffs": diffs, "p": t_pvalue(diffs), "detectable_80": detectable(diffs),
+                                     "interval": r["greedy"]["corrected"]["vs_solo"]["own_groups"]}
+    ps = {k: v["p"] for k, v in result["primary"].items() if v["p"] is not None}
+    for k, adj in holm(ps).items():
+        result["primary"][k]["p_holm"] = adj
     return result
+
+
+def cell(row: dict, key: str, axis: str) -> str:
+    return interval_text((row.get(key) or {}).get(axis))
 
 
 def report(args, result: dict) -> list[str]:
     md = ["# Does joining pay? Sharing against the same machine alone, with the levers", "",
           f"`{command_line()}`", "",
           f"{args.nodes} sharing nodes over the {args.transport} transport, {LOCAL} own + {EXTERNAL} peer groups of 8 "
-          f"a step, {args.steps} steps, learning rate {args.learning_rate:g}, seeds {args.seeds}; solo = "
-          f"{args.controls} control node(s) in each corrected run (the same recipe alone, {LOCAL} own groups a step). "
+          f"a step, {args.steps} steps, learning rate {args.learning_rate:g}, seeds {args.seeds}; each run also "
+          f"trains {args.controls} solo node(s): the same recipe and learner flags alone, {LOCAL} own groups a step. "
           f"Held-out: {args.eval_tasks} questions a family, greedy and {args.eval_samples} samples each, before "
           f"training and every {args.eval_every} steps; end score = the mean of the last three evaluations. "
-          f"Differences per seed, mean over seeds, [percentile bootstrap 95% interval over seeds]; on {machine()}.", ""]
-    for regime, by_metric in result.items():
+          f"Differences: the mean over seeds of each seed's difference [its 95% confidence interval over seeds]; "
+          f"on {machine()}.", ""]
+    if len(args.seeds) < 5:
+        md += [f"**{len(args.seeds)} seed(s): a plumbing check, not a result.** The study's claim needs 5 or more.", ""]
+    md += ["## The primary comparison (declared before the runs)", "",
+           "corrected − solo, greedy held-out pass@1, at equal own generation; p from a paired t-test over seeds, "
+           "Holm-adjusted over the regimes.", "",
+           "| regime | difference [95% CI] | seeds | p | p (Holm) | smallest difference these seeds detect (80% power) |",
+           "|---|---:|---:|---:|---:|---:|"]
+    for regime, pr in result["primary"].items():
+        f = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
+        md.append(f"| {regime} | {interval_text(pr['interval'])} | {len(pr['diffs'])} | {f(pr['p'])} "
+                  f"| {f(pr.get('p_holm'))} | {f(pr['detectable_80'])} |")
+    md += ["", "## Exploratory: every arm", ""]
+    for regime, by_metric in result["regimes"].items():
         families, levels = REGIMES[regime]
-        md += [f"## {regime}: {', '.join(families)} level {'/'.join(map(str, levels))}", ""]
+        md += [f"### {regime}: {', '.join(families)} level {'/'.join(map(str, levels))}", ""]
         for m, rows in by_metric.items():
-            md += [f"### held-out pass@1, {m}", "",
-                   "| arm | start | end score (± sd over seeds) | − solo, equal steps | − solo, equal own generation "
-                   "| − solo, equal wall-clock | − corrected, equal steps |",
-                   "|---|---:|---:|---:|---:|---:|---:|"]
+            md += [f"held-out pass@1, {m}:", "",
+                   "| arm | start | end score (± sd over seeds) | − its solo, equal steps "
+                   "| − its solo, equal own generation | − corrected, equal steps |",
+                   "|---|---:|---:|---:|---:|---:|"]
             for a, row in rows.items():
-                def iv(key: str, ax: str, row: dict = row) -> str:
-                    return interval_text((row.get(key) or {}).get(ax))
                 end = "-" if row["end"] is None else f"{row['end']:.3f}" + (
                     f" ± {row['end_sd']:.3f}" if row["end_sd"] is not None else "")
                 start = "-" if row["start"] is None else f"{row['start']:.3f}"
-                md.append(f"| {a} | {start} | {end} | {iv('vs_solo', 'step')} | {iv('vs_solo', 'own_groups')} "
-                          f"| {iv('vs_solo', 'seconds')} | {iv('vs_corrected', 'step')} |")
+                md.append(f"| {a} | {start} | {end} | {cell(row, 'vs_solo', 'step')} "
+                          f"| {cell(row, 'vs_solo', 'own_groups')} | {cell(row, 'vs_corrected', 'step')} |")
             md.append("")
-    if len(args.seeds) < 5:
-        md += [f"**{len(args.seeds)} seed(s): a plumbing check, not a result.** A percentile bootstrap over so few "
-               "seeds spans little more than their range; the study's claim needs 5 or more.", ""]
-    md += ["An interval that excludes 0 says the arm differed from the other beyond the spread of its seeds; "
-           "one that includes 0 says these seeds cannot tell. Equal own generation reads the solo curve where "
-           "it had generated as many groups as the sharing nodes at their end (the same step here: both generate "
-           f"{LOCAL} a step); equal wall-clock reads it at the sharing nodes' elapsed time, on cores the run's nodes "
-           "shared.", ""]
+    md += ["An interval that excludes 0 says the arms differed beyond the spread of their seeds; one that "
+           "includes 0 says these seeds cannot tell. Equal own generation and equal steps coincide here (sharing "
+           f"and solo nodes both generate {LOCAL} groups a step). Equal wall-clock is in the JSON only: a sharing "
+           "node's elapsed time is mostly the rounds' length, a setting of the study.", ""]
     return md
 
 
@@ -215,7 +315,7 @@ def main() -> None:
                     help="sharing arms (solo comes with corrected)")
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
     ap.add_argument("--nodes", type=int, default=4)
-    ap.add_argument("--controls", type=int, default=2, help="solo nodes in each corrected run")
+    ap.add_argument("--controls", type=int, default=2, help="solo nodes in each run (the arm's learner, alone)")
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--learning-rate", type=float, default=1e-4)
     ap.add_argument("--eval-every", type=int, default=25)
@@ -229,7 +329,9 @@ def main() -> None:
     ap.add_argument("--rerun", action="store_true")
     args = ap.parse_args()
     if "corrected" not in args.arms:
-        ap.error("the corrected arm carries the solo nodes and is every lever's reference: include it")
+        ap.error("the corrected arm is the primary comparison and every lever's reference: include it")
+    if args.controls < 1:
+        ap.error("--controls must be at least 1: the solo nodes are what every arm is compared with")
     if args.transport == "hivemind" and not args.tag:
         args.tag = "hivemind"  # a confirmation run does not overwrite the study's report
     args.runs.mkdir(parents=True, exist_ok=True)
@@ -237,7 +339,7 @@ def main() -> None:
     result = compare(curves, args)
     tag = f"-{args.tag}" if args.tag else ""
     panels = {f"{regime} ({m})": {a: [[(p.step, p.score) for p in c] for c in cs[m] if c]
-                                  for a, cs in arms.items() if any(cs[m])}
+                                  for a, cs in arms.items() if any(cs[m]) and a in (*args.arms, f"{SOLO}:corrected")}
               for regime, arms in curves.items() for m in METRICS}
     plot_panels(panels, args.out / f"exp_payoff{tag}.png", "held-out pass@1", sparse=True)
     write_experiment_report(args.out, f"exp_payoff{tag}", report(args, result),

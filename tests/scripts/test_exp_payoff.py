@@ -14,23 +14,64 @@ from swarm_node.node.observe.paired import Point
 
 def args(**kw) -> Namespace:
     base = dict(nodes=4, controls=2, steps=200, learning_rate=1e-4, eval_every=25, eval_tasks=256, eval_samples=4,
-                round_seconds=1.5, transport="memory")
+                round_seconds=1.5, transport="memory", runs=None)
     return Namespace(**(base | kw))
 
 
-def test_only_the_corrected_run_carries_the_solo_nodes_and_each_arm_adds_its_own_flags():
+def test_every_run_carries_its_solo_nodes_and_each_arm_adds_its_own_flags():
     corrected = study.run_flags(args(), "sparse", "corrected", 3)
     count = study.run_flags(args(), "sparse", "count", 3)
-    assert corrected[corrected.index("--control") + 1] == "2" and "--control" not in count
+    assert corrected[corrected.index("--control") + 1] == "2" and count[count.index("--control") + 1] == "2"
     assert count[-2:] == ["--learner.lr_rule", "count"]
-    # everything else alike: the same seed, regime, split and evaluation
-    assert [f for f in corrected if f not in ("--control", "2")] == count[:-2]
+    assert corrected == count[:-2]  # everything else alike: the same seed, regime, split, controls and evaluation
     assert corrected[corrected.index("--train.seed") + 1] == "300"
     assert corrected[corrected.index("--tasks.difficulties") + 1] == "[3]"
     assert corrected[corrected.index("--swarm.external_groups") + 1] == "4"
     sapo = study.run_flags(args(), "dense", "sapo", 0)
     assert sapo[-6:] == ["--learner.off_policy_correction", "false", "--learner.lr_rule", "none",
                          "--learner.scale_rewards", "group"]
+
+
+def test_a_runs_folder_names_its_transport_and_a_digest_of_its_flags(tmp_path):
+    a = args(runs=tmp_path)
+    flags = study.run_flags(a, "dense", "corrected", 0)
+    here = study.run_dir(a, flags, "dense", "corrected", 0)
+    assert here.name.startswith("dense-corrected-s0-memory-")
+    assert study.run_dir(a, flags, "dense", "corrected", 0) == here  # the same flags, the same folder
+    other = study.run_flags(args(runs=tmp_path, learning_rate=2e-4), "dense", "corrected", 0)
+    assert study.run_dir(a, other, "dense", "corrected", 0) != here  # another setting is another run
+    hm = args(runs=tmp_path, transport="hivemind")
+    assert study.run_dir(hm, study.run_flags(hm, "dense", "corrected", 0), "dense", "corrected", 0) != here
+
+
+def test_a_stopped_failed_or_short_run_is_refused(tmp_path):
+    import json
+
+    def summary(**kw):
+        body = {"partial": False, "failed": {}, "nodes": [{"node": "node0", "steps": 200}, {"node": "node1", "steps": 200}]}
+        (tmp_path / "summary.json").write_text(json.dumps(body | kw))
+
+    summary()
+    assert study.finished(tmp_path, 200) == tmp_path
+    for bad in ({"partial": True}, {"failed": {"node1": 1}},
+                {"nodes": [{"node": "node0", "steps": 200}, {"node": "node1", "steps": 150}]}):
+        summary(**bad)
+        with pytest.raises(SystemExit, match="not a whole run"):
+            study.finished(tmp_path, 200)
+
+
+def test_holm_multiplies_the_kth_smallest_p_by_the_hypotheses_left_and_keeps_the_order():
+    # m = 3, ascending: b 0.01 x 3 = 0.03; c 0.03 x 2 = 0.06; a 0.04 x 1 = 0.04, never below the one before: 0.06
+    assert study.holm({"a": 0.04, "b": 0.01, "c": 0.03}) == pytest.approx({"b": 0.03, "c": 0.06, "a": 0.06})
+    assert study.holm({"a": 0.6, "b": 0.7}) == {"a": 1.0, "b": 1.0}  # capped at 1
+
+
+def test_the_detectable_difference_follows_the_seeds_spread():
+    # n = 5, s = stdev(0.1, 0.0, -0.1, 0.2, -0.2) = 0.1581; (t_.975,4 2.776 + t_.8,4 0.941) x s / sqrt 5 = 0.2628
+    assert study.detectable([0.1, 0.0, -0.1, 0.2, -0.2]) == pytest.approx(0.2628, abs=1e-3)
+    assert study.detectable([0.1]) is None
+    assert study.t_pvalue([0.1, 0.1]) is None  # no spread: no test
+    assert study.t_pvalue([0.1, 0.2, 0.3]) == pytest.approx(0.0742, abs=1e-3)  # t = 0.2 / (0.1 / sqrt 3) = 3.46, 2 df
 
 
 def test_the_mean_curve_is_taken_at_the_steps_every_node_evaluated():
