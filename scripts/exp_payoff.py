@@ -32,7 +32,7 @@ a run's curve per seed is the mean over its sharing (or control) nodes at each e
 its **end score** the mean of its last three evaluations (node/observe/held_out.py). Comparisons
 (node/observe/paired.py): arm − solo, and each lever − corrected, the difference per seed at equal
 steps, at equal own generation (a sharing node's step costs I groups of generation, a solo node's
-too) and at equal wall-clock, with a percentile bootstrap 95% interval over seeds. The wall-clock
+too) and at equal wall-clock, with a Student t 95% confidence interval over seeds. The wall-clock
 axis is read from each node's own step times, which on one machine share its cores with the other
 nodes of the run: it is reported, but equal steps and equal own generation are what the machine
 can measure fairly. Nodes of one run learn from each other, so a run's sharing nodes are one
@@ -179,7 +179,7 @@ def report(args, result: dict) -> list[str]:
           f"{args.controls} control node(s) in each corrected run (the same recipe alone, {LOCAL} own groups a step). "
           f"Held-out: {args.eval_tasks} questions a family, greedy and {args.eval_samples} samples each, before "
           f"training and every {args.eval_every} steps; end score = the mean of the last three evaluations. "
-          f"Differences per seed, mean over seeds, [percentile bootstrap 95% interval over seeds]; on {machine()}.", ""]
+          f"Differences per seed, mean over seeds, [Student t 95% confidence interval over seeds]; on {machine()}.", ""]
     for regime, by_metric in result.items():
         families, levels = REGIMES[regime]
         md += [f"## {regime}: {', '.join(families)} level {'/'.join(map(str, levels))}", ""]
@@ -198,8 +198,9 @@ def report(args, result: dict) -> list[str]:
                           f"| {iv('vs_solo', 'seconds')} | {iv('vs_corrected', 'step')} |")
             md.append("")
     if len(args.seeds) < 5:
-        md += [f"**{len(args.seeds)} seed(s): a plumbing check, not a result.** A percentile bootstrap over so few "
-               "seeds spans little more than their range; the study's claim needs 5 or more.", ""]
+        md += [f"**{len(args.seeds)} seed(s): a plumbing check, not a result.** A t interval over so few seeds is "
+               "wide (t(0.975, 1) = 12.7) and leans on their differences being normal; the study's claim needs 5 or "
+               "more.", ""]
     md += ["An interval that excludes 0 says the arm differed from the other beyond the spread of its seeds; "
            "one that includes 0 says these seeds cannot tell. Equal own generation reads the solo curve where "
            "it had generated as many groups as the sharing nodes at their end (the same step here: both generate "
