@@ -33,8 +33,8 @@ What is measured: each node's held-out evaluation (``--eval-tasks`` questions, g
 a run's curve per seed is the mean over its sharing (or control) nodes at each evaluated step, and
 its **end score** the mean of its last three evaluations (node/observe/held_out.py). Nodes of one
 run learn from each other, so a run's sharing nodes are one sample of a seed, not four: every
-interval is over seeds (node/observe/paired.py: the mean of the seeds' differences with its 95%
-confidence interval).
+interval is over seeds (node/observe/paired.py: the mean of the seeds' differences with its Student
+t 95% confidence interval).
 
 **The primary comparison, declared before any run**: corrected − solo, greedy held-out pass@1, at
 equal own generation, one per regime, its p-value (a paired t-test over seeds) Holm-corrected over
@@ -272,10 +272,12 @@ def report(args, result: dict) -> list[str]:
           f"trains {args.controls} solo node(s): the same recipe and learner flags alone, {LOCAL} own groups a step. "
           f"Held-out: {args.eval_tasks} questions a family, greedy and {args.eval_samples} samples each, before "
           f"training and every {args.eval_every} steps; end score = the mean of the last three evaluations. "
-          f"Differences: the mean over seeds of each seed's difference [its 95% confidence interval over seeds]; "
+          f"Differences: the mean over seeds of each seed's difference [its Student t 95% confidence interval over seeds]; "
           f"on {machine()}.", ""]
     if len(args.seeds) < 5:
-        md += [f"**{len(args.seeds)} seed(s): a plumbing check, not a result.** The study's claim needs 5 or more.", ""]
+        md += [f"**{len(args.seeds)} seed(s): a plumbing check, not a result.** A t interval over so few seeds is "
+               "wide (t(0.975, 1) = 12.7) and leans on their differences being normal; the study's claim needs 5 or "
+               "more.", ""]
     md += ["## The primary comparison (declared before the runs)", "",
            "corrected − solo, greedy held-out pass@1, at equal own generation; p from a paired t-test over seeds, "
            "Holm-adjusted over the regimes.", "",

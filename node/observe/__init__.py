@@ -7,7 +7,7 @@
     progress.py      live progress (rich panel or log lines), start-up included
     plots.py         reward-curve and held-out PNGs
     held_out.py      how a held-out evaluation is shown (latest, headline number, end score, one line)
-    paired.py        two arms compared over seeds: paired differences, bootstrap 95% intervals
+    paired.py        two arms compared over seeds: paired differences, t 95% confidence intervals
     logs.py          text or JSON (structured) logs
     peer_text.py     a peer's text made safe to show (no control characters, bounded length)
 

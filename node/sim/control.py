@@ -15,15 +15,13 @@ greedy and in sampled pass@1. A control generates what a sharing node generates 
 so equal steps are equal own generation; wall-clock is not compared (the controls share the
 machine with the swarm, so their time is not what the machine alone would take).
 
-Each control node has its own seed (``train.seed`` + its index, node/sim/argv.py), so C >= 2
-controls are C independent trajectories, and the margin gets a bootstrap 95% interval
-(node/observe/paired.py ``unpaired_difference``): the sharing nodes' and the controls' end scores
-each resampled on their own. Unpaired, because sharing node i and control i share no seed, no
-question stream and nothing else that pairing would cancel. The interval understates the doubt:
-the sharing nodes train on each other's groups, so their spread is smaller than a rerun of the
-whole swarm would show (four nodes are about one sample per run, issue 37); it covers the controls'
-spread and the nodes' own. Runs paired by seed across simulations (scripts/exp_payoff.py, with
-paired.py's ``paired_comparison``) are what settle whether sharing pays.
+Each control node has its own seed (``train.seed`` + its index, node/sim/argv.py), so C controls
+are C independent trajectories. The sharing nodes are not: they train on each other's groups, so
+the N of them are closer to one sample of the swarm than to N independent runs (issue 37). One sim
+therefore reports the margin (swarm mean − control mean of the end scores) and each side's range,
+and no confidence interval: one computed over these nodes as if they were independent would say
+95% and cover far less. An interval belongs over seeds, each arm rerun and paired by seed
+(scripts/exp_payoff.py, with node/observe/paired.py's ``paired_comparison``).
 """
 
 from __future__ import annotations
@@ -32,7 +30,6 @@ import statistics
 from typing import TYPE_CHECKING
 
 from swarm_node.node.observe.held_out import end_steps, held_out_score
-from swarm_node.node.observe.paired import unpaired_difference
 
 if TYPE_CHECKING:
     from swarm_node.node.config.config import NodeConfig
@@ -62,8 +59,7 @@ def comparison(roles: dict[str, str], series: dict[str, list[dict]]) -> dict | N
     - the means before training when every node evaluated at step 0;
     - ``end``: at ``end_steps`` (the last three steps every node evaluated after step 0), per
       statistic ("greedy", "sampled": those every node measured there), each side's mean of its
-      nodes' end scores, their range, the margin, and its bootstrap 95% ``interval`` (None with
-      fewer than two controls or sharing nodes)."""
+      nodes' end scores, their range and the margin (no interval: module docstring)."""
     swarm = [n for n, r in roles.items() if r == "swarm"]
     control = [n for n, r in roles.items() if r == "control"]
     if not swarm or not control:
@@ -103,15 +99,13 @@ def comparison(roles: dict[str, str], series: dict[str, list[dict]]) -> dict | N
 
 
 def _end_sides(metric: str, swarm: list[str], control: list[str], by_step: dict, ends: list[int]) -> dict:
-    """Both sides' end scores of ``metric``: means, ranges, margin and its interval."""
+    """Both sides' end scores of ``metric``: means, ranges and the margin."""
     def ends_of(side: list[str]) -> list[float]:
         return [statistics.fmean(by_step[n][at][metric] for at in ends) for n in side]
 
     s, c = ends_of(swarm), ends_of(control)
-    diff = unpaired_difference(s, c)
     return {"swarm": statistics.fmean(s), "control": statistics.fmean(c), "swarm_range": [min(s), max(s)],
-            "control_range": [min(c), max(c)], "margin": diff.diff,
-            "interval": [diff.low, diff.high] if diff.low is not None else None}
+            "control_range": [min(c), max(c)], "margin": statistics.fmean(s) - statistics.fmean(c)}
 
 
 def _end_words(steps: list[int]) -> str:
@@ -125,6 +119,11 @@ def _end_words(steps: list[int]) -> str:
 
 def _verdict(margin: float) -> str:
     return (f"{abs(margin):.3f} above" if margin > 0 else f"{abs(margin):.3f} below" if margin < 0 else "level with")
+
+
+ONE_SAMPLE = ("One sim is one sample of the swarm: its sharing nodes learn from each other, so they are not "
+              "independent runs and the ranges are this run's spread, not a rerun's. No confidence interval is "
+              "given here; one belongs over seeds, each arm rerun and paired by seed (scripts/exp_payoff.py).")
 
 
 def comparison_lines(c: dict | None) -> list[str]:
@@ -143,24 +142,15 @@ def comparison_lines(c: dict | None) -> list[str]:
                     f"evaluated): the sharing nodes went {start(c['swarm_start'])}to {c['swarm_last']:.3f} "
                     f"(nodes {c['swarm_range'][0]:.3f}-{c['swarm_range'][1]:.3f}); the control node(s), training "
                     f"alone on the same own generation per step, {start(c['control_start'])}to "
-                    f"{c['control_last']:.3f}. The swarm ended {_verdict(c['margin'])} the control."]
+                    f"{c['control_last']:.3f}. The swarm ended {_verdict(c['margin'])} the control.", "", ONE_SAMPLE]
     lines = ["", f"Swarm against control on held-out questions, by the end score: each node's mean over its "
                  f"evaluations at {_end_words(c['end_steps'])} (the whole curve: held_out.png). The control "
                  f"node(s) train alone on the same own generation per step, each on its own seed."]
     for metric, e in end.items():
         before = (f" (before training: sharing {c['swarm_start']:.3f}, control {c['control_start']:.3f})"
                   if metric == "greedy" and c["swarm_start"] is not None else "")
-        if e["interval"] is not None:
-            low, high = e["interval"]
-            ci = (f"; 95% interval {low:+.3f} to {high:+.3f} (bootstrap over the {c['controls']} controls and the "
-                  f"sharing nodes, unpaired; the sharing nodes learn from each other, so it understates a rerun's "
-                  f"spread)")
-        elif c["controls"] < 2:
-            ci = "; no interval with one control (--control 2 or more gives one)"
-        else:
-            ci = "; no interval with one sharing node"
         lines.append(f"- {metric} pass@1: sharing nodes {e['swarm']:.3f} (nodes {e['swarm_range'][0]:.3f}-"
                      f"{e['swarm_range'][1]:.3f}), control {e['control']:.3f} ({e['control_range'][0]:.3f}-"
-                     f"{e['control_range'][1]:.3f}){before}: the swarm ended {_verdict(e['margin'])} the control"
-                     f"{ci}.")
-    return lines
+                     f"{e['control_range'][1]:.3f}){before}: margin {e['margin']:+.3f}, the swarm ended "
+                     f"{_verdict(e['margin'])} the control.")
+    return [*lines, "", ONE_SAMPLE]

@@ -70,13 +70,12 @@ def test_comparison_of_swarm_and_control_held_out_by_hand():
     g = c["end"]["greedy"]
     assert g["swarm"] == pytest.approx(0.275) and g["control"] == pytest.approx(0.25)
     assert g["swarm_range"] == pytest.approx([0.25, 0.3]) and g["margin"] == pytest.approx(0.025)
-    assert g["interval"] is None  # one control: no interval
+    assert "interval" not in g  # one sim gives no interval (node/sim/control.py)
     assert c["end"]["sampled"]["margin"] == pytest.approx(0.0125)  # sampled pass@1 is compared too
     text = "\n".join(comparison_lines(c))
     assert "at steps 30 and 60, the last two every node evaluated after training began" in text
     assert ("greedy pass@1: sharing nodes 0.275 (nodes 0.250-0.300), control 0.250 (0.250-0.250) (before "
-            "training: sharing 0.150, control 0.100): the swarm ended 0.025 above the control; no interval with one "
-            "control") in text
+            "training: sharing 0.150, control 0.100): margin +0.025, the swarm ended 0.025 above the control.") in text
     assert "sampled pass@1: sharing nodes 0.138" in text
     # The control stopped after step 30 (Ctrl-C, or it crashed): both sides at step 30, not 60 against 30.
     early = comparison(ROLES, {**series, "node2": series["node2"][:2]})
@@ -87,23 +86,24 @@ def test_comparison_of_swarm_and_control_held_out_by_hand():
     assert later["swarm_start"] is None and "before training" not in "\n".join(comparison_lines(later))
 
 
-def test_two_controls_give_the_margin_an_interval():
-    """Controls on their own seeds are independent runs: with two or more, the end scores' margin
-    gets a bootstrap 95% interval, each side resampled on its own. Sharing 0.4 and 0.4 against
-    controls 0.1 and 0.3: a resample of the controls means 0.1, 0.2 or 0.3 (chances 1/4, 1/2, 1/4),
-    so the margin's interval is 0.1 to 0.3 around 0.2 (node/observe/paired.py)."""
+def test_two_controls_give_the_margin_and_ranges_and_no_interval():
+    """With two controls and two sharing nodes of one sim the paragraph still gives the margin and
+    each side's range and no confidence interval: the sharing nodes learn from each other, so one
+    sim is one sample of the swarm, and the text sends the reader to scripts/exp_payoff.py."""
     roles = {"node0": "swarm", "node1": "swarm", "node2": "control", "node3": "control"}
-    series = {n: [_ev(0.1, 0), _ev(score, 10)] for n, score in zip(roles, (0.4, 0.4, 0.1, 0.3))}
+    series = {n: [_ev(0.1, 0), _ev(score, 10)] for n, score in zip(roles, (0.4, 0.5, 0.1, 0.3))}
     c = comparison(roles, series)
     g = c["end"]["greedy"]
-    assert c["controls"] == 2 and g["margin"] == pytest.approx(0.2) and g["interval"] == pytest.approx([0.1, 0.3])
-    assert c["end"]["sampled"]["interval"] == pytest.approx([0.05, 0.15])
+    assert c["controls"] == 2 and g["margin"] == pytest.approx(0.25)
+    assert g["swarm_range"] == pytest.approx([0.4, 0.5]) and g["control_range"] == pytest.approx([0.1, 0.3])
+    assert set(g) == {"swarm", "control", "swarm_range", "control_range", "margin"}
+    assert c["end"]["sampled"]["margin"] == pytest.approx(0.125)
     text = "\n".join(comparison_lines(c))
-    assert "0.200 above the control; 95% interval +0.100 to +0.300 (bootstrap over the 2 controls" in text
-    assert "understates" in text
-    alone = comparison({k: v for k, v in roles.items() if k != "node1"}, series)  # one sharing node
-    assert alone["end"]["greedy"]["interval"] is None
-    assert "no interval with one sharing node" in "\n".join(comparison_lines(alone))
+    assert ("greedy pass@1: sharing nodes 0.450 (nodes 0.400-0.500), control 0.200 (0.100-0.300) (before training: "
+            "sharing 0.100, control 0.100): margin +0.250, the swarm ended 0.250 above the control.") in text
+    assert "One sim is one sample of the swarm" in text and "scripts/exp_payoff.py" in text
+    assert "95%" not in text and "bootstrap" not in text
+    assert text.count("One sim is one sample") == 1  # once, after both statistics
 
 
 def test_no_comparison_without_both_sides_or_on_different_questions():
