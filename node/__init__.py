@@ -9,9 +9,10 @@ holds the order and tests/test_layout.py fails on an import that runs up it).
     config/      what a node is told: its config (TOML and flags, strictly checked), the policy it names
     checkpoint/  checkpoints: atomic, retained, verified, restored on resume
     evaluate/    held-out evaluation, during a run and of a saved checkpoint; export
-    broadcast/   the peer-assisted pipelined weight broadcast: peer, topology, store, follow, roles
+    broadcast/   the peer-assisted pipelined weight broadcast: peer, topology, store, follow
     swarm/       the SAPO exchange: publish, admit, pool, take
-    run/         one node's run: the round loop (trainer), its start-up and stop, rollouts, preflight
+    run/         one node's run: the round loop (trainer) and its broadcast role, its start-up and
+                 stop, rollouts, preflight
     gpu/         memory profiles and ``--profile auto``
     sim/         the simulated swarm with faults, and the adversary
     cli/         the ``swarm-node`` command (thin; imports torch lazily); doctor/ its pre-join checks

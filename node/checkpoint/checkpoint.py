@@ -28,7 +28,7 @@ __all__ = [
     "save_checkpoint", "load_checkpoint", "list_checkpoints", "newest_valid", "checkpoint_step", "load_latest",
 ]
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("swarm_node.node.run.checkpoint")  # the log name before the split: filters select it
 
 LATEST_FILE = "latest"
 _FINAL_RE = re.compile(r"^step_(\d+)$")

@@ -40,7 +40,7 @@ __all__ = [
     "write_files", "fsync_path", "verify_cached", "forget_verified", "load_checkpoint",
 ]
 
-logger = logging.getLogger("swarm_node.node.checkpoint.checkpoint")  # the checkpoint log name, as before the split
+logger = logging.getLogger("swarm_node.node.run.checkpoint")  # the checkpoint log name, as before the splits
 
 FORMAT_VERSION = 1
 MODEL_FILE, OPTIM_FILE, RNG_FILE = "model.safetensors", "optimizer.safetensors", "rng.safetensors"

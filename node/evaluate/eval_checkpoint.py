@@ -25,7 +25,7 @@ from swarm_node.node.evaluate.evaluate import eval_settings, evaluate
 from swarm_node.node.checkpoint.resume import mismatch
 from swarm_node.node.config.policy_loader import load_policy
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("swarm_node.node.run.eval_checkpoint")  # the log name before the split
 
 __all__ = ["run_config", "find_checkpoint", "policy_at", "evaluate_checkpoint"]
 

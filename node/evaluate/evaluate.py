@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from swarm_node.node.config.config import NodeConfig
     from swarm_node.policies.vllm_backend import VllmSampler
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("swarm_node.node.run.evaluate")  # the log name before the split: filters select it
 
 CPU_ROWS_PER_CALL = 256  # the fewest rows an evaluation's generate call takes on a CPU (eval_settings)
 

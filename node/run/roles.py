@@ -36,7 +36,7 @@ from swarm_node.node.run.role_context import RoleContext
 from swarm_node.node.errors import NodeError
 from swarm_node.node.transport.work_ledger import FOLLOWERS, WorkLedger
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("swarm_node.node.broadcast.roles")  # the log name before the move: filters select it
 
 __all__ = ["Role", "LearnerRole", "WorkerRole", "LearnerGone", "make_role"]
 

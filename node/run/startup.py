@@ -2,8 +2,9 @@
 start-up phases status.json reports, and undoing a start that fails.
 
 Everything that can be checked without loading the model is checked first (the run folder, the
-device, the checkpoint's settings: node/run/preflight.py). Then the policy loads, the learner
-and the resumed state are built (node/run/wiring.py, node/checkpoint/resume.py), the vLLM engine,
+device, the checkpoint's settings: node/run/preflight.py). Then the policy loads
+(node/config/policy_loader.py), the learner and the resumed state are built (node/run/wiring.py,
+node/checkpoint/resume.py), the vLLM engine,
 metrics endpoint, swarm and weight broadcast start. A start that fails stops what it started
 and leaves no trace in a run folder it created; in a folder of an earlier run, status.json says
 why it failed. ``config.json`` is written only once the node is up.

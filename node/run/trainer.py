@@ -5,7 +5,8 @@ log, checkpoint.
 folder. Its asyncio loop keeps the event loop free for signals and status while each round's
 compute runs in a worker thread; Ctrl-C (SIGINT) or SIGTERM stops it after the current step, with
 a final checkpoint, so nothing on disk is ever half-written. How a node is built and started is
-node/run/startup.py's job (``TrainingNode.create``), from the parts node/run/wiring.py builds.
+node/run/startup.py's job (``TrainingNode.create``), from the policy node/config/policy_loader.py
+loads and the parts node/run/wiring.py builds.
 
 Run folder layout::
 

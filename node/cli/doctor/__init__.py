@@ -5,6 +5,7 @@
     probe.py    the network steps: dial the bootstrap or broker, join as a throw-away peer, read
                 the swarm's heartbeats
 
-The asking side only: the dial-back a bootstrap performs for it is served by every hivemind node
-(node/transport/hivemind/dialback.py).
+The carrier's half of the dial-back, asking (``ask_dialback``) and serving (``serve_dialback``),
+stays in node/transport/hivemind/dialback.py, reached through the carrier registry's
+``load_dialback``: doctor knows no carrier.
 """

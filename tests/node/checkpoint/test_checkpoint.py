@@ -1,4 +1,4 @@
-"""Tests of node.run.checkpoint and node.run.checkpoint_format: exact resume, corruption, retention
+"""Tests of node.checkpoint.checkpoint and node.checkpoint.checkpoint_format: exact resume, corruption, retention
 and housekeeping. Writes under crashes and SIGKILL: test_checkpoint_atomic.py (it imports the
 helpers here)."""
 
@@ -180,7 +180,7 @@ def test_corruption_is_reported_and_load_latest_falls_back(tmp_path, caplog, cor
     pattern = corrupt(bad)
     with pytest.raises(CheckpointError, match=pattern):
         load_checkpoint(bad)
-    caplog.set_level(logging.WARNING, logger="swarm_node.node.checkpoint.checkpoint")
+    caplog.set_level(logging.WARNING, logger="swarm_node.node.run.checkpoint")
     state, path = load_latest(tmp_path)
     assert path == tmp_path / "step_000001" and state.step == 1
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
@@ -222,7 +222,7 @@ def test_retention_never_lets_a_corrupt_checkpoint_displace_a_good_one(tmp_path,
     _flip(save_checkpoint(tmp_path, _small_state(20)[0], keep_last=2))
     state, path = load_latest(tmp_path)
     assert state.step == 10
-    caplog.set_level(logging.WARNING, logger="swarm_node.node.checkpoint.checkpoint")
+    caplog.set_level(logging.WARNING, logger="swarm_node.node.run.checkpoint")
     save_checkpoint(tmp_path, _small_state(15)[0], keep_last=2)
     assert [p.name for p in _step_dirs_named(tmp_path)] == ["step_000010", "step_000015"]
     assert any("step_000020" in r.getMessage() and "hash mismatch" in r.getMessage() for r in caplog.records)
@@ -271,7 +271,7 @@ def test_cuda_rng_states_round_trip_and_warn_when_not_restorable(tmp_path, caplo
     assert len(loaded.torch_cuda) == 2
     assert all(torch.equal(a, b) for a, b in zip(loaded.torch_cuda, fake_cuda))
     if torch.cuda.device_count() != 2:
-        caplog.set_level(logging.WARNING, logger="swarm_node.node.checkpoint.checkpoint")
+        caplog.set_level(logging.WARNING, logger="swarm_node.node.run.checkpoint")
         restore_rng(loaded)
         assert "CUDA RNG" in caplog.text
 

@@ -1,4 +1,4 @@
-"""Tests of node.run.checkpoint's atomic writes: a crash or a SIGKILL mid-save never exposes a
+"""Tests of node.checkpoint.checkpoint's atomic writes: a crash or a SIGKILL mid-save never exposes a
 partial checkpoint, and what a killed save leaves behind is restored or cleaned."""
 
 import os

@@ -1,4 +1,4 @@
-"""Tests of node.run.config and the swarm-node CLI's config handling: defaults, TOML files, strict
+"""Tests of node.config.config and the swarm-node CLI's config handling: defaults, TOML files, strict
 validation with messages that name the key, flag overrides, and a CLI that fails fast."""
 
 from __future__ import annotations

@@ -146,7 +146,7 @@ def test_an_evaluation_the_default_models_warm_start_may_have_taught_is_warned_a
     may ask questions it was taught: the evaluation runs, and says so (policies/default_model.py)."""
     from swarm_node.policies.default_model import DefaultModelRecipe
 
-    caplog.set_level(logging.WARNING, logger="swarm_node.node.evaluate.evaluate")
+    caplog.set_level(logging.WARNING, logger="swarm_node.node.run.evaluate")
     left_out = DefaultModelRecipe().held_out_tasks
     on = {"tasks.families": ["counting"], "tasks.difficulties": [2]}
     eval_settings(load_config(None, {**on, "eval.tasks_per_family": left_out}), prompt_kind="raw")
@@ -171,7 +171,7 @@ def test_a_family_without_held_out_questions_is_named_and_left_out(tiny, tmp_pat
     rows.write_text("".join(json.dumps({"question": f"q{i}", "answer": str(i)}) + "\n" for i in range(3)))
     [few] = resolve_families([f"jsonl:{rows}"])
     on = {"model.name": cfg.model.name, "eval.tasks_per_family": 2}
-    caplog.set_level(logging.WARNING, logger="swarm_node.node.evaluate.evaluate")
+    caplog.set_level(logging.WARNING, logger="swarm_node.node.run.evaluate")
     s = eval_settings(load_config(None, {**on, "tasks.families": ["arithmetic", f"jsonl:{rows}"]}), prompt_kind="raw")
     assert f"no held-out questions for task family {few}: no level has the 4 questions" in caplog.text
     result = evaluate(policy, replace(s, samples=1), "0:1")

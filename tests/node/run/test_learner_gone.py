@@ -158,7 +158,7 @@ def test_an_up_to_date_worker_warns_of_a_silent_learner_once_and_goes_on(caplog)
             await asyncio.sleep(0.05)
         return n
 
-    with caplog.at_level("WARNING", logger="swarm_node.node.run.roles"):
+    with caplog.at_level("WARNING", logger="swarm_node.node.broadcast.roles"):
         assert asyncio.run(steps(1.0)) >= 5
         said = [r.getMessage() for r in caplog.records]
         heard[0] = 2000.0  # a heartbeat: the learner is back, then silent again
