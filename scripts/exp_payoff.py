@@ -81,7 +81,7 @@ ARMS: dict[str, list[str]] = {
     "sapo": ["--learner.off_policy_correction", "false", "--learner.lr_rule", "none",
              "--learner.scale_rewards", "group"],
 }
-SOLO = "solo"  # the corrected run's control nodes
+SOLO = "solo"  # each run's control nodes: "solo:ARM" holds the arm's
 REGIMES: dict[str, tuple[list[str], list[int]]] = {"dense": (["counting"], [2]), "sparse": (["counting"], [3])}
 LOCAL, EXTERNAL = 4, 4  # I and J: a sharing node's own and its peers' groups a step
 METRICS = ("greedy", "sampled")
