@@ -69,7 +69,7 @@ from common.curves import plot_panels
 from common.processes import run_cli
 from common.report import command_line, machine, write_experiment_report
 
-from swarm_node.node.observe.held_out import evaluations  # importable: common puts the repo root on sys.path
+from swarm_node.node.observe.held_out import answer_agreement, evaluations  # importable: common puts the repo root on sys.path
 from swarm_node.node.observe.metrics import read_metrics
 from swarm_node.node.observe.paired import AXES, Point, curve_points, paired_comparison, seed_difference
 
@@ -158,6 +158,18 @@ def seed_curves(folder: Path, nodes: range, metric: str) -> list[Point]:
     return mean_curve([node_points(folder / f"node{i}", LOCAL, metric) for i in nodes])
 
 
+def end_agreement(folder: Path, nodes: range) -> float | None:
+    """How alike the nodes' greedy answers were at their last evaluation: the mean over pairs of
+    the share of held-out questions both answered alike (node/observe/held_out.py). Sharing nodes
+    that grow alike (the sharpening hypothesis of issue 37) read higher than their solo nodes,
+    which start from the same weights and only drift apart or together on their own."""
+    last = [evaluations(read_metrics(folder / f"node{i}" / "metrics.jsonl"), folder / f"node{i}") for i in nodes]
+    digests = [ev[-1].get("greedy_answers") for ev in last if ev]
+    pairs = [answer_agreement(a, b) for k, a in enumerate(digests) for b in digests[k + 1:]]
+    pairs = [p for p in pairs if p is not None]
+    return statistics.mean(pairs) if pairs else None
+
+
 def end_score(curve: list[Point], last: int = 3) -> float | None:
     after = [p.score for p in curve if p.step > 0][-last:]
     return statistics.mean(after) if after else None
@@ -181,13 +193,17 @@ def collect(args) -> dict:
     """Run what is missing, then every arm's per-seed curves: {regime: {arm: {metric: [curve per seed]}}}."""
     out: dict = {}
     for regime in args.regimes:
-        out[regime] = {name: {m: [] for m in METRICS} for a in args.arms for name in (a, f"{SOLO}:{a}")}
+        out[regime] = {name: {m: [] for m in METRICS} | {"agreement": []}
+                       for a in args.arms for name in (a, f"{SOLO}:{a}")}
         for seed in args.seeds:
             faults = identities(args, seed)
             for arm in args.arms:
                 flags = run_flags(args, regime, arm, seed)
                 d = finished(run_cli([*flags, "--faults", str(faults)], run_dir(args, flags, regime, arm, seed),
                                      "summary.json", args.rerun), args.steps)
+                sharing, solo = range(args.nodes), range(args.nodes, args.nodes + args.controls)
+                out[regime][arm]["agreement"].append(end_agreement(d, sharing))
+                out[regime][f"{SOLO}:{arm}"]["agreement"].append(end_agreement(d, solo))
                 for m in METRICS:
                     out[regime][arm][m].append(seed_curves(d, range(args.nodes), m))
                     out[regime][f"{SOLO}:{arm}"][m].append(
@@ -251,6 +267,8 @@ def compare(curves: dict, args) -> dict:
                         row["vs_corrected"] = comparison(cs[m], arms["corrected"][m])
                 rows[a] = row
             r[m] = rows
+        r["agreement"] = {a: (statistics.mean(v) if (v := [x for x in cs["agreement"] if x is not None]) else None)
+                          for a, cs in arms.items()}
         diffs = seed_diffs(arms["corrected"]["greedy"], arms[f"{SOLO}:corrected"]["greedy"], "own_groups")
         result["primary"][regime] = {"diffs": diffs, "p": t_pvalue(diffs), "detectable_80": detectable(diffs),
                                      "interval": r["greedy"]["corrected"]["vs_solo"]["own_groups"]}
@@ -291,7 +309,8 @@ def report(args, result: dict) -> list[str]:
     for regime, by_metric in result["regimes"].items():
         families, levels = REGIMES[regime]
         md += [f"### {regime}: {', '.join(families)} level {'/'.join(map(str, levels))}", ""]
-        for m, rows in by_metric.items():
+        agree = by_metric.get("agreement") or {}
+        for m, rows in ((m, by_metric[m]) for m in METRICS):
             md += [f"held-out pass@1, {m}:", "",
                    "| arm | start | end score (± sd over seeds) | − its solo, equal steps "
                    "| − its solo, equal own generation | − corrected, equal steps |",
@@ -303,6 +322,11 @@ def report(args, result: dict) -> list[str]:
                 md.append(f"| {a} | {start} | {end} | {cell(row, 'vs_solo', 'step')} "
                           f"| {cell(row, 'vs_solo', 'own_groups')} | {cell(row, 'vs_corrected', 'step')} |")
             md.append("")
+        md += ["How alike the nodes' greedy answers were at their last evaluation (the share of held-out questions "
+               "two nodes answered alike, mean over pairs and seeds; solo nodes start from the same weights too):", "",
+               "| arm | sharing nodes | its solo nodes |", "|---|---:|---:|"]
+        fmt = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
+        md += [f"| {a} | {fmt(agree.get(a))} | {fmt(agree.get(f'{SOLO}:{a}'))} |" for a in args.arms] + [""]
     md += ["An interval that excludes 0 says the arms differed beyond the spread of their seeds; one that "
            "includes 0 says these seeds cannot tell. Equal own generation and equal steps coincide here (sharing "
            f"and solo nodes both generate {LOCAL} groups a step). Equal wall-clock is in the JSON only: a sharing "

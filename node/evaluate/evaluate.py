@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from swarm_node.node.observe.held_out import describe_eval, eval_file
+from swarm_node.node.observe.held_out import answers_digest, describe_eval, eval_file
 from swarm_node.node.observe.status import StatusFile
 from swarm_node.node.config.eval_config import EvalConfig
 from swarm_node.policies.halt import GenerationStopped, HaltWhen
@@ -233,7 +233,8 @@ def evaluate(policy: Policy, s: EvalSettings, seed: int | str, sampler: "Policy 
                             tuple(score(task, c.text, s.reward).correctness for c in groups[i]) if groups else ())
                 for i, task in enumerate(tasks)]
     skipped = {"unevaluated": list(s.unevaluated)} if s.unevaluated else {}
-    return {**summarise(outcomes, s.pass_k), **skipped, "seconds": time.perf_counter() - t0}
+    answers = {"greedy_answers": answers_digest(greedy)} if greedy is not None else {}
+    return {**summarise(outcomes, s.pass_k), **skipped, **answers, "seconds": time.perf_counter() - t0}
 
 
 @contextmanager

@@ -1,5 +1,6 @@
 """How a held-out evaluation is shown: the latest one in a run's records, its headline number, a
-run's end score, and one line of text for logs and the command line.
+run's end score, one line of text for logs and the command line, and how alike two nodes' greedy
+answers are (``answers_digest``, ``answer_agreement``).
 
 An evaluation (node/evaluate/evaluate.py) rides in the metrics record of the step it followed, as
 ``"eval"``: ``{"greedy", "sampled", "n", "families": {family: {"greedy", "sampled", "n"}},
@@ -18,13 +19,14 @@ evaluation) stays in metrics.jsonl and held_out.png.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import statistics
 from collections.abc import Iterable
 from pathlib import Path
 
 __all__ = ["last_eval", "start_eval", "evaluations", "eval_file", "held_out_score", "describe_eval", "end_steps",
-           "end_score", "END_EVALUATIONS"]
+           "end_score", "END_EVALUATIONS", "answers_digest", "answer_agreement", "ANSWER_HEX"]
 
 END_EVALUATIONS = 3  # evaluations a run's end score averages
 
@@ -60,6 +62,26 @@ def last_eval(records: list[dict]) -> dict | None:
         if isinstance(r.get("eval"), dict):
             return {"step": r.get("step"), **r["eval"]}
     return None
+
+
+ANSWER_HEX = 4  # hex digits a greedy answer keeps in ``greedy_answers``: 1 in 65,536 unlike answers look alike
+
+
+def answers_digest(texts: Iterable[str]) -> str:
+    """The greedy completions of an evaluation, each as ``ANSWER_HEX`` hex digits of its digest (its
+    text stripped), in the evaluation's task order: enough to tell two nodes' answers to the same
+    question apart, at 1 KB for 256 questions."""
+    return "".join(hashlib.blake2s(t.strip().encode(), digest_size=ANSWER_HEX // 2).hexdigest() for t in texts)
+
+
+def answer_agreement(a: str | None, b: str | None) -> float | None:
+    """The share of questions two evaluations of the same questions answered alike (greedy, by
+    ``answers_digest``): how alike two nodes' policies have become. None when either lacks the
+    digest or they asked different numbers of questions."""
+    if not a or not b or len(a) != len(b) or len(a) % ANSWER_HEX:
+        return None
+    n = len(a) // ANSWER_HEX
+    return sum(a[i:i + ANSWER_HEX] == b[i:i + ANSWER_HEX] for i in range(0, len(a), ANSWER_HEX)) / n
 
 
 def held_out_score(ev: dict | None) -> float | None:

@@ -105,3 +105,20 @@ def test_a_comparison_is_one_interval_per_axis_as_plain_dicts():
     assert set(got) == {"step", "own_groups", "seconds"}
     assert abs(got["step"]["diff"] - 0.15) < 1e-12 and got["step"]["n"] == 2  # (0.2 + 0.1) / 2
     assert got["step"]["low"] <= 0.15 <= got["step"]["high"]
+
+
+def test_agreement_is_the_mean_over_node_pairs_of_their_last_evaluations_alike_answers(tmp_path):
+    import json
+
+    def node(i: int, answers: list[str]) -> None:
+        d = tmp_path / f"node{i}"
+        d.mkdir()
+        recs = [{"step": 10, "eval": {"greedy": 0.1, "greedy_answers": "ffff" * 4}},  # an earlier evaluation: not read
+                {"step": 20, "eval": {"greedy": 0.2, "greedy_answers": "".join(answers)}}]
+        (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+
+    node(0, ["aaaa", "bbbb", "cccc", "dddd"])
+    node(1, ["aaaa", "bbbb", "0000", "0000"])  # half alike with node0
+    node(2, ["aaaa", "0000", "0000", "0000"])  # a quarter alike with node0, three quarters with node1
+    assert study.end_agreement(tmp_path, range(3)) == pytest.approx((0.5 + 0.25 + 0.75) / 3)
+    assert study.end_agreement(tmp_path, range(1)) is None  # one node: no pair

@@ -120,6 +120,7 @@ def test_evaluate_is_seeded_and_leaves_the_callers_random_stream_alone(tiny):
     b = evaluate(policy, s, "0:4")
     assert {k: v for k, v in a.items() if k != "seconds"} == {k: v for k, v in b.items() if k != "seconds"}
     assert set(a["families"]) == {"arithmetic", "lists"} and a["n"] == 8 and a["seconds"] > 0
+    assert len(a["greedy_answers"]) == 4 * 8  # each task's greedy answer, 4 hex digits
     assert s.task_ids == tuple(held_out_ids(["arithmetic", "lists"], [1], 4))
 
 

@@ -112,3 +112,15 @@ def test_plots_draw_held_out_per_family_and_plot_redraws_it(tmp_path):
 
     with pytest.raises(NodeError, match="no held-out evaluation"):
         plot_held_out(bare / "metrics.jsonl", bare / "h.png")
+
+
+def test_greedy_answers_are_kept_per_question_and_two_evaluations_compare_answer_by_answer():
+    from swarm_node.node.observe.held_out import ANSWER_HEX, answer_agreement, answers_digest
+
+    a = answers_digest(["<answer>3</answer>", "<answer>aab</answer> ", "x", "<answer>7</answer>"])
+    b = answers_digest(["<answer>3</answer>", "<answer>aab</answer>", "y", "<answer>8</answer>"])
+    assert len(a) == 4 * ANSWER_HEX and a[:8] == b[:8]  # the same text (stripped) gives the same digits
+    assert answer_agreement(a, b) == 0.5  # two of four alike
+    assert answer_agreement(a, a) == 1.0
+    assert answer_agreement(a, b[:8]) is None  # other questions: no comparison
+    assert answer_agreement(a, None) is None and answer_agreement("", "") is None
