@@ -201,8 +201,10 @@ def evaluate(policy: Policy, s: EvalSettings, seed: int | str, sampler: "Policy 
     """Evaluate ``policy`` on the held-out tasks of ``s``; ``summarise``'s dict plus ``seconds``.
 
     ``sampler`` draws the samples (the node's own: its vLLM engine, which holds the policy's
-    weights; default the policy). Torch's random stream is forked and seeded from ``seed``, so
-    the samples depend on it alone and the caller's stream is left as it was. The result lists
+    weights; default the policy). Torch's random stream is forked and seeded from ``seed``, so in a
+    node's own process the samples depend on it alone and the caller's stream is left as it was (in
+    the in-memory simulator the nodes share one process and torch's one generator, whose draws
+    interleave between nodes' threads: there the samples are not reproducible per node). The result lists
     ``unevaluated`` families, when there are any. ``halt`` (a node's stop request) ends it at the
     next token with ``GenerationStopped``: a stop does not wait out an evaluation."""
     if s.reward is None:
