@@ -14,8 +14,9 @@ the same ``RewardConfig``). Reported per family and overall:
 
 The statistics are pure functions. ``evaluate`` generates with the node's own sampler (the policy,
 or its vLLM engine) under the policy's weights lock, on a GPU in calls of no more rows than a
-training step generates, and with torch's random stream forked and seeded from (seed, step): an evaluation
-neither changes what training samples next nor depends on when it ran. ``HeldOut`` is the node's
+training step generates, and with torch's random stream forked and seeded from (seed, step): in a
+node's own process an evaluation neither changes what training samples next nor depends on when it
+ran (the in-memory simulator's nodes share one generator: ``evaluate`` says what that costs). ``HeldOut`` is the node's
 hook: it decides when an evaluation is due and puts its result in the step's record and in
 ``status.json``.
 """
