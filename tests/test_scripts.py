@@ -136,7 +136,7 @@ def test_a_process_that_is_not_there_reads_as_nothing():
     (["exp_baselines.py", "--groups", "3"], "every G must divide 32"),
     (["exp_sapo_splits.py", "--splits", "4/4"], "the 8/0 split is the baseline"),
     (["exp_sapo_splits.py", "--distinct-models"], "use --transport hivemind"),
-    (["exp_payoff.py", "--arms", "count"], "the corrected arm carries the solo nodes"),
+    (["exp_payoff.py", "--arms", "count"], "the corrected arm is the primary comparison"),
 ])
 @pytest.mark.subprocess
 def test_experiments_refuse_settings_they_cannot_run(argv, says, tmp_path):
