@@ -42,7 +42,7 @@ def test_a_short_soak_judges_everything_and_loses_nothing(warm_tiny_model_dir, t
     assert {"checkpoints_within", "chunks_within", "logs_mb_per_hour"} <= set(j["disk"])
     assert [p["name"] for p in j["delivery"]["phases"]] == ["clean", "envelope", "clean"]
     targets = {t["target"]: t["met"] for t in res["targets"]}
-    assert len(targets) == 15
+    assert len(targets) == 16  # with "one swarm to the end"
     # The kill: node5 60 s in, resumed from the checkpoint that verified when it was killed.
     [kill] = j["resumes"]["resumes"]
     assert kill["node"] == 5 and kill["ok"], kill
