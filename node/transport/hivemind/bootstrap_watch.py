@@ -113,10 +113,10 @@ class BootstrapWatch:
         from hivemind.p2p import PeerID
         from hivemind.utils.multiaddr import Multiaddr
 
-        table = node.protocol.routing_table
         peers = {pid: (PeerID.from_base58(pid), [Multiaddr(a) for a in dials]) for pid, dials in self.peers().items()}
         while True:
             await asyncio.sleep(self.wait())
+            table = node.protocol.routing_table  # read after the wait: the node is up by then
             for pid in self.due(clock(), lambda p: table.get(peer_id=peers[p][0]) is not None):
                 peer, maddrs = peers[pid]
                 try:  # the daemon may have forgotten its addresses while it was away: give them again

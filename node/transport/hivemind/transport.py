@@ -142,8 +142,9 @@ class HivemindTransport(Transport):
             await serve_dialback(self._node.p2p)  # any node may be named a bootstrap: it answers the doctor too
             self.maddrs = [str(m) for m in await self._node.p2p.get_visible_maddrs()]
             if self.initial_peers:  # a restarted bootstrap learns the swarm from its nodes
+                own = getattr(self._node.p2p, "peer_id", None)  # this node, were it among its own bootstraps
                 self._bootstraps = self._bootstraps or BootstrapWatch(self.initial_peers, self.bootstrap_check_s,
-                                                                      own=self.p2p_peer_id)
+                                                                      own=own.to_base58() if own is not None else "")
                 self._watch = asyncio.create_task(self._bootstraps.run(self._node, get_dht_time))
                 self._watch.add_done_callback(log_if_failed)
         except BaseException:
