@@ -26,7 +26,11 @@ The regimes (``REGIMES``): **dense**, level-2 counting, where the warm-started m
 quarter of the held-out questions greedily (0.246 greedy, 0.103 sampled on 256); **sparse**,
 level-3 counting, which the warm start never taught (0.117 greedy, 0.040 sampled: most groups all
 wrong), where a peer's rare success is what SAPO should spread if anything does. Both measured at
-step 0 on 256 held-out questions with 4 samples each (the embedded model of recipe ddb9dba97039).
+step 0 on 256 held-out questions with 4 samples each (the embedded model of recipe ddb9dba97039),
+by ``node/evaluate/evaluate.py``'s ``evaluate`` at seed 0 with one torch thread (a throwaway
+script, not kept); the sampled figure moves with the seed (dense 0.103 here, 0.117 in
+docs/measurements.md's run of the same model, 2 of 256 level-3 questions are also in the warm
+start).
 
 What is measured: each node's held-out evaluation (``--eval-tasks`` questions, greedy and
 ``--eval-samples`` sampled completions each) before training and every ``--eval-every`` steps;
