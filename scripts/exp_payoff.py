@@ -75,7 +75,7 @@ from common.report import command_line, machine, write_experiment_report
 
 from swarm_node.node.observe.held_out import answer_agreement, evaluations  # importable: common puts the repo root on sys.path
 from swarm_node.node.observe.metrics import read_metrics
-from swarm_node.node.observe.paired import AXES, Point, curve_points, paired_comparison, seed_difference
+from swarm_node.node.observe.paired import AXES, Point, curve_points, paired_comparison, seed_differences
 
 # The arm's learner flags on top of every run's (the ``corrected`` arm is the node's defaults).
 ARMS: dict[str, list[str]] = {
@@ -215,11 +215,6 @@ def collect(args) -> dict:
     return out
 
 
-def seed_diffs(a: list, b: list, axis: str) -> list[float]:
-    """Each seed's difference A − B at equal ``axis`` (node/observe/paired.py), seeds without one left out."""
-    return [d for ca, cb in zip(a, b) if (d := seed_difference(ca, cb, axis)) is not None]
-
-
 def holm(pvalues: dict[str, float]) -> dict[str, float]:
     """Holm's step-down adjusted p-values (pure): the k-th smallest of m times (m − k + 1), never
     below the one before it, at most 1."""
@@ -273,7 +268,7 @@ def compare(curves: dict, args) -> dict:
             r[m] = rows
         r["agreement"] = {a: (statistics.mean(v) if (v := [x for x in cs["agreement"] if x is not None]) else None)
                           for a, cs in arms.items()}
-        diffs = seed_diffs(arms["corrected"]["greedy"], arms[f"{SOLO}:corrected"]["greedy"], "own_groups")
+        diffs = seed_differences(arms["corrected"]["greedy"], arms[f"{SOLO}:corrected"]["greedy"], "own_groups")
         result["primary"][regime] = {"diffs": diffs, "p": t_pvalue(diffs), "detectable_80": detectable(diffs),
                                      "interval": r["greedy"]["corrected"]["vs_solo"]["own_groups"]}
     ps = {k: v["p"] for k, v in result["primary"].items() if v["p"] is not None}

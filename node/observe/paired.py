@@ -41,7 +41,7 @@ import numpy as np
 from swarm_node.node.observe.held_out import END_EVALUATIONS
 
 __all__ = ["Point", "Interval", "AXES", "LEVEL", "END_EVALUATIONS", "curve_points", "value_at",
-           "seed_difference", "paired_difference", "paired_comparison", "mean_interval", "unpaired_difference"]
+           "seed_difference", "seed_differences", "paired_difference", "paired_comparison", "mean_interval", "unpaired_difference"]
 
 AXES = ("step", "own_groups", "seconds")
 LEVEL = 0.95
@@ -146,14 +146,20 @@ def mean_interval(values: Sequence[float], level: float = LEVEL) -> Interval:
     return Interval(mean, *_around(mean, _t(level, n - 1) * se if se > 0 else 0.0), n, level)
 
 
+def seed_differences(a: Sequence[Sequence[Point]], b: Sequence[Sequence[Point]], axis: str) -> list[float]:
+    """Each seed's ``seed_difference`` of ``a[i]`` against ``b[i]``, seeds whose curves share no
+    place along ``axis`` left out (what a test over seeds, or the interval, is taken over)."""
+    if len(a) != len(b):
+        raise ValueError(f"paired arms need one curve per seed on each side, got {len(a)} and {len(b)}")
+    return [d for ca, cb in zip(a, b) if (d := seed_difference(ca, cb, axis)) is not None]
+
+
 def paired_difference(a: Sequence[Sequence[Point]], b: Sequence[Sequence[Point]], axis: str,
                       level: float = LEVEL) -> Interval | None:
     """Arm A against arm B over seeds: ``a[i]`` and ``b[i]`` are seed i's curves. The mean of the
     seeds' ``seed_difference`` and its t interval (``mean_interval``); a seed whose curves share no
     place along ``axis`` is left out (``n`` counts the rest); None when none is left."""
-    if len(a) != len(b):
-        raise ValueError(f"paired arms need one curve per seed on each side, got {len(a)} and {len(b)}")
-    diffs = [d for ca, cb in zip(a, b) if (d := seed_difference(ca, cb, axis)) is not None]
+    diffs = seed_differences(a, b, axis)
     return mean_interval(diffs, level) if diffs else None
 
 
